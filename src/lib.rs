@@ -1,1 +1,17 @@
-pub mod placeholder {}
+#![recursion_limit = "256"]
+//! memdial: a CPU inference engine for Kimi K3 / Kimi Linear mixture-of-experts
+//! models that keeps resident memory under a budget by streaming weights from
+//! disk, and the instruments that measure that trade.
+//!
+//! Modules:
+//! - [`config`]: `config.json` in Moonshot's and transformers' forms;
+//! - [`schema`]: the tensor table a config implies (names, dtypes, shapes);
+//! - [`checkpoint`]: safetensors shard headers and tensor locations;
+//! - [`inspect`]: architecture summary and checkpoint validation;
+//! - [`fixture`]: deterministic fixture checkpoints in the published layout.
+
+pub mod checkpoint;
+pub mod config;
+pub mod fixture;
+pub mod inspect;
+pub mod schema;

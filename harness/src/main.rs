@@ -1,1 +1,42 @@
-fn main() {}
+//! `memdial`: the single user-facing binary.
+//!
+//! Exit codes: 0 success, 1 failure (invalid checkpoint, mismatch, IO error),
+//! 2 usage error (clap) or refused request.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd_fixture;
+mod cmd_inspect;
+
+/// Run giant MoE models in a memory budget, and measure the trade.
+#[derive(Parser)]
+#[command(name = "memdial", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write a deterministic fixture checkpoint in the published Kimi layout.
+    Fixture(cmd_fixture::FixtureArgs),
+    /// Summarise a checkpoint's architecture and validate its tensors against config.json.
+    Inspect(cmd_inspect::InspectArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let res = match &cli.command {
+        Command::Fixture(a) => cmd_fixture::run(a),
+        Command::Inspect(a) => cmd_inspect::run(a),
+    };
+    match res {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

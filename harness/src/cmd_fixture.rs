@@ -1,0 +1,55 @@
+//! `memdial fixture --preset NAME --out DIR [--seed N]`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Result;
+use indicatif::{ProgressBar, ProgressStyle};
+use memdial::fixture::{self, PRESET_NAMES};
+
+/// Arguments of `memdial fixture`.
+#[derive(clap::Args)]
+pub struct FixtureArgs {
+    /// Preset: tiny-k3, tiny-linear, mini, k3-slice.
+    #[arg(long)]
+    pub preset: String,
+    /// Output checkpoint directory (must not exist unless --force).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Seed of the weight generator (same preset + seed = same bytes).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Replace an existing directory (atomically, after the new one is complete).
+    #[arg(long)]
+    pub force: bool,
+}
+
+pub fn run(a: &FixtureArgs) -> Result<ExitCode> {
+    if fixture::preset(&a.preset).is_none() {
+        eprintln!("error: unknown preset {:?}; available: {}", a.preset, PRESET_NAMES.join(", "));
+        return Ok(ExitCode::from(2));
+    }
+    let t0 = Instant::now();
+    let pb = ProgressBar::new(0);
+    pb.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+            .unwrap()
+            .progress_chars("=> "),
+    );
+    pb.set_message(format!("fixture {}", a.preset));
+    let g = fixture::generate(&a.preset, a.seed, &a.out, a.force, Some(memdial::fixture::write_tokenizer), &mut |d, t| {
+        pb.set_length(t);
+        pb.set_position(d);
+    })?;
+    pb.finish_and_clear();
+    println!(
+        "wrote {} ({} tensors, {} shards, {:.1} MB of tensor data) in {:.1} s",
+        g.dir.display(),
+        g.tensors,
+        g.shards,
+        g.tensor_bytes as f64 / 1e6,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}

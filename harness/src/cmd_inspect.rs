@@ -1,0 +1,53 @@
+//! `memdial inspect --model DIR`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use memdial::inspect::{inspect_dir, layer_pattern};
+
+/// Arguments of `memdial inspect`.
+#[derive(clap::Args)]
+pub struct InspectArgs {
+    /// Checkpoint directory (config.json + safetensors shards).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Print the summary and problems as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn gb(b: u64) -> String {
+    if b >= 1 << 30 {
+        format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64)
+    }
+}
+
+pub fn run(a: &InspectArgs) -> Result<ExitCode> {
+    let (cfg, s, problems) = inspect_dir(&a.model)?;
+    if a.json {
+        let v = serde_json::json!({"summary": s, "problems": problems, "valid": problems.is_empty()});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("model        {} ({})", a.model.display(), s.model_type);
+        println!("layers       {} = {} KDA + {} MLA; {} dense + {} MoE", s.layers, s.kda_layers, s.mla_layers, s.dense_layers, s.moe_layers);
+        println!("pattern      {}", layer_pattern(&cfg));
+        println!("experts      {} per MoE layer, {} active per token", s.num_experts, s.experts_per_token);
+        println!("params       {:.3} B total, {:.3} B active per token", s.total_params as f64 / 1e9, s.active_params_per_token as f64 / 1e9);
+        println!("bytes        total {} = embeddings {} + lm_head {} + trunk {} + routed experts {}", gb(s.total_bytes), gb(s.embedding_bytes), gb(s.lm_head_bytes), gb(s.trunk_bytes), gb(s.routed_expert_bytes));
+        println!("per expert   {} bytes", s.bytes_per_expert);
+        println!("KDA state    {} bytes per layer per sequence", s.kda_state_bytes_per_layer);
+        println!("MLA cache    {} bytes per position per layer", s.mla_cache_bytes_per_position);
+        if problems.is_empty() {
+            println!("validation   OK: every tensor present with the right dtype and shape, ranges inside files, no overlaps");
+        } else {
+            println!("validation   {} problem(s):", problems.len());
+            for p in &problems {
+                println!("  - {p}");
+            }
+        }
+    }
+    Ok(if problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}

@@ -1,0 +1,182 @@
+//! Safetensors checkpoint index: where every tensor lives (shard file, absolute byte
+//! offset, length, dtype, shape).
+//!
+//! Headers are parsed by deserializing `safetensors::tensor::Metadata` from bytes
+//! `[8, 8+n)` of each shard (the crate's `read_metadata` wants the whole file, see
+//! rust-notes §0.2). The absolute offset of a tensor is `8 + n + data_offsets.0`.
+//! Multi-shard checkpoints are found through `model.safetensors.index.json`
+//! (`weight_map`), single-file ones through `model.safetensors`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+/// Location and type of one tensor on disk.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorLoc {
+    /// Index into [`Checkpoint::shards`].
+    pub shard: usize,
+    /// Absolute byte offset in the shard file.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// safetensors dtype string (`BF16`, `F32`, `U8`, …).
+    pub dtype: String,
+    pub shape: Vec<usize>,
+}
+
+/// One shard file.
+#[derive(Debug, Clone)]
+pub struct Shard {
+    pub path: PathBuf,
+    /// File size in bytes.
+    pub size: u64,
+    /// Size of the 8-byte length prefix plus JSON header (start of the data region).
+    pub data_start: u64,
+}
+
+/// All tensors of a checkpoint directory.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    pub dir: PathBuf,
+    pub shards: Vec<Shard>,
+    pub tensors: HashMap<String, TensorLoc>,
+}
+
+/// Largest JSON header accepted (the format's own limit is 100 MB).
+const MAX_HEADER: u64 = 100_000_000;
+
+/// Reads one shard's header. Errors name the file.
+pub fn read_header(path: &Path) -> Result<(u64, safetensors::tensor::Metadata)> {
+    let mut f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let size = f.metadata()?.len();
+    let mut len = [0u8; 8];
+    f.read_exact(&mut len)
+        .with_context(|| format!("{}: file too short for a safetensors header", path.display()))?;
+    let n = u64::from_le_bytes(len);
+    if n > MAX_HEADER || 8 + n > size {
+        bail!("{}: header length {n} is invalid for a file of {size} bytes", path.display());
+    }
+    let mut buf = vec![0u8; n as usize];
+    f.read_exact(&mut buf)
+        .with_context(|| format!("{}: cannot read header", path.display()))?;
+    let meta: safetensors::tensor::Metadata = serde_json::from_slice(&buf)
+        .with_context(|| format!("{}: malformed safetensors header", path.display()))?;
+    Ok((8 + n, meta))
+}
+
+impl Checkpoint {
+    /// Indexes a checkpoint directory.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let index = dir.join("model.safetensors.index.json");
+        let mut files: Vec<String> = if index.exists() {
+            let text = std::fs::read_to_string(&index)
+                .with_context(|| format!("cannot read {}", index.display()))?;
+            let v: serde_json::Value = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not valid JSON", index.display()))?;
+            let map = v
+                .get("weight_map")
+                .and_then(|m| m.as_object())
+                .with_context(|| format!("{} has no weight_map", index.display()))?;
+            let mut set: Vec<String> = map.values().filter_map(|f| f.as_str().map(String::from)).collect();
+            set.sort();
+            set.dedup();
+            set
+        } else if dir.join("model.safetensors").exists() {
+            vec!["model.safetensors".into()]
+        } else {
+            bail!("{}: no model.safetensors.index.json or model.safetensors", dir.display());
+        };
+        files.sort();
+        let mut shards = Vec::new();
+        let mut tensors = HashMap::new();
+        for (si, f) in files.iter().enumerate() {
+            let path = dir.join(f);
+            let (data_start, meta) = read_header(&path)?;
+            let size = std::fs::metadata(&path)?.len();
+            for (name, info) in meta.tensors() {
+                let (a, b) = info.data_offsets;
+                let loc = TensorLoc {
+                    shard: si,
+                    offset: data_start + a as u64,
+                    len: (b - a) as u64,
+                    dtype: format!("{:?}", info.dtype),
+                    shape: info.shape.clone(),
+                };
+                if tensors.insert(name.clone(), loc).is_some() {
+                    bail!("tensor {name} appears in more than one shard");
+                }
+            }
+            shards.push(Shard { path, size, data_start });
+        }
+        Ok(Checkpoint { dir: dir.to_path_buf(), shards, tensors })
+    }
+
+    /// Looks a tensor up by name.
+    pub fn get(&self, name: &str) -> Option<&TensorLoc> {
+        self.tensors.get(name)
+    }
+
+    /// Total bytes of all tensor data.
+    pub fn total_bytes(&self) -> u64 {
+        self.tensors.values().map(|t| t.len).sum()
+    }
+
+    /// Structural problems independent of any config: ranges outside their file,
+    /// overlapping ranges, byte length not matching dtype × shape.
+    pub fn structural_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut per_shard: BTreeMap<usize, Vec<(u64, u64, &str)>> = BTreeMap::new();
+        for (name, t) in &self.tensors {
+            let shard = &self.shards[t.shard];
+            if t.offset + t.len > shard.size {
+                problems.push(format!(
+                    "{name}: bytes [{}, {}) extend past the end of {} ({} bytes) — truncated file?",
+                    t.offset,
+                    t.offset + t.len,
+                    shard.path.display(),
+                    shard.size
+                ));
+            }
+            if let Some(es) = dtype_size(&t.dtype) {
+                let want = t.shape.iter().product::<usize>() as u64 * es;
+                if want != t.len {
+                    problems.push(format!(
+                        "{name}: {} bytes stored but dtype {} × shape {:?} needs {want}",
+                        t.len, t.dtype, t.shape
+                    ));
+                }
+            }
+            per_shard.entry(t.shard).or_default().push((t.offset, t.offset + t.len, name));
+        }
+        for (si, mut v) in per_shard {
+            v.sort();
+            for w in v.windows(2) {
+                if w[1].0 < w[0].1 {
+                    problems.push(format!(
+                        "{} and {} overlap in {}",
+                        w[0].2,
+                        w[1].2,
+                        self.shards[si].path.display()
+                    ));
+                }
+            }
+        }
+        problems.sort();
+        problems
+    }
+}
+
+/// Bytes per element of a safetensors dtype, if known.
+pub fn dtype_size(dtype: &str) -> Option<u64> {
+    Some(match dtype {
+        "BOOL" | "U8" | "I8" | "F8_E4M3" | "F8_E5M2" => 1,
+        "BF16" | "F16" | "I16" | "U16" => 2,
+        "F32" | "I32" | "U32" => 4,
+        "F64" | "I64" | "U64" => 8,
+        _ => return None,
+    })
+}

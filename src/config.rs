@@ -1,0 +1,560 @@
+//! Model configuration read from a checkpoint's `config.json`.
+//!
+//! Accepts the three forms seen in the wild:
+//! - Moonshot's published **Kimi K3** form: `model_type: "kimi_k3"` with a nested
+//!   `text_config` (`model_type: "kimi_linear"`) and weights under `language_model.`;
+//! - the flat **Kimi Linear** form (Kimi-Linear-48B-A3B `config.json`);
+//! - the form transformers' `KimiLinearConfig.save_pretrained` writes, which lists
+//!   `layer_types` (`"linear_attention"` / `"full_attention"`) and `mlp_layer_types`
+//!   (`"dense"` / `"sparse"`) instead of (or besides) `linear_attn_config` layer lists.
+//!
+//! Field names are exactly the Hugging Face config keys. Semantics follow
+//! mlx-lm `models/kimi_k3.py` / `kimi_linear.py` and transformers
+//! `models/kimi_linear/configuration_kimi_linear.py` (see
+//! `shared/context/k3-architecture.md` §4 and §6).
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// `linear_attn_config` block (Kimi Delta Attention settings).
+#[derive(Debug, Clone, Deserialize)]
+pub struct LinearAttnConfig {
+    /// 1-indexed layer numbers that use KDA.
+    #[serde(default)]
+    pub kda_layers: Vec<usize>,
+    /// 1-indexed layer numbers that use MLA (full attention).
+    #[serde(default)]
+    pub full_attn_layers: Vec<usize>,
+    /// Per-head key/value width K = V (128 in published models).
+    pub head_dim: usize,
+    /// Number of KDA heads H.
+    pub num_heads: usize,
+    /// Depthwise causal conv width W (4 in published models).
+    #[serde(default = "default_conv")]
+    pub short_conv_kernel_size: usize,
+    /// K3 lower-bound forget gate `g = lb·σ(exp(A_log)·(a+dt_bias))`; `None` = softplus gate.
+    #[serde(default)]
+    pub gate_lower_bound: Option<f32>,
+    /// K3 full-rank output gate `g_proj` [P, D] instead of low-rank `g_a_proj`/`g_b_proj`.
+    #[serde(default)]
+    pub use_full_rank_gate: bool,
+}
+
+fn default_conv() -> usize {
+    4
+}
+
+/// Raw text config as found in `config.json` (or its `text_config`).
+#[derive(Debug, Clone, Deserialize)]
+struct RawText {
+    #[serde(default)]
+    model_type: Option<String>,
+    vocab_size: usize,
+    hidden_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    #[serde(default)]
+    intermediate_size: Option<usize>,
+    #[serde(default = "default_eps")]
+    rms_norm_eps: f32,
+    #[serde(default)]
+    linear_attn_config: Option<LinearAttnConfig>,
+    #[serde(default)]
+    layer_types: Option<Vec<String>>,
+    #[serde(default)]
+    mlp_layer_types: Option<Vec<String>>,
+    #[serde(default = "default_act")]
+    hidden_act: String,
+    #[serde(default)]
+    activation_situ_beta: Option<f32>,
+    #[serde(default)]
+    activation_situ_linear_beta: Option<f32>,
+    #[serde(default)]
+    attn_res_block_size: Option<usize>,
+    #[serde(default)]
+    q_lora_rank: Option<usize>,
+    kv_lora_rank: usize,
+    #[serde(default)]
+    qk_nope_head_dim: Option<usize>,
+    #[serde(default)]
+    qk_rope_head_dim: Option<usize>,
+    #[serde(default)]
+    v_head_dim: Option<usize>,
+    #[serde(default = "default_true")]
+    mla_use_nope: bool,
+    #[serde(default)]
+    mla_use_output_gate: bool,
+    #[serde(default)]
+    num_experts: Option<usize>,
+    #[serde(default = "default_one")]
+    num_experts_per_token: usize,
+    #[serde(default)]
+    num_shared_experts: usize,
+    #[serde(default)]
+    moe_intermediate_size: Option<usize>,
+    #[serde(default = "default_sigmoid")]
+    moe_router_activation_func: String,
+    #[serde(default = "default_true")]
+    moe_renormalize: bool,
+    #[serde(default = "default_one_f")]
+    routed_scaling_factor: f32,
+    #[serde(default)]
+    first_k_dense_replace: usize,
+    #[serde(default = "default_one")]
+    moe_layer_freq: usize,
+    #[serde(default = "default_one")]
+    num_expert_group: usize,
+    #[serde(default = "default_one")]
+    topk_group: usize,
+    #[serde(default)]
+    routed_expert_hidden_size: Option<usize>,
+    #[serde(default)]
+    latent_moe_use_norm: bool,
+    #[serde(default)]
+    tie_word_embeddings: bool,
+    #[serde(default)]
+    bos_token_id: Option<u32>,
+    #[serde(default)]
+    eos_token_id: Option<Value>,
+}
+
+fn default_eps() -> f32 {
+    1e-5
+}
+fn default_act() -> String {
+    "silu".into()
+}
+fn default_true() -> bool {
+    true
+}
+fn default_one() -> usize {
+    1
+}
+fn default_one_f() -> f32 {
+    1.0
+}
+fn default_sigmoid() -> String {
+    "sigmoid".into()
+}
+
+/// Attention kind of one decoder layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttnKind {
+    /// Kimi Delta Attention (fixed-size recurrent state).
+    Kda,
+    /// Multi-head Latent Attention (one latent of `kv_lora_rank + qk_rope_head_dim` per position).
+    Mla,
+}
+
+/// Feed-forward kind of one decoder layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MlpKind {
+    /// Dense gated MLP with `intermediate_size`.
+    Dense,
+    /// Routed mixture of experts (+ shared experts).
+    Moe,
+}
+
+/// Gated activation used by every MLP and expert.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Activation {
+    /// `silu(g) · u`.
+    Silu,
+    /// SiTU (Kimi K3): `[β·tanh(g/β)·σ(g)] · [β_l·tanh(u/β_l)]` (mlx-lm `kimi_k3.py::_situ`);
+    /// `linear_beta = None` leaves `u` unchanged.
+    Situ { beta: f32, linear_beta: Option<f32> },
+}
+
+/// Storage format of routed experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertFormat {
+    /// `experts.{e}.{w1,w2,w3}.weight` BF16 [out, in].
+    Bf16,
+    /// compressed-tensors `mxfp4-pack-quantized`: `weight_packed` U8 [out, in/2] + `weight_scale` U8 [out, in/32].
+    Mxfp4,
+}
+
+/// MLA hyper-parameters (DeepSeek-V3 style, NoPE in Kimi).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MlaConfig {
+    pub num_heads: usize,
+    pub q_lora_rank: Option<usize>,
+    pub kv_lora_rank: usize,
+    pub qk_nope_head_dim: usize,
+    pub qk_rope_head_dim: usize,
+    pub v_head_dim: usize,
+    pub use_output_gate: bool,
+}
+
+impl MlaConfig {
+    /// Width of one cached latent per position: `kv_lora_rank + qk_rope_head_dim` (576 in K3).
+    pub fn latent_dim(&self) -> usize {
+        self.kv_lora_rank + self.qk_rope_head_dim
+    }
+    /// Per-head query width `qk_nope_head_dim + qk_rope_head_dim` (192 in K3).
+    pub fn q_head_dim(&self) -> usize {
+        self.qk_nope_head_dim + self.qk_rope_head_dim
+    }
+}
+
+/// MoE hyper-parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeConfig {
+    pub num_experts: usize,
+    pub num_experts_per_token: usize,
+    pub num_shared_experts: usize,
+    pub moe_intermediate_size: usize,
+    pub renormalize: bool,
+    pub routed_scaling_factor: f32,
+    pub num_expert_group: usize,
+    pub topk_group: usize,
+    /// Latent MoE width (K3: 3584); experts then map latent → intermediate → latent.
+    pub routed_expert_hidden_size: Option<usize>,
+    pub latent_moe_use_norm: bool,
+    pub expert_format: ExpertFormat,
+}
+
+impl MoeConfig {
+    /// Input/output width of a routed expert: the latent width, or `hidden_size`.
+    pub fn expert_dim(&self, hidden: usize) -> usize {
+        self.routed_expert_hidden_size.unwrap_or(hidden)
+    }
+}
+
+/// Normalised model configuration used by the engine.
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    /// Top-level `model_type` (`kimi_k3` or `kimi_linear`).
+    pub model_type: String,
+    /// Prefix of every tensor name in the checkpoint (`language_model.` for K3, empty otherwise).
+    pub weight_prefix: String,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub intermediate_size: usize,
+    pub rms_norm_eps: f32,
+    pub kda: LinearAttnConfig,
+    pub mla: MlaConfig,
+    pub moe: Option<MoeConfig>,
+    pub activation: Activation,
+    pub attn_res_block_size: Option<usize>,
+    pub tie_word_embeddings: bool,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_ids: Vec<u32>,
+    /// Per-layer attention kind (0-indexed).
+    pub attn_kinds: Vec<AttnKind>,
+    /// Per-layer MLP kind (0-indexed).
+    pub mlp_kinds: Vec<MlpKind>,
+}
+
+impl ModelConfig {
+    /// Reads and validates `DIR/config.json`.
+    ///
+    /// Errors name the file and the offending key.
+    pub fn from_dir(dir: &Path) -> Result<Self> {
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        Self::from_json_str(&text).with_context(|| format!("invalid {}", path.display()))
+    }
+
+    /// Parses a `config.json` text in any of the accepted forms.
+    pub fn from_json_str(text: &str) -> Result<Self> {
+        let root: Value = serde_json::from_str(text).context("not valid JSON")?;
+        let model_type = root
+            .get("model_type")
+            .and_then(Value::as_str)
+            .unwrap_or("kimi_linear")
+            .to_string();
+        let (text_value, prefix) = match root.get("text_config") {
+            Some(tc) => (tc.clone(), "language_model.".to_string()),
+            None => (root.clone(), String::new()),
+        };
+        let raw: RawText = serde_json::from_value(text_value).context("text config")?;
+        if let Some(mt) = &raw.model_type {
+            if mt != "kimi_linear" && mt != "kimi_k3" {
+                bail!("unsupported text model_type {mt:?} (expected kimi_linear / kimi_k3)");
+            }
+        }
+        if !matches!(model_type.as_str(), "kimi_k3" | "kimi_linear") {
+            bail!("unsupported model_type {model_type:?} (expected kimi_k3 or kimi_linear)");
+        }
+        Self::from_raw(model_type, prefix, raw)
+    }
+
+    fn from_raw(model_type: String, weight_prefix: String, raw: RawText) -> Result<Self> {
+        let n = raw.num_hidden_layers;
+        if n == 0 {
+            bail!("num_hidden_layers must be > 0");
+        }
+        let kda = raw
+            .linear_attn_config
+            .clone()
+            .context("missing linear_attn_config (KDA head_dim / num_heads)")?;
+        if kda.head_dim == 0 || kda.num_heads == 0 || kda.short_conv_kernel_size == 0 {
+            bail!("linear_attn_config: head_dim, num_heads and short_conv_kernel_size must be > 0");
+        }
+        let attn_kinds = if let Some(lt) = &raw.layer_types {
+            if lt.len() != n {
+                bail!("layer_types has {} entries, num_hidden_layers is {n}", lt.len());
+            }
+            lt.iter()
+                .map(|t| match t.as_str() {
+                    "linear_attention" | "kda" | "linear" => Ok(AttnKind::Kda),
+                    "full_attention" | "mla" | "full" => Ok(AttnKind::Mla),
+                    other => bail!("unknown layer_types entry {other:?}"),
+                })
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            let mut kinds = Vec::with_capacity(n);
+            for i in 1..=n {
+                let is_kda = kda.kda_layers.contains(&i);
+                let is_full = kda.full_attn_layers.contains(&i);
+                match (is_kda, is_full) {
+                    (true, false) => kinds.push(AttnKind::Kda),
+                    (false, true) => kinds.push(AttnKind::Mla),
+                    (true, true) => bail!("layer {i} (1-indexed) is in both kda_layers and full_attn_layers"),
+                    (false, false) => bail!("layer {i} (1-indexed) is in neither kda_layers nor full_attn_layers"),
+                }
+            }
+            kinds
+        };
+        let moe = match raw.num_experts {
+            Some(e) if e > 0 => {
+                if raw.moe_router_activation_func != "sigmoid" {
+                    bail!(
+                        "unsupported moe_router_activation_func {:?} (only sigmoid)",
+                        raw.moe_router_activation_func
+                    );
+                }
+                let k = raw.num_experts_per_token;
+                if k == 0 || k > e {
+                    bail!("num_experts_per_token {k} must be in 1..={e}");
+                }
+                if raw.num_expert_group == 0 || e % raw.num_expert_group != 0 {
+                    bail!("num_experts {e} not divisible by num_expert_group {}", raw.num_expert_group);
+                }
+                if raw.topk_group == 0 || raw.topk_group > raw.num_expert_group {
+                    bail!("topk_group must be in 1..=num_expert_group");
+                }
+                Some(MoeConfig {
+                    num_experts: e,
+                    num_experts_per_token: k,
+                    num_shared_experts: raw.num_shared_experts,
+                    moe_intermediate_size: raw
+                        .moe_intermediate_size
+                        .context("num_experts set but moe_intermediate_size missing")?,
+                    renormalize: raw.moe_renormalize,
+                    routed_scaling_factor: raw.routed_scaling_factor,
+                    num_expert_group: raw.num_expert_group,
+                    topk_group: raw.topk_group,
+                    routed_expert_hidden_size: raw.routed_expert_hidden_size,
+                    latent_moe_use_norm: raw.latent_moe_use_norm,
+                    expert_format: ExpertFormat::Bf16,
+                })
+            }
+            _ => None,
+        };
+        let mlp_kinds = if let Some(mt) = &raw.mlp_layer_types {
+            if mt.len() != n {
+                bail!("mlp_layer_types has {} entries, num_hidden_layers is {n}", mt.len());
+            }
+            mt.iter()
+                .map(|t| match t.as_str() {
+                    "dense" => Ok(MlpKind::Dense),
+                    "sparse" | "moe" => Ok(MlpKind::Moe),
+                    other => bail!("unknown mlp_layer_types entry {other:?}"),
+                })
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            (0..n)
+                .map(|i| {
+                    if moe.is_some()
+                        && i >= raw.first_k_dense_replace
+                        && i % raw.moe_layer_freq.max(1) == 0
+                    {
+                        MlpKind::Moe
+                    } else {
+                        MlpKind::Dense
+                    }
+                })
+                .collect()
+        };
+        if mlp_kinds.contains(&MlpKind::Moe) && moe.is_none() {
+            bail!("mlp_layer_types lists sparse layers but num_experts is not set");
+        }
+        let activation = match raw.hidden_act.as_str() {
+            "silu" | "swish" => Activation::Silu,
+            "situ" => Activation::Situ {
+                beta: raw.activation_situ_beta.unwrap_or(1.0),
+                linear_beta: raw.activation_situ_linear_beta,
+            },
+            other => bail!("unsupported hidden_act {other:?} (silu or situ)"),
+        };
+        if !raw.mla_use_nope && attn_kinds.contains(&AttnKind::Mla) {
+            bail!("mla_use_nope=false (RoPE MLA) is not supported: Kimi Linear and K3 are NoPE");
+        }
+        let mla = MlaConfig {
+            num_heads: raw.num_attention_heads,
+            q_lora_rank: raw.q_lora_rank,
+            kv_lora_rank: raw.kv_lora_rank,
+            qk_nope_head_dim: raw.qk_nope_head_dim.unwrap_or(128),
+            qk_rope_head_dim: raw.qk_rope_head_dim.unwrap_or(64),
+            v_head_dim: raw.v_head_dim.unwrap_or(128),
+            use_output_gate: raw.mla_use_output_gate,
+        };
+        let needs_dense = mlp_kinds.contains(&MlpKind::Dense);
+        let intermediate_size = match raw.intermediate_size {
+            Some(v) => v,
+            None if !needs_dense => 0,
+            None => bail!("intermediate_size missing but the model has dense MLP layers"),
+        };
+        if let Some(b) = raw.attn_res_block_size {
+            if b == 0 {
+                bail!("attn_res_block_size must be > 0");
+            }
+        }
+        let eos_token_ids = match &raw.eos_token_id {
+            None | Some(Value::Null) => vec![],
+            Some(Value::Number(x)) => vec![x.as_u64().context("eos_token_id")? as u32],
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| v.as_u64().map(|x| x as u32).context("eos_token_id entries must be integers"))
+                .collect::<Result<_>>()?,
+            Some(other) => bail!("eos_token_id has unexpected value {other}"),
+        };
+        Ok(ModelConfig {
+            model_type,
+            weight_prefix,
+            vocab_size: raw.vocab_size,
+            hidden_size: raw.hidden_size,
+            num_hidden_layers: n,
+            intermediate_size,
+            rms_norm_eps: raw.rms_norm_eps,
+            kda,
+            mla,
+            moe,
+            activation,
+            attn_res_block_size: raw.attn_res_block_size,
+            tie_word_embeddings: raw.tie_word_embeddings,
+            bos_token_id: raw.bos_token_id,
+            eos_token_ids,
+            attn_kinds,
+            mlp_kinds,
+        })
+    }
+
+    /// Applies the `quantization_config` of the root JSON: compressed-tensors
+    /// `mxfp4-pack-quantized` switches routed experts to [`ExpertFormat::Mxfp4`].
+    pub fn apply_quantization(&mut self, root: &Value) -> Result<()> {
+        let Some(q) = root.get("quantization_config") else {
+            return Ok(());
+        };
+        let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("");
+        let format = q.get("format").and_then(Value::as_str).unwrap_or("");
+        match (method, format) {
+            ("compressed-tensors", "mxfp4-pack-quantized") => {
+                if let Some(m) = self.moe.as_mut() {
+                    m.expert_format = ExpertFormat::Mxfp4;
+                }
+                Ok(())
+            }
+            _ => bail!(
+                "unsupported quantization_config (quant_method {method:?}, format {format:?}); \
+                 only compressed-tensors mxfp4-pack-quantized routed experts are supported"
+            ),
+        }
+    }
+
+    /// KDA projection width P = H·K.
+    pub fn kda_proj_dim(&self) -> usize {
+        self.kda.num_heads * self.kda.head_dim
+    }
+
+    /// Number of layers of each attention kind: (KDA, MLA).
+    pub fn layer_counts(&self) -> (usize, usize) {
+        let kda = self.attn_kinds.iter().filter(|k| **k == AttnKind::Kda).count();
+        (kda, self.num_hidden_layers - kda)
+    }
+
+    /// Bytes of one KDA layer's recurrent state per sequence: fp32 H·K·V state plus
+    /// fp32 conv state (W−1)·3P (k3-architecture.md §1.3, conv kept in f32 here).
+    pub fn kda_state_bytes(&self) -> usize {
+        let h = self.kda.num_heads;
+        let k = self.kda.head_dim;
+        h * k * k * 4 + (self.kda.short_conv_kernel_size - 1) * 3 * h * k * 4
+    }
+
+    /// Bytes of the MLA latent cache per position per MLA layer (f32 here:
+    /// `(kv_lora_rank + qk_rope_head_dim) · 4`).
+    pub fn mla_cache_bytes_per_position(&self) -> usize {
+        self.mla.latent_dim() * 4
+    }
+}
+
+/// Loads `config.json` including its `quantization_config`.
+pub fn load_config(dir: &Path) -> Result<ModelConfig> {
+    let path = dir.join("config.json");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut cfg =
+        ModelConfig::from_json_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+    let root: Value = serde_json::from_str(&text)?;
+    cfg.apply_quantization(&root)
+        .with_context(|| format!("invalid {}", path.display()))?;
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn k3_published_layer_pattern_is_1_indexed() {
+        // K3: full_attn_layers = [4, 8, …, 92, 93] (k3-architecture.md §4).
+        let mut full: Vec<usize> = (1..=23).map(|i| 4 * i).collect();
+        full.push(93);
+        let kda: Vec<usize> = (1..=93).filter(|i| !full.contains(i)).collect();
+        let json = serde_json::json!({
+            "model_type": "kimi_k3",
+            "text_config": {
+                "model_type": "kimi_linear", "vocab_size": 163840, "hidden_size": 7168,
+                "num_hidden_layers": 93, "num_attention_heads": 96, "intermediate_size": 33792,
+                "linear_attn_config": {"kda_layers": kda, "full_attn_layers": full, "head_dim": 128,
+                    "num_heads": 96, "short_conv_kernel_size": 4, "gate_lower_bound": -5.0,
+                    "use_full_rank_gate": true},
+                "hidden_act": "situ", "activation_situ_beta": 4.0, "activation_situ_linear_beta": 25.0,
+                "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                "qk_rope_head_dim": 64, "v_head_dim": 128, "num_experts": 896,
+                "num_experts_per_token": 16, "moe_intermediate_size": 3072,
+                "first_k_dense_replace": 1, "routed_expert_hidden_size": 3584
+            },
+            "quantization_config": {"quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized"}
+        });
+        let mut cfg = ModelConfig::from_json_str(&json.to_string()).unwrap();
+        cfg.apply_quantization(&json).unwrap();
+        assert_eq!(cfg.layer_counts(), (69, 24));
+        assert_eq!(cfg.attn_kinds[3], AttnKind::Mla);
+        assert_eq!(cfg.attn_kinds[92], AttnKind::Mla);
+        assert_eq!(cfg.attn_kinds[0], AttnKind::Kda);
+        assert_eq!(cfg.mlp_kinds[0], MlpKind::Dense);
+        assert_eq!(cfg.mlp_kinds[1], MlpKind::Moe);
+        assert_eq!(cfg.mla.latent_dim(), 576);
+        assert_eq!(cfg.weight_prefix, "language_model.");
+        assert_eq!(cfg.moe.as_ref().unwrap().expert_format, ExpertFormat::Mxfp4);
+        // 96·128·128·4 = 6,291,456 B state + 3·3·12288·4 = 442,368 B f32 conv state.
+        assert_eq!(cfg.kda_state_bytes(), 6_291_456 + 442_368);
+    }
+
+    #[test]
+    fn layer_in_neither_list_is_an_error() {
+        let json = r#"{"model_type":"kimi_linear","vocab_size":10,"hidden_size":8,
+            "num_hidden_layers":2,"num_attention_heads":1,"intermediate_size":8,"kv_lora_rank":4,
+            "linear_attn_config":{"kda_layers":[1],"full_attn_layers":[],"head_dim":4,"num_heads":2}}"#;
+        let err = format!("{:#}", ModelConfig::from_json_str(json).unwrap_err());
+        assert!(err.contains("layer 2"), "{err}");
+    }
+}

@@ -1,0 +1,164 @@
+//! `memdial inspect`: architecture summary and validation of a checkpoint against its config.
+
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::checkpoint::Checkpoint;
+use crate::config::{load_config, AttnKind, MlpKind, ModelConfig};
+use crate::schema::{expected_tensors, Role, TensorSpec};
+
+/// Byte and parameter accounting of a model (from the config's tensor table).
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub model_type: String,
+    pub layers: usize,
+    pub kda_layers: usize,
+    pub mla_layers: usize,
+    pub dense_layers: usize,
+    pub moe_layers: usize,
+    pub num_experts: usize,
+    pub experts_per_token: usize,
+    pub hidden_size: usize,
+    pub vocab_size: usize,
+    /// Parameters read per decoded token: trunk + embedding row + lm_head + top-k experts
+    /// (MXFP4 elements count as parameters, scales not).
+    pub active_params_per_token: u64,
+    pub total_params: u64,
+    pub embedding_bytes: u64,
+    pub lm_head_bytes: u64,
+    /// Trunk: attention, norms, routers, shared experts, dense MLPs, latent projections, globals.
+    pub trunk_bytes: u64,
+    pub routed_expert_bytes: u64,
+    /// Bytes of one routed expert (all its matrices, packed + scales).
+    pub bytes_per_expert: u64,
+    pub total_bytes: u64,
+    /// KDA recurrent state per layer per sequence (f32 state + f32 conv state).
+    pub kda_state_bytes_per_layer: u64,
+    /// MLA latent cache per position per MLA layer (f32).
+    pub mla_cache_bytes_per_position: u64,
+}
+
+fn params_of(s: &TensorSpec) -> u64 {
+    if s.name.ends_with("weight_packed") {
+        s.numel() as u64 * 2
+    } else if s.name.ends_with("weight_scale") {
+        0
+    } else {
+        s.numel() as u64
+    }
+}
+
+/// Computes the summary of a config.
+pub fn summarize(cfg: &ModelConfig) -> Summary {
+    let specs = expected_tensors(cfg);
+    let (kda, mla) = cfg.layer_counts();
+    let moe_layers = cfg.mlp_kinds.iter().filter(|k| **k == MlpKind::Moe).count();
+    let (mut emb, mut head, mut trunk, mut experts) = (0u64, 0u64, 0u64, 0u64);
+    let (mut total_p, mut trunk_p, mut expert_p) = (0u64, 0u64, 0u64);
+    for s in &specs {
+        let b = s.nbytes() as u64;
+        let p = params_of(s);
+        total_p += p;
+        match s.role {
+            Role::Embedding => emb += b,
+            Role::LmHead => {
+                head += b;
+                trunk_p += p
+            }
+            Role::Trunk | Role::Global => {
+                trunk += b;
+                trunk_p += p
+            }
+            Role::Expert => {
+                experts += b;
+                expert_p += p
+            }
+        }
+    }
+    let (ne, k) = cfg.moe.as_ref().map(|m| (m.num_experts, m.num_experts_per_token)).unwrap_or((0, 0));
+    let per_expert = if ne > 0 && moe_layers > 0 { experts / (ne * moe_layers) as u64 } else { 0 };
+    let active_expert_p = if ne > 0 { expert_p / ne as u64 * k as u64 } else { 0 };
+    Summary {
+        model_type: cfg.model_type.clone(),
+        layers: cfg.num_hidden_layers,
+        kda_layers: kda,
+        mla_layers: mla,
+        dense_layers: cfg.num_hidden_layers - moe_layers,
+        moe_layers,
+        num_experts: ne,
+        experts_per_token: k,
+        hidden_size: cfg.hidden_size,
+        vocab_size: cfg.vocab_size,
+        active_params_per_token: trunk_p + cfg.hidden_size as u64 + active_expert_p,
+        total_params: total_p,
+        embedding_bytes: emb,
+        lm_head_bytes: head,
+        trunk_bytes: trunk,
+        routed_expert_bytes: experts,
+        bytes_per_expert: per_expert,
+        total_bytes: emb + head + trunk + experts,
+        kda_state_bytes_per_layer: cfg.kda_state_bytes() as u64,
+        mla_cache_bytes_per_position: cfg.mla_cache_bytes_per_position() as u64,
+    }
+}
+
+/// Problems of a checkpoint against its config: missing tensors, wrong dtype or
+/// shape, ranges outside their file, overlaps. Unknown extra tensors are reported
+/// as problems too (a strict loader would refuse them). Empty = valid.
+pub fn validate(cfg: &ModelConfig, ck: &Checkpoint) -> Vec<String> {
+    let mut problems = ck.structural_problems();
+    let specs = expected_tensors(cfg);
+    let mut seen = std::collections::HashSet::new();
+    for s in &specs {
+        let found = std::iter::once(&s.name)
+            .chain(s.aliases.iter())
+            .find_map(|n| ck.get(n).map(|t| (n, t)));
+        let Some((name, t)) = found else {
+            problems.push(format!("{}: missing (expected {} {:?})", s.name, s.dtype.as_str(), s.shape));
+            continue;
+        };
+        seen.insert(name.clone());
+        let file = ck.shards[t.shard].path.file_name().unwrap_or_default().to_string_lossy().to_string();
+        if !s.accepted.iter().any(|d| d.as_str() == t.dtype) {
+            problems.push(format!("{name} in {file}: dtype {} but expected {}", t.dtype, s.dtype.as_str()));
+        }
+        let shape_ok = match s.flexible_shape {
+            Some(min) => t.shape.iter().product::<usize>() >= min,
+            None => t.shape == s.shape,
+        };
+        if !shape_ok {
+            problems.push(format!("{name} in {file}: shape {:?} but expected {:?}", t.shape, s.shape));
+        }
+    }
+    let mut extra: Vec<&String> = ck.tensors.keys().filter(|k| !seen.contains(*k)).collect();
+    extra.sort();
+    for k in extra {
+        problems.push(format!("{k}: unexpected tensor (not implied by config.json)"));
+    }
+    problems
+}
+
+/// Loads config + checkpoint and returns (summary, problems).
+pub fn inspect_dir(dir: &Path) -> Result<(ModelConfig, Summary, Vec<String>)> {
+    let cfg = load_config(dir)?;
+    let ck = Checkpoint::open(dir)?;
+    let summary = summarize(&cfg);
+    let problems = validate(&cfg, &ck);
+    Ok((cfg, summary, problems))
+}
+
+/// Human-readable layer pattern, e.g. `KKKM KKKM` with D/E suffix per MLP kind.
+pub fn layer_pattern(cfg: &ModelConfig) -> String {
+    cfg.attn_kinds
+        .iter()
+        .zip(&cfg.mlp_kinds)
+        .map(|(a, m)| {
+            let a = if *a == AttnKind::Kda { "K" } else { "M" };
+            let m = if *m == MlpKind::Dense { "d" } else { "e" };
+            format!("{a}{m}")
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
