@@ -54,11 +54,18 @@ pub fn read_header(path: &Path) -> Result<(u64, safetensors::tensor::Metadata)> 
     let mut f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let size = f.metadata()?.len();
     let mut len = [0u8; 8];
-    f.read_exact(&mut len)
-        .with_context(|| format!("{}: file too short for a safetensors header", path.display()))?;
+    f.read_exact(&mut len).with_context(|| {
+        format!(
+            "{}: file too short for a safetensors header",
+            path.display()
+        )
+    })?;
     let n = u64::from_le_bytes(len);
     if n > MAX_HEADER || 8 + n > size {
-        bail!("{}: header length {n} is invalid for a file of {size} bytes", path.display());
+        bail!(
+            "{}: header length {n} is invalid for a file of {size} bytes",
+            path.display()
+        );
     }
     let mut buf = vec![0u8; n as usize];
     f.read_exact(&mut buf)
@@ -81,14 +88,20 @@ impl Checkpoint {
                 .get("weight_map")
                 .and_then(|m| m.as_object())
                 .with_context(|| format!("{} has no weight_map", index.display()))?;
-            let mut set: Vec<String> = map.values().filter_map(|f| f.as_str().map(String::from)).collect();
+            let mut set: Vec<String> = map
+                .values()
+                .filter_map(|f| f.as_str().map(String::from))
+                .collect();
             set.sort();
             set.dedup();
             set
         } else if dir.join("model.safetensors").exists() {
             vec!["model.safetensors".into()]
         } else {
-            bail!("{}: no model.safetensors.index.json or model.safetensors", dir.display());
+            bail!(
+                "{}: no model.safetensors.index.json or model.safetensors",
+                dir.display()
+            );
         };
         files.sort();
         let mut shards = Vec::new();
@@ -110,9 +123,17 @@ impl Checkpoint {
                     bail!("tensor {name} appears in more than one shard");
                 }
             }
-            shards.push(Shard { path, size, data_start });
+            shards.push(Shard {
+                path,
+                size,
+                data_start,
+            });
         }
-        Ok(Checkpoint { dir: dir.to_path_buf(), shards, tensors })
+        Ok(Checkpoint {
+            dir: dir.to_path_buf(),
+            shards,
+            tensors,
+        })
     }
 
     /// Looks a tensor up by name.
@@ -150,7 +171,10 @@ impl Checkpoint {
                     ));
                 }
             }
-            per_shard.entry(t.shard).or_default().push((t.offset, t.offset + t.len, name));
+            per_shard
+                .entry(t.shard)
+                .or_default()
+                .push((t.offset, t.offset + t.len, name));
         }
         for (si, mut v) in per_shard {
             v.sort();

@@ -299,7 +299,10 @@ impl ModelConfig {
         }
         let attn_kinds = if let Some(lt) = &raw.layer_types {
             if lt.len() != n {
-                bail!("layer_types has {} entries, num_hidden_layers is {n}", lt.len());
+                bail!(
+                    "layer_types has {} entries, num_hidden_layers is {n}",
+                    lt.len()
+                );
             }
             lt.iter()
                 .map(|t| match t.as_str() {
@@ -316,8 +319,12 @@ impl ModelConfig {
                 match (is_kda, is_full) {
                     (true, false) => kinds.push(AttnKind::Kda),
                     (false, true) => kinds.push(AttnKind::Mla),
-                    (true, true) => bail!("layer {i} (1-indexed) is in both kda_layers and full_attn_layers"),
-                    (false, false) => bail!("layer {i} (1-indexed) is in neither kda_layers nor full_attn_layers"),
+                    (true, true) => {
+                        bail!("layer {i} (1-indexed) is in both kda_layers and full_attn_layers")
+                    }
+                    (false, false) => {
+                        bail!("layer {i} (1-indexed) is in neither kda_layers nor full_attn_layers")
+                    }
                 }
             }
             kinds
@@ -335,7 +342,10 @@ impl ModelConfig {
                     bail!("num_experts_per_token {k} must be in 1..={e}");
                 }
                 if raw.num_expert_group == 0 || e % raw.num_expert_group != 0 {
-                    bail!("num_experts {e} not divisible by num_expert_group {}", raw.num_expert_group);
+                    bail!(
+                        "num_experts {e} not divisible by num_expert_group {}",
+                        raw.num_expert_group
+                    );
                 }
                 if raw.topk_group == 0 || raw.topk_group > raw.num_expert_group {
                     bail!("topk_group must be in 1..=num_expert_group");
@@ -360,7 +370,10 @@ impl ModelConfig {
         };
         let mlp_kinds = if let Some(mt) = &raw.mlp_layer_types {
             if mt.len() != n {
-                bail!("mlp_layer_types has {} entries, num_hidden_layers is {n}", mt.len());
+                bail!(
+                    "mlp_layer_types has {} entries, num_hidden_layers is {n}",
+                    mt.len()
+                );
             }
             mt.iter()
                 .map(|t| match t.as_str() {
@@ -422,7 +435,11 @@ impl ModelConfig {
             Some(Value::Number(x)) => vec![x.as_u64().context("eos_token_id")? as u32],
             Some(Value::Array(a)) => a
                 .iter()
-                .map(|v| v.as_u64().map(|x| x as u32).context("eos_token_id entries must be integers"))
+                .map(|v| {
+                    v.as_u64()
+                        .map(|x| x as u32)
+                        .context("eos_token_id entries must be integers")
+                })
                 .collect::<Result<_>>()?,
             Some(other) => bail!("eos_token_id has unexpected value {other}"),
         };
@@ -476,7 +493,11 @@ impl ModelConfig {
 
     /// Number of layers of each attention kind: (KDA, MLA).
     pub fn layer_counts(&self) -> (usize, usize) {
-        let kda = self.attn_kinds.iter().filter(|k| **k == AttnKind::Kda).count();
+        let kda = self
+            .attn_kinds
+            .iter()
+            .filter(|k| **k == AttnKind::Kda)
+            .count();
         (kda, self.num_hidden_layers - kda)
     }
 
@@ -498,8 +519,8 @@ impl ModelConfig {
 /// Loads `config.json` including its `quantization_config`.
 pub fn load_config(dir: &Path) -> Result<ModelConfig> {
     let path = dir.join("config.json");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     let mut cfg =
         ModelConfig::from_json_str(&text).with_context(|| format!("invalid {}", path.display()))?;
     let root: Value = serde_json::from_str(&text)?;

@@ -77,9 +77,21 @@ pub fn summarize(cfg: &ModelConfig) -> Summary {
             }
         }
     }
-    let (ne, k) = cfg.moe.as_ref().map(|m| (m.num_experts, m.num_experts_per_token)).unwrap_or((0, 0));
-    let per_expert = if ne > 0 && moe_layers > 0 { experts / (ne * moe_layers) as u64 } else { 0 };
-    let active_expert_p = if ne > 0 { expert_p / ne as u64 * k as u64 } else { 0 };
+    let (ne, k) = cfg
+        .moe
+        .as_ref()
+        .map(|m| (m.num_experts, m.num_experts_per_token))
+        .unwrap_or((0, 0));
+    let per_expert = if ne > 0 && moe_layers > 0 {
+        experts / (ne * moe_layers) as u64
+    } else {
+        0
+    };
+    let active_expert_p = if ne > 0 {
+        expert_p / ne as u64 * k as u64
+    } else {
+        0
+    };
     Summary {
         model_type: cfg.model_type.clone(),
         layers: cfg.num_hidden_layers,
@@ -116,26 +128,45 @@ pub fn validate(cfg: &ModelConfig, ck: &Checkpoint) -> Vec<String> {
             .chain(s.aliases.iter())
             .find_map(|n| ck.get(n).map(|t| (n, t)));
         let Some((name, t)) = found else {
-            problems.push(format!("{}: missing (expected {} {:?})", s.name, s.dtype.as_str(), s.shape));
+            problems.push(format!(
+                "{}: missing (expected {} {:?})",
+                s.name,
+                s.dtype.as_str(),
+                s.shape
+            ));
             continue;
         };
         seen.insert(name.clone());
-        let file = ck.shards[t.shard].path.file_name().unwrap_or_default().to_string_lossy().to_string();
+        let file = ck.shards[t.shard]
+            .path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
         if !s.accepted.iter().any(|d| d.as_str() == t.dtype) {
-            problems.push(format!("{name} in {file}: dtype {} but expected {}", t.dtype, s.dtype.as_str()));
+            problems.push(format!(
+                "{name} in {file}: dtype {} but expected {}",
+                t.dtype,
+                s.dtype.as_str()
+            ));
         }
         let shape_ok = match s.flexible_shape {
             Some(min) => t.shape.iter().product::<usize>() >= min,
             None => t.shape == s.shape,
         };
         if !shape_ok {
-            problems.push(format!("{name} in {file}: shape {:?} but expected {:?}", t.shape, s.shape));
+            problems.push(format!(
+                "{name} in {file}: shape {:?} but expected {:?}",
+                t.shape, s.shape
+            ));
         }
     }
     let mut extra: Vec<&String> = ck.tensors.keys().filter(|k| !seen.contains(*k)).collect();
     extra.sort();
     for k in extra {
-        problems.push(format!("{k}: unexpected tensor (not implied by config.json)"));
+        problems.push(format!(
+            "{k}: unexpected tensor (not implied by config.json)"
+        ));
     }
     problems
 }

@@ -15,3 +15,4 @@ pub mod config;
 pub mod fixture;
 pub mod inspect;
 pub mod schema;
+pub mod store;

@@ -27,21 +27,34 @@ pub struct FixtureArgs {
 
 pub fn run(a: &FixtureArgs) -> Result<ExitCode> {
     if fixture::preset(&a.preset).is_none() {
-        eprintln!("error: unknown preset {:?}; available: {}", a.preset, PRESET_NAMES.join(", "));
+        eprintln!(
+            "error: unknown preset {:?}; available: {}",
+            a.preset,
+            PRESET_NAMES.join(", ")
+        );
         return Ok(ExitCode::from(2));
     }
     let t0 = Instant::now();
     let pb = ProgressBar::new(0);
     pb.set_style(
-        ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-            .unwrap()
-            .progress_chars("=> "),
+        ProgressStyle::with_template(
+            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .unwrap()
+        .progress_chars("=> "),
     );
     pb.set_message(format!("fixture {}", a.preset));
-    let g = fixture::generate(&a.preset, a.seed, &a.out, a.force, Some(memdial::fixture::write_tokenizer), &mut |d, t| {
-        pb.set_length(t);
-        pb.set_position(d);
-    })?;
+    let g = fixture::generate(
+        &a.preset,
+        a.seed,
+        &a.out,
+        a.force,
+        Some(memdial::fixture::write_tokenizer),
+        &mut |d, t| {
+            pb.set_length(t);
+            pb.set_position(d);
+        },
+    )?;
     pb.finish_and_clear();
     println!(
         "wrote {} ({} tensors, {} shards, {:.1} MB of tensor data) in {:.1} s",

@@ -28,18 +28,42 @@ fn gb(b: u64) -> String {
 pub fn run(a: &InspectArgs) -> Result<ExitCode> {
     let (cfg, s, problems) = inspect_dir(&a.model)?;
     if a.json {
-        let v = serde_json::json!({"summary": s, "problems": problems, "valid": problems.is_empty()});
+        let v =
+            serde_json::json!({"summary": s, "problems": problems, "valid": problems.is_empty()});
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!("model        {} ({})", a.model.display(), s.model_type);
-        println!("layers       {} = {} KDA + {} MLA; {} dense + {} MoE", s.layers, s.kda_layers, s.mla_layers, s.dense_layers, s.moe_layers);
+        println!(
+            "layers       {} = {} KDA + {} MLA; {} dense + {} MoE",
+            s.layers, s.kda_layers, s.mla_layers, s.dense_layers, s.moe_layers
+        );
         println!("pattern      {}", layer_pattern(&cfg));
-        println!("experts      {} per MoE layer, {} active per token", s.num_experts, s.experts_per_token);
-        println!("params       {:.3} B total, {:.3} B active per token", s.total_params as f64 / 1e9, s.active_params_per_token as f64 / 1e9);
-        println!("bytes        total {} = embeddings {} + lm_head {} + trunk {} + routed experts {}", gb(s.total_bytes), gb(s.embedding_bytes), gb(s.lm_head_bytes), gb(s.trunk_bytes), gb(s.routed_expert_bytes));
+        println!(
+            "experts      {} per MoE layer, {} active per token",
+            s.num_experts, s.experts_per_token
+        );
+        println!(
+            "params       {:.3} B total, {:.3} B active per token",
+            s.total_params as f64 / 1e9,
+            s.active_params_per_token as f64 / 1e9
+        );
+        println!(
+            "bytes        total {} = embeddings {} + lm_head {} + trunk {} + routed experts {}",
+            gb(s.total_bytes),
+            gb(s.embedding_bytes),
+            gb(s.lm_head_bytes),
+            gb(s.trunk_bytes),
+            gb(s.routed_expert_bytes)
+        );
         println!("per expert   {} bytes", s.bytes_per_expert);
-        println!("KDA state    {} bytes per layer per sequence", s.kda_state_bytes_per_layer);
-        println!("MLA cache    {} bytes per position per layer", s.mla_cache_bytes_per_position);
+        println!(
+            "KDA state    {} bytes per layer per sequence",
+            s.kda_state_bytes_per_layer
+        );
+        println!(
+            "MLA cache    {} bytes per position per layer",
+            s.mla_cache_bytes_per_position
+        );
         if problems.is_empty() {
             println!("validation   OK: every tensor present with the right dtype and shape, ranges inside files, no overlaps");
         } else {
@@ -49,5 +73,9 @@ pub fn run(a: &InspectArgs) -> Result<ExitCode> {
             }
         }
     }
-    Ok(if problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -1,0 +1,110 @@
+//! The weight store: every weight access of the model goes through [`WeightStore`].
+//!
+//! Model math asks for *what* it needs — a tensor of layer L, or routed expert e of
+//! layer L — and the store decides *how* it is held: fully resident
+//! ([`resident::ResidentStore`]), or streamed from disk under a memory budget
+//! (the streaming store). Keeping this interface narrow keeps IO policy out of
+//! model code.
+//!
+//! Returned [`Bytes`] are cheap reference-counted views; a streaming store may
+//! recycle a buffer only after every view of it has been dropped.
+
+pub mod resident;
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use anyhow::Result;
+
+/// A shared, immutable view of tensor bytes (little-endian, as on disk).
+#[derive(Clone)]
+pub struct Bytes {
+    owner: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    start: usize,
+    len: usize,
+}
+
+impl Bytes {
+    /// A view of `owner[start..start+len]`. Panics if out of range (a store bug).
+    pub fn new(owner: Arc<dyn AsRef<[u8]> + Send + Sync>, start: usize, len: usize) -> Self {
+        assert!(
+            start + len <= owner.as_ref().as_ref().len(),
+            "Bytes view out of range"
+        );
+        Bytes { owner, start, len }
+    }
+    /// Wraps an owned vector.
+    pub fn from_vec(v: Vec<u8>) -> Self {
+        let len = v.len();
+        Bytes {
+            owner: Arc::new(v),
+            start: 0,
+            len,
+        }
+    }
+    /// A sub-view `[off, off+len)` of this view.
+    pub fn slice(&self, off: usize, len: usize) -> Self {
+        assert!(off + len <= self.len, "Bytes::slice out of range");
+        Bytes {
+            owner: self.owner.clone(),
+            start: self.start + off,
+            len,
+        }
+    }
+}
+
+impl Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &(*self.owner).as_ref()[self.start..self.start + self.len]
+    }
+}
+
+impl std::fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Bytes({} bytes)", self.len)
+    }
+}
+
+/// One weight matrix of a routed expert, as stored.
+#[derive(Clone, Debug)]
+pub enum ExpertMat {
+    /// BF16 `[out, in]`.
+    Bf16(Bytes),
+    /// MXFP4 `weight_packed` U8 `[out, in/2]` + `weight_scale` U8 `[out, in/32]`.
+    Mxfp4 { packed: Bytes, scale: Bytes },
+}
+
+/// The three matrices of a routed expert (Kimi names: `w1` gate, `w2` down, `w3` up).
+#[derive(Clone, Debug)]
+pub struct ExpertWeights {
+    pub w1: ExpertMat,
+    pub w2: ExpertMat,
+    pub w3: ExpertMat,
+}
+
+/// Source of every weight the model reads.
+///
+/// Names are the checkpoint's names *without* the model's weight prefix and,
+/// for layer tensors, without `model.layers.{i}.`:
+/// `tensor(Some(3), "self_attn.q_proj.weight")`, `tensor(None, "lm_head.weight")`.
+/// Implementations must be deterministic: the bytes returned never depend on
+/// cache state or IO timing.
+pub trait WeightStore: Send + Sync {
+    /// Bytes of a tensor of layer `layer` (or a global tensor when `None`).
+    /// Errors: unknown tensor, IO failure (with file and offset named).
+    fn tensor(&self, layer: Option<usize>, name: &str) -> Result<Bytes>;
+
+    /// Routed expert `expert` of MoE layer `layer`.
+    fn expert(&self, layer: usize, expert: usize) -> Result<ExpertWeights>;
+
+    /// Hint: the model is about to run layer `layer` (streaming stores start IO here).
+    fn begin_layer(&self, _layer: usize) {}
+
+    /// Hint: the router of `layer` selected `experts` (in router rank order) for the
+    /// current token; a look-ahead predictor may report guesses for later layers here.
+    fn experts_selected(&self, _layer: usize, _experts: &[usize]) {}
+
+    /// Hint: layer `layer` is finished for the current token.
+    fn end_layer(&self, _layer: usize) {}
+}

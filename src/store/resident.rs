@@ -1,0 +1,111 @@
+//! Fully resident store: every tensor read into memory at open.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+
+use super::{Bytes, ExpertMat, ExpertWeights, WeightStore};
+use crate::checkpoint::Checkpoint;
+use crate::config::{ExpertFormat, ModelConfig};
+use crate::schema::{expected_tensors, layer_name};
+
+/// Every tensor of the model in RAM (one allocation per shard).
+pub struct ResidentStore {
+    prefix: String,
+    tensors: HashMap<String, Bytes>,
+    expert_format: Option<ExpertFormat>,
+    /// Bytes held.
+    pub resident_bytes: u64,
+}
+
+impl ResidentStore {
+    /// Reads every tensor the config implies (aliases resolved) into memory.
+    /// Errors: a missing tensor, or IO failure naming file and offset.
+    pub fn open(cfg: &ModelConfig, ck: &Checkpoint) -> Result<Self> {
+        let mut shards: Vec<Option<Arc<Vec<u8>>>> = vec![None; ck.shards.len()];
+        let mut tensors = HashMap::new();
+        let mut resident = 0u64;
+        for spec in expected_tensors(cfg) {
+            let Some((name, loc)) = std::iter::once(&spec.name)
+                .chain(spec.aliases.iter())
+                .find_map(|n| ck.get(n).map(|l| (n, l)))
+            else {
+                bail!("tensor {} is missing from {}", spec.name, ck.dir.display());
+            };
+            let _ = name;
+            if shards[loc.shard].is_none() {
+                let sh = &ck.shards[loc.shard];
+                let f = File::open(&sh.path)
+                    .with_context(|| format!("cannot open {}", sh.path.display()))?;
+                let mut buf = vec![0u8; sh.size as usize];
+                f.read_exact_at(&mut buf, 0).with_context(|| {
+                    format!("reading {} ({} bytes) failed", sh.path.display(), sh.size)
+                })?;
+                resident += sh.size;
+                shards[loc.shard] = Some(Arc::new(buf));
+            }
+            let owner = shards[loc.shard].clone().unwrap();
+            if loc.offset + loc.len > owner.len() as u64 {
+                bail!(
+                    "{}: range past end of {}",
+                    spec.name,
+                    ck.shards[loc.shard].path.display()
+                );
+            }
+            // Key by the canonical (schema) name, without the weight prefix.
+            let key = spec
+                .name
+                .strip_prefix(&cfg.weight_prefix)
+                .unwrap_or(&spec.name)
+                .to_string();
+            tensors.insert(
+                key,
+                Bytes::new(owner, loc.offset as usize, loc.len as usize),
+            );
+        }
+        Ok(ResidentStore {
+            prefix: cfg.weight_prefix.clone(),
+            tensors,
+            expert_format: cfg.moe.as_ref().map(|m| m.expert_format),
+            resident_bytes: resident,
+        })
+    }
+
+    fn get(&self, key: &str) -> Result<Bytes> {
+        self.tensors
+            .get(key)
+            .cloned()
+            .with_context(|| format!("tensor {}{} is not in the checkpoint", self.prefix, key))
+    }
+}
+
+impl WeightStore for ResidentStore {
+    fn tensor(&self, layer: Option<usize>, name: &str) -> Result<Bytes> {
+        match layer {
+            Some(l) => self.get(&layer_name(l, name)),
+            None => self.get(name),
+        }
+    }
+
+    fn expert(&self, layer: usize, expert: usize) -> Result<ExpertWeights> {
+        let fmt = self.expert_format.context("model has no routed experts")?;
+        let mat = |m: &str| -> Result<ExpertMat> {
+            let base = layer_name(layer, &format!("block_sparse_moe.experts.{expert}.{m}"));
+            Ok(match fmt {
+                ExpertFormat::Bf16 => ExpertMat::Bf16(self.get(&format!("{base}.weight"))?),
+                ExpertFormat::Mxfp4 => ExpertMat::Mxfp4 {
+                    packed: self.get(&format!("{base}.weight_packed"))?,
+                    scale: self.get(&format!("{base}.weight_scale"))?,
+                },
+            })
+        };
+        Ok(ExpertWeights {
+            w1: mat("w1")?,
+            w2: mat("w2")?,
+            w3: mat("w3")?,
+        })
+    }
+}
