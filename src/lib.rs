@@ -14,5 +14,6 @@ pub mod checkpoint;
 pub mod config;
 pub mod fixture;
 pub mod inspect;
+pub mod io;
 pub mod schema;
 pub mod store;

@@ -1,0 +1,240 @@
+//! Reading byte ranges of a shard file in one of three IO modes.
+//!
+//! - `direct`: `O_DIRECT`. Offsets, lengths and the buffer address must be aligned
+//!   to the file's direct-IO alignment, taken from `statx(STATX_DIOALIGN)` and never
+//!   below 4096 (rust-notes §4: `st_blksize` is not the DIO rule). A tensor range is
+//!   over-read to aligned bounds and sliced. If the filesystem does not support
+//!   direct IO we fail with an error suggesting `--io buffered`: never a silent
+//!   fallback, since reports must say what was measured.
+//! - `buffered`: `pread` through the page cache.
+//! - `mmap`: a shared read-only mapping per shard; views borrow the mapping.
+//!
+//! Short reads are looped; a read that ends before the requested range does
+//! (truncated file, EIO) is an error naming the file and offset. The file's size and
+//! mtime are checked on every read so a file changed during a run is detected.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+
+use super::aligned::{AlignedBuf, ALIGN};
+
+/// How weights are read from disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoMode {
+    /// O_DIRECT reads into aligned buffers (bypasses the page cache).
+    Direct,
+    /// pread through the page cache.
+    Buffered,
+    /// Memory-mapped shards.
+    Mmap,
+}
+
+impl IoMode {
+    /// Parses `direct|buffered|mmap`.
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s {
+            "direct" => IoMode::Direct,
+            "buffered" => IoMode::Buffered,
+            "mmap" => IoMode::Mmap,
+            _ => bail!("unknown IO mode {s:?} (direct, buffered, mmap)"),
+        })
+    }
+    /// Lower-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IoMode::Direct => "direct",
+            IoMode::Buffered => "buffered",
+            IoMode::Mmap => "mmap",
+        }
+    }
+}
+
+/// One open shard file.
+pub struct ShardFile {
+    pub path: PathBuf,
+    pub size: u64,
+    mtime: (i64, i64),
+    mode: IoMode,
+    /// Handle used for reads (O_DIRECT in direct mode).
+    file: File,
+    /// Direct-IO alignment in bytes (≥ 4096), direct mode only.
+    pub dio_align: u64,
+    map: Option<Arc<memmap2::Mmap>>,
+}
+
+/// Direct-IO offset alignment reported by statx, or None when the filesystem does
+/// not report direct-IO support for this file.
+pub fn statx_dio_align(f: &File) -> Option<u64> {
+    let st = rustix::fs::statx(f, "", rustix::fs::AtFlags::EMPTY_PATH, rustix::fs::StatxFlags::DIOALIGN).ok()?;
+    if st.stx_mask & rustix::fs::StatxFlags::DIOALIGN.bits() == 0 {
+        return None;
+    }
+    let off = st.stx_dio_offset_align.max(st.stx_dio_read_offset_align) as u64;
+    if off == 0 || st.stx_dio_mem_align == 0 {
+        return None;
+    }
+    Some(off.max(st.stx_dio_mem_align as u64))
+}
+
+impl ShardFile {
+    /// Opens `path` for reading in `mode`.
+    ///
+    /// Errors: the file cannot be opened; in direct mode, the filesystem refuses
+    /// O_DIRECT or does not report direct-IO alignment (the message suggests
+    /// `--io buffered`).
+    pub fn open(path: &Path, mode: IoMode) -> Result<Self> {
+        let meta = std::fs::metadata(path).with_context(|| format!("cannot stat {}", path.display()))?;
+        let (file, dio_align) = match mode {
+            IoMode::Direct => {
+                let f = OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(path)
+                    .map_err(|e| {
+                        anyhow::anyhow!(
+                            "{}: the filesystem refused O_DIRECT ({e}); use --io buffered",
+                            path.display()
+                        )
+                    })?;
+                let align = statx_dio_align(&f).with_context(|| {
+                    format!(
+                        "{}: the filesystem does not support direct IO (statx reports no DIO alignment; tmpfs?); use --io buffered",
+                        path.display()
+                    )
+                })?;
+                (f, align.max(ALIGN as u64))
+            }
+            _ => (File::open(path).with_context(|| format!("cannot open {}", path.display()))?, 1),
+        };
+        let map = if mode == IoMode::Mmap {
+            // SAFETY: read-only shared mapping; the file changing underneath is detected by
+            // the size/mtime check on every access and reported as an error.
+            Some(Arc::new(unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("mmap {}", path.display()))?))
+        } else {
+            None
+        };
+        Ok(ShardFile {
+            path: path.to_path_buf(),
+            size: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            mode,
+            file,
+            dio_align,
+            map,
+        })
+    }
+
+    /// The IO mode this file was opened in.
+    pub fn mode(&self) -> IoMode {
+        self.mode
+    }
+
+    /// The underlying file handle.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// The mapping (mmap mode only).
+    pub fn map(&self) -> Option<&Arc<memmap2::Mmap>> {
+        self.map.as_ref()
+    }
+
+    /// Errors if the file's size or mtime changed since it was opened.
+    pub fn check_unchanged(&self) -> Result<()> {
+        let m = self.file.metadata().with_context(|| format!("cannot stat {}", self.path.display()))?;
+        if m.len() != self.size || (m.mtime(), m.mtime_nsec()) != self.mtime {
+            bail!(
+                "{} changed during the run (size {} → {}, mtime changed: {}); results would not be trustworthy",
+                self.path.display(),
+                self.size,
+                m.len(),
+                (m.mtime(), m.mtime_nsec()) != self.mtime
+            );
+        }
+        Ok(())
+    }
+
+    /// The aligned span `[start, end)` that a direct read of `[offset, offset+len)` covers.
+    pub fn aligned_span(&self, offset: u64, len: u64) -> (u64, u64) {
+        let a = self.dio_align;
+        (offset / a * a, (offset + len).div_ceil(a) * a)
+    }
+
+    /// Bytes of buffer capacity needed to read `[offset, offset+len)` in this mode.
+    pub fn buffer_len_for(&self, offset: u64, len: u64) -> usize {
+        match self.mode {
+            IoMode::Direct => {
+                let (s, e) = self.aligned_span(offset, len);
+                (e - s) as usize
+            }
+            _ => len as usize,
+        }
+    }
+
+    /// Reads `[offset, offset+len)` into `buf` (direct and buffered modes).
+    /// Returns the position of `offset` inside `buf` (non-zero in direct mode when
+    /// `offset` is unaligned); `buf`'s logical length is set to cover the data.
+    ///
+    /// Errors: the range extends past the end of the file, an IO error (EIO …), or a
+    /// short read before the range ends — each naming file and offset.
+    pub fn read_into(&self, offset: u64, len: u64, buf: &mut AlignedBuf) -> Result<usize> {
+        if offset + len > self.size {
+            bail!(
+                "{}: range [{offset}, {}) is past the end of the file ({} bytes)",
+                self.path.display(),
+                offset + len,
+                self.size
+            );
+        }
+        self.check_unchanged()?;
+        let (start, end, delta) = match self.mode {
+            IoMode::Direct => {
+                let (s, e) = self.aligned_span(offset, len);
+                (s, e, (offset - s) as usize)
+            }
+            IoMode::Buffered => (offset, offset + len, 0),
+            IoMode::Mmap => bail!("internal: read_into called in mmap mode"),
+        };
+        let want = (end - start) as usize;
+        if buf.capacity() < want {
+            bail!("internal: IO buffer of {} bytes too small for {want}", buf.capacity());
+        }
+        let dst = &mut buf.full_mut()[..want];
+        let mut done = 0usize;
+        // Data needed: up to offset+len; in direct mode the aligned tail may cross EOF.
+        let needed = (offset + len - start) as usize;
+        while done < want {
+            let chunk = (want - done).min(1 << 30);
+            let n = match self.file.read_at(&mut dst[done..done + chunk], start + done as u64) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!("{}: read of {chunk} bytes at offset {} failed", self.path.display(), start + done as u64)
+                    })
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        if done < needed {
+            bail!(
+                "{}: short read at offset {}: got {} of {} bytes (file truncated or changed?)",
+                self.path.display(),
+                start + done as u64,
+                done,
+                needed
+            );
+        }
+        dst[done..].fill(0);
+        buf.set_len(want);
+        Ok(delta)
+    }
+}

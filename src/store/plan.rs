@@ -1,0 +1,490 @@
+//! Memory plan: how a `--budget` is split between pinned weights, rotating trunk
+//! slots, the expert cache, recurrent/attention state and activations.
+//!
+//! Everything the engine holds is counted: pinned weights (embeddings, lm_head,
+//! final norms, every layer's norms/routers/small tensors, the trunk of a prefix
+//! of layers), rotating trunk slots (one, or two when the next layer is
+//! prefetched), the expert cache, KDA states and the MLA latent cache for
+//! `max_context` positions, IO alignment slack and activation buffers.
+//!
+//! Trunk bytes are pinned first (they are read for every token; a cyclic scan of
+//! layers through an LRU would hit 0%), then the rest of the budget becomes expert
+//! cache. The floor is the smallest budget that can run at all.
+
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+
+use crate::checkpoint::Checkpoint;
+use crate::config::{AttnKind, ModelConfig};
+use crate::io::IoMode;
+use crate::schema::{expected_tensors, Role, TensorSpec};
+
+/// Prefetch policy (cumulative: each policy does what the one before it does, plus more).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Prefetch {
+    /// Read on demand only.
+    None,
+    /// Read layer L+1's trunk while layer L computes.
+    NextLayer,
+    /// next-layer + run layer L+1's router on layer L's hidden state and read its likely experts early.
+    Lookahead,
+    /// next-layer + read the experts an earlier run recorded (`--trace`): the upper bound for any predictor.
+    Oracle,
+}
+
+impl Prefetch {
+    /// Parses `none|next-layer|lookahead|oracle`.
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s {
+            "none" => Prefetch::None,
+            "next-layer" => Prefetch::NextLayer,
+            "lookahead" => Prefetch::Lookahead,
+            "oracle" => Prefetch::Oracle,
+            _ => bail!("unknown prefetch policy {s:?} (none, next-layer, lookahead, oracle)"),
+        })
+    }
+    /// Name as on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Prefetch::None => "none",
+            Prefetch::NextLayer => "next-layer",
+            Prefetch::Lookahead => "lookahead",
+            Prefetch::Oracle => "oracle",
+        }
+    }
+    /// Whether the next layer's trunk is read ahead.
+    pub fn trunk_ahead(self) -> bool {
+        self != Prefetch::None
+    }
+    /// Whether experts are read ahead (needs room for a second layer's experts).
+    pub fn experts_ahead(self) -> bool {
+        matches!(self, Prefetch::Lookahead | Prefetch::Oracle)
+    }
+}
+
+/// Parses a size: `512MiB`, `2GiB`, `8GB`, `1.5G`, `1000000` (bytes).
+/// Decimal units (kB, MB, GB, TB) are powers of 1000; binary ones (KiB, MiB, GiB,
+/// TiB) and bare K/M/G/T are powers of 1024.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let idx = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(idx);
+    let v: f64 = num.parse().map_err(|_| anyhow::anyhow!("invalid size {s:?} (examples: 512MiB, 2GiB, 8GB)"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tib" => 1024f64.powi(4),
+        _ => bail!("invalid size unit in {s:?} (B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)"),
+    };
+    Ok((v * mult).round() as u64)
+}
+
+/// Formats bytes with a binary unit, e.g. `1.50 GiB`.
+pub fn fmt_bytes(b: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < units.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.2} {}", units[u])
+    }
+}
+
+/// One contiguous byte range of a shard to read.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Range {
+    pub shard: usize,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// Where one tensor sits inside a read group: (tensor key, range index, offset in range, length).
+#[derive(Debug, Clone, Serialize)]
+pub struct Member {
+    pub key: String,
+    pub range: usize,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// A set of tensors read together (a layer's streamed trunk, or one routed expert),
+/// as coalesced ranges.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReadGroup {
+    pub ranges: Vec<Range>,
+    pub members: Vec<Member>,
+    /// Bytes of tensor data in the group.
+    pub tensor_bytes: u64,
+    /// Bytes of buffer needed to read it in the planned IO mode (alignment slack included).
+    pub buffer_bytes: u64,
+}
+
+/// Ranges closer than this are read as one (the gap is read and discarded).
+pub const COALESCE_GAP: u64 = 256 << 10;
+
+/// True for the small per-layer tensors that are always pinned: norms, routers,
+/// KDA gate parameters, conv weights, AttnRes weights.
+pub fn is_small_pinned(name: &str) -> bool {
+    name.ends_with("norm.weight")
+        || name.ends_with("_layernorm.weight")
+        || name.ends_with("A_log")
+        || name.ends_with("dt_bias")
+        || name.ends_with("conv1d.weight")
+        || name.ends_with("_res_proj.weight")
+        || name.ends_with(".gate.weight")
+        || name.ends_with("e_score_correction_bias")
+}
+
+fn group_for(specs: &[&TensorSpec], ck: &Checkpoint, prefix: &str, mode: IoMode, align: u64) -> Result<ReadGroup> {
+    let mut locs = Vec::new();
+    for s in specs {
+        let loc = std::iter::once(&s.name)
+            .chain(s.aliases.iter())
+            .find_map(|n| ck.get(n))
+            .ok_or_else(|| anyhow::anyhow!("tensor {} is missing from {}", s.name, ck.dir.display()))?;
+        let key = s.name.strip_prefix(prefix).unwrap_or(&s.name).to_string();
+        locs.push((loc.shard, loc.offset, loc.len, key));
+    }
+    locs.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    let mut g = ReadGroup::default();
+    for (shard, off, len, key) in locs {
+        g.tensor_bytes += len;
+        let merge = match g.ranges.last() {
+            Some(r) => r.shard == shard && off >= r.end && off - r.end <= COALESCE_GAP,
+            None => false,
+        };
+        if !merge {
+            g.ranges.push(Range { shard, start: off, end: off + len });
+        }
+        let ri = g.ranges.len() - 1;
+        let r = &mut g.ranges[ri];
+        r.end = r.end.max(off + len);
+        g.members.push(Member { key, range: ri, offset: off - r.start, len });
+    }
+    g.buffer_bytes = g
+        .ranges
+        .iter()
+        .map(|r| match mode {
+            IoMode::Direct => (r.end.div_ceil(align) * align) - (r.start / align * align),
+            _ => r.end - r.start,
+        })
+        .sum();
+    Ok(g)
+}
+
+/// The allocation of a budget.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub budget_bytes: u64,
+    pub io: IoMode,
+    pub prefetch: Prefetch,
+    pub max_context: usize,
+    pub model_bytes: u64,
+    /// Embeddings + lm_head + final norm / AttnRes output weights.
+    pub pinned_global_bytes: u64,
+    /// Norms, routers, gate parameters, conv weights of every layer.
+    pub pinned_small_bytes: u64,
+    /// Number of leading layers whose whole trunk is pinned.
+    pub pinned_layers: usize,
+    pub pinned_trunk_bytes: u64,
+    /// Rotating trunk slots (0 when every layer is pinned).
+    pub trunk_slots: usize,
+    pub slot_bytes: u64,
+    /// Expert cache capacity in experts, and bytes per expert buffer.
+    pub expert_cache_experts: usize,
+    pub expert_buffer_bytes: u64,
+    pub expert_cache_bytes: u64,
+    pub total_experts: usize,
+    /// KDA recurrent + conv state (all KDA layers) and MLA latent cache for max_context.
+    pub state_bytes: u64,
+    /// Activation buffers and logits (estimate, see [`activation_estimate`]).
+    pub activation_bytes: u64,
+    /// The smallest budget that can run with this IO mode and prefetch policy.
+    pub floor_bytes: u64,
+    /// Bytes per token of trunk (streamed part) across all layers.
+    pub trunk_bytes_per_token: u64,
+    /// Fraction of per-token trunk bytes served from pinned memory.
+    pub predicted_trunk_hit_rate: f64,
+    /// Expert-cache hit rate if routing were uniform: capacity / total experts.
+    pub predicted_expert_hit_rate_uniform: f64,
+    /// Budget left unallocated (< one expert buffer).
+    pub unused_bytes: u64,
+    #[serde(skip)]
+    pub layer_groups: Vec<Option<ReadGroup>>,
+    #[serde(skip)]
+    pub expert_groups: BTreeMap<(usize, usize), ReadGroup>,
+    #[serde(skip)]
+    pub pinned_keys: Vec<String>,
+}
+
+/// Activation and logits memory of one forward pass (upper estimate, bytes):
+/// 48 vectors of the widest layer width, the logits row twice, and 4 MiB of slack
+/// for thread stacks and allocator rounding.
+pub fn activation_estimate(cfg: &ModelConfig) -> u64 {
+    let p = cfg.kda_proj_dim();
+    let m = &cfg.mla;
+    let widest = [
+        cfg.hidden_size,
+        cfg.intermediate_size,
+        3 * p,
+        m.num_heads * m.q_head_dim(),
+        m.num_heads * m.kv_lora_rank,
+        cfg.moe.as_ref().map(|x| x.moe_intermediate_size * x.num_shared_experts.max(1)).unwrap_or(0),
+        cfg.moe.as_ref().map(|x| x.num_experts).unwrap_or(0),
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0) as u64;
+    48 * widest * 4 + 2 * cfg.vocab_size as u64 * 4 + (4 << 20)
+}
+
+/// State bytes for `max_context` positions: KDA states of every KDA layer and the
+/// MLA latent cache (f32) of every MLA layer, plus AttnRes block vectors.
+pub fn state_estimate(cfg: &ModelConfig, max_context: usize) -> u64 {
+    let (kda, mla) = cfg.layer_counts();
+    let blocks = cfg.attn_res_block_size.map(|b| cfg.num_hidden_layers.div_ceil(b) + 1).unwrap_or(0);
+    kda as u64 * cfg.kda_state_bytes() as u64
+        + mla as u64 * max_context as u64 * cfg.mla_cache_bytes_per_position() as u64
+        + blocks as u64 * cfg.hidden_size as u64 * 4
+}
+
+/// Builds the plan for `budget` bytes. A budget below the floor is refused with the
+/// floor and what makes it up.
+pub fn plan(
+    cfg: &ModelConfig,
+    ck: &Checkpoint,
+    budget: u64,
+    io: IoMode,
+    prefetch: Prefetch,
+    max_context: usize,
+) -> Result<Plan> {
+    let p = plan_unchecked(cfg, ck, budget, io, prefetch, max_context)?;
+    if budget < p.floor_bytes {
+        bail!(
+            "budget {} is below the floor of {} for --io {} --prefetch {} --max-context {}: \
+             pinned globals {} + pinned norms/routers {} + {} trunk slot(s) × {} + {} expert buffers × {} \
+             + state {} + activations {}",
+            fmt_bytes(budget),
+            fmt_bytes(p.floor_bytes),
+            io.as_str(),
+            prefetch.as_str(),
+            max_context,
+            fmt_bytes(p.pinned_global_bytes),
+            fmt_bytes(p.pinned_small_bytes),
+            p.min_slots(),
+            fmt_bytes(p.slot_bytes),
+            p.min_expert_buffers(cfg),
+            fmt_bytes(p.expert_buffer_bytes),
+            fmt_bytes(p.state_bytes),
+            fmt_bytes(p.activation_bytes)
+        );
+    }
+    Ok(p)
+}
+
+impl Plan {
+    fn min_slots(&self) -> usize {
+        if self.prefetch.trunk_ahead() {
+            2
+        } else {
+            1
+        }
+    }
+    fn min_expert_buffers(&self, cfg: &ModelConfig) -> usize {
+        let k = cfg.moe.as_ref().map(|m| m.num_experts_per_token).unwrap_or(0);
+        if self.prefetch.experts_ahead() {
+            2 * k
+        } else {
+            k
+        }
+    }
+}
+
+/// Like [`plan`] but never refuses (for printing the floor of any budget).
+pub fn plan_unchecked(
+    cfg: &ModelConfig,
+    ck: &Checkpoint,
+    budget: u64,
+    io: IoMode,
+    prefetch: Prefetch,
+    max_context: usize,
+) -> Result<Plan> {
+    let specs = expected_tensors(cfg);
+    let prefix = cfg.weight_prefix.as_str();
+    let align = 4096u64; // planning uses the minimum direct-IO alignment we ever use
+    let mut global = 0u64;
+    let mut small = 0u64;
+    let mut pinned_keys = Vec::new();
+    let mut layer_specs: Vec<Vec<&TensorSpec>> = vec![vec![]; cfg.num_hidden_layers];
+    let mut expert_specs: BTreeMap<(usize, usize), Vec<&TensorSpec>> = BTreeMap::new();
+    for s in &specs {
+        let key = s.name.strip_prefix(prefix).unwrap_or(&s.name).to_string();
+        match (s.role, s.layer, s.expert) {
+            (Role::Expert, Some(l), Some(e)) => expert_specs.entry((l, e)).or_default().push(s),
+            (Role::Trunk, Some(l), _) if !is_small_pinned(&s.name) => layer_specs[l].push(s),
+            (Role::Trunk, Some(_), _) => {
+                small += s.nbytes() as u64;
+                pinned_keys.push(key);
+            }
+            _ => {
+                global += s.nbytes() as u64;
+                pinned_keys.push(key);
+            }
+        }
+    }
+    let mut layer_groups = Vec::new();
+    for ls in &layer_specs {
+        layer_groups.push(if ls.is_empty() { None } else { Some(group_for(ls, ck, prefix, io, align)?) });
+    }
+    let mut expert_groups = BTreeMap::new();
+    for (k, es) in &expert_specs {
+        expert_groups.insert(*k, group_for(es, ck, prefix, io, align)?);
+    }
+    let slot_bytes = layer_groups.iter().flatten().map(|g| g.buffer_bytes).max().unwrap_or(0);
+    let expert_buffer_bytes = expert_groups.values().map(|g| g.buffer_bytes).max().unwrap_or(0);
+    let trunk_bytes_per_token: u64 = layer_groups.iter().flatten().map(|g| g.tensor_bytes).sum();
+    let k = cfg.moe.as_ref().map(|m| m.num_experts_per_token).unwrap_or(0);
+    let total_experts = expert_groups.len();
+    let min_slots = if prefetch.trunk_ahead() { 2 } else { 1 };
+    let min_exp = if total_experts == 0 {
+        0
+    } else if prefetch.experts_ahead() {
+        2 * k
+    } else {
+        k
+    };
+    let state = state_estimate(cfg, max_context);
+    let act = activation_estimate(cfg);
+    let base = global + small + state + act;
+    let floor = base + min_slots as u64 * slot_bytes + min_exp as u64 * expert_buffer_bytes;
+    let model_bytes = ck.total_bytes();
+
+    // Allocate: pin layer trunks in order, then experts.
+    let mut left = budget.saturating_sub(floor);
+    let mut pinned_layers = 0;
+    let mut pinned_trunk = 0u64;
+    let n_groups = layer_groups.len();
+    for (i, g) in layer_groups.iter().enumerate() {
+        let cost = g.as_ref().map(|g| g.buffer_bytes).unwrap_or(0);
+        let last = i + 1 == n_groups;
+        // Pinning the last unpinned layer also frees the rotating slots.
+        let refund = if last { min_slots as u64 * slot_bytes } else { 0 };
+        if cost <= left + refund {
+            left = left + refund - cost;
+            pinned_layers += 1;
+            pinned_trunk += cost;
+        } else {
+            break;
+        }
+    }
+    let trunk_slots = if pinned_layers == n_groups { 0 } else { min_slots };
+    let extra_experts = if expert_buffer_bytes > 0 { (left / expert_buffer_bytes) as usize } else { 0 };
+    let expert_cache = (min_exp + extra_experts).min(total_experts.max(min_exp));
+    let used_by_experts = (expert_cache - min_exp) as u64 * expert_buffer_bytes;
+    let unused = left - used_by_experts.min(left);
+    let pinned_trunk_tensor: u64 =
+        layer_groups.iter().take(pinned_layers).flatten().map(|g| g.tensor_bytes).sum();
+    Ok(Plan {
+        budget_bytes: budget,
+        io,
+        prefetch,
+        max_context,
+        model_bytes,
+        pinned_global_bytes: global,
+        pinned_small_bytes: small,
+        pinned_layers,
+        pinned_trunk_bytes: pinned_trunk,
+        trunk_slots,
+        slot_bytes,
+        expert_cache_experts: expert_cache,
+        expert_buffer_bytes,
+        expert_cache_bytes: expert_cache as u64 * expert_buffer_bytes,
+        total_experts,
+        state_bytes: state,
+        activation_bytes: act,
+        floor_bytes: floor,
+        trunk_bytes_per_token,
+        predicted_trunk_hit_rate: if trunk_bytes_per_token > 0 {
+            pinned_trunk_tensor as f64 / trunk_bytes_per_token as f64
+        } else {
+            1.0
+        },
+        predicted_expert_hit_rate_uniform: if total_experts > 0 {
+            expert_cache.min(total_experts) as f64 / total_experts as f64
+        } else {
+            1.0
+        },
+        unused_bytes: unused,
+        layer_groups,
+        expert_groups,
+        pinned_keys,
+    })
+}
+
+/// Human-readable plan (what `memdial plan` prints).
+pub fn describe(p: &Plan, cfg: &ModelConfig) -> String {
+    let mut s = String::new();
+    let line = |s: &mut String, k: &str, v: String| s.push_str(&format!("{k:<26}{v}\n"));
+    line(&mut s, "budget", format!("{} ({} bytes)", fmt_bytes(p.budget_bytes), p.budget_bytes));
+    line(&mut s, "model", fmt_bytes(p.model_bytes));
+    line(&mut s, "io / prefetch", format!("{} / {}", p.io.as_str(), p.prefetch.as_str()));
+    line(&mut s, "floor", format!("{} ({} bytes)", fmt_bytes(p.floor_bytes), p.floor_bytes));
+    line(&mut s, "pinned globals", format!("{} (embeddings, lm_head, final norms)", fmt_bytes(p.pinned_global_bytes)));
+    line(&mut s, "pinned per-layer small", format!("{} (norms, routers, gate params, conv)", fmt_bytes(p.pinned_small_bytes)));
+    let (kda, mla) = cfg.layer_counts();
+    line(
+        &mut s,
+        "pinned trunk prefix",
+        format!("{} of {} layers ({} KDA + {} MLA in model), {}", p.pinned_layers, cfg.num_hidden_layers, kda, mla, fmt_bytes(p.pinned_trunk_bytes)),
+    );
+    line(&mut s, "rotating trunk slots", format!("{} × {}", p.trunk_slots, fmt_bytes(p.slot_bytes)));
+    line(
+        &mut s,
+        "expert cache",
+        format!(
+            "{} experts of {} × {} = {}",
+            p.expert_cache_experts,
+            p.total_experts,
+            fmt_bytes(p.expert_buffer_bytes),
+            fmt_bytes(p.expert_cache_bytes)
+        ),
+    );
+    line(&mut s, "state", format!("{} (KDA states + MLA latents for {} positions)", fmt_bytes(p.state_bytes), p.max_context));
+    line(&mut s, "activations", fmt_bytes(p.activation_bytes));
+    line(&mut s, "unused", fmt_bytes(p.unused_bytes));
+    line(&mut s, "trunk hit rate (pred.)", format!("{:.1}% of {} streamed trunk bytes per token", 100.0 * p.predicted_trunk_hit_rate, fmt_bytes(p.trunk_bytes_per_token)));
+    line(&mut s, "expert hit rate (pred.)", format!("{:.1}% if routing were uniform", 100.0 * p.predicted_expert_hit_rate_uniform));
+    if cfg.attn_kinds.contains(&AttnKind::Mla) {
+        line(&mut s, "MLA cache / position", format!("{} bytes per MLA layer", cfg.mla_cache_bytes_per_position()));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
+        assert_eq!(parse_size("8GB").unwrap(), 8_000_000_000);
+        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("12 parsecs").is_err());
+        assert!(parse_size("").is_err());
+    }
+}
