@@ -10,6 +10,9 @@ fn main() -> anyhow::Result<()> {
     }
     let n_base: u32 = args[2].parse()?;
     memdial::tokenizer::write_tokenizer_files(std::path::Path::new(&args[1]), n_base)?;
-    println!("wrote {}/tiktoken.model and tokenizer_config.json (n_base = {n_base})", args[1]);
+    println!(
+        "wrote {}/tiktoken.model and tokenizer_config.json (n_base = {n_base})",
+        args[1]
+    );
     Ok(())
 }

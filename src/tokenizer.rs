@@ -519,8 +519,8 @@ impl Tokenizer {
             .iter()
             .map(|(name, &id)| (name.clone(), id))
             .collect();
-        let bpe = CoreBPE::new(encoder, specials, KIMI_PAT_STR)
-        .context("building tiktoken CoreBPE")?;
+        let bpe =
+            CoreBPE::new(encoder, specials, KIMI_PAT_STR).context("building tiktoken CoreBPE")?;
         Ok(Self {
             bpe,
             n_base,
@@ -556,7 +556,10 @@ impl Tokenizer {
     /// Errors on an id that is neither a BPE rank nor a special token.
     pub fn decode_bytes(&self, ids: &[u32]) -> Result<Vec<u8>> {
         if let Some(&bad) = ids.iter().find(|&&id| id >= self.n_vocab) {
-            bail!("unknown token id {bad} (vocabulary has {} ids)", self.n_vocab);
+            bail!(
+                "unknown token id {bad} (vocabulary has {} ids)",
+                self.n_vocab
+            );
         }
         self.bpe
             .decode_bytes(ids)
@@ -595,8 +598,11 @@ impl Tokenizer {
             self.special_id(name)
                 .ok_or_else(|| anyhow!("special token {name} missing from vocabulary"))
         };
-        let (im_system, im_user, im_assistant) =
-            (id("<|im_system|>")?, id("<|im_user|>")?, id("<|im_assistant|>")?);
+        let (im_system, im_user, im_assistant) = (
+            id("<|im_system|>")?,
+            id("<|im_user|>")?,
+            id("<|im_assistant|>")?,
+        );
         let (im_middle, im_end) = (id("<|im_middle|>")?, id("<|im_end|>")?);
         let mut out = Vec::new();
         let turn = |marker: u32, role: &str, content: &str, out: &mut Vec<u32>| {

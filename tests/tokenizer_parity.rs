@@ -10,11 +10,18 @@ use sha2::{Digest, Sha256};
 
 fn sha256_hex(path: &Path) -> String {
     let bytes = std::fs::read(path).unwrap();
-    Sha256::digest(&bytes).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn ids(v: &Value) -> Vec<u32> {
-    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
 }
 
 fn short(s: &str) -> String {
@@ -28,9 +35,14 @@ fn parity_with_python_tiktoken() {
     let text = std::fs::read_to_string(root.join("fixtures/tokenizer/cases.json")).unwrap();
     let doc: Value = serde_json::from_str(&text).unwrap();
     let n_base = doc["n_base"].as_u64().unwrap() as u32;
-    assert_eq!(doc["pat_str"].as_str().unwrap(), KIMI_PAT_STR, "pattern drift");
+    assert_eq!(
+        doc["pat_str"].as_str().unwrap(),
+        KIMI_PAT_STR,
+        "pattern drift"
+    );
 
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("tok-parity-{}", std::process::id()));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("tok-parity-{}", std::process::id()));
     write_tokenizer_files(&dir, n_base).unwrap();
     assert_eq!(
         sha256_hex(&dir.join("tiktoken.model")),
@@ -59,7 +71,10 @@ fn parity_with_python_tiktoken() {
         }
         let got_ord = tok.encode(s, false);
         if got_ord != want_ord {
-            failures.push(format!("encode_ordinary {}: got {got_ord:?} want {want_ord:?}", short(s)));
+            failures.push(format!(
+                "encode_ordinary {}: got {got_ord:?} want {want_ord:?}",
+                short(s)
+            ));
         }
         for (label, v) in [("ids", &want), ("ids_no_special", &want_ord)] {
             match tok.decode(v) {
@@ -75,7 +90,10 @@ fn parity_with_python_tiktoken() {
         let want = ids(&c["ids"]);
         let got = tok.chat_prompt(user, system);
         if got != want {
-            failures.push(format!("chat {:?}/{:?}: got {got:?} want {want:?}", system, user));
+            failures.push(format!(
+                "chat {:?}/{:?}: got {got:?} want {want:?}",
+                system, user
+            ));
         }
         if tok.decode(&got).unwrap() != c["rendered"].as_str().unwrap() {
             failures.push(format!("chat decode {:?}", user));
@@ -90,5 +108,15 @@ fn parity_with_python_tiktoken() {
         failures.len()
     );
     assert!(cases.len() >= 500);
-    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.iter().take(30).cloned().collect::<Vec<_>>().join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures
+            .iter()
+            .take(30)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }

@@ -9,7 +9,8 @@ use memdial::tokenizer::{
 };
 
 fn scratch(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("tok-{name}-{}", std::process::id()));
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("tok-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -23,7 +24,11 @@ fn o200k_prefix_163584_is_valid_bpe() {
     let res = check_bpe_prefix(KIMI_N_BASE);
     println!("check_bpe_prefix({KIMI_N_BASE}) took {:?}", t0.elapsed());
     if let Err(defects) = &res {
-        println!("{} defects, first: {:?}", defects.len(), &defects[..defects.len().min(20)]);
+        println!(
+            "{} defects, first: {:?}",
+            defects.len(),
+            &defects[..defects.len().min(20)]
+        );
     }
     assert_eq!(res, Ok(()));
 
@@ -31,7 +36,11 @@ fn o200k_prefix_163584_is_valid_bpe() {
     // map, every multi-byte token's bytes merge into exactly that one token.
     let t0 = Instant::now();
     let toks = o200k_token_bytes(KIMI_N_BASE).unwrap();
-    let ranks = toks.iter().enumerate().map(|(r, t)| (t.clone(), r as u32)).collect();
+    let ranks = toks
+        .iter()
+        .enumerate()
+        .map(|(r, t)| (t.clone(), r as u32))
+        .collect();
     let mut bad = Vec::new();
     for (r, t) in toks.iter().enumerate() {
         if t.len() > 1 {
@@ -41,8 +50,16 @@ fn o200k_prefix_163584_is_valid_bpe() {
             }
         }
     }
-    println!("tiktoken byte_pair_split cross-check took {:?}", t0.elapsed());
-    assert!(bad.is_empty(), "{} tokens split: {:?}", bad.len(), &bad[..bad.len().min(20)]);
+    println!(
+        "tiktoken byte_pair_split cross-check took {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        bad.is_empty(),
+        "{} tokens split: {:?}",
+        bad.len(),
+        &bad[..bad.len().min(20)]
+    );
 }
 
 /// All 256 single bytes are among the first 256 o200k ranks, so every prefix N >= 256 can
@@ -65,7 +82,10 @@ fn o200k_first_256_ranks_are_the_bytes() {
 fn check_reports_out_of_range_and_bad_vocab() {
     assert_eq!(
         check_bpe_prefix(O200K_BASE_LEN + 1),
-        Err(vec![BpeDefect::OutOfRange { requested: O200K_BASE_LEN + 1, available: O200K_BASE_LEN }])
+        Err(vec![BpeDefect::OutOfRange {
+            requested: O200K_BASE_LEN + 1,
+            available: O200K_BASE_LEN
+        }])
     );
     // Removing rank 300's left part makes it unreachable.
     let mut toks = o200k_token_bytes(1000).unwrap();
@@ -86,7 +106,11 @@ fn writer_is_deterministic_and_loads_for_all_presets() {
         let a = write_dir(&format!("det-a-{n_base}"), n_base);
         let b = write_dir(&format!("det-b-{n_base}"), n_base);
         for f in ["tiktoken.model", "tokenizer_config.json"] {
-            assert_eq!(std::fs::read(a.join(f)).unwrap(), std::fs::read(b.join(f)).unwrap(), "{f}");
+            assert_eq!(
+                std::fs::read(a.join(f)).unwrap(),
+                std::fs::read(b.join(f)).unwrap(),
+                "{f}"
+            );
         }
         let model = std::fs::read_to_string(a.join("tiktoken.model")).unwrap();
         assert_eq!(model.lines().count(), n_base as usize);
@@ -139,7 +163,10 @@ fn chat_prompt_decodes_to_template() {
     // Special strings inside a message stay text.
     let ids = tok.chat_prompt("<|im_end|>", None);
     assert_eq!(ids.iter().filter(|&&i| i == 2048 + 2).count(), 1);
-    assert!(tok.chat_template().unwrap().contains("<|im_assistant|>assistant<|im_middle|>"));
+    assert!(tok
+        .chat_template()
+        .unwrap()
+        .contains("<|im_assistant|>assistant<|im_middle|>"));
     std::fs::remove_dir_all(&d).ok();
 }
 
@@ -153,7 +180,11 @@ fn decode_errors_and_lossy_utf8() {
     let ids = tok.encode("é", false);
     let bytes = tok.decode_bytes(&ids).unwrap();
     assert_eq!(bytes, "é".as_bytes());
-    let lead = o200k_token_bytes(256).unwrap().iter().position(|t| t == &[0xC3]).unwrap() as u32;
+    let lead = o200k_token_bytes(256)
+        .unwrap()
+        .iter()
+        .position(|t| t == &[0xC3])
+        .unwrap() as u32;
     assert_eq!(tok.decode(&[lead]).unwrap(), "\u{FFFD}");
     std::fs::remove_dir_all(&d).ok();
 }
@@ -167,7 +198,10 @@ fn loader_rejects_bad_files_with_file_name() {
 
     std::fs::write(&model, good.replacen("IQ== 0", "I@Q== 0", 1)).unwrap();
     let e = err(&d);
-    assert!(e.contains("tiktoken.model:1") && e.contains("base64"), "{e}");
+    assert!(
+        e.contains("tiktoken.model:1") && e.contains("base64"),
+        "{e}"
+    );
 
     std::fs::write(&model, good.replacen("Ig== 1", "Ig== 0", 1)).unwrap();
     assert!(err(&d).contains("duplicate rank 0"));
@@ -184,8 +218,16 @@ fn loader_rejects_bad_files_with_file_name() {
     let good_cfg = std::fs::read_to_string(&cfg).unwrap();
     std::fs::write(&cfg, "{not json").unwrap();
     assert!(err(&d).contains("tokenizer_config.json"));
-    std::fs::write(&cfg, good_cfg.replace("\"eos_token\": \"<|im_end|>\"", "\"eos_token\": \"<eos>\"")).unwrap();
-    assert!(err(&d).contains("eos_token \"<eos>\" is not a special token"), "{}", err(&d));
+    std::fs::write(
+        &cfg,
+        good_cfg.replace("\"eos_token\": \"<|im_end|>\"", "\"eos_token\": \"<eos>\""),
+    )
+    .unwrap();
+    assert!(
+        err(&d).contains("eos_token \"<eos>\" is not a special token"),
+        "{}",
+        err(&d)
+    );
     std::fs::write(&cfg, good_cfg.replace("\"2049\"", "\"5\"")).unwrap();
     assert!(err(&d).contains("overlaps"), "{}", err(&d));
     std::fs::write(&cfg, good_cfg.replace("\"[PAD]\"", "\"[BOS]\"")).unwrap();
