@@ -731,6 +731,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tokenizer_is_send_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Tokenizer>();
+    }
+
+    #[test]
     fn special_names_layout() {
         let n = special_token_names(2048);
         assert_eq!(n.len(), 256);
