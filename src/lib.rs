@@ -8,7 +8,10 @@
 //! - [`schema`]: the tensor table a config implies (names, dtypes, shapes);
 //! - [`checkpoint`]: safetensors shard headers and tensor locations;
 //! - [`inspect`]: architecture summary and checkpoint validation;
-//! - [`fixture`]: deterministic fixture checkpoints in the published layout.
+//! - [`fixture`]: deterministic fixture checkpoints in the published layout;
+//! - [`tokenizer`]: the Kimi tiktoken tokenizer and chat template;
+//! - [`io`]: aligned direct / buffered / mmap reads and page-cache control;
+//! - [`store`]: the weight store interface, resident and streaming stores.
 
 pub mod checkpoint;
 pub mod config;
@@ -17,3 +20,4 @@ pub mod inspect;
 pub mod io;
 pub mod schema;
 pub mod store;
+pub mod tokenizer;

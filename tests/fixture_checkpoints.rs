@@ -17,7 +17,15 @@ fn tmpdir(tag: &str) -> PathBuf {
 }
 
 fn gen(preset: &str, seed: u64, out: &Path) {
-    fixture::generate(preset, seed, out, false, Some(fixture::write_tokenizer), &mut |_, _| {}).unwrap();
+    fixture::generate(
+        preset,
+        seed,
+        out,
+        false,
+        Some(fixture::write_tokenizer),
+        &mut |_, _| {},
+    )
+    .unwrap();
 }
 
 fn sha_of_file(p: &Path) -> String {
@@ -48,8 +56,14 @@ fn same_preset_and_seed_give_identical_bytes() {
 /// `cargo run --release -- fixture --preset P --out /tmp/P && sha256sum /tmp/P/checksums.sha256`
 /// and update these (and say so in the commit message: fixture bytes changed).
 const PINNED: [(&str, &str); 2] = [
-    ("tiny-k3", "e68f2471ef6d0083469cee13a20892b4fae532961e2705155778a2b6338dfdcf"),
-    ("tiny-linear", "7b6d533af095bf65bb740e3d7d9b8dd0297f68b4d9ced06dba07005cea1d42e4"),
+    (
+        "tiny-k3",
+        "a664ac9828a275bae2fb31838525f34da3d7e3942a4c6ed1b3475803d1df7d0d",
+    ),
+    (
+        "tiny-linear",
+        "ebc94508730d7ad90ca1083708a209b1d932f7d6ab11e3d159832b50b441bca6",
+    ),
 ];
 
 #[test]
@@ -59,7 +73,12 @@ fn tiny_preset_checksums_are_pinned() {
         let out = d.join(preset);
         gen(preset, 0, &out);
         let got = sha_of_file(&out.join("checksums.sha256"));
-        assert_eq!(got, want, "{preset}: fixture bytes changed; checksums.sha256 is\n{}", fs::read_to_string(out.join("checksums.sha256")).unwrap());
+        assert_eq!(
+            got,
+            want,
+            "{preset}: fixture bytes changed; checksums.sha256 is\n{}",
+            fs::read_to_string(out.join("checksums.sha256")).unwrap()
+        );
     }
     fs::remove_dir_all(&d).unwrap();
 }
@@ -72,7 +91,10 @@ fn tiny_presets_are_valid_and_small() {
         gen(preset, 0, &out);
         let (_, summary, problems) = inspect_dir(&out).unwrap();
         assert!(problems.is_empty(), "{preset}: {problems:?}");
-        let total: u64 = fs::read_dir(&out).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum();
+        let total: u64 = fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum();
         assert!(total < 20_000_000, "{preset} is {total} bytes");
         assert!(summary.layers >= 6);
     }
@@ -92,7 +114,10 @@ fn truncated_shard_is_reported_with_tensor_and_file() {
     let ck = Checkpoint::open(&out).unwrap();
     let problems = validate(&cfg, &ck);
     assert!(!problems.is_empty());
-    let p = problems.iter().find(|p| p.contains("past the end")).expect("a truncation problem");
+    let p = problems
+        .iter()
+        .find(|p| p.contains("past the end"))
+        .expect("a truncation problem");
     assert!(p.contains("model-00002-of-00002.safetensors"), "{p}");
     assert!(p.contains("language_model.lm_head.weight"), "{p}");
     fs::remove_dir_all(&d).unwrap();
@@ -110,7 +135,13 @@ fn wrong_shape_and_missing_tensor_are_named() {
     let ck = Checkpoint::open(&out).unwrap();
     let problems = validate(&cfg, &ck);
     assert!(problems.iter().any(|p| p.starts_with("model.layers.1.block_sparse_moe.experts.16.w1.weight: missing")), "{problems:?}");
-    assert!(problems.iter().any(|p| p.contains("block_sparse_moe.gate.weight") && p.contains("shape [16, 128] but expected [17, 128]")), "{problems:?}");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("block_sparse_moe.gate.weight")
+                && p.contains("shape [16, 128] but expected [17, 128]")),
+        "{problems:?}"
+    );
     fs::remove_dir_all(&d).unwrap();
 }
 
@@ -122,9 +153,15 @@ fn out_dir_that_exists_is_refused_and_kept() {
     fs::write(out.join("keep.txt"), "precious").unwrap();
     let err = fixture::generate("tiny-k3", 0, &out, false, None, &mut |_, _| {}).unwrap_err();
     assert!(format!("{err:#}").contains("already exists"));
-    assert_eq!(fs::read_to_string(out.join("keep.txt")).unwrap(), "precious");
+    assert_eq!(
+        fs::read_to_string(out.join("keep.txt")).unwrap(),
+        "precious"
+    );
     // no temporary directory left behind
-    let leftovers: Vec<_> = fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let leftovers: Vec<_> = fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(leftovers.len(), 1, "{leftovers:?}");
     fs::remove_dir_all(&d).unwrap();
 }

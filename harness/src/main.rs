@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd_fixture;
 mod cmd_inspect;
+mod cmd_tokenize;
 
 /// Run giant MoE models in a memory budget, and measure the trade.
 #[derive(Parser)]
@@ -24,6 +25,8 @@ enum Command {
     Fixture(cmd_fixture::FixtureArgs),
     /// Summarise a checkpoint's architecture and validate its tensors against config.json.
     Inspect(cmd_inspect::InspectArgs),
+    /// Encode text to token ids (or decode ids) with a model directory's tokenizer.
+    Tokenize(cmd_tokenize::TokenizeArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +34,7 @@ fn main() -> ExitCode {
     let res = match &cli.command {
         Command::Fixture(a) => cmd_fixture::run(a),
         Command::Inspect(a) => cmd_inspect::run(a),
+        Command::Tokenize(a) => cmd_tokenize::run(a).map(|_| ExitCode::SUCCESS),
     };
     match res {
         Ok(code) => code,

@@ -19,7 +19,10 @@ impl AlignedBuf {
     /// A buffer of `len` bytes (capacity rounded up to whole pages).
     pub fn new(len: usize) -> Self {
         let n = len.div_ceil(ALIGN);
-        AlignedBuf { pages: vec![Page([0; ALIGN]); n], len }
+        AlignedBuf {
+            pages: vec![Page([0; ALIGN]); n],
+            len,
+        }
     }
     /// Capacity in bytes (multiple of 4096).
     pub fn capacity(&self) -> usize {

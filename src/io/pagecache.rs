@@ -25,12 +25,20 @@ pub fn residency(path: &Path) -> Result<(u64, u64)> {
     let ps = page_size() as u64;
     let pages = len.div_ceil(ps);
     // SAFETY: read-only shared mapping of a file we opened; we never read through it.
-    let map = unsafe { memmap2::Mmap::map(&f) }.with_context(|| format!("mmap {}", path.display()))?;
+    let map =
+        unsafe { memmap2::Mmap::map(&f) }.with_context(|| format!("mmap {}", path.display()))?;
     let mut vec = vec![0u8; pages as usize];
     // SAFETY: `vec` has one byte per page of the mapping.
-    let rc = unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, len as usize, vec.as_mut_ptr()) };
+    let rc = unsafe {
+        libc::mincore(
+            map.as_ptr() as *mut libc::c_void,
+            len as usize,
+            vec.as_mut_ptr(),
+        )
+    };
     if rc != 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| format!("mincore {}", path.display()));
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("mincore {}", path.display()));
     }
     let resident = vec.iter().filter(|b| *b & 1 != 0).count() as u64;
     Ok((resident, pages))
@@ -53,7 +61,12 @@ pub fn evict(path: &Path) -> Result<()> {
 
 /// Drops the byte range `[offset, offset+len)` of an open file from the page cache.
 pub fn evict_range(f: &File, offset: u64, len: u64) {
-    let _ = rustix::fs::fadvise(f, offset, std::num::NonZeroU64::new(len), rustix::fs::Advice::DontNeed);
+    let _ = rustix::fs::fadvise(
+        f,
+        offset,
+        std::num::NonZeroU64::new(len),
+        rustix::fs::Advice::DontNeed,
+    );
 }
 
 #[cfg(test)]
@@ -64,7 +77,10 @@ mod tests {
     #[test]
     fn evict_then_read_changes_residency() {
         // /tmp may be tmpfs (where fadvise drops nothing); use the target dir, which is on disk.
-        let dir = std::env::current_dir().unwrap().join("target").join("pagecache-test");
+        let dir = std::env::current_dir()
+            .unwrap()
+            .join("target")
+            .join("pagecache-test");
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join(format!("f{}", std::process::id()));
         std::fs::write(&p, vec![7u8; 1 << 20]).unwrap();
@@ -76,7 +92,10 @@ mod tests {
         let (r1, _) = residency(&p).unwrap();
         std::fs::remove_file(&p).unwrap();
         if r0 == 0 {
-            assert_eq!(r1, total, "a buffered read of the whole file makes it resident");
+            assert_eq!(
+                r1, total,
+                "a buffered read of the whole file makes it resident"
+            );
         } else {
             eprintln!("filesystem keeps pages after DONTNEED (tmpfs?): residency {r0}/{total}");
         }

@@ -70,7 +70,13 @@ pub struct ShardFile {
 /// Direct-IO offset alignment reported by statx, or None when the filesystem does
 /// not report direct-IO support for this file.
 pub fn statx_dio_align(f: &File) -> Option<u64> {
-    let st = rustix::fs::statx(f, "", rustix::fs::AtFlags::EMPTY_PATH, rustix::fs::StatxFlags::DIOALIGN).ok()?;
+    let st = rustix::fs::statx(
+        f,
+        "",
+        rustix::fs::AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::DIOALIGN,
+    )
+    .ok()?;
     if st.stx_mask & rustix::fs::StatxFlags::DIOALIGN.bits() == 0 {
         return None;
     }
@@ -88,7 +94,8 @@ impl ShardFile {
     /// O_DIRECT or does not report direct-IO alignment (the message suggests
     /// `--io buffered`).
     pub fn open(path: &Path, mode: IoMode) -> Result<Self> {
-        let meta = std::fs::metadata(path).with_context(|| format!("cannot stat {}", path.display()))?;
+        let meta =
+            std::fs::metadata(path).with_context(|| format!("cannot stat {}", path.display()))?;
         let (file, dio_align) = match mode {
             IoMode::Direct => {
                 let f = OpenOptions::new()
@@ -109,12 +116,18 @@ impl ShardFile {
                 })?;
                 (f, align.max(ALIGN as u64))
             }
-            _ => (File::open(path).with_context(|| format!("cannot open {}", path.display()))?, 1),
+            _ => (
+                File::open(path).with_context(|| format!("cannot open {}", path.display()))?,
+                1,
+            ),
         };
         let map = if mode == IoMode::Mmap {
             // SAFETY: read-only shared mapping; the file changing underneath is detected by
             // the size/mtime check on every access and reported as an error.
-            Some(Arc::new(unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("mmap {}", path.display()))?))
+            Some(Arc::new(
+                unsafe { memmap2::Mmap::map(&file) }
+                    .with_context(|| format!("mmap {}", path.display()))?,
+            ))
         } else {
             None
         };
@@ -146,7 +159,10 @@ impl ShardFile {
 
     /// Errors if the file's size or mtime changed since it was opened.
     pub fn check_unchanged(&self) -> Result<()> {
-        let m = self.file.metadata().with_context(|| format!("cannot stat {}", self.path.display()))?;
+        let m = self
+            .file
+            .metadata()
+            .with_context(|| format!("cannot stat {}", self.path.display()))?;
         if m.len() != self.size || (m.mtime(), m.mtime_nsec()) != self.mtime {
             bail!(
                 "{} changed during the run (size {} → {}, mtime changed: {}); results would not be trustworthy",
@@ -202,7 +218,10 @@ impl ShardFile {
         };
         let want = (end - start) as usize;
         if buf.capacity() < want {
-            bail!("internal: IO buffer of {} bytes too small for {want}", buf.capacity());
+            bail!(
+                "internal: IO buffer of {} bytes too small for {want}",
+                buf.capacity()
+            );
         }
         let dst = &mut buf.full_mut()[..want];
         let mut done = 0usize;
@@ -210,12 +229,19 @@ impl ShardFile {
         let needed = (offset + len - start) as usize;
         while done < want {
             let chunk = (want - done).min(1 << 30);
-            let n = match self.file.read_at(&mut dst[done..done + chunk], start + done as u64) {
+            let n = match self
+                .file
+                .read_at(&mut dst[done..done + chunk], start + done as u64)
+            {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     return Err(e).with_context(|| {
-                        format!("{}: read of {chunk} bytes at offset {} failed", self.path.display(), start + done as u64)
+                        format!(
+                            "{}: read of {chunk} bytes at offset {} failed",
+                            self.path.display(),
+                            start + done as u64
+                        )
                     })
                 }
             };

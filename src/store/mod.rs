@@ -9,6 +9,7 @@
 //! Returned [`Bytes`] are cheap reference-counted views; a streaming store may
 //! recycle a buffer only after every view of it has been dropped.
 
+pub mod plan;
 pub mod resident;
 
 use std::ops::Deref;

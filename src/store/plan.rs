@@ -70,9 +70,13 @@ impl Prefetch {
 /// TiB) and bare K/M/G/T are powers of 1024.
 pub fn parse_size(s: &str) -> Result<u64> {
     let t = s.trim();
-    let idx = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let idx = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(idx);
-    let v: f64 = num.parse().map_err(|_| anyhow::anyhow!("invalid size {s:?} (examples: 512MiB, 2GiB, 8GB)"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| anyhow::anyhow!("invalid size {s:?} (examples: 512MiB, 2GiB, 8GB)"))?;
     let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "kb" => 1e3,
@@ -149,13 +153,21 @@ pub fn is_small_pinned(name: &str) -> bool {
         || name.ends_with("e_score_correction_bias")
 }
 
-fn group_for(specs: &[&TensorSpec], ck: &Checkpoint, prefix: &str, mode: IoMode, align: u64) -> Result<ReadGroup> {
+fn group_for(
+    specs: &[&TensorSpec],
+    ck: &Checkpoint,
+    prefix: &str,
+    mode: IoMode,
+    align: u64,
+) -> Result<ReadGroup> {
     let mut locs = Vec::new();
     for s in specs {
         let loc = std::iter::once(&s.name)
             .chain(s.aliases.iter())
             .find_map(|n| ck.get(n))
-            .ok_or_else(|| anyhow::anyhow!("tensor {} is missing from {}", s.name, ck.dir.display()))?;
+            .ok_or_else(|| {
+                anyhow::anyhow!("tensor {} is missing from {}", s.name, ck.dir.display())
+            })?;
         let key = s.name.strip_prefix(prefix).unwrap_or(&s.name).to_string();
         locs.push((loc.shard, loc.offset, loc.len, key));
     }
@@ -168,12 +180,21 @@ fn group_for(specs: &[&TensorSpec], ck: &Checkpoint, prefix: &str, mode: IoMode,
             None => false,
         };
         if !merge {
-            g.ranges.push(Range { shard, start: off, end: off + len });
+            g.ranges.push(Range {
+                shard,
+                start: off,
+                end: off + len,
+            });
         }
         let ri = g.ranges.len() - 1;
         let r = &mut g.ranges[ri];
         r.end = r.end.max(off + len);
-        g.members.push(Member { key, range: ri, offset: off - r.start, len });
+        g.members.push(Member {
+            key,
+            range: ri,
+            offset: off - r.start,
+            len,
+        });
     }
     g.buffer_bytes = g
         .ranges
@@ -243,7 +264,10 @@ pub fn activation_estimate(cfg: &ModelConfig) -> u64 {
         3 * p,
         m.num_heads * m.q_head_dim(),
         m.num_heads * m.kv_lora_rank,
-        cfg.moe.as_ref().map(|x| x.moe_intermediate_size * x.num_shared_experts.max(1)).unwrap_or(0),
+        cfg.moe
+            .as_ref()
+            .map(|x| x.moe_intermediate_size * x.num_shared_experts.max(1))
+            .unwrap_or(0),
         cfg.moe.as_ref().map(|x| x.num_experts).unwrap_or(0),
     ]
     .into_iter()
@@ -256,7 +280,10 @@ pub fn activation_estimate(cfg: &ModelConfig) -> u64 {
 /// MLA latent cache (f32) of every MLA layer, plus AttnRes block vectors.
 pub fn state_estimate(cfg: &ModelConfig, max_context: usize) -> u64 {
     let (kda, mla) = cfg.layer_counts();
-    let blocks = cfg.attn_res_block_size.map(|b| cfg.num_hidden_layers.div_ceil(b) + 1).unwrap_or(0);
+    let blocks = cfg
+        .attn_res_block_size
+        .map(|b| cfg.num_hidden_layers.div_ceil(b) + 1)
+        .unwrap_or(0);
     kda as u64 * cfg.kda_state_bytes() as u64
         + mla as u64 * max_context as u64 * cfg.mla_cache_bytes_per_position() as u64
         + blocks as u64 * cfg.hidden_size as u64 * 4
@@ -305,7 +332,11 @@ impl Plan {
         }
     }
     fn min_expert_buffers(&self, cfg: &ModelConfig) -> usize {
-        let k = cfg.moe.as_ref().map(|m| m.num_experts_per_token).unwrap_or(0);
+        let k = cfg
+            .moe
+            .as_ref()
+            .map(|m| m.num_experts_per_token)
+            .unwrap_or(0);
         if self.prefetch.experts_ahead() {
             2 * k
         } else {
@@ -348,16 +379,33 @@ pub fn plan_unchecked(
     }
     let mut layer_groups = Vec::new();
     for ls in &layer_specs {
-        layer_groups.push(if ls.is_empty() { None } else { Some(group_for(ls, ck, prefix, io, align)?) });
+        layer_groups.push(if ls.is_empty() {
+            None
+        } else {
+            Some(group_for(ls, ck, prefix, io, align)?)
+        });
     }
     let mut expert_groups = BTreeMap::new();
     for (k, es) in &expert_specs {
         expert_groups.insert(*k, group_for(es, ck, prefix, io, align)?);
     }
-    let slot_bytes = layer_groups.iter().flatten().map(|g| g.buffer_bytes).max().unwrap_or(0);
-    let expert_buffer_bytes = expert_groups.values().map(|g| g.buffer_bytes).max().unwrap_or(0);
+    let slot_bytes = layer_groups
+        .iter()
+        .flatten()
+        .map(|g| g.buffer_bytes)
+        .max()
+        .unwrap_or(0);
+    let expert_buffer_bytes = expert_groups
+        .values()
+        .map(|g| g.buffer_bytes)
+        .max()
+        .unwrap_or(0);
     let trunk_bytes_per_token: u64 = layer_groups.iter().flatten().map(|g| g.tensor_bytes).sum();
-    let k = cfg.moe.as_ref().map(|m| m.num_experts_per_token).unwrap_or(0);
+    let k = cfg
+        .moe
+        .as_ref()
+        .map(|m| m.num_experts_per_token)
+        .unwrap_or(0);
     let total_experts = expert_groups.len();
     let min_slots = if prefetch.trunk_ahead() { 2 } else { 1 };
     let min_exp = if total_experts == 0 {
@@ -382,7 +430,11 @@ pub fn plan_unchecked(
         let cost = g.as_ref().map(|g| g.buffer_bytes).unwrap_or(0);
         let last = i + 1 == n_groups;
         // Pinning the last unpinned layer also frees the rotating slots.
-        let refund = if last { min_slots as u64 * slot_bytes } else { 0 };
+        let refund = if last {
+            min_slots as u64 * slot_bytes
+        } else {
+            0
+        };
         if cost <= left + refund {
             left = left + refund - cost;
             pinned_layers += 1;
@@ -391,13 +443,25 @@ pub fn plan_unchecked(
             break;
         }
     }
-    let trunk_slots = if pinned_layers == n_groups { 0 } else { min_slots };
-    let extra_experts = if expert_buffer_bytes > 0 { (left / expert_buffer_bytes) as usize } else { 0 };
+    let trunk_slots = if pinned_layers == n_groups {
+        0
+    } else {
+        min_slots
+    };
+    let extra_experts = if expert_buffer_bytes > 0 {
+        (left / expert_buffer_bytes) as usize
+    } else {
+        0
+    };
     let expert_cache = (min_exp + extra_experts).min(total_experts.max(min_exp));
     let used_by_experts = (expert_cache - min_exp) as u64 * expert_buffer_bytes;
     let unused = left - used_by_experts.min(left);
-    let pinned_trunk_tensor: u64 =
-        layer_groups.iter().take(pinned_layers).flatten().map(|g| g.tensor_bytes).sum();
+    let pinned_trunk_tensor: u64 = layer_groups
+        .iter()
+        .take(pinned_layers)
+        .flatten()
+        .map(|g| g.tensor_bytes)
+        .sum();
     Ok(Plan {
         budget_bytes: budget,
         io,
@@ -439,19 +503,56 @@ pub fn plan_unchecked(
 pub fn describe(p: &Plan, cfg: &ModelConfig) -> String {
     let mut s = String::new();
     let line = |s: &mut String, k: &str, v: String| s.push_str(&format!("{k:<26}{v}\n"));
-    line(&mut s, "budget", format!("{} ({} bytes)", fmt_bytes(p.budget_bytes), p.budget_bytes));
+    line(
+        &mut s,
+        "budget",
+        format!("{} ({} bytes)", fmt_bytes(p.budget_bytes), p.budget_bytes),
+    );
     line(&mut s, "model", fmt_bytes(p.model_bytes));
-    line(&mut s, "io / prefetch", format!("{} / {}", p.io.as_str(), p.prefetch.as_str()));
-    line(&mut s, "floor", format!("{} ({} bytes)", fmt_bytes(p.floor_bytes), p.floor_bytes));
-    line(&mut s, "pinned globals", format!("{} (embeddings, lm_head, final norms)", fmt_bytes(p.pinned_global_bytes)));
-    line(&mut s, "pinned per-layer small", format!("{} (norms, routers, gate params, conv)", fmt_bytes(p.pinned_small_bytes)));
+    line(
+        &mut s,
+        "io / prefetch",
+        format!("{} / {}", p.io.as_str(), p.prefetch.as_str()),
+    );
+    line(
+        &mut s,
+        "floor",
+        format!("{} ({} bytes)", fmt_bytes(p.floor_bytes), p.floor_bytes),
+    );
+    line(
+        &mut s,
+        "pinned globals",
+        format!(
+            "{} (embeddings, lm_head, final norms)",
+            fmt_bytes(p.pinned_global_bytes)
+        ),
+    );
+    line(
+        &mut s,
+        "pinned per-layer small",
+        format!(
+            "{} (norms, routers, gate params, conv)",
+            fmt_bytes(p.pinned_small_bytes)
+        ),
+    );
     let (kda, mla) = cfg.layer_counts();
     line(
         &mut s,
         "pinned trunk prefix",
-        format!("{} of {} layers ({} KDA + {} MLA in model), {}", p.pinned_layers, cfg.num_hidden_layers, kda, mla, fmt_bytes(p.pinned_trunk_bytes)),
+        format!(
+            "{} of {} layers ({} KDA + {} MLA in model), {}",
+            p.pinned_layers,
+            cfg.num_hidden_layers,
+            kda,
+            mla,
+            fmt_bytes(p.pinned_trunk_bytes)
+        ),
     );
-    line(&mut s, "rotating trunk slots", format!("{} × {}", p.trunk_slots, fmt_bytes(p.slot_bytes)));
+    line(
+        &mut s,
+        "rotating trunk slots",
+        format!("{} × {}", p.trunk_slots, fmt_bytes(p.slot_bytes)),
+    );
     line(
         &mut s,
         "expert cache",
@@ -463,13 +564,40 @@ pub fn describe(p: &Plan, cfg: &ModelConfig) -> String {
             fmt_bytes(p.expert_cache_bytes)
         ),
     );
-    line(&mut s, "state", format!("{} (KDA states + MLA latents for {} positions)", fmt_bytes(p.state_bytes), p.max_context));
+    line(
+        &mut s,
+        "state",
+        format!(
+            "{} (KDA states + MLA latents for {} positions)",
+            fmt_bytes(p.state_bytes),
+            p.max_context
+        ),
+    );
     line(&mut s, "activations", fmt_bytes(p.activation_bytes));
     line(&mut s, "unused", fmt_bytes(p.unused_bytes));
-    line(&mut s, "trunk hit rate (pred.)", format!("{:.1}% of {} streamed trunk bytes per token", 100.0 * p.predicted_trunk_hit_rate, fmt_bytes(p.trunk_bytes_per_token)));
-    line(&mut s, "expert hit rate (pred.)", format!("{:.1}% if routing were uniform", 100.0 * p.predicted_expert_hit_rate_uniform));
+    line(
+        &mut s,
+        "trunk hit rate (pred.)",
+        format!(
+            "{:.1}% of {} streamed trunk bytes per token",
+            100.0 * p.predicted_trunk_hit_rate,
+            fmt_bytes(p.trunk_bytes_per_token)
+        ),
+    );
+    line(
+        &mut s,
+        "expert hit rate (pred.)",
+        format!(
+            "{:.1}% if routing were uniform",
+            100.0 * p.predicted_expert_hit_rate_uniform
+        ),
+    );
     if cfg.attn_kinds.contains(&AttnKind::Mla) {
-        line(&mut s, "MLA cache / position", format!("{} bytes per MLA layer", cfg.mla_cache_bytes_per_position()));
+        line(
+            &mut s,
+            "MLA cache / position",
+            format!("{} bytes per MLA layer", cfg.mla_cache_bytes_per_position()),
+        );
     }
     s
 }
