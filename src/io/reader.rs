@@ -199,68 +199,67 @@ impl ShardFile {
     /// Errors: the range extends past the end of the file, an IO error (EIO …), or a
     /// short read before the range ends — each naming file and offset.
     pub fn read_into(&self, offset: u64, len: u64, buf: &mut AlignedBuf) -> Result<usize> {
-        if offset + len > self.size {
-            bail!(
-                "{}: range [{offset}, {}) is past the end of the file ({} bytes)",
-                self.path.display(),
-                offset + len,
-                self.size
-            );
-        }
-        self.check_unchanged()?;
-        let (start, end, delta) = match self.mode {
-            IoMode::Direct => {
-                let (s, e) = self.aligned_span(offset, len);
-                (s, e, (offset - s) as usize)
-            }
-            IoMode::Buffered => (offset, offset + len, 0),
-            IoMode::Mmap => bail!("internal: read_into called in mmap mode"),
-        };
-        let want = (end - start) as usize;
+        let want = self.buffer_len_for(offset, len);
         if buf.capacity() < want {
-            bail!(
-                "internal: IO buffer of {} bytes too small for {want}",
-                buf.capacity()
-            );
+            bail!("internal: IO buffer of {} bytes too small for {want}", buf.capacity());
         }
-        let dst = &mut buf.full_mut()[..want];
-        let mut done = 0usize;
-        // Data needed: up to offset+len; in direct mode the aligned tail may cross EOF.
-        let needed = (offset + len - start) as usize;
-        while done < want {
-            let chunk = (want - done).min(1 << 30);
-            let n = match self
-                .file
-                .read_at(&mut dst[done..done + chunk], start + done as u64)
-            {
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    return Err(e).with_context(|| {
-                        format!(
-                            "{}: read of {chunk} bytes at offset {} failed",
-                            self.path.display(),
-                            start + done as u64
-                        )
-                    })
-                }
-            };
-            if n == 0 {
-                break;
-            }
-            done += n;
-        }
-        if done < needed {
-            bail!(
-                "{}: short read at offset {}: got {} of {} bytes (file truncated or changed?)",
-                self.path.display(),
-                start + done as u64,
-                done,
-                needed
-            );
-        }
-        dst[done..].fill(0);
+        let d = read_range(self, offset, len, &mut buf.full_mut()[..want])?;
         buf.set_len(want);
-        Ok(delta)
+        Ok(d)
     }
+}
+
+/// Reads `[offset, offset+len)` of `f` into `dst`, which must be exactly
+/// `f.buffer_len_for(offset, len)` bytes and (direct mode) start at an aligned
+/// address. Returns the position of `offset` inside `dst`.
+///
+/// Errors as [`ShardFile::read_into`].
+pub fn read_range(f: &ShardFile, offset: u64, len: u64, dst: &mut [u8]) -> Result<usize> {
+    if offset + len > f.size {
+        bail!("{}: range [{offset}, {}) is past the end of the file ({} bytes)", f.path.display(), offset + len, f.size);
+    }
+    f.check_unchanged()?;
+    let (start, end, delta) = match f.mode {
+        IoMode::Direct => {
+            let (s, e) = f.aligned_span(offset, len);
+            (s, e, (offset - s) as usize)
+        }
+        IoMode::Buffered => (offset, offset + len, 0),
+        IoMode::Mmap => bail!("internal: read_range called in mmap mode"),
+    };
+    let want = (end - start) as usize;
+    if dst.len() != want {
+        bail!("internal: read window of {} bytes, need {want}", dst.len());
+    }
+    debug_assert!(f.mode != IoMode::Direct || dst.as_ptr() as usize % 4096 == 0, "unaligned O_DIRECT buffer");
+    let mut done = 0usize;
+    // Data needed: up to offset+len; in direct mode the aligned tail may cross EOF.
+    let needed = (offset + len - start) as usize;
+    while done < want {
+        let chunk = (want - done).min(1 << 30);
+        let n = match f.file.read_at(&mut dst[done..done + chunk], start + done as u64) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("{}: read of {chunk} bytes at offset {} failed", f.path.display(), start + done as u64)
+                })
+            }
+        };
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    if done < needed {
+        bail!(
+            "{}: short read at offset {}: got {} of {} bytes (file truncated or changed?)",
+            f.path.display(),
+            start + done as u64,
+            done,
+            needed
+        );
+    }
+    dst[done..].fill(0);
+    Ok(delta)
 }

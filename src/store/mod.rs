@@ -9,8 +9,11 @@
 //! Returned [`Bytes`] are cheap reference-counted views; a streaming store may
 //! recycle a buffer only after every view of it has been dropped.
 
+pub mod cache;
+pub mod metrics;
 pub mod plan;
 pub mod resident;
+pub mod streaming;
 
 use std::ops::Deref;
 use std::sync::Arc;
@@ -98,6 +101,18 @@ pub trait WeightStore: Send + Sync {
 
     /// Routed expert `expert` of MoE layer `layer`.
     fn expert(&self, layer: usize, expert: usize) -> Result<ExpertWeights>;
+
+    /// Hint: a new token (position `pos`) starts its forward pass.
+    fn begin_token(&self, _pos: usize) {}
+
+    /// Whether the store wants router look-ahead guesses ([`WeightStore::prefetch_experts`]).
+    fn wants_lookahead(&self) -> bool {
+        false
+    }
+
+    /// Hint: experts `guesses` of MoE layer `layer` are likely to be selected soon.
+    /// A wrong guess costs bandwidth, never correctness.
+    fn prefetch_experts(&self, _layer: usize, _guesses: &[usize]) {}
 
     /// Hint: the model is about to run layer `layer` (streaming stores start IO here).
     fn begin_layer(&self, _layer: usize) {}

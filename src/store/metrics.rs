@@ -1,0 +1,65 @@
+//! Counters kept by the streaming store (reported in `--metrics-json`).
+
+use serde::Serialize;
+
+/// Store counters; all byte counts are bytes, times seconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StoreMetrics {
+    /// Bytes read from disk (or faulted in, mmap) after open: trunk + experts.
+    pub bytes_read: u64,
+    pub trunk_bytes_read: u64,
+    pub expert_bytes_read: u64,
+    /// Bytes read while opening (pinned set).
+    pub load_bytes_read: u64,
+    pub reads: u64,
+    /// Time the compute thread spent blocked waiting for IO.
+    pub io_wait_s: f64,
+    /// Per-token trunk layer requests and those served from pinned memory or a
+    /// slot already loaded (a hit).
+    pub trunk_requests: u64,
+    pub trunk_hits: u64,
+    /// Expert requests (router selections) and those already resident or in flight.
+    pub expert_requests: u64,
+    pub expert_hits: u64,
+    /// Hits that were in flight thanks to a prefetch when selected.
+    pub expert_prefetch_hits: u64,
+    /// Per layer: (requests, hits).
+    pub expert_layer: Vec<(u64, u64)>,
+    /// Look-ahead / oracle guesses issued, and guesses the router then selected.
+    pub lookahead_guesses: u64,
+    pub lookahead_correct: u64,
+    /// Experts the router selected in layers where a guess had been made.
+    pub lookahead_actual: u64,
+    /// Peak of self-accounted resident bytes (pinned + slots + expert buffers + state + activations estimate).
+    pub peak_accounted_bytes: u64,
+    /// Times a buffer had to be allocated beyond the plan (should stay 0).
+    pub budget_overflows: u64,
+    pub verified_tensors: u64,
+}
+
+impl StoreMetrics {
+    /// hits / requests (1.0 when there were no requests).
+    pub fn trunk_hit_rate(&self) -> f64 {
+        ratio(self.trunk_hits, self.trunk_requests)
+    }
+    /// Expert-cache hit rate.
+    pub fn expert_hit_rate(&self) -> f64 {
+        ratio(self.expert_hits, self.expert_requests)
+    }
+    /// Fraction of guesses the router then selected (NaN when no guesses).
+    pub fn lookahead_precision(&self) -> Option<f64> {
+        (self.lookahead_guesses > 0).then(|| self.lookahead_correct as f64 / self.lookahead_guesses as f64)
+    }
+    /// Fraction of selected experts that had been guessed (NaN when no guesses).
+    pub fn lookahead_recall(&self) -> Option<f64> {
+        (self.lookahead_actual > 0).then(|| self.lookahead_correct as f64 / self.lookahead_actual as f64)
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        1.0
+    } else {
+        a as f64 / b as f64
+    }
+}
