@@ -7,8 +7,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod cmd_checksum;
 mod cmd_fixture;
 mod cmd_inspect;
+mod cmd_plan;
 mod cmd_tokenize;
 
 /// Run giant MoE models in a memory budget, and measure the trade.
@@ -25,6 +27,10 @@ enum Command {
     Fixture(cmd_fixture::FixtureArgs),
     /// Summarise a checkpoint's architecture and validate its tensors against config.json.
     Inspect(cmd_inspect::InspectArgs),
+    /// Print how a memory budget is allocated (pinned set, slots, expert cache, floor).
+    Plan(cmd_plan::PlanArgs),
+    /// Write the per-tensor SHA-256 manifest (tensors.sha256) used by --verify-reads.
+    Checksum(cmd_checksum::ChecksumArgs),
     /// Encode text to token ids (or decode ids) with a model directory's tokenizer.
     Tokenize(cmd_tokenize::TokenizeArgs),
 }
@@ -34,6 +40,8 @@ fn main() -> ExitCode {
     let res = match &cli.command {
         Command::Fixture(a) => cmd_fixture::run(a),
         Command::Inspect(a) => cmd_inspect::run(a),
+        Command::Plan(a) => cmd_plan::run(a),
+        Command::Checksum(a) => cmd_checksum::run(a),
         Command::Tokenize(a) => cmd_tokenize::run(a).map(|_| ExitCode::SUCCESS),
     };
     match res {
