@@ -8,11 +8,18 @@
 //! - [`schema`]: the tensor table a config implies (names, dtypes, shapes);
 //! - [`checkpoint`]: safetensors shard headers and tensor locations;
 //! - [`inspect`]: architecture summary and checkpoint validation;
-//! - [`fixture`]: deterministic fixture checkpoints in the published layout.
+//! - [`fixture`]: deterministic fixture checkpoints in the published layout;
+//! - [`model`]: the forward pass (KDA, MLA, MoE, AttnRes) over a [`store::WeightStore`];
+//! - [`ops`]: the kernel API the model calls (reference implementations);
+//! - [`sampler`], [`generate`]: token selection and the prefill/decode loop.
 
 pub mod checkpoint;
 pub mod config;
 pub mod fixture;
+pub mod generate;
 pub mod inspect;
+pub mod model;
+pub mod ops;
+pub mod sampler;
 pub mod schema;
 pub mod store;

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd_fixture;
 mod cmd_inspect;
+mod cmd_run;
 
 /// Run giant MoE models in a memory budget, and measure the trade.
 #[derive(Parser)]
@@ -24,6 +25,8 @@ enum Command {
     Fixture(cmd_fixture::FixtureArgs),
     /// Summarise a checkpoint's architecture and validate its tensors against config.json.
     Inspect(cmd_inspect::InspectArgs),
+    /// Generate tokens from a prompt (prefill, then decode).
+    Run(cmd_run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +34,7 @@ fn main() -> ExitCode {
     let res = match &cli.command {
         Command::Fixture(a) => cmd_fixture::run(a),
         Command::Inspect(a) => cmd_inspect::run(a),
+        Command::Run(a) => cmd_run::run(a),
     };
     match res {
         Ok(code) => code,
