@@ -1,5 +1,7 @@
 //! Prefill then decode: the generation loop with per-token timings.
 
+#![warn(missing_docs)]
+
 use std::time::Instant;
 
 use anyhow::{bail, Result};
@@ -12,6 +14,7 @@ use crate::sampler::{Sampler, SamplerConfig};
 pub struct GenerateParams {
     /// Maximum number of new tokens (≥ 1).
     pub max_tokens: usize,
+    /// Token selection (greedy when `temperature <= 0`).
     pub sampler: SamplerConfig,
     /// Token ids that end generation (the config's `eos_token_id`s); the stop token
     /// is included in the output ids.
@@ -23,7 +26,9 @@ pub struct GenerateParams {
 /// Result of [`generate`].
 #[derive(Debug, Clone)]
 pub struct GenerateOutput {
+    /// The prompt as fed.
     pub prompt_ids: Vec<u32>,
+    /// Generated ids (including a final stop id, if any).
     pub output_ids: Vec<u32>,
     /// With `keep_logits`: `[rows, vocab]` row-major, `rows = prompt_len + output_len − 1`;
     /// row `i` is the distribution over the token at position `i + 1` (prompt rows are

@@ -11,6 +11,8 @@
 //! `W[o,i] = E2M1(nibble(packed[o, i/2])) · 2^(scale[o, i/32] − 127)`, even `i` in the
 //! low nibble; E2M1 magnitudes `0, 0.5, 1, 1.5, 2, 3, 4, 6`, bit 3 = sign.
 
+#![warn(missing_docs)]
+
 /// Thread-count handle passed to every kernel (a dummy here: the reference kernels
 /// are single-threaded, so results never depend on it).
 #[derive(Debug, Clone)]

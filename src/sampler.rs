@@ -4,12 +4,16 @@
 //! stream seeded by the user, sorts candidates by (probability desc, id asc) and
 //! computes probabilities in f64.
 
+#![warn(missing_docs)]
+
 /// Sampling settings. `temperature <= 0` means greedy.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SamplerConfig {
+    /// Softmax temperature; ≤ 0 selects greedy decoding.
     pub temperature: f32,
     /// Nucleus mass in (0, 1]; 1 disables the cut.
     pub top_p: f32,
+    /// RNG seed (same seed + logits → same tokens).
     pub seed: u64,
 }
 
@@ -61,6 +65,7 @@ pub fn argmax(logits: &[f32]) -> u32 {
 /// A stateful sampler (the RNG advances once per sampled token).
 #[derive(Debug, Clone)]
 pub struct Sampler {
+    /// Settings.
     pub cfg: SamplerConfig,
     rng: SplitMix64,
 }

@@ -37,21 +37,29 @@ pub enum OutGate {
 
 /// Weights of one KDA layer (matrices in stored form, small vectors in f32).
 pub struct KdaWeights {
+    /// `q_proj` `[P, D]`.
     pub q: Mat,
+    /// `k_proj` `[P, D]`.
     pub k: Mat,
+    /// `v_proj` `[P, D]`.
     pub v: Mat,
     /// Conv weights `[3P, W]` (q | k | v channels; stored `[P, 1, W]` each).
     pub conv: Vec<f32>,
+    /// Forget-gate down projection `f_a_proj` `[K, D]`.
     pub f_a: Mat,
+    /// Forget-gate up projection `f_b_proj` `[P, K]`.
     pub f_b: Mat,
     /// `[P]`.
     pub dt_bias: Vec<f32>,
     /// Per-head `A_log` `[H]` (first H stored entries).
     pub a_log: Vec<f32>,
+    /// β logits `b_proj` `[H, D]`.
     pub b: Mat,
+    /// Output gate.
     pub gate: OutGate,
     /// `[K]`, shared by all heads.
     pub o_norm: Vec<f32>,
+    /// `o_proj` `[D, P]`.
     pub o: Mat,
 }
 

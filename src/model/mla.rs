@@ -26,13 +26,21 @@ use crate::ops::Par;
 /// Query projection of an MLA layer.
 pub enum QProj {
     /// `q_a_proj` `[q_lora, D]`, `q_a_layernorm` `[q_lora]` (eps 1e-6), `q_b_proj` `[H·(dn+dr), q_lora]`.
-    Lora { a: Mat, norm: Vec<f32>, b: Mat },
+    Lora {
+        /// `q_a_proj` `[q_lora, D]`.
+        a: Mat,
+        /// `q_a_layernorm` weight `[q_lora]`.
+        norm: Vec<f32>,
+        /// `q_b_proj` `[H·(dn+dr), q_lora]`.
+        b: Mat,
+    },
     /// `q_proj` `[H·(dn+dr), D]`.
     Full(Mat),
 }
 
 /// Weights of one MLA layer.
 pub struct MlaWeights {
+    /// Query projection.
     pub q: QProj,
     /// `kv_a_proj_with_mqa` `[r + dr, D]`.
     pub kv_a: Mat,

@@ -35,8 +35,11 @@ pub fn gated_act(act: Activation, g: &[f32], u: &[f32]) -> Vec<f32> {
 
 /// The three matrices of a gated MLP: `gate`/`up` `[F, D]`, `down` `[D, F]`.
 pub struct GatedMlp {
+    /// `gate_proj` / `w1` `[F, D]`.
     pub gate: Mat,
+    /// `up_proj` / `w3` `[F, D]`.
     pub up: Mat,
+    /// `down_proj` / `w2` `[D, F]`.
     pub down: Mat,
 }
 

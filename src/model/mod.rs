@@ -13,6 +13,8 @@
 //! fed one by one, so batched prefill and token-by-token decode give bit-identical
 //! logits (the batched products `matmul_*` are bit-identical to `matvec_*` per row).
 
+#![warn(missing_docs)]
+
 pub mod attn_res;
 pub mod kda;
 pub mod mla;

@@ -73,6 +73,7 @@ pub struct MoeWeights {
     pub gate: Mat,
     /// `e_score_correction_bias` `[E]`.
     pub bias: Vec<f32>,
+    /// Shared experts (intermediate `moe_intermediate_size · num_shared_experts`).
     pub shared: Option<GatedMlp>,
     /// Latent projections `routed_expert_down_proj` `[L, D]`, `routed_expert_up_proj` `[D, L]`.
     pub latent: Option<(Mat, Mat)>,

@@ -28,7 +28,9 @@ pub struct MlaCache {
 /// State of one decoder layer.
 #[derive(Debug, Clone)]
 pub enum LayerState {
+    /// A KDA layer's recurrent + conv state.
     Kda(KdaState),
+    /// An MLA layer's latent cache.
     Mla(MlaCache),
 }
 
@@ -39,6 +41,7 @@ pub struct State {
     pub pos: usize,
     /// Maximum number of positions (MLA caches refuse to grow past it).
     pub max_context: usize,
+    /// One state per decoder layer.
     pub layers: Vec<LayerState>,
     latent_dim: usize,
 }

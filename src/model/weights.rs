@@ -20,7 +20,9 @@ use crate::store::{Bytes, ExpertMat, WeightStore};
 /// Element type of a dense weight as the model reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Elem {
+    /// bfloat16 (upcast by shifting into the high half of an f32).
     Bf16,
+    /// IEEE f32.
     F32,
 }
 
@@ -29,16 +31,24 @@ pub enum Elem {
 pub enum Mat {
     /// BF16 or F32 row-major bytes.
     Dense {
+        /// Stored bytes (`rows·cols·size`).
         bytes: Bytes,
+        /// Element type.
         elem: Elem,
+        /// Output width.
         rows: usize,
+        /// Input width.
         cols: usize,
     },
     /// MXFP4 `weight_packed` `[rows, cols/2]` + E8M0 `weight_scale` `[rows, cols/32]`.
     Mxfp4 {
+        /// Packed E2M1 pairs `[rows, cols/2]`.
         packed: Bytes,
+        /// E8M0 block scales `[rows, cols/32]`.
         scale: Bytes,
+        /// Output width.
         rows: usize,
+        /// Input width (multiple of 32).
         cols: usize,
     },
 }
@@ -198,6 +208,7 @@ pub fn f32_from_le(b: &[u8]) -> Vec<f32> {
 
 /// Weight accessor: the store plus optional per-tensor dtype hints.
 pub struct Weights {
+    /// The store every weight is read from.
     pub store: Arc<dyn WeightStore>,
     /// Dtype per tensor name (without the weight prefix), from the checkpoint header.
     pub hints: HashMap<String, Dtype>,
