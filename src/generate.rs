@@ -21,6 +21,10 @@ pub struct GenerateParams {
     pub stop_ids: Vec<u32>,
     /// Keep the logits of every position for `GenerateOutput::logits`.
     pub keep_logits: bool,
+    /// Prefill at most this many prompt tokens per forward call (bounds the
+    /// per-call activation memory, e.g. AttnRes blocks `n·blocks·D` f32); 0 = the
+    /// whole prompt at once. Results are bit-identical for any chunking.
+    pub prefill_chunk: usize,
 }
 
 /// Result of [`generate`].
@@ -61,7 +65,7 @@ impl GenerateOutput {
     }
 }
 
-/// Prefills `prompt` into `state` (one batched forward), then decodes up to
+/// Prefills `prompt` into `state` (batched forwards of `prefill_chunk` tokens), then decodes up to
 /// `max_tokens` tokens, one forward per token, calling `on_token` for each new
 /// token as soon as it is chosen. Stops on a stop id or `max_tokens`.
 pub fn generate(
@@ -85,7 +89,21 @@ pub fn generate(
     } else {
         LogitsMode::Last
     };
-    let pl = model.forward(state, prompt, mode)?;
+    let chunk = if params.prefill_chunk == 0 {
+        prompt.len()
+    } else {
+        params.prefill_chunk
+    };
+    let mut pl = Vec::new();
+    let n_chunks = prompt.len().div_ceil(chunk);
+    for (i, c) in prompt.chunks(chunk).enumerate() {
+        let m = if i + 1 == n_chunks || mode == LogitsMode::All {
+            mode
+        } else {
+            LogitsMode::None
+        };
+        pl.extend(model.forward(state, c, m)?);
+    }
     let prefill_s = t0.elapsed().as_secs_f64();
     let last = pl[pl.len() - vocab..].to_vec();
     let mut all = if params.keep_logits { Some(pl) } else { None };

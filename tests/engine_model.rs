@@ -193,3 +193,39 @@ fn bad_inputs_are_errors() {
         .unwrap();
     assert!(format!("{e:#}").contains("/nonexistent/memdial"), "{e:#}");
 }
+
+#[test]
+fn generate_is_chunking_invariant_and_stops_on_eos() {
+    use memdial::generate::{generate, GenerateParams};
+    let model = Model::load(&fixture("tiny-k3"), 1).unwrap();
+    let run = |chunk: usize, stop: Vec<u32>| {
+        let mut st = model.new_state(64);
+        let p = GenerateParams {
+            max_tokens: 8,
+            sampler: Default::default(),
+            stop_ids: stop,
+            keep_logits: true,
+            prefill_chunk: chunk,
+        };
+        generate(&model, &mut st, &PROMPT, &p, &mut |_| {}).unwrap()
+    };
+    let a = run(0, vec![]);
+    let b = run(5, vec![]);
+    assert_eq!(a.output_ids, b.output_ids);
+    assert!(bits_eq(
+        a.logits.as_ref().unwrap(),
+        b.logits.as_ref().unwrap()
+    ));
+    let v = model.config().vocab_size;
+    assert_eq!(a.logits.as_ref().unwrap().len(), (PROMPT.len() + 8 - 1) * v);
+    // Row prompt_len−1+j of the logits produced output_ids[j] (greedy).
+    let l = a.logits.as_ref().unwrap();
+    for (j, &t) in a.output_ids.iter().enumerate() {
+        let r = PROMPT.len() - 1 + j;
+        assert_eq!(memdial::sampler::argmax(&l[r * v..(r + 1) * v]), t);
+    }
+    // Stopping on the third generated token.
+    let c = run(0, vec![a.output_ids[2]]);
+    assert_eq!(c.output_ids, a.output_ids[..3].to_vec());
+    assert!(c.stopped);
+}

@@ -65,6 +65,9 @@ pub struct RunArgs {
     /// token i+1) as float32 [positions, vocab]: `.npy`, or JSON for any other extension.
     #[arg(long)]
     pub logits_out: Option<PathBuf>,
+    /// Prompt tokens per prefill forward call (0 = whole prompt at once).
+    #[arg(long, default_value_t = 256)]
+    pub prefill_chunk: usize,
     /// Do not stop on the config's eos token ids.
     #[arg(long)]
     pub ignore_eos: bool,
@@ -157,6 +160,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             cfg.eos_token_ids.clone()
         },
         keep_logits: a.logits_out.is_some(),
+        prefill_chunk: a.prefill_chunk,
     };
     let out = generate(&model, &mut state, &prompt, &params, &mut |_| {})?;
     if let (Some(path), Some(l)) = (&a.logits_out, &out.logits) {
