@@ -12,6 +12,7 @@ mod cmd_fixture;
 mod cmd_inspect;
 mod cmd_plan;
 mod cmd_tokenize;
+mod cmd_run;
 
 /// Run giant MoE models in a memory budget, and measure the trade.
 #[derive(Parser)]
@@ -33,6 +34,8 @@ enum Command {
     Checksum(cmd_checksum::ChecksumArgs),
     /// Encode text to token ids (or decode ids) with a model directory's tokenizer.
     Tokenize(cmd_tokenize::TokenizeArgs),
+    /// Generate tokens from a prompt (prefill, then decode).
+    Run(cmd_run::RunArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Command::Plan(a) => cmd_plan::run(a),
         Command::Checksum(a) => cmd_checksum::run(a),
         Command::Tokenize(a) => cmd_tokenize::run(a).map(|_| ExitCode::SUCCESS),
+        Command::Run(a) => cmd_run::run(a),
     };
     match res {
         Ok(code) => code,
