@@ -54,8 +54,10 @@ fn bits(v: &[f32]) -> Vec<u32> {
 
 fn isas() -> Vec<Isa> {
     let mut v = vec![Isa::Scalar];
-    if Isa::Avx2.is_supported() {
-        v.push(Isa::Avx2);
+    for isa in [Isa::Avx2, Isa::Avx512] {
+        if isa.is_supported() {
+            v.push(isa);
+        }
     }
     v
 }

@@ -228,40 +228,61 @@ fn dot(isa: Isa, dt: Dtype, w: &[u8], x: &[f32]) -> f32 {
     debug_assert_eq!(w.len(), x.len() * dt.size());
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe {
-            // SAFETY: Par only selects Avx2 when the CPU supports it.
+        Isa::Avx2 | Isa::Avx512 => unsafe {
+            // SAFETY: Par only selects an ISA the CPU supports (AVX-512 implies AVX2).
             match dt {
                 Dtype::Bf16 => avx2::dot_bf16(w, x),
                 Dtype::F32 => avx2::dot_f32(w, x),
             }
         },
         _ => match dt {
-            Dtype::Bf16 => dot_scalar(w, x, |b, i| {
-                f32::from_bits((u16::from_le_bytes([b[2 * i], b[2 * i + 1]]) as u32) << 16)
-            }),
-            Dtype::F32 => dot_scalar(w, x, |b, i| {
-                f32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])
-            }),
+            Dtype::Bf16 => dot_scalar::<true>(w, x),
+            Dtype::F32 => dot_scalar::<false>(w, x),
         },
     }
 }
 
-/// The literal definition of the canonical order (see module docs).
+/// Weight `i` of `b` (BF16 or F32 little-endian) as f32.
 #[inline(always)]
-fn dot_scalar(w: &[u8], x: &[f32], get: impl Fn(&[u8], usize) -> f32) -> f32 {
+fn weight<const BF16: bool>(b: &[u8], i: usize) -> f32 {
+    if BF16 {
+        f32::from_bits((u16::from_le_bytes([b[2 * i], b[2 * i + 1]]) as u32) << 16)
+    } else {
+        f32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])
+    }
+}
+
+/// The literal definition of the canonical order (see module docs).
+#[inline]
+fn dot_scalar<const BF16: bool>(w: &[u8], x: &[f32]) -> f32 {
+    let es = if BF16 { 2 } else { 4 };
     let cols = x.len();
     let m = cols - cols % LANES;
     let mut a = [0f32; LANES];
-    let mut c0 = 0;
-    while c0 < m {
-        for (l, al) in a.iter_mut().enumerate() {
-            *al += get(w, c0 + l) * x[c0 + l];
+    for (wc, xc) in w[..m * es]
+        .chunks_exact(LANES * es)
+        .zip(x[..m].chunks_exact(LANES))
+    {
+        let xc: &[f32; LANES] = xc.try_into().expect("chunk");
+        let mut wv = [0f32; LANES];
+        if BF16 {
+            let wc: &[u8; 2 * LANES] = wc.try_into().expect("chunk");
+            for (l, d) in wv.iter_mut().enumerate() {
+                *d = f32::from_bits((u16::from_le_bytes([wc[2 * l], wc[2 * l + 1]]) as u32) << 16);
+            }
+        } else {
+            let wc: &[u8; 4 * LANES] = wc.try_into().expect("chunk");
+            for (l, d) in wv.iter_mut().enumerate() {
+                *d = f32::from_le_bytes([wc[4 * l], wc[4 * l + 1], wc[4 * l + 2], wc[4 * l + 3]]);
+            }
         }
-        c0 += LANES;
+        for l in 0..LANES {
+            a[l] += wv[l] * xc[l];
+        }
     }
     let mut s = reduce32(&a);
     for (c, xc) in x.iter().enumerate().skip(m) {
-        s += get(w, c) * *xc;
+        s += weight::<BF16>(w, c) * *xc;
     }
     s
 }
@@ -292,6 +313,10 @@ pub(crate) fn reduce8(c: &[f32; 8]) -> f32 {
 pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
+    /// Software-prefetch distance (bytes) ahead of the weight stream; rows
+    /// are contiguous, so this runs into the following rows.
+    const PREFETCH_BYTES: usize = 1024;
+
     /// Halving-tree reduction of one 8-lane register, identical to
     /// [`super::reduce8`].
     #[inline]
@@ -319,13 +344,6 @@ pub(crate) mod avx2 {
     #[target_feature(enable = "avx2")]
     unsafe fn dot_generic<const BF16: bool>(w: &[u8], x: &[f32]) -> f32 {
         let esize = if BF16 { 2 } else { 4 };
-        let get = |i: usize| -> f32 {
-            if BF16 {
-                f32::from_bits((u16::from_le_bytes([w[2 * i], w[2 * i + 1]]) as u32) << 16)
-            } else {
-                f32::from_le_bytes([w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]])
-            }
-        };
         let cols = x.len();
         let m = cols - cols % 32;
         assert!(w.len() >= cols * esize);
@@ -337,6 +355,12 @@ pub(crate) mod avx2 {
         let mut a3 = _mm256_setzero_ps();
         let mut c = 0;
         while c < m {
+            _mm_prefetch::<_MM_HINT_T0>(wp.wrapping_add(c * esize + PREFETCH_BYTES) as *const i8);
+            if !BF16 {
+                _mm_prefetch::<_MM_HINT_T0>(
+                    wp.wrapping_add(c * esize + 64 + PREFETCH_BYTES) as *const i8
+                );
+            }
             let w0 = load8::<BF16>(wp.add(c * esize));
             let w1 = load8::<BF16>(wp.add((c + 8) * esize));
             let w2 = load8::<BF16>(wp.add((c + 16) * esize));
@@ -352,7 +376,7 @@ pub(crate) mod avx2 {
         let b_hi = _mm256_add_ps(a1, a3);
         let mut s = hsum8(_mm256_add_ps(b_lo, b_hi));
         for (c, xc) in x.iter().enumerate().skip(m) {
-            s += get(c) * *xc;
+            s += super::weight::<BF16>(w, c) * *xc;
         }
         s
     }

@@ -42,21 +42,28 @@ pub enum Isa {
     Scalar,
     /// x86_64 AVX2 intrinsics (`std::arch`), runtime-detected.
     Avx2,
+    /// AVX2 plus AVX-512F for the MXFP4 decoder (other kernels use AVX2).
+    Avx512,
 }
 
 impl Isa {
     /// The best supported ISA on this CPU, unless the environment variable
-    /// `MEMDIAL_KERNELS` is `scalar` (then [`Isa::Scalar`]). Read at each
+    /// `MEMDIAL_KERNELS` is `scalar` (then [`Isa::Scalar`]) or `avx2` (then at
+    /// most [`Isa::Avx2`]). Read at each
     /// call (cheap); [`Par`] stores the result, so one `Par` never switches.
     pub fn detect() -> Isa {
         if std::env::var("MEMDIAL_KERNELS").is_ok_and(|v| v.eq_ignore_ascii_case("scalar")) {
             return Isa::Scalar;
         }
-        if Isa::Avx2.is_supported() {
-            Isa::Avx2
-        } else {
-            Isa::Scalar
+        if std::env::var("MEMDIAL_KERNELS").is_ok_and(|v| v.eq_ignore_ascii_case("avx2"))
+            && Isa::Avx2.is_supported()
+        {
+            return Isa::Avx2;
         }
+        [Isa::Avx512, Isa::Avx2]
+            .into_iter()
+            .find(|i| i.is_supported())
+            .unwrap_or(Isa::Scalar)
     }
 
     /// Whether this CPU can run the path.
@@ -64,6 +71,7 @@ impl Isa {
         match self {
             Isa::Scalar => true,
             Isa::Avx2 => avx2_available(),
+            Isa::Avx512 => avx2_available() && avx512_available(),
         }
     }
 }
@@ -73,7 +81,17 @@ fn avx2_available() -> bool {
     is_x86_feature_detected!("avx2")
 }
 
+#[cfg(target_arch = "x86_64")]
+fn avx512_available() -> bool {
+    is_x86_feature_detected!("avx512f")
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 fn avx2_available() -> bool {
+    false
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx512_available() -> bool {
     false
 }

@@ -6,60 +6,74 @@
 //! a row never depends on which thread runs it or on where the range
 //! boundaries fall, results are bit-identical for every thread count.
 //!
-//! Design (measured, see `benches/README.md`): `threads - 1` persistent worker
-//! threads plus the calling thread. A call publishes a job pointer, bumps an
-//! epoch counter and wakes the workers; workers spin briefly on the epoch
-//! (so back-to-back matvecs in a forward pass do not pay a futex round trip)
-//! and then block on a condvar. The caller runs part 0 itself and waits for a
-//! completion counter. No allocation happens per call.
+//! Design (measured, see `benches/README.md`): `threads - 1` persistent
+//! worker threads plus the calling thread. A call cuts the work into a fixed
+//! list of parts (more parts than threads); the caller publishes the job,
+//! opens it, and then *every* participant — caller included — claims parts
+//! from an atomic counter until none are left. The caller then closes the
+//! job and waits only for workers that are still inside a part. So a worker
+//! that is slow to wake (descheduled on a busy machine) never delays a call:
+//! the caller simply does its parts. Which thread computes a part changes
+//! nothing in the result (kernels compute every output row independently of
+//! the partition). Idle workers spin on an epoch counter for
+//! [`SPIN_TIME`] (bridging the gaps between consecutive kernels of a forward
+//! pass without a futex round trip), then block on a condvar. No allocation
+//! happens per call.
 
 use std::cell::UnsafeCell;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, TryLockError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::Isa;
 
-/// Spin iterations (each one `spin_loop` hint) before a waiting thread blocks.
-/// About 10–30 µs on current x86 cores: long enough to bridge the gap between
-/// consecutive kernels of one forward pass, short enough not to burn a core
-/// while the engine waits for IO.
-const SPIN_ITERS: u32 = 1 << 14;
+/// How long an idle thread spins before it blocks.
+pub const SPIN_TIME: Duration = Duration::from_micros(50);
+
+/// Parts per thread that [`Par::for_ranges`] cuts its range into (load
+/// balancing when a thread is slow or descheduled).
+pub const PARTS_PER_THREAD: usize = 4;
 
 /// Erased pointer to the job closure of the current epoch.
 type JobPtr = *const (dyn Fn(usize) + Sync);
 
 struct Shared {
-    /// Incremented (Release) once per parallel call after `job` is written.
-    epoch: AtomicU64,
-    /// Job of the current epoch. Written only by the caller holding
-    /// `call_lock`, while no worker is running a job.
+    /// `(epoch << 1) | open`. Set open (after the job fields are written)
+    /// and closed by the caller holding `call_lock`.
+    state: AtomicU64,
+    /// Job closure of the current epoch; valid while `state` is open or any
+    /// worker that joined it is `active`.
     job: UnsafeCell<Option<JobPtr>>,
-    /// Workers that have not yet finished the current epoch.
-    remaining: AtomicUsize,
-    /// Set when a worker's job panicked; re-raised by the caller.
+    nparts: AtomicUsize,
+    /// Next unclaimed part.
+    next: AtomicUsize,
+    /// Workers between "joined" and "left" (see `worker`).
+    active: AtomicUsize,
     panicked: AtomicBool,
     shutdown: AtomicBool,
-    /// Guards the epoch transition for sleeping workers.
+    /// Workers blocked on `start_cv` (only notified when non-zero).
+    sleepers: AtomicUsize,
     start_lock: Mutex<()>,
     start_cv: Condvar,
-    /// Guards the completion transition for a sleeping caller.
+    /// The caller is blocked on `done_cv`.
+    caller_sleeping: AtomicBool,
     done_lock: Mutex<()>,
     done_cv: Condvar,
 }
 
-// SAFETY: `job` is only written by the (single, `call_lock`-holding) caller
-// while every worker is idle, and only read by workers after they observed
-// the epoch bump with Acquire ordering; the closure itself is `Sync`.
+// SAFETY: `job` is written only by the caller holding `call_lock` while the
+// job is closed and no worker is active; workers read it only after
+// registering as active and observing the open state (SeqCst), see `worker`.
 unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
 struct Pool {
     shared: Arc<Shared>,
-    /// Serialises parallel calls; a nested or concurrent call that cannot take
-    /// it runs all parts on the calling thread instead (same results).
+    /// Serialises calls; a nested or concurrent call that cannot take it
+    /// runs all its parts on its own thread instead (same results).
     call_lock: Mutex<()>,
     handles: Vec<JoinHandle<()>>,
 }
@@ -67,15 +81,16 @@ struct Pool {
 /// A fixed set of threads that kernels split their output rows over.
 ///
 /// `Par::new(threads)` starts `threads - 1` worker threads (the caller is
-/// thread 0). The thread count only changes speed, never results: every
-/// kernel produces bit-identical output for any `threads >= 1`.
+/// the remaining one). The thread count only changes speed, never results:
+/// every kernel produces bit-identical output for any `threads >= 1`.
 ///
 /// `Par` also carries the instruction-set choice ([`Isa`]) used by the
 /// kernels, so a test can run the scalar and SIMD paths side by side.
 ///
-/// Calls are serialised: if `run` is called while another call on the same
-/// `Par` is in progress (from another thread, or nested inside a job), the
-/// second call runs all of its parts sequentially on its own thread.
+/// Calls are serialised: if [`Par::run`] is called while another call on
+/// the same `Par` is in progress (from another thread, or nested inside a
+/// part), the second call runs all of its parts sequentially on its own
+/// thread.
 pub struct Par {
     threads: usize,
     isa: Isa,
@@ -122,22 +137,25 @@ impl Par {
         self.isa
     }
 
-    /// Runs `f(t)` for every `t in 0..self.threads()`, each on a different
-    /// thread (`t = 0` on the caller), and returns when all have finished.
+    /// Runs `f(i)` exactly once for every part `i in 0..nparts`, spread over
+    /// the pool's threads in no particular assignment, and returns when all
+    /// parts have finished. `f` must not depend on which thread runs it.
     /// A panic in any part is re-raised here after all parts finished.
-    pub fn run(&self, f: &(dyn Fn(usize) + Sync)) {
+    pub fn run(&self, nparts: usize, f: &(dyn Fn(usize) + Sync)) {
         match &self.pool {
-            None => f(0),
-            Some(pool) => pool.run(self.threads, f),
+            Some(pool) if nparts > 1 => pool.run(nparts, f),
+            _ => (0..nparts).for_each(f),
         }
     }
 
-    /// Splits `0..n` into `self.threads()` contiguous ranges whose interior
-    /// boundaries are multiples of `align` (use it to keep threads off each
-    /// other's cache lines), and runs `f(range)` for each non-empty range in
-    /// parallel. When `work < min_work` everything runs as a single range on
-    /// the calling thread. Kernels guarantee results do not depend on the
-    /// partition, so neither the cut-off nor the thread count changes output.
+    /// Splits `0..n` into contiguous ranges whose interior boundaries are
+    /// multiples of `align` (use it to keep threads off each other's cache
+    /// lines) and runs `f(range)` on each non-empty one, in parallel. The
+    /// split is a fixed function of `n`, `align` and the thread count
+    /// ([`PARTS_PER_THREAD`] parts per thread). When `work < min_work` the
+    /// whole of `0..n` runs as one range on the calling thread. Kernels
+    /// compute each row independently of the split, so neither the cut-off
+    /// nor the thread count changes their output.
     pub fn for_ranges(
         &self,
         n: usize,
@@ -149,13 +167,14 @@ impl Par {
         if n == 0 {
             return;
         }
-        if self.threads == 1 || work < min_work || n <= align.max(1) {
+        let align = align.max(1);
+        let parts = (self.threads * PARTS_PER_THREAD).min(n.div_ceil(align));
+        if self.threads == 1 || work < min_work || parts <= 1 {
             f(0..n);
             return;
         }
-        let t = self.threads;
-        self.run(&|i| {
-            let r = partition(n, t, align, i);
+        self.run(parts, &|i| {
+            let r = partition(n, parts, align, i);
             if !r.is_empty() {
                 f(r);
             }
@@ -164,7 +183,7 @@ impl Par {
 }
 
 /// Range of part `i` when `0..n` is split into `parts` contiguous pieces
-/// with interior boundaries rounded to multiples of `align`.
+/// with interior boundaries rounded down to multiples of `align`.
 pub(crate) fn partition(n: usize, parts: usize, align: usize, i: usize) -> Range<usize> {
     let align = align.max(1);
     let bound = |k: usize| -> usize {
@@ -177,16 +196,33 @@ pub(crate) fn partition(n: usize, parts: usize, align: usize, i: usize) -> Range
     bound(i)..bound(i + 1)
 }
 
+/// Claims and runs parts until none are left; records panics.
+fn claim_loop(s: &Shared, f: &(dyn Fn(usize) + Sync), nparts: usize) {
+    loop {
+        let i = s.next.fetch_add(1, SeqCst);
+        if i >= nparts {
+            return;
+        }
+        if catch_unwind(AssertUnwindSafe(|| f(i))).is_err() {
+            s.panicked.store(true, SeqCst);
+        }
+    }
+}
+
 impl Pool {
     fn start(threads: usize) -> Pool {
         let shared = Arc::new(Shared {
-            epoch: AtomicU64::new(0),
+            state: AtomicU64::new(0),
             job: UnsafeCell::new(None),
-            remaining: AtomicUsize::new(0),
+            nparts: AtomicUsize::new(0),
+            next: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
             start_lock: Mutex::new(()),
             start_cv: Condvar::new(),
+            caller_sleeping: AtomicBool::new(false),
             done_lock: Mutex::new(()),
             done_cv: Condvar::new(),
         });
@@ -195,7 +231,7 @@ impl Pool {
                 let s = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("memdial-par-{tid}"))
-                    .spawn(move || worker(s, tid))
+                    .spawn(move || worker(s))
                     .expect("failed to spawn kernel worker thread")
             })
             .collect();
@@ -206,54 +242,56 @@ impl Pool {
         }
     }
 
-    fn run(&self, threads: usize, f: &(dyn Fn(usize) + Sync)) {
+    fn run(&self, nparts: usize, f: &(dyn Fn(usize) + Sync)) {
         let _guard = match self.call_lock.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => {
-                // Busy (nested or concurrent call): same parts, one thread.
-                for t in 0..threads {
-                    f(t);
-                }
+                (0..nparts).for_each(f);
                 return;
             }
         };
         let s = &*self.shared;
-        // SAFETY: erase the closure's lifetime. Workers only dereference the
-        // pointer between the epoch bump below and their decrement of
-        // `remaining`; we do not return (not even by unwinding, see below)
-        // before `remaining` reaches 0, so the closure outlives every use.
+        // SAFETY: erase the closure's lifetime. Workers dereference it only
+        // while registered in `active`, and we return (or unwind) only after
+        // closing the job and seeing `active == 0`.
         let ptr: JobPtr = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), JobPtr>(f) };
         unsafe { *s.job.get() = Some(ptr) };
-        s.panicked.store(false, Ordering::Relaxed);
-        s.remaining.store(threads - 1, Ordering::Relaxed);
+        s.nparts.store(nparts, SeqCst);
+        s.next.store(0, SeqCst);
+        s.panicked.store(false, SeqCst);
+        let epoch = (s.state.load(SeqCst) >> 1) + 1;
         {
             let _l = s.start_lock.lock().unwrap_or_else(|p| p.into_inner());
-            s.epoch.fetch_add(1, Ordering::Release);
-        }
-        s.start_cv.notify_all();
-
-        let mine = catch_unwind(AssertUnwindSafe(|| f(0)));
-
-        // Wait for the workers: spin, then block.
-        let mut spins = 0u32;
-        while s.remaining.load(Ordering::Acquire) != 0 {
-            if spins < SPIN_ITERS {
-                spins += 1;
-                std::hint::spin_loop();
-            } else {
-                let mut l = s.done_lock.lock().unwrap_or_else(|p| p.into_inner());
-                while s.remaining.load(Ordering::Acquire) != 0 {
-                    l = s.done_cv.wait(l).unwrap_or_else(|p| p.into_inner());
-                }
+            s.state.store((epoch << 1) | 1, SeqCst);
+            if s.sleepers.load(SeqCst) > 0 {
+                s.start_cv.notify_all();
             }
         }
-        unsafe { *s.job.get() = None };
-        if let Err(e) = mine {
-            std::panic::resume_unwind(e);
+
+        claim_loop(s, f, nparts);
+
+        // All parts are claimed; close the job and wait for the workers that
+        // are still inside one.
+        s.state.store(epoch << 1, SeqCst);
+        let t0 = Instant::now();
+        let mut k = 0u32;
+        while s.active.load(SeqCst) != 0 {
+            k = k.wrapping_add(1);
+            if k % 64 != 0 || t0.elapsed() < SPIN_TIME {
+                std::hint::spin_loop();
+                continue;
+            }
+            let mut l = s.done_lock.lock().unwrap_or_else(|p| p.into_inner());
+            s.caller_sleeping.store(true, SeqCst);
+            while s.active.load(SeqCst) != 0 {
+                l = s.done_cv.wait(l).unwrap_or_else(|p| p.into_inner());
+            }
+            s.caller_sleeping.store(false, SeqCst);
         }
-        if s.panicked.load(Ordering::Acquire) {
-            panic!("a memdial kernel worker thread panicked");
+        unsafe { *s.job.get() = None };
+        if s.panicked.load(SeqCst) {
+            panic!("a memdial kernel part panicked");
         }
     }
 }
@@ -266,7 +304,7 @@ impl Drop for Pool {
                 .start_lock
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            self.shared.shutdown.store(true, Ordering::Release);
+            self.shared.shutdown.store(true, SeqCst);
         }
         self.shared.start_cv.notify_all();
         for h in self.handles.drain(..) {
@@ -275,38 +313,46 @@ impl Drop for Pool {
     }
 }
 
-fn worker(s: Arc<Shared>, tid: usize) {
-    let mut seen = 0u64;
+fn worker(s: Arc<Shared>) {
+    let mut seen = 0u64; // last epoch this worker looked at
     loop {
-        // Wait for a new epoch: spin, then block.
-        let mut spins = 0u32;
-        loop {
-            if s.shutdown.load(Ordering::Acquire) {
+        // Wait for a new epoch: spin for SPIN_TIME, then block.
+        let t0 = Instant::now();
+        let mut k = 0u32;
+        let st = loop {
+            if s.shutdown.load(SeqCst) {
                 return;
             }
-            if s.epoch.load(Ordering::Acquire) != seen {
-                break;
+            let st = s.state.load(SeqCst);
+            if st >> 1 != seen {
+                break st;
             }
-            if spins < SPIN_ITERS {
-                spins += 1;
+            k = k.wrapping_add(1);
+            if k % 64 != 0 || t0.elapsed() < SPIN_TIME {
                 std::hint::spin_loop();
-            } else {
-                let mut l = s.start_lock.lock().unwrap_or_else(|p| p.into_inner());
-                while s.epoch.load(Ordering::Acquire) == seen && !s.shutdown.load(Ordering::Acquire)
-                {
-                    l = s.start_cv.wait(l).unwrap_or_else(|p| p.into_inner());
-                }
+                continue;
             }
+            let mut l = s.start_lock.lock().unwrap_or_else(|p| p.into_inner());
+            s.sleepers.fetch_add(1, SeqCst);
+            while s.state.load(SeqCst) >> 1 == seen && !s.shutdown.load(SeqCst) {
+                l = s.start_cv.wait(l).unwrap_or_else(|p| p.into_inner());
+            }
+            s.sleepers.fetch_sub(1, SeqCst);
+        };
+        seen = st >> 1;
+        if st & 1 == 0 {
+            continue; // already closed: the caller did all the parts
         }
-        seen = s.epoch.load(Ordering::Acquire);
-        // SAFETY: the caller wrote `job` before the Release epoch bump we
-        // observed, and keeps the closure alive until `remaining` hits 0.
-        let job = unsafe { (*s.job.get()).expect("epoch bumped without a job") };
-        let r = catch_unwind(AssertUnwindSafe(|| unsafe { (*job)(tid) }));
-        if r.is_err() {
-            s.panicked.store(true, Ordering::Release);
+        // Join: register first, then re-check that the same epoch is still
+        // open. If it is, the caller will wait for us before the closure dies.
+        s.active.fetch_add(1, SeqCst);
+        if s.state.load(SeqCst) == st {
+            // SAFETY: see `Shared`; the job is open and we are active.
+            let job = unsafe { (*s.job.get()).expect("open job without closure") };
+            let nparts = s.nparts.load(SeqCst);
+            claim_loop(&s, unsafe { &*job }, nparts);
         }
-        if s.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if s.active.fetch_sub(1, SeqCst) == 1 && s.caller_sleeping.load(SeqCst) {
             let _l = s.done_lock.lock().unwrap_or_else(|p| p.into_inner());
             s.done_cv.notify_one();
         }
@@ -365,11 +411,13 @@ mod tests {
         for t in 1..6 {
             let par = Par::new(t);
             for _ in 0..200 {
-                let hits: Vec<AtomicUsize> = (0..t).map(|_| AtomicUsize::new(0)).collect();
-                par.run(&|i| {
-                    hits[i].fetch_add(1, Ordering::Relaxed);
-                });
-                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+                for nparts in [0usize, 1, 2, 7, 40] {
+                    let hits: Vec<AtomicUsize> = (0..nparts).map(|_| AtomicUsize::new(0)).collect();
+                    par.run(nparts, &|i| {
+                        hits[i].fetch_add(1, SeqCst);
+                    });
+                    assert!(hits.iter().all(|h| h.load(SeqCst) == 1));
+                }
             }
         }
     }
@@ -378,20 +426,20 @@ mod tests {
     fn nested_run_falls_back_to_sequential() {
         let par = Par::new(3);
         let count = AtomicUsize::new(0);
-        par.run(&|_| {
-            par.run(&|_| {
-                count.fetch_add(1, Ordering::Relaxed);
+        par.run(3, &|_| {
+            par.run(3, &|_| {
+                count.fetch_add(1, SeqCst);
             });
         });
-        assert_eq!(count.load(Ordering::Relaxed), 9);
+        assert_eq!(count.load(SeqCst), 9);
     }
 
     #[test]
     fn worker_panic_is_reraised() {
         let par = Par::new(2);
         let r = catch_unwind(AssertUnwindSafe(|| {
-            par.run(&|i| {
-                if i == 1 {
+            par.run(4, &|i| {
+                if i == 3 {
                     panic!("boom");
                 }
             })
@@ -399,9 +447,9 @@ mod tests {
         assert!(r.is_err());
         // Pool still usable afterwards.
         let count = AtomicUsize::new(0);
-        par.run(&|_| {
-            count.fetch_add(1, Ordering::Relaxed);
+        par.run(5, &|_| {
+            count.fetch_add(1, SeqCst);
         });
-        assert_eq!(count.load(Ordering::Relaxed), 2);
+        assert_eq!(count.load(SeqCst), 5);
     }
 }
