@@ -1,14 +1,24 @@
-//! Kernel benchmarks: `cargo bench --bench kernels`.
+//! Kernel benchmarks: `cargo bench -p memdial --bench kernels`.
 //!
-//! Throughput is weight bytes consumed per second (criterion
-//! `Throughput::Bytes`). "cold" benches rotate through copies of the matrix
-//! totalling >= 1 GiB (more than the last-level cache), so every call streams
-//! its weights from RAM, as decode does; "hot" benches reuse one matrix.
-//! Set `MEMDIAL_BENCH_QUICK=1` for a shorter run.
+//! Throughput is weight bytes consumed per second, in decimal GB/s
+//! (criterion `Throughput::BytesDecimal`). "cold" benches rotate through
+//! copies of the matrix totalling >= 1 GiB (more than the last-level cache),
+//! so every call streams its weights from RAM, as decode does; "hot" benches
+//! reuse one matrix (MXFP4 expert: 5.8 MB, cache-resident).
+//!
+//! Two measurements:
+//! * `wall/...`: criterion's wall clock, threads 1 and 2.
+//! * `cpu/...`: CPU time of the calling thread (`CLOCK_THREAD_CPUTIME_ID`),
+//!   threads 1 only. It is immune to preemption by other processes, which
+//!   dominates wall-clock numbers on a shared 2-core machine.
+//!
+//! The RAM read-bandwidth probe (`ram_read_bandwidth`, median of 7 passes
+//! over 1 GiB) is printed first. `MEMDIAL_BENCH_QUICK=1` shortens the run.
 
 use std::hint::black_box;
 use std::time::Duration;
 
+use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use memdial::kernels::{
     matmul_bf16, matmul_mxfp4, matvec_bf16, matvec_mxfp4, ram_read_bandwidth, Isa, Par,
@@ -30,6 +40,74 @@ impl Rng {
     }
 }
 
+/// Thread CPU time in nanoseconds, as a criterion measurement.
+struct ThreadCpu;
+
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer; CLOCK_THREAD_CPUTIME_ID is always available on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+impl Measurement for ThreadCpu {
+    type Intermediate = u64;
+    type Value = u64;
+    fn start(&self) -> u64 {
+        thread_cpu_ns()
+    }
+    fn end(&self, i: u64) -> u64 {
+        thread_cpu_ns() - i
+    }
+    fn add(&self, a: &u64, b: &u64) -> u64 {
+        a + b
+    }
+    fn zero(&self) -> u64 {
+        0
+    }
+    fn to_f64(&self, v: &u64) -> f64 {
+        *v as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        &NsFormatter
+    }
+}
+
+struct NsFormatter;
+
+impl ValueFormatter for NsFormatter {
+    fn scale_values(&self, typical: f64, values: &mut [f64]) -> &'static str {
+        let (div, unit) = if typical < 1e3 {
+            (1.0, "ns (cpu)")
+        } else if typical < 1e6 {
+            (1e3, "µs (cpu)")
+        } else if typical < 1e9 {
+            (1e6, "ms (cpu)")
+        } else {
+            (1e9, "s (cpu)")
+        };
+        values.iter_mut().for_each(|v| *v /= div);
+        unit
+    }
+    fn scale_throughputs(&self, _typical: f64, t: &Throughput, values: &mut [f64]) -> &'static str {
+        let (amount, unit) = match *t {
+            Throughput::Bytes(b) | Throughput::BytesDecimal(b) => (b as f64, "GB/s (cpu)"),
+            Throughput::Elements(e) => (e as f64, "Gelem/s (cpu)"),
+            Throughput::Bits(b) => (b as f64, "Gbit/s (cpu)"),
+            Throughput::ElementsAndBytes { bytes, .. } => (bytes as f64, "GB/s (cpu)"),
+        };
+        // value is ns, so amount / ns = G-units per second.
+        values.iter_mut().for_each(|v| *v = amount / *v);
+        unit
+    }
+    fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
+        "ns"
+    }
+}
+
 /// Normal-range BF16 values in [-1, 1) (no denormals, which would measure
 /// microcode assists instead of the kernel).
 fn bf16_matrix(rng: &mut Rng, n: usize) -> Vec<u8> {
@@ -40,12 +118,6 @@ fn bf16_matrix(rng: &mut Rng, n: usize) -> Vec<u8> {
         v.extend_from_slice(&((f.to_bits() >> 16) as u16).to_le_bytes());
     }
     v
-}
-
-/// Copies of `one` totalling at least `total` bytes (at least 1 copy).
-fn copies(one: &[u8], total: usize) -> Vec<Vec<u8>> {
-    let k = total.div_ceil(one.len()).max(1);
-    (0..k).map(|_| one.to_vec()).collect()
 }
 
 fn isas() -> Vec<Isa> {
@@ -63,30 +135,20 @@ fn isa_name(i: Isa) -> &'static str {
     }
 }
 
-fn thread_counts() -> Vec<usize> {
-    vec![1, 2]
-}
-
-fn ram(c: &mut Criterion) {
-    for t in thread_counts() {
+fn ram_probe(_c: &mut Criterion) {
+    for t in [1usize, 2] {
         let par = Par::new(t);
-        let bw = ram_read_bandwidth(&par, GIB, 5);
-        eprintln!("ram_read_bandwidth threads={t}: {:.2} GB/s", bw / 1e9);
+        let bw = ram_read_bandwidth(&par, GIB, 7);
+        eprintln!(
+            "ram_read_bandwidth threads={t}: {:.2} GB/s (median of 7 passes over 1 GiB)",
+            bw / 1e9
+        );
     }
-    let mut g = c.benchmark_group("ram_read");
-    g.throughput(Throughput::Bytes(GIB as u64));
-    for t in thread_counts() {
-        let par = Par::new(t);
-        g.bench_function(BenchmarkId::new("1GiB", format!("t{t}")), |b| {
-            b.iter(|| ram_read_bandwidth(&par, GIB, 1))
-        });
-    }
-    g.finish();
 }
 
 fn overhead(c: &mut Criterion) {
-    let mut g = c.benchmark_group("par_overhead");
-    for t in thread_counts() {
+    let mut g = c.benchmark_group("wall/par_overhead");
+    for t in [1usize, 2] {
         let par = Par::new(t);
         g.bench_function(BenchmarkId::new("pool_run_empty", format!("t{t}")), |b| {
             b.iter(|| {
@@ -103,14 +165,14 @@ fn overhead(c: &mut Criterion) {
             })
         })
     });
-    // Small matvecs around the single-thread cut-off.
+    // Small matvecs around the single-thread cut-off (PAR_MIN_ELEMS = 65536).
     let mut rng = Rng(7);
-    for &(rows, cols) in &[(64usize, 256usize), (256, 256), (1024, 256), (2048, 2048)] {
+    for &(rows, cols) in &[(128usize, 256usize), (256, 256), (1024, 256), (2048, 2048)] {
         let w = bf16_matrix(&mut rng, rows * cols);
         let x: Vec<f32> = (0..cols).map(|_| rng.f32()).collect();
         let mut y = vec![0f32; rows];
-        g.throughput(Throughput::Bytes(w.len() as u64));
-        for t in thread_counts() {
+        g.throughput(Throughput::BytesDecimal(w.len() as u64));
+        for t in [1usize, 2] {
             let par = Par::new(t);
             g.bench_function(
                 BenchmarkId::new(format!("bf16_{rows}x{cols}"), format!("t{t}")),
@@ -121,18 +183,18 @@ fn overhead(c: &mut Criterion) {
     g.finish();
 }
 
-fn bf16(c: &mut Criterion) {
+fn bf16_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &[usize]) {
     let mut rng = Rng(1);
-    let mut g = c.benchmark_group("matvec_bf16_cold");
+    let mut g = c.benchmark_group(format!("{prefix}/matvec_bf16_cold"));
     for &(rows, cols) in &[(12288usize, 7168usize), (3584, 7168)] {
         let one = bf16_matrix(&mut rng, rows * cols);
-        let mats = copies(&one, GIB);
+        let mats: Vec<Vec<u8>> = (0..GIB.div_ceil(one.len())).map(|_| one.clone()).collect();
         drop(one);
         let x: Vec<f32> = (0..cols).map(|_| rng.f32()).collect();
         let mut y = vec![0f32; rows];
-        g.throughput(Throughput::Bytes((rows * cols * 2) as u64));
+        g.throughput(Throughput::BytesDecimal((rows * cols * 2) as u64));
         for isa in isas() {
-            for t in thread_counts() {
+            for &t in threads {
                 let par = Par::with_isa(t, isa);
                 let mut k = 0;
                 g.bench_function(
@@ -150,13 +212,13 @@ fn bf16(c: &mut Criterion) {
     g.finish();
 
     // Prefill: 16 vectors through a [3584, 7168] matrix (hot).
-    let mut g = c.benchmark_group("matmul_bf16_n16");
+    let mut g = c.benchmark_group(format!("{prefix}/matmul_bf16_n16"));
     let (rows, cols, n) = (3584usize, 7168usize, 16usize);
     let w = bf16_matrix(&mut rng, rows * cols);
     let xs: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
     let mut ys = vec![0f32; n * rows];
-    g.throughput(Throughput::Bytes((rows * cols * 2) as u64));
-    for t in thread_counts() {
+    g.throughput(Throughput::BytesDecimal((rows * cols * 2) as u64));
+    for &t in threads {
         let par = Par::new(t);
         g.bench_function(
             BenchmarkId::new(format!("{rows}x{cols}"), format!("t{t}")),
@@ -176,7 +238,7 @@ fn mxfp4_data(rng: &mut Rng, rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
     (packed, scales)
 }
 
-fn mxfp4(c: &mut Criterion) {
+fn mxfp4_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &[usize]) {
     let mut rng = Rng(2);
     // K3 routed expert shapes: w1/w3 [3072 out, 3584 in], w2 [3584 out, 3072 in].
     for &(rows, cols) in &[(3072usize, 3584usize), (3584, 3072)] {
@@ -185,21 +247,13 @@ fn mxfp4(c: &mut Criterion) {
         let x: Vec<f32> = (0..cols).map(|_| rng.f32()).collect();
         let mut y = vec![0f32; rows];
         for cold in [false, true] {
-            let name = if cold {
-                "matvec_mxfp4_cold"
-            } else {
-                "matvec_mxfp4_hot"
-            };
-            let mut g = c.benchmark_group(name);
-            g.throughput(Throughput::Bytes(bytes as u64));
-            let (ps, ss) = if cold {
-                let k = GIB.div_ceil(bytes);
-                (vec![p.clone(); k], vec![s.clone(); k])
-            } else {
-                (vec![p.clone()], vec![s.clone()])
-            };
+            let kind = if cold { "cold" } else { "hot" };
+            let mut g = c.benchmark_group(format!("{prefix}/matvec_mxfp4_{kind}"));
+            g.throughput(Throughput::BytesDecimal(bytes as u64));
+            let k = if cold { GIB.div_ceil(bytes) } else { 1 };
+            let (ps, ss) = (vec![p.clone(); k], vec![s.clone(); k]);
             for isa in isas() {
-                for t in thread_counts() {
+                for &t in threads {
                     let par = Par::with_isa(t, isa);
                     let mut k = 0;
                     g.bench_function(
@@ -222,9 +276,9 @@ fn mxfp4(c: &mut Criterion) {
         let n = 16;
         let xs: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
         let mut ys = vec![0f32; n * rows];
-        let mut g = c.benchmark_group("matmul_mxfp4_n16");
-        g.throughput(Throughput::Bytes(bytes as u64));
-        for t in thread_counts() {
+        let mut g = c.benchmark_group(format!("{prefix}/matmul_mxfp4_n16"));
+        g.throughput(Throughput::BytesDecimal(bytes as u64));
+        for &t in threads {
             let par = Par::new(t);
             g.bench_function(
                 BenchmarkId::new(format!("{rows}x{cols}"), format!("t{t}")),
@@ -235,18 +289,51 @@ fn mxfp4(c: &mut Criterion) {
     }
 }
 
-fn config() -> Criterion {
-    let quick = std::env::var_os("MEMDIAL_BENCH_QUICK").is_some();
+fn wall_kernels(c: &mut Criterion) {
+    bf16_benches(c, "wall", &[1, 2]);
+    mxfp4_benches(c, "wall", &[1, 2]);
+}
+
+fn cpu_kernels(c: &mut Criterion<ThreadCpu>) {
+    bf16_benches(c, "cpu", &[1]);
+    mxfp4_benches(c, "cpu", &[1]);
+}
+
+fn times() -> (Duration, Duration) {
+    if std::env::var_os("MEMDIAL_BENCH_QUICK").is_some() {
+        (Duration::from_millis(300), Duration::from_millis(700))
+    } else {
+        (Duration::from_millis(700), Duration::from_millis(1500))
+    }
+}
+
+fn wall_config() -> Criterion {
+    let (w, m) = times();
     Criterion::default()
         .without_plots()
         .sample_size(10)
-        .warm_up_time(Duration::from_millis(if quick { 300 } else { 1000 }))
-        .measurement_time(Duration::from_millis(if quick { 700 } else { 2000 }))
+        .warm_up_time(w)
+        .measurement_time(m)
+}
+
+fn cpu_config() -> Criterion<ThreadCpu> {
+    let (w, m) = times();
+    Criterion::default()
+        .without_plots()
+        .sample_size(10)
+        .warm_up_time(w)
+        .measurement_time(m)
+        .with_measurement(ThreadCpu)
 }
 
 criterion_group! {
-    name = benches;
-    config = config();
-    targets = ram, overhead, bf16, mxfp4
+    name = wall;
+    config = wall_config();
+    targets = ram_probe, overhead, wall_kernels
 }
-criterion_main!(benches);
+criterion_group! {
+    name = cpu;
+    config = cpu_config();
+    targets = cpu_kernels
+}
+criterion_main!(wall, cpu);

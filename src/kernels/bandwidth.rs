@@ -7,8 +7,10 @@ use super::par::Par;
 /// Measures sustained RAM read bandwidth in **bytes per second**: allocates
 /// `bytes` (rounded down to 8; use ≥ 2× the last-level cache, e.g. 1 GiB),
 /// touches it once, then sums it as `u64`s `passes` times with all threads
-/// of `par` (each thread reads a contiguous slice) and returns the best
-/// pass. Allocation and first touch are excluded from the timing.
+/// of `par` (each thread reads a contiguous slice) and returns the
+/// **median** pass (comparable to criterion's medians; on a shared machine
+/// the best pass overstates what a kernel sees). Allocation and first touch
+/// are excluded from the timing.
 ///
 /// # Panics
 /// If `bytes < 8` or `passes == 0`, or if the allocation fails.
@@ -30,7 +32,7 @@ pub fn ram_read_bandwidth(par: &Par, bytes: usize, passes: usize) -> f64 {
             }
         });
     }
-    let mut best = f64::INFINITY;
+    let mut times = Vec::with_capacity(passes);
     let total = std::sync::atomic::AtomicU64::new(0);
     for _ in 0..passes {
         let t0 = Instant::now();
@@ -38,10 +40,11 @@ pub fn ram_read_bandwidth(par: &Par, bytes: usize, passes: usize) -> f64 {
             let s = sum_u64(&buf[r]);
             total.fetch_add(s, std::sync::atomic::Ordering::Relaxed);
         });
-        best = best.min(t0.elapsed().as_secs_f64());
+        times.push(t0.elapsed().as_secs_f64());
     }
+    times.sort_by(f64::total_cmp);
     std::hint::black_box(total.load(std::sync::atomic::Ordering::Relaxed));
-    (n * 8) as f64 / best
+    (n * 8) as f64 / times[passes / 2]
 }
 
 struct SyncMut(*mut u64);

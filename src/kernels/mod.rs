@@ -13,11 +13,12 @@
 //!   in [`dense`] and [`mxfp4`]). Results are bit-identical for every
 //!   thread count of [`Par`], and the `matmul_*` variants give bit-identical
 //!   results to calling the matching `matvec_*` once per input vector.
-//! * The SIMD (AVX2) and scalar paths implement the *same* order with the
-//!   same separately-rounded multiplies and adds (no FMA contraction), so
-//!   they are bit-identical as well (tested). The ISA is chosen once per
-//!   [`Par`] by [`Isa::detect`]; set `MEMDIAL_KERNELS=scalar` to force the
-//!   portable path, or build a `Par` with [`Par::with_isa`].
+//! * The SIMD (AVX-512 / AVX2) and scalar paths implement the *same* order
+//!   with the same separately-rounded multiplies and adds (no FMA
+//!   contraction), so they are bit-identical as well (tested): output does
+//!   not depend on the CPU's vector extensions either. The ISA is chosen
+//!   once per [`Par`] by [`Isa::detect`]; set `MEMDIAL_KERNELS=scalar` (or
+//!   `avx2`) to force a path, or build a `Par` with [`Par::with_isa`].
 //! * Denormals are not flushed (Rust default MXCSR).
 //!
 //! # Errors
