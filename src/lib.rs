@@ -22,6 +22,7 @@ pub mod fixture;
 pub mod generate;
 pub mod inspect;
 pub mod io;
+pub mod kernels;
 pub mod model;
 pub mod ops;
 pub mod sampler;

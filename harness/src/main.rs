@@ -11,8 +11,8 @@ mod cmd_checksum;
 mod cmd_fixture;
 mod cmd_inspect;
 mod cmd_plan;
-mod cmd_tokenize;
 mod cmd_run;
+mod cmd_tokenize;
 
 /// Run giant MoE models in a memory budget, and measure the trade.
 #[derive(Parser)]
