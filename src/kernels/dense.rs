@@ -39,7 +39,7 @@ const ROW_ALIGN: usize = 16;
 /// If `bytes.len()` is odd.
 pub fn bf16_to_f32(bytes: &[u8]) -> Vec<f32> {
     assert!(
-        bytes.len() % 2 == 0,
+        bytes.len().is_multiple_of(2),
         "bf16_to_f32: odd byte length {}",
         bytes.len()
     );

@@ -94,7 +94,7 @@ const BYTE_X2: [[f32; 2]; 256] = {
 
 fn check(kernel: &str, packed: &[u8], scales: &[u8], rows: usize, cols: usize) {
     assert!(
-        cols % 32 == 0,
+        cols.is_multiple_of(32),
         "{kernel}: cols {cols} is not a multiple of the MXFP4 block size 32"
     );
     assert!(

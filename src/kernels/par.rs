@@ -278,7 +278,7 @@ impl Pool {
         let mut k = 0u32;
         while s.active.load(SeqCst) != 0 {
             k = k.wrapping_add(1);
-            if k % 64 != 0 || t0.elapsed() < SPIN_TIME {
+            if !k.is_multiple_of(64) || t0.elapsed() < SPIN_TIME {
                 std::hint::spin_loop();
                 continue;
             }
@@ -328,7 +328,7 @@ fn worker(s: Arc<Shared>) {
                 break st;
             }
             k = k.wrapping_add(1);
-            if k % 64 != 0 || t0.elapsed() < SPIN_TIME {
+            if !k.is_multiple_of(64) || t0.elapsed() < SPIN_TIME {
                 std::hint::spin_loop();
                 continue;
             }

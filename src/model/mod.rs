@@ -258,7 +258,7 @@ impl Model {
         match cfg.attn_res_block_size {
             Some(bs) => {
                 let w_attn = self.res_w_eff(l, "self_attention_res")?;
-                block_start = i % bs == 0;
+                block_start = i.is_multiple_of(bs);
                 for t in 0..n {
                     let p = &hidden[t * d..(t + 1) * d];
                     let h = attn_res::mix(&blocks[t], p, &w_attn, eps);
