@@ -28,4 +28,5 @@ pub mod ops;
 pub mod sampler;
 pub mod schema;
 pub mod store;
+pub mod sysmem;
 pub mod tokenizer;

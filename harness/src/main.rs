@@ -1,3 +1,4 @@
+#![recursion_limit = "256"]
 //! `memdial`: the single user-facing binary.
 //!
 //! Exit codes: 0 success, 1 failure (invalid checkpoint, mismatch, IO error),
