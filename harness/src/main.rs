@@ -36,7 +36,7 @@ enum Command {
     /// Encode text to token ids (or decode ids) with a model directory's tokenizer.
     Tokenize(cmd_tokenize::TokenizeArgs),
     /// Generate tokens from a prompt (prefill, then decode).
-    Run(cmd_run::RunArgs),
+    Run(Box<cmd_run::RunArgs>),
 }
 
 fn main() -> ExitCode {
