@@ -60,14 +60,24 @@ fn mla_step(c: &mut Criterion) {
     let tau = 1.0 / ((128 + 64) as f32).sqrt();
     let mut g = c.benchmark_group("mla_step");
     for ctx in [256usize, 1024, 4096] {
-        let cache = MlaCache { latents: (0..ctx * (r + dr)).map(pseudo).collect(), len: ctx };
+        let cache = MlaCache {
+            latents: (0..ctx * (r + dr)).map(pseudo).collect(),
+            len: ctx,
+        };
         let qh: Vec<f32> = (0..H * r).map(|i| pseudo(i + 3)).collect();
         let qpe: Vec<f32> = (0..H * dr).map(|i| pseudo(i + 5)).collect();
         g.throughput(Throughput::Bytes((H * ctx * (r + dr) * 4) as u64));
         g.bench_with_input(BenchmarkId::new("k3_96_heads", ctx), &ctx, |b, _| {
             b.iter(|| {
                 for h in 0..H {
-                    black_box(attend_latent(&cache, r, dr, &qh[h * r..(h + 1) * r], &qpe[h * dr..(h + 1) * dr], tau));
+                    black_box(attend_latent(
+                        &cache,
+                        r,
+                        dr,
+                        &qh[h * r..(h + 1) * r],
+                        &qpe[h * dr..(h + 1) * dr],
+                        tau,
+                    ));
                 }
             })
         });
@@ -79,7 +89,8 @@ fn config() -> Criterion {
     let quick = std::env::var_os("MEMDIAL_BENCH_QUICK").is_some();
     let c = Criterion::default().without_plots().sample_size(10);
     if quick {
-        c.measurement_time(std::time::Duration::from_secs(2)).warm_up_time(std::time::Duration::from_millis(300))
+        c.measurement_time(std::time::Duration::from_secs(2))
+            .warm_up_time(std::time::Duration::from_millis(300))
     } else {
         c
     }

@@ -349,6 +349,7 @@ fn check_against_oracle(dir: &Path, prefix: &Path, label: &str) -> f64 {
         stop_ids: vec![],
         keep_logits: false,
         prefill_chunk: 0,
+        perturb_logit: None,
     };
     let g = generate(&model, &mut st, &ids, &p, &mut |_| {}).unwrap();
     let want = json_ids(&j, "greedy_ids");
