@@ -932,17 +932,20 @@ impl WeightStore for StreamingStore {
     fn begin_layer(&self, layer: usize) {
         let mut g = lock(&self.shared);
         if layer >= self.first_streamed {
-            let hit = g.entries.contains_key(&Key::Layer(layer));
-            g.metrics.trunk_requests += 1;
-            if hit {
-                g.metrics.trunk_hits += 0; // in flight or loaded by prefetch: still streamed bytes
-            }
+            // A streamed layer is a miss even when prefetched: its bytes were read again.
+            g.metrics.trunk_request_bytes += self.shared.plan.layer_groups[layer].as_ref().map_or(0, |x| x.tensor_bytes);
+            let t0 = Instant::now();
+            let mut waited = false;
             while self.request(&mut g, Key::Layer(layer), false) == Req::Wait {
+                waited = true;
                 g = self.shared.cv.wait(g).unwrap_or_else(|p| p.into_inner());
             }
-        } else if self.shared.plan.layer_groups[layer].is_some() {
-            g.metrics.trunk_requests += 1;
-            g.metrics.trunk_hits += 1;
+            if waited {
+                g.metrics.io_wait_s += t0.elapsed().as_secs_f64();
+            }
+        } else if let Some(grp) = self.shared.plan.layer_groups[layer].as_ref() {
+            g.metrics.trunk_request_bytes += grp.tensor_bytes;
+            g.metrics.trunk_hit_bytes += grp.tensor_bytes;
         }
         if self.opts.prefetch.trunk_ahead() {
             let nl = self.next_streamed_layer(layer);
@@ -1006,8 +1009,14 @@ impl WeightStore for StreamingStore {
                     g.metrics.expert_layer[layer].1 += 1;
                 }
             }
+            let t0 = Instant::now();
+            let mut waited = false;
             while self.request(&mut g, key, false) == Req::Wait {
+                waited = true;
                 g = self.shared.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+            }
+            if waited {
+                g.metrics.io_wait_s += t0.elapsed().as_secs_f64();
             }
         }
     }
