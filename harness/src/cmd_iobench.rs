@@ -136,7 +136,8 @@ struct PatternInfo {
     sequence_requests: usize,
     median_request_bytes: u64,
     pass_bytes: u64,
-    fio_file: Option<String>,
+    /// Files the fio jobs read.
+    fio_files: Vec<String>,
 }
 
 fn read_trim(p: &str) -> String {
@@ -324,12 +325,10 @@ pub fn run(a: &Args) -> Result<ExitCode> {
                     sequence_requests: w.sequence.len(),
                     median_request_bytes: w.median_request_bytes(),
                     pass_bytes: w.pass_bytes(),
-                    fio_file: cell.and_then(|c| fio_job(w, &c).ok()).map(|j| {
-                        j.file
-                            .file_name()
-                            .map(|s| s.to_string_lossy().into_owned())
-                            .unwrap_or_default()
-                    }),
+                    fio_files: cell
+                        .and_then(|c| fio_job(w, &c).ok())
+                        .map(|j| j.files.iter().map(|f| f.display().to_string()).collect())
+                        .unwrap_or_default(),
                 }
             })
             .collect(),
@@ -387,8 +386,8 @@ pub fn run(a: &Args) -> Result<ExitCode> {
                 );
             } else {
                 println!(
-                    "{:<8} {:<10} {:<8} {:>3} {:<5} error: {}",
-                    r.tool, r.pattern, r.io, r.qd, r.cache, r.note
+                    "{:<8} {:<10} {:<8} {:>3} {:<5} {}: {}",
+                    r.tool, r.pattern, r.io, r.qd, r.cache, r.status, r.note
                 );
             }
             rows.push(r.clone());
@@ -435,6 +434,7 @@ fn twin<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
 fn gbps(r: Option<&Row>) -> String {
     match r {
         Some(r) if r.status == "ok" => format!("{:.3}", r.gb_per_s),
+        Some(r) if r.status == "skipped" => "n/a".into(),
         Some(_) => "error".into(),
         None => "–".into(),
     }
@@ -527,16 +527,17 @@ fn markdown(
             .collect();
         let _ = writeln!(
             s,
-            "## Pattern `{}`\n\n{} distinct requests (sequence of {}), median request {}, one pass {}.\n",
+            "## Pattern `{}`\n\n{} distinct requests (sequence of {}), median request {} in {} contiguous range(s), one pass {}.\n",
             w.name,
             w.cold_sequence().len(),
             w.sequence.len(),
             fmt_bytes(w.median_request_bytes()),
+            w.median_spans_per_request(),
             fmt_bytes(w.pass_bytes())
         );
         let _ = writeln!(
             s,
-            "| io | qd | cache | cold ✓ | GB/s | fio GB/s | ours/fio | req/s | p50 ms | p99 ms | CPU s/GB | read | device | resident before → after | s |\n\
+            "| io | qd | cache | cold ✓ | GB/s | fio GB/s | ours/fio | req/s | p50 µs | p99 µs | CPU s/GB | read | device | resident before → after | s |\n\
              |---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
         );
         let mut notes = Vec::new();
@@ -562,7 +563,7 @@ fn markdown(
             };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | **{:.3}** | {} | {} | {:.0} | {:.2} | {:.2} | {:.3} | {} | {} | {} → {} | {:.2} |",
+                "| {} | {} | {} | {} | **{:.3}** | {} | {} | {:.0} | {:.0} | {:.0} | {:.3} | {} | {} | {} → {} | {:.2} |",
                 r.io,
                 r.qd,
                 r.cache,
@@ -579,8 +580,8 @@ fn markdown(
                 gbps(f),
                 ratio,
                 r.requests_per_s,
-                r.latency_p50_us / 1e3,
-                r.latency_p99_us / 1e3,
+                r.latency_p50_us,
+                r.latency_p99_us,
                 r.cpu_s_per_gb,
                 fmt_bytes(r.bytes),
                 fmt_bytes(r.device_read_bytes),
@@ -620,7 +621,13 @@ fn markdown(
                         .unwrap_or_default()
                 );
             }
-            for r in fio_rows.iter().filter(|r| r.status != "ok") {
+            if fio_rows.iter().any(|r| r.status == "skipped") {
+                let _ = writeln!(
+                    s,
+                    "- fio mmap at qd > 1 is n/a: fio's mmap engine ignores `offset_increment`, so its jobs would share one slice"
+                );
+            }
+            for r in fio_rows.iter().filter(|r| r.status == "error") {
                 let _ = writeln!(s, "- fio {} qd{} {}: {}", r.io, r.qd, r.cache, r.note);
             }
             let fio_unverified = fio_rows
@@ -697,23 +704,19 @@ fn pe<E: std::fmt::Debug>(e: E) -> anyhow::Error {
 
 fn write_chart(dir: &Path, rows: &[Row], title: &str) -> Result<()> {
     register_font();
-    let mut patterns: Vec<&str> = Vec::new();
-    for r in rows {
-        if !patterns.contains(&r.pattern.as_str()) {
-            patterns.push(&r.pattern);
+    // One panel per pattern × cache state (cold and warm differ by 10× or more, so
+    // each gets its own scale).
+    let mut panels: Vec<(String, Vec<&Row>)> = Vec::new();
+    for r in rows.iter().filter(|r| r.tool == "memdial") {
+        let key = format!("pattern {}, {}", r.pattern, r.cache);
+        match panels.iter_mut().find(|p| p.0 == key) {
+            Some(p) => p.1.push(r),
+            None => panels.push((key, vec![r])),
         }
     }
-    let cats: Vec<Vec<&Row>> = patterns
+    let heights: Vec<u32> = panels
         .iter()
-        .map(|p| {
-            rows.iter()
-                .filter(|r| r.tool == "memdial" && r.pattern == *p)
-                .collect()
-        })
-        .collect();
-    let heights: Vec<u32> = cats
-        .iter()
-        .map(|c| 90 + ROW_PX * c.len().max(1) as u32)
+        .map(|p| 80 + ROW_PX * p.1.len() as u32)
         .collect();
     let size = (1000u32, heights.iter().sum::<u32>() + 40);
     let name = Path::new(title)
@@ -723,13 +726,13 @@ fn write_chart(dir: &Path, rows: &[Row], title: &str) -> Result<()> {
     {
         let svg = dir.join("chart.svg");
         let root = SVGBackend::new(&svg, size).into_drawing_area();
-        draw(&root, &patterns, &cats, &heights, rows, &name)?;
+        draw(&root, &panels, &heights, rows, &name)?;
         root.present().map_err(pe)?;
     }
     {
         let png = dir.join("chart.png");
         let root = BitMapBackend::new(&png, size).into_drawing_area();
-        draw(&root, &patterns, &cats, &heights, rows, &name)?;
+        draw(&root, &panels, &heights, rows, &name)?;
         root.present().map_err(pe)?;
     }
     Ok(())
@@ -737,8 +740,7 @@ fn write_chart(dir: &Path, rows: &[Row], title: &str) -> Result<()> {
 
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, plotters::coord::Shift>,
-    patterns: &[&str],
-    cats: &[Vec<&Row>],
+    panels: &[(String, Vec<&Row>)],
     heights: &[u32],
     rows: &[Row],
     model: &str,
@@ -754,13 +756,9 @@ where
         )
         .map_err(pe)?;
     let mut area = root;
-    for (pi, pat) in patterns.iter().enumerate() {
-        let (top, rest) = area.split_vertically(heights[pi]);
+    for ((caption, cells), h) in panels.iter().zip(heights) {
+        let (top, rest) = area.split_vertically(*h);
         area = rest;
-        let cells = &cats[pi];
-        if cells.is_empty() {
-            continue;
-        }
         let n = cells.len();
         let xmax = cells
             .iter()
@@ -770,15 +768,14 @@ where
             .map(|r| r.gb_per_s)
             .fold(0.0f64, f64::max)
             .max(0.1)
-            * 1.18;
+            * 1.35;
         let labels: Vec<String> = cells
             .iter()
             .map(|r| {
                 format!(
-                    "{} qd{} {}{}",
+                    "{} qd{}{}",
                     r.io,
                     r.qd,
-                    r.cache,
                     if r.cache == "cold" && !r.cold_verified {
                         " (NOT cold)"
                     } else {
@@ -788,7 +785,7 @@ where
             })
             .collect();
         let mut chart = ChartBuilder::on(&top)
-            .caption(format!("pattern {pat}"), ("sans-serif", 16))
+            .caption(caption, ("sans-serif", 16))
             .margin(8)
             .x_label_area_size(28)
             .y_label_area_size(170)
@@ -856,7 +853,7 @@ where
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
+            .position(SeriesLabelPosition::UpperRight)
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .label_font(("sans-serif", 12))

@@ -346,6 +346,18 @@ impl Workload {
         v.get(v.len() / 2).copied().unwrap_or(0)
     }
 
+    /// Median number of contiguous ranges per distinct request (a request with
+    /// several ranges is read with one `pread` per range, one after another).
+    pub fn median_spans_per_request(&self) -> usize {
+        let mut v: Vec<usize> = self
+            .cold_sequence()
+            .iter()
+            .map(|&i| self.requests[i].len())
+            .collect();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or(0)
+    }
+
     /// Bytes of one pass that fall in each file.
     pub fn pass_bytes_per_file(&self) -> Vec<u64> {
         let mut v = vec![0u64; self.files.len()];
@@ -420,7 +432,7 @@ pub struct Row {
     pub device_read_bytes: u64,
     /// Passes over the working set (requests / distinct requests; fio: bytes / region).
     pub passes: f64,
-    /// `ok` or `error`.
+    /// `ok`, `error`, or `skipped` (fio cells that would not be comparable).
     pub status: String,
     /// Error message, or what the fio job was.
     pub note: String,
@@ -785,16 +797,18 @@ pub fn fio_version() -> Option<String> {
 /// The fio job equivalent to a cell (see [`fio_job`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FioJob {
-    /// The file fio reads: the workload's file holding the most bytes of one pass.
-    pub file: PathBuf,
+    /// The files fio reads: the workload's files holding at least 5 % of one pass's
+    /// bytes (in the workload's order).
+    pub files: Vec<PathBuf>,
     /// `read` (trunk) or `randread` (experts, traces).
     pub rw: &'static str,
     /// Block size, bytes: the median request size rounded up to 4096, capped so that
-    /// every job gets at least one block.
+    /// every job gets at least one block of every file.
     pub bs: u64,
-    /// Bytes each job reads (`size`, also its `offset_increment`): job j reads
-    /// `[j·per_job, (j+1)·per_job)`, so jobs never read the same byte.
-    pub per_job: u64,
+    /// Bytes each job reads from each file (also the `offset_increment`): job j reads
+    /// `[j·per_job_per_file, (j+1)·per_job_per_file)` of every file, so jobs never
+    /// read the same byte.
+    pub per_job_per_file: u64,
     /// `numjobs` (= queue depth; each job is a synchronous `psync`/`mmap` thread).
     pub numjobs: usize,
     /// `ioengine`: `psync` (direct, buffered) or `mmap`.
@@ -804,21 +818,33 @@ pub struct FioJob {
 }
 
 impl FioJob {
+    /// Bytes each job reads (fio `size`, split evenly across the files).
+    pub fn per_job(&self) -> u64 {
+        self.per_job_per_file * self.files.len() as u64
+    }
+    /// Bytes of each file that the jobs cover together (`[0, region_per_file)`).
+    pub fn region_per_file(&self) -> u64 {
+        self.per_job_per_file * self.numjobs as u64
+    }
     /// Bytes all jobs cover together.
     pub fn region(&self) -> u64 {
-        self.per_job * self.numjobs as u64
+        self.per_job() * self.numjobs as u64
     }
     /// The command-line arguments (without `fio`), for `seconds` and `cache`.
     pub fn args(&self, seconds: f64, cache: CacheState) -> Vec<String> {
-        let file = self
-            .file
-            .display()
-            .to_string()
-            .replace('\\', "\\\\")
-            .replace(':', "\\:");
+        let files: Vec<String> = self
+            .files
+            .iter()
+            .map(|f| {
+                f.display()
+                    .to_string()
+                    .replace('\\', "\\\\")
+                    .replace(':', "\\:")
+            })
+            .collect();
         let mut a = vec![
             "--name=memdial-iobench".to_string(),
-            format!("--filename={file}"),
+            format!("--filename={}", files.join(":")),
             "--readonly".into(),
             "--thread".into(),
             format!("--rw={}", self.rw),
@@ -827,8 +853,16 @@ impl FioJob {
             format!("--ioengine={}", self.ioengine),
             "--iodepth=1".into(),
             format!("--numjobs={}", self.numjobs),
-            format!("--size={}", self.per_job),
-            format!("--offset_increment={}", self.per_job),
+            format!("--size={}", self.per_job()),
+            format!("--offset_increment={}", self.per_job_per_file),
+            format!(
+                "--file_service_type={}",
+                if self.rw == "read" {
+                    "sequential"
+                } else {
+                    "random"
+                }
+            ),
             "--group_reporting".into(),
             "--output-format=json".into(),
             format!("--invalidate={}", u8::from(cache == CacheState::Cold)),
@@ -851,38 +885,65 @@ impl FioJob {
             .collect::<Vec<_>>()
             .join(" ")
     }
+    /// Short description for the report, e.g.
+    /// `2 file(s) (a, b), rw=randread bs=1044480 numjobs=4 …`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} file(s) ({}), rw={} bs={} numjobs={} {} B/job/file ioengine={} direct={}",
+            self.files.len(),
+            self.files
+                .iter()
+                .map(|f| {
+                    f.file_name()
+                        .map(|s| s.to_string_lossy().into_owned())
+                        .unwrap_or_default()
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.rw,
+            self.bs,
+            self.numjobs,
+            self.per_job_per_file,
+            self.ioengine,
+            u8::from(self.direct)
+        )
+    }
 }
 
-/// The fio job equivalent to `spec` on `w`: same file, block size = the median
+/// The fio job equivalent to `spec` on `w`: the same files, block size = the median
 /// request size, `direct=1` vs `0` (or `ioengine=mmap`), `numjobs` = queue depth,
-/// sequential for the trunk and random otherwise. fio reads one file (the one
-/// holding most of the pattern's bytes); its region is one pass's size capped at
-/// that file's size.
+/// sequential for the trunk and random otherwise. It covers about one pass's bytes,
+/// spread evenly over the files that hold the pattern (each file's share capped by
+/// the smallest of them), so a warm fio job has about our working-set size and does
+/// not run from the CPU caches while ours runs from memory.
 pub fn fio_job(w: &Workload, spec: &CellSpec) -> Result<FioJob> {
     let per_file = w.pass_bytes_per_file();
-    let (fi, _) = per_file
-        .iter()
-        .enumerate()
-        .max_by_key(|(i, b)| (**b, std::cmp::Reverse(*i)))
-        .context("workload has no files")?;
-    let file = w.files[fi].clone();
-    let size = std::fs::metadata(&file)
-        .with_context(|| format!("cannot stat {}", file.display()))?
-        .len();
-    let region = w.pass_bytes().min(size) / 4096 * 4096;
-    let qd = spec.qd.max(1) as u64;
-    let max_bs = (region / qd) / 4096 * 4096;
-    if max_bs == 0 {
-        bail!("{} is too small for {} fio jobs", file.display(), spec.qd);
+    let pass = w.pass_bytes();
+    let idx: Vec<usize> = (0..w.files.len())
+        .filter(|&i| per_file[i] > 0 && per_file[i] * 20 >= pass)
+        .collect();
+    if idx.is_empty() {
+        bail!("workload {} reads nothing", w.name);
     }
-    let bs = w.median_request_bytes().div_ceil(4096).max(1) * 4096;
-    let bs = bs.min(max_bs);
-    let per_job = (region / qd) / bs * bs;
+    let mut min_size = u64::MAX;
+    for &i in &idx {
+        let size = std::fs::metadata(&w.files[i])
+            .with_context(|| format!("cannot stat {}", w.files[i].display()))?
+            .len();
+        min_size = min_size.min(size);
+    }
+    let region_per_file = pass.div_ceil(idx.len() as u64).min(min_size) / 4096 * 4096;
+    let qd = spec.qd.max(1) as u64;
+    let max_bs = (region_per_file / qd) / 4096 * 4096;
+    if max_bs == 0 {
+        bail!("the pattern's files are too small for {} fio jobs", spec.qd);
+    }
+    let bs = (w.median_request_bytes().div_ceil(4096).max(1) * 4096).min(max_bs);
     Ok(FioJob {
-        file,
+        files: idx.iter().map(|&i| w.files[i].clone()).collect(),
         rw: if w.sequential { "read" } else { "randread" },
         bs,
-        per_job,
+        per_job_per_file: (region_per_file / qd) / bs * bs,
         numjobs: spec.qd,
         ioengine: if spec.mode == IoMode::Mmap {
             "mmap"
@@ -899,14 +960,25 @@ pub fn fio_job(w: &Workload, spec: &CellSpec) -> Result<FioJob> {
 /// Errors: fio missing or failing (its stderr is quoted), unparsable output.
 pub fn run_fio_cell(w: &Workload, spec: &CellSpec) -> Result<Row> {
     let job = fio_job(w, spec)?;
+    if spec.mode == IoMode::Mmap && spec.qd > 1 {
+        // fio 3.33's mmap engine maps every job's file from offset 0, ignoring
+        // `offset`/`offset_increment` (checked with mincore), so parallel jobs would
+        // re-read one shared slice from the page cache and the figure would be too good.
+        return Ok(Row {
+            status: "skipped".into(),
+            note: "fio's mmap engine ignores offset_increment, so parallel jobs would read the same bytes; only qd 1 is comparable".into(),
+            ..Row::error("fio", &w.name, spec, &anyhow::anyhow!(""))
+        });
+    }
     let cold = spec.cache == CacheState::Cold;
     if cold {
         evict_all(&w.files)?;
     } else {
-        let f =
-            File::open(&job.file).with_context(|| format!("cannot open {}", job.file.display()))?;
         let mut scratch = vec![0u8; 8 << 20];
-        preload_range(&f, &job.file, 0, job.region(), &mut scratch)?;
+        for p in &job.files {
+            let f = File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+            preload_range(&f, p, 0, job.region_per_file(), &mut scratch)?;
+        }
     }
     let resident_before = resident_bytes(&w.files)?;
     let (_, dev0) = rusage(libc::RUSAGE_CHILDREN);
@@ -964,18 +1036,9 @@ pub fn run_fio_cell(w: &Workload, spec: &CellSpec) -> Result<Row> {
         },
         status: "ok".into(),
         note: format!(
-            "{}: {} rw={} bs={} numjobs={} size={}/job ioengine={} direct={}",
+            "{}: {}",
             v["fio version"].as_str().unwrap_or("fio"),
-            job.file
-                .file_name()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-            job.rw,
-            job.bs,
-            job.numjobs,
-            job.per_job,
-            job.ioengine,
-            u8::from(job.direct)
+            job.describe()
         ),
     })
 }
@@ -1093,22 +1156,25 @@ mod tests {
     #[test]
     fn fio_args_cold_and_warm() {
         let j = FioJob {
-            file: "/m/a:b.safetensors".into(),
+            files: vec!["/m/a:b.safetensors".into(), "/m/c".into()],
             rw: "read",
             bs: 1 << 20,
-            per_job: 4 << 20,
+            per_job_per_file: 4 << 20,
             numjobs: 4,
             ioengine: "psync",
             direct: true,
         };
         let cold = j.args(3.0, CacheState::Cold);
-        assert!(cold.contains(&"--filename=/m/a\\:b.safetensors".to_string()));
+        assert!(cold.contains(&"--filename=/m/a\\:b.safetensors:/m/c".to_string()));
+        assert!(cold.contains(&"--size=8388608".to_string()));
+        assert!(cold.contains(&"--offset_increment=4194304".to_string()));
         assert!(cold.contains(&"--invalidate=1".to_string()));
         assert!(cold.contains(&"--runtime=3000ms".to_string()));
         assert!(!cold.contains(&"--time_based".to_string()));
         let warm = j.args(3.0, CacheState::Warm);
         assert!(warm.contains(&"--time_based".to_string()));
         assert!(warm.contains(&"--invalidate=0".to_string()));
-        assert_eq!(j.region(), 16 << 20);
+        assert_eq!(j.region(), 32 << 20);
+        assert_eq!(j.region_per_file(), 16 << 20);
     }
 }
