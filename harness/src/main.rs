@@ -9,7 +9,10 @@ use clap::{Parser, Subcommand};
 
 mod cmd_fixture;
 mod cmd_inspect;
+mod cmd_report;
+mod cmd_sweep;
 mod cmd_tokenize;
+mod sweep;
 
 /// Run giant MoE models in a memory budget, and measure the trade.
 #[derive(Parser)]
@@ -27,6 +30,10 @@ enum Command {
     Inspect(cmd_inspect::InspectArgs),
     /// Encode text to token ids (or decode ids) with a model directory's tokenizer.
     Tokenize(cmd_tokenize::TokenizeArgs),
+    /// Sweep budget × IO × prefetch from a cold cache; verdict, reports and charts.
+    Sweep(cmd_sweep::SweepArgs),
+    /// Work with sweep run directories (merge shards).
+    Report(cmd_report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +42,8 @@ fn main() -> ExitCode {
         Command::Fixture(a) => cmd_fixture::run(a),
         Command::Inspect(a) => cmd_inspect::run(a),
         Command::Tokenize(a) => cmd_tokenize::run(a).map(|_| ExitCode::SUCCESS),
+        Command::Sweep(a) => cmd_sweep::run(a),
+        Command::Report(a) => cmd_report::run(a),
     };
     match res {
         Ok(code) => code,
