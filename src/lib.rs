@@ -12,12 +12,19 @@
 //! - [`tokenizer`]: the Kimi tiktoken tokenizer and chat template;
 //! - [`io`]: aligned direct / buffered / mmap reads and page-cache control;
 //! - [`store`]: the weight store interface, resident and streaming stores.
+//! - [`model`]: the forward pass (KDA, MLA, MoE, AttnRes) over a [`store::WeightStore`];
+//! - [`ops`]: the kernel API the model calls (reference implementations);
+//! - [`sampler`], [`generate`]: token selection and the prefill/decode loop.
 
 pub mod checkpoint;
 pub mod config;
 pub mod fixture;
+pub mod generate;
 pub mod inspect;
 pub mod io;
+pub mod model;
+pub mod ops;
+pub mod sampler;
 pub mod schema;
 pub mod store;
 pub mod tokenizer;

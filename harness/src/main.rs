@@ -7,9 +7,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod cmd_checksum;
 mod cmd_fixture;
 mod cmd_inspect;
+mod cmd_plan;
 mod cmd_report;
+mod cmd_run;
 mod cmd_sweep;
 mod cmd_tokenize;
 mod sweep;
@@ -28,8 +31,14 @@ enum Command {
     Fixture(cmd_fixture::FixtureArgs),
     /// Summarise a checkpoint's architecture and validate its tensors against config.json.
     Inspect(cmd_inspect::InspectArgs),
+    /// Print how a memory budget is allocated (pinned set, slots, expert cache, floor).
+    Plan(cmd_plan::PlanArgs),
+    /// Write the per-tensor SHA-256 manifest (tensors.sha256) used by --verify-reads.
+    Checksum(cmd_checksum::ChecksumArgs),
     /// Encode text to token ids (or decode ids) with a model directory's tokenizer.
     Tokenize(cmd_tokenize::TokenizeArgs),
+    /// Generate tokens from a prompt (prefill, then decode).
+    Run(cmd_run::RunArgs),
     /// Sweep budget × IO × prefetch from a cold cache; verdict, reports and charts.
     Sweep(cmd_sweep::SweepArgs),
     /// Work with sweep run directories (merge shards).
@@ -41,7 +50,10 @@ fn main() -> ExitCode {
     let res = match &cli.command {
         Command::Fixture(a) => cmd_fixture::run(a),
         Command::Inspect(a) => cmd_inspect::run(a),
+        Command::Plan(a) => cmd_plan::run(a),
+        Command::Checksum(a) => cmd_checksum::run(a),
         Command::Tokenize(a) => cmd_tokenize::run(a).map(|_| ExitCode::SUCCESS),
+        Command::Run(a) => cmd_run::run(a),
         Command::Sweep(a) => cmd_sweep::run(a),
         Command::Report(a) => cmd_report::run(a),
     };

@@ -201,7 +201,10 @@ impl ShardFile {
     pub fn read_into(&self, offset: u64, len: u64, buf: &mut AlignedBuf) -> Result<usize> {
         let want = self.buffer_len_for(offset, len);
         if buf.capacity() < want {
-            bail!("internal: IO buffer of {} bytes too small for {want}", buf.capacity());
+            bail!(
+                "internal: IO buffer of {} bytes too small for {want}",
+                buf.capacity()
+            );
         }
         let d = read_range(self, offset, len, &mut buf.full_mut()[..want])?;
         buf.set_len(want);
@@ -216,7 +219,12 @@ impl ShardFile {
 /// Errors as [`ShardFile::read_into`].
 pub fn read_range(f: &ShardFile, offset: u64, len: u64, dst: &mut [u8]) -> Result<usize> {
     if offset + len > f.size {
-        bail!("{}: range [{offset}, {}) is past the end of the file ({} bytes)", f.path.display(), offset + len, f.size);
+        bail!(
+            "{}: range [{offset}, {}) is past the end of the file ({} bytes)",
+            f.path.display(),
+            offset + len,
+            f.size
+        );
     }
     f.check_unchanged()?;
     let (start, end, delta) = match f.mode {
@@ -231,18 +239,28 @@ pub fn read_range(f: &ShardFile, offset: u64, len: u64, dst: &mut [u8]) -> Resul
     if dst.len() != want {
         bail!("internal: read window of {} bytes, need {want}", dst.len());
     }
-    debug_assert!(f.mode != IoMode::Direct || dst.as_ptr() as usize % 4096 == 0, "unaligned O_DIRECT buffer");
+    debug_assert!(
+        f.mode != IoMode::Direct || dst.as_ptr() as usize % 4096 == 0,
+        "unaligned O_DIRECT buffer"
+    );
     let mut done = 0usize;
     // Data needed: up to offset+len; in direct mode the aligned tail may cross EOF.
     let needed = (offset + len - start) as usize;
     while done < want {
         let chunk = (want - done).min(1 << 30);
-        let n = match f.file.read_at(&mut dst[done..done + chunk], start + done as u64) {
+        let n = match f
+            .file
+            .read_at(&mut dst[done..done + chunk], start + done as u64)
+        {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 return Err(e).with_context(|| {
-                    format!("{}: read of {chunk} bytes at offset {} failed", f.path.display(), start + done as u64)
+                    format!(
+                        "{}: read of {chunk} bytes at offset {} failed",
+                        f.path.display(),
+                        start + done as u64
+                    )
                 })
             }
         };

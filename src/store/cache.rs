@@ -51,7 +51,11 @@ mod tests {
         let a = ((0, 0), 5, 1);
         let b = ((0, 1), 1, 9);
         let victim = |p: CachePolicy| {
-            [a, b].into_iter().min_by_key(|(id, f, l)| p.key(*f, *l, *id)).unwrap().0
+            [a, b]
+                .into_iter()
+                .min_by_key(|(id, f, l)| p.key(*f, *l, *id))
+                .unwrap()
+                .0
         };
         assert_eq!(victim(CachePolicy::Lru), (0, 0)); // least recent
         assert_eq!(victim(CachePolicy::Lfru), (0, 1)); // least frequent

@@ -48,11 +48,13 @@ impl StoreMetrics {
     }
     /// Fraction of guesses the router then selected (NaN when no guesses).
     pub fn lookahead_precision(&self) -> Option<f64> {
-        (self.lookahead_guesses > 0).then(|| self.lookahead_correct as f64 / self.lookahead_guesses as f64)
+        (self.lookahead_guesses > 0)
+            .then(|| self.lookahead_correct as f64 / self.lookahead_guesses as f64)
     }
     /// Fraction of selected experts that had been guessed (NaN when no guesses).
     pub fn lookahead_recall(&self) -> Option<f64> {
-        (self.lookahead_actual > 0).then(|| self.lookahead_correct as f64 / self.lookahead_actual as f64)
+        (self.lookahead_actual > 0)
+            .then(|| self.lookahead_correct as f64 / self.lookahead_actual as f64)
     }
 }
 

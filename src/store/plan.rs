@@ -171,7 +171,7 @@ fn group_for(
         let key = s.name.strip_prefix(prefix).unwrap_or(&s.name).to_string();
         locs.push((loc.shard, loc.offset, loc.len, key));
     }
-    locs.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    locs.sort_by_key(|a| (a.0, a.1));
     let mut g = ReadGroup::default();
     for (shard, off, len, key) in locs {
         g.tensor_bytes += len;
@@ -448,11 +448,7 @@ pub fn plan_unchecked(
     } else {
         min_slots
     };
-    let extra_experts = if expert_buffer_bytes > 0 {
-        (left / expert_buffer_bytes) as usize
-    } else {
-        0
-    };
+    let extra_experts = left.checked_div(expert_buffer_bytes).unwrap_or(0) as usize;
     let expert_cache = (min_exp + extra_experts).min(total_experts.max(min_exp));
     let used_by_experts = (expert_cache - min_exp) as u64 * expert_buffer_bytes;
     let unused = left - used_by_experts.min(left);

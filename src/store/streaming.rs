@@ -57,15 +57,42 @@ struct Loaded {
 
 enum LoadedData {
     Buf(AlignedBuf),
-    Map(Arc<memmap2::Mmap>),
+    /// mmap mode: the mapping of each range's shard (views borrow it).
+    Maps(Vec<Arc<memmap2::Mmap>>),
 }
 
 impl AsRef<[u8]> for Loaded {
     fn as_ref(&self) -> &[u8] {
         match &self.data {
             LoadedData::Buf(b) => b.as_ref(),
-            LoadedData::Map(m) => m,
+            LoadedData::Maps(_) => &[],
         }
+    }
+}
+
+impl Loaded {
+    /// The owner and position of byte `offset` of range `range`.
+    fn locate(
+        self: &Arc<Self>,
+        range: usize,
+        offset: u64,
+    ) -> (Arc<dyn AsRef<[u8]> + Send + Sync>, usize) {
+        match &self.data {
+            LoadedData::Buf(_) => (self.clone(), self.range_pos[range] + offset as usize),
+            LoadedData::Maps(m) => (
+                Arc::new(MapView(m[range].clone(), self.clone())),
+                self.range_pos[range] + offset as usize,
+            ),
+        }
+    }
+}
+
+/// A mapping kept alive together with the entry that accounts for it.
+struct MapView(Arc<memmap2::Mmap>, #[allow(dead_code)] Arc<Loaded>);
+
+impl AsRef<[u8]> for MapView {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
     }
 }
 
@@ -150,20 +177,21 @@ fn lock(s: &Shared) -> MutexGuard<'_, Inner> {
 fn read_group(shared: &Shared, g: &ReadGroup, buf: Option<AlignedBuf>) -> Result<(Loaded, u64)> {
     let mut read = 0u64;
     if shared.io == IoMode::Mmap {
-        // All ranges of a group live in one shard in practice; views borrow the mapping.
-        let shard = g.ranges[0].shard;
-        if g.ranges.iter().any(|r| r.shard != shard) {
-            bail!("internal: read group spans shards in mmap mode");
-        }
-        let f = &shared.files[shard];
-        let map = f.map().context("internal: no mapping")?.clone();
-        f.check_unchanged()?;
+        // Views borrow the mappings; "reading" faults the pages in.
         let ps = crate::io::pagecache::page_size();
         let mut range_pos = Vec::new();
+        let mut maps = Vec::new();
         for r in &g.ranges {
+            let f = &shared.files[r.shard];
+            let map = f.map().context("internal: no mapping")?.clone();
+            f.check_unchanged()?;
             // Fault the pages in now (this is the "read").
             let start = r.start as usize / ps * ps;
-            let _ = map.advise_range(memmap2::Advice::WillNeed, start, (r.end as usize - start).min(map.len() - start));
+            let _ = map.advise_range(
+                memmap2::Advice::WillNeed,
+                start,
+                (r.end as usize - start).min(map.len() - start),
+            );
             let mut acc = 0u8;
             let mut p = r.start as usize;
             while p < r.end as usize {
@@ -173,8 +201,15 @@ fn read_group(shared: &Shared, g: &ReadGroup, buf: Option<AlignedBuf>) -> Result
             std::hint::black_box(acc);
             read += r.end - r.start;
             range_pos.push(r.start as usize);
+            maps.push(map);
         }
-        return Ok((Loaded { data: LoadedData::Map(map), range_pos }, read));
+        return Ok((
+            Loaded {
+                data: LoadedData::Maps(maps),
+                range_pos,
+            },
+            read,
+        ));
     }
     let mut buf = buf.unwrap_or_else(|| AlignedBuf::new(g.buffer_bytes as usize));
     let mut pos = 0usize;
@@ -185,7 +220,12 @@ fn read_group(shared: &Shared, g: &ReadGroup, buf: Option<AlignedBuf>) -> Result
         // starts aligned; in buffered mode windows are packed.
         let need = f.buffer_len_for(r.start, r.end - r.start);
         if buf.capacity() < pos + need {
-            bail!("internal: IO buffer of {} bytes too small for {} more at {}", buf.capacity(), need, pos);
+            bail!(
+                "internal: IO buffer of {} bytes too small for {} more at {}",
+                buf.capacity(),
+                need,
+                pos
+            );
         }
         let window = &mut buf.full_mut()[pos..pos + need];
         let delta = crate::io::reader::read_range(f, r.start, r.end - r.start, window)?;
@@ -194,26 +234,39 @@ fn read_group(shared: &Shared, g: &ReadGroup, buf: Option<AlignedBuf>) -> Result
         read += need as u64;
     }
     buf.set_len(pos);
-    Ok((Loaded { data: LoadedData::Buf(buf), range_pos }, read))
+    Ok((
+        Loaded {
+            data: LoadedData::Buf(buf),
+            range_pos,
+        },
+        read,
+    ))
 }
 
 impl Shared {
     fn group(&self, key: Key) -> &ReadGroup {
         match key {
-            Key::Layer(l) => self.plan.layer_groups[l].as_ref().expect("streamed layer has a group"),
+            Key::Layer(l) => self.plan.layer_groups[l]
+                .as_ref()
+                .expect("streamed layer has a group"),
             Key::Expert(l, e) => &self.plan.expert_groups[&(l, e)],
         }
     }
 
     fn verify(&self, key: Key, loaded: &Loaded) -> Result<u64> {
-        let Some(man) = &self.manifest else { return Ok(0) };
+        let Some(man) = &self.manifest else {
+            return Ok(0);
+        };
         let g = self.group(key);
-        let bytes = loaded.as_ref();
         let mut n = 0;
         for m in &g.members {
             let full = m.key.as_str();
             let Some(want) = man.get(full) else { continue };
             let p = loaded.range_pos[m.range] + m.offset as usize;
+            let bytes: &[u8] = match &loaded.data {
+                LoadedData::Buf(b) => b.as_ref(),
+                LoadedData::Maps(maps) => &maps[m.range][..],
+            };
             let got = hex(&Sha256::digest(&bytes[p..p + m.len as usize]));
             if &got != want {
                 let r = &g.ranges[m.range];
@@ -273,14 +326,25 @@ fn worker(shared: Arc<Shared>) {
 fn load_manifest(dir: &Path, prefix: &str) -> Result<HashMap<String, String>> {
     let p = dir.join("tensors.sha256");
     let text = std::fs::read_to_string(&p).with_context(|| {
-        format!("--verify-reads needs {} (write it with `memdial checksum --model {}`)", p.display(), dir.display())
+        format!(
+            "--verify-reads needs {} (write it with `memdial checksum --model {}`)",
+            p.display(),
+            dir.display()
+        )
     })?;
     let mut m = HashMap::new();
     for (i, line) in text.lines().enumerate() {
-        let (sum, name) = line
-            .split_once("  ")
-            .with_context(|| format!("{}:{}: expected `<sha256>  <tensor name>`", p.display(), i + 1))?;
-        m.insert(name.strip_prefix(prefix).unwrap_or(name).to_string(), sum.to_string());
+        let (sum, name) = line.split_once("  ").with_context(|| {
+            format!(
+                "{}:{}: expected `<sha256>  <tensor name>`",
+                p.display(),
+                i + 1
+            )
+        })?;
+        m.insert(
+            name.strip_prefix(prefix).unwrap_or(name).to_string(),
+            sum.to_string(),
+        );
     }
     Ok(m)
 }
@@ -316,22 +380,31 @@ pub fn write_checksum_manifest(dir: &Path) -> Result<usize> {
 }
 
 fn load_trace(path: &Path) -> Result<HashMap<(usize, usize), Vec<usize>>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read trace {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read trace {}", path.display()))?;
     let mut m = HashMap::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let v: serde_json::Value =
-            serde_json::from_str(line).with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
+        let v: serde_json::Value = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
         let get = |k: &str| v.get(k).and_then(|x| x.as_u64()).map(|x| x as usize);
         let (Some(t), Some(l)) = (get("token"), get("layer")) else {
-            bail!("{}:{}: expected {{\"token\", \"layer\", \"experts\"}}", path.display(), i + 1);
+            bail!(
+                "{}:{}: expected {{\"token\", \"layer\", \"experts\"}}",
+                path.display(),
+                i + 1
+            );
         };
         let ex: Vec<usize> = v
             .get("experts")
             .and_then(|x| x.as_array())
-            .map(|a| a.iter().filter_map(|x| x.as_u64().map(|y| y as usize)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_u64().map(|y| y as usize))
+                    .collect()
+            })
             .unwrap_or_default();
         m.insert((t, l), ex);
     }
@@ -343,7 +416,14 @@ impl StreamingStore {
     /// chosen IO mode, reads the pinned set and starts the IO threads.
     pub fn open(cfg: &ModelConfig, ck: &Checkpoint, opts: StreamOptions) -> Result<Self> {
         let t0 = Instant::now();
-        let plan = plan(cfg, ck, opts.budget, opts.io, opts.prefetch, opts.max_context)?;
+        let plan = plan(
+            cfg,
+            ck,
+            opts.budget,
+            opts.io,
+            opts.prefetch,
+            opts.max_context,
+        )?;
         if opts.prefetch == Prefetch::Oracle && opts.trace.is_none() {
             bail!("--prefetch oracle needs --trace FILE (record one with --record-trace)");
         }
@@ -356,7 +436,11 @@ impl StreamingStore {
             .iter()
             .map(|s| ShardFile::open(&s.path, opts.io))
             .collect::<Result<Vec<_>>>()?;
-        let manifest = if opts.verify_reads { Some(load_manifest(&ck.dir, &cfg.weight_prefix)?) } else { None };
+        let manifest = if opts.verify_reads {
+            Some(load_manifest(&ck.dir, &cfg.weight_prefix)?)
+        } else {
+            None
+        };
         let first_streamed = plan.pinned_layers;
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner::default()),
@@ -404,8 +488,7 @@ impl StreamingStore {
                 pinned_bytes += g.buffer_bytes;
                 let loaded = Arc::new(loaded);
                 for m in &g.members {
-                    let p = loaded.range_pos[m.range] + m.offset as usize;
-                    let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = loaded.clone();
+                    let (owner, p) = loaded.locate(m.range, m.offset);
                     pinned.insert(m.key.clone(), Bytes::new(owner, p, m.len as usize));
                 }
             }
@@ -482,10 +565,15 @@ impl StreamingStore {
         if let Some(p) = &self.opts.record_trace {
             let g = lock(&self.shared);
             let mut f = std::io::BufWriter::new(
-                std::fs::File::create(p).with_context(|| format!("cannot create trace {}", p.display()))?,
+                std::fs::File::create(p)
+                    .with_context(|| format!("cannot create trace {}", p.display()))?,
             );
             for (t, l, ex) in &g.trace_out {
-                writeln!(f, "{}", serde_json::json!({"token": t, "layer": l, "experts": ex}))?;
+                writeln!(
+                    f,
+                    "{}",
+                    serde_json::json!({"token": t, "layer": l, "experts": ex})
+                )?;
             }
             f.flush()?;
         }
@@ -519,7 +607,11 @@ impl StreamingStore {
                     // SAFETY: DONTNEED on a read-only shared file mapping only drops page
                     // table entries; later accesses re-read the file. No live `&mut` exists.
                     let _ = unsafe {
-                        map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start as usize, (end - start) as usize)
+                        map.unchecked_advise_range(
+                            memmap2::UncheckedAdvice::DontNeed,
+                            start as usize,
+                            (end - start) as usize,
+                        )
                     };
                 }
                 crate::io::pagecache::evict_range(f.file(), start, end - start);
@@ -538,11 +630,14 @@ impl StreamingStore {
             Key::Layer(l) => {
                 if g.slot_layers.len() >= plan.trunk_slots.max(1) {
                     // Evict the oldest slot layer that nobody else references.
-                    let pos = g.slot_layers.iter().position(|&ol| match g.entries.get(&Key::Layer(ol)) {
-                        Some(Entry::Ready(a)) => Arc::strong_count(a) == 1,
-                        Some(Entry::Failed(_)) => true,
-                        _ => false,
-                    });
+                    let pos =
+                        g.slot_layers
+                            .iter()
+                            .position(|&ol| match g.entries.get(&Key::Layer(ol)) {
+                                Some(Entry::Ready(a)) => Arc::strong_count(a) == 1,
+                                Some(Entry::Failed(_)) => true,
+                                _ => false,
+                            });
                     match pos {
                         Some(p) => {
                             let ol = g.slot_layers.remove(p).unwrap();
@@ -582,7 +677,8 @@ impl StreamingStore {
                     match victim {
                         Some(v) => {
                             g.cached_experts.remove(&v);
-                            if let Some(Entry::Ready(a)) = g.entries.remove(&Key::Expert(v.0, v.1)) {
+                            if let Some(Entry::Ready(a)) = g.entries.remove(&Key::Expert(v.0, v.1))
+                            {
                                 self.mmap_release(Key::Expert(v.0, v.1));
                                 if let Ok(loaded) = Arc::try_unwrap(a) {
                                     if let LoadedData::Buf(b) = loaded.data {
@@ -663,9 +759,13 @@ impl StreamingStore {
             .members
             .iter()
             .find(|m| m.key == member_key)
-            .with_context(|| format!("tensor {}{member_key} is not in this read group", self.prefix))?;
-        let p = loaded.range_pos[m.range] + m.offset as usize;
-        let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = loaded.clone();
+            .with_context(|| {
+                format!(
+                    "tensor {}{member_key} is not in this read group",
+                    self.prefix
+                )
+            })?;
+        let (owner, p) = loaded.locate(m.range, m.offset);
         Ok(Bytes::new(owner, p, m.len as usize))
     }
 
@@ -673,7 +773,11 @@ impl StreamingStore {
         let n = self.num_layers;
         let mut c = l + 1;
         loop {
-            let cand = if c >= n { self.first_streamed + (c - n) } else { c };
+            let cand = if c >= n {
+                self.first_streamed + (c - n)
+            } else {
+                c
+            };
             if cand >= n {
                 return n; // nothing streamed
             }
@@ -685,6 +789,16 @@ impl StreamingStore {
                 return n;
             }
         }
+    }
+}
+
+impl std::fmt::Debug for StreamingStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamingStore")
+            .field("io", &self.opts.io)
+            .field("prefetch", &self.opts.prefetch)
+            .field("budget", &self.opts.budget)
+            .finish()
     }
 }
 
@@ -724,14 +838,22 @@ impl WeightStore for StreamingStore {
     fn expert(&self, layer: usize, expert: usize) -> Result<ExpertWeights> {
         let fmt = self.expert_format.context("model has no routed experts")?;
         let key = Key::Expert(layer, expert);
-        if !self.shared.plan.expert_groups.contains_key(&(layer, expert)) {
+        if !self
+            .shared
+            .plan
+            .expert_groups
+            .contains_key(&(layer, expert))
+        {
             bail!("expert {expert} of layer {layer} is not in the checkpoint");
         }
         let loaded = {
             let mut g = lock(&self.shared);
             g.tick += 1;
             let t = g.tick;
-            let m = g.meta.entry((layer, expert)).or_insert(ExpertMeta { freq: 0, last: 0 });
+            let m = g
+                .meta
+                .entry((layer, expert))
+                .or_insert(ExpertMeta { freq: 0, last: 0 });
             m.freq += 1;
             m.last = t;
             self.wait(g, key)?
@@ -739,20 +861,27 @@ impl WeightStore for StreamingStore {
         let mat = |m: &str| -> Result<ExpertMat> {
             let base = layer_name(layer, &format!("block_sparse_moe.experts.{expert}.{m}"));
             Ok(match fmt {
-                ExpertFormat::Bf16 => ExpertMat::Bf16(self.view(key, &loaded, &format!("{base}.weight"))?),
+                ExpertFormat::Bf16 => {
+                    ExpertMat::Bf16(self.view(key, &loaded, &format!("{base}.weight"))?)
+                }
                 ExpertFormat::Mxfp4 => ExpertMat::Mxfp4 {
                     packed: self.view(key, &loaded, &format!("{base}.weight_packed"))?,
                     scale: self.view(key, &loaded, &format!("{base}.weight_scale"))?,
                 },
             })
         };
-        Ok(ExpertWeights { w1: mat("w1")?, w2: mat("w2")?, w3: mat("w3")? })
+        Ok(ExpertWeights {
+            w1: mat("w1")?,
+            w2: mat("w2")?,
+            w3: mat("w3")?,
+        })
     }
 
     fn begin_token(&self, pos: usize) {
         let mut g = lock(&self.shared);
         g.token = pos;
         g.guesses.clear();
+        g.protected.clear();
     }
 
     fn wants_lookahead(&self) -> bool {

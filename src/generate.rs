@@ -1,0 +1,137 @@
+//! Prefill then decode: the generation loop with per-token timings.
+
+#![warn(missing_docs)]
+
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+
+use crate::model::{LogitsMode, Model, State};
+use crate::sampler::{Sampler, SamplerConfig};
+
+/// Generation settings.
+#[derive(Debug, Clone)]
+pub struct GenerateParams {
+    /// Maximum number of new tokens (≥ 1).
+    pub max_tokens: usize,
+    /// Token selection (greedy when `temperature <= 0`).
+    pub sampler: SamplerConfig,
+    /// Token ids that end generation (the config's `eos_token_id`s); the stop token
+    /// is included in the output ids.
+    pub stop_ids: Vec<u32>,
+    /// Keep the logits of every position for `GenerateOutput::logits`.
+    pub keep_logits: bool,
+    /// Prefill at most this many prompt tokens per forward call (bounds the
+    /// per-call activation memory, e.g. AttnRes blocks `n·blocks·D` f32); 0 = the
+    /// whole prompt at once. Results are bit-identical for any chunking.
+    pub prefill_chunk: usize,
+}
+
+/// Result of [`generate`].
+#[derive(Debug, Clone)]
+pub struct GenerateOutput {
+    /// The prompt as fed.
+    pub prompt_ids: Vec<u32>,
+    /// Generated ids (including a final stop id, if any).
+    pub output_ids: Vec<u32>,
+    /// With `keep_logits`: `[rows, vocab]` row-major, `rows = prompt_len + output_len − 1`;
+    /// row `i` is the distribution over the token at position `i + 1` (prompt rows are
+    /// teacher-forced; row `prompt_len − 1 + j` produced `output_ids[j]`).
+    pub logits: Option<Vec<f32>>,
+    /// Seconds spent in the prefill forward (prompt → first logits).
+    pub prefill_s: f64,
+    /// Seconds from the start of prefill until the first token was chosen.
+    pub ttft_s: f64,
+    /// Seconds of each decode step (one forward + sampling), one per token after the first.
+    pub decode_s: Vec<f64>,
+    /// True when generation ended on a stop id.
+    pub stopped: bool,
+}
+
+impl GenerateOutput {
+    /// Median of `decode_s` (0 when no decode step ran).
+    pub fn decode_median_s(&self) -> f64 {
+        if self.decode_s.is_empty() {
+            return 0.0;
+        }
+        let mut v = self.decode_s.clone();
+        v.sort_by(f64::total_cmp);
+        let m = v.len() / 2;
+        if v.len() % 2 == 1 {
+            v[m]
+        } else {
+            0.5 * (v[m - 1] + v[m])
+        }
+    }
+}
+
+/// Prefills `prompt` into `state` (batched forwards of `prefill_chunk` tokens), then decodes up to
+/// `max_tokens` tokens, one forward per token, calling `on_token` for each new
+/// token as soon as it is chosen. Stops on a stop id or `max_tokens`.
+pub fn generate(
+    model: &Model,
+    state: &mut State,
+    prompt: &[u32],
+    params: &GenerateParams,
+    on_token: &mut dyn FnMut(u32),
+) -> Result<GenerateOutput> {
+    if prompt.is_empty() {
+        bail!("empty prompt");
+    }
+    if params.max_tokens == 0 {
+        bail!("max_tokens must be ≥ 1");
+    }
+    let vocab = model.config().vocab_size;
+    let mut sampler = Sampler::new(params.sampler);
+    let t0 = Instant::now();
+    let mode = if params.keep_logits {
+        LogitsMode::All
+    } else {
+        LogitsMode::Last
+    };
+    let chunk = if params.prefill_chunk == 0 {
+        prompt.len()
+    } else {
+        params.prefill_chunk
+    };
+    let mut pl = Vec::new();
+    let n_chunks = prompt.len().div_ceil(chunk);
+    for (i, c) in prompt.chunks(chunk).enumerate() {
+        let m = if i + 1 == n_chunks || mode == LogitsMode::All {
+            mode
+        } else {
+            LogitsMode::None
+        };
+        pl.extend(model.forward(state, c, m)?);
+    }
+    let prefill_s = t0.elapsed().as_secs_f64();
+    let last = pl[pl.len() - vocab..].to_vec();
+    let mut all = if params.keep_logits { Some(pl) } else { None };
+    let mut tok = sampler.sample(&last);
+    let ttft_s = t0.elapsed().as_secs_f64();
+    let mut out = vec![tok];
+    on_token(tok);
+    let mut decode_s = Vec::new();
+    let mut stopped = params.stop_ids.contains(&tok);
+    while !stopped && out.len() < params.max_tokens {
+        let t = Instant::now();
+        let l = model.forward(state, &[tok], LogitsMode::Last)?;
+        tok = sampler.sample(&l);
+        decode_s.push(t.elapsed().as_secs_f64());
+        if let Some(a) = all.as_mut() {
+            a.extend_from_slice(&l);
+        }
+        out.push(tok);
+        on_token(tok);
+        stopped = params.stop_ids.contains(&tok);
+    }
+    Ok(GenerateOutput {
+        prompt_ids: prompt.to_vec(),
+        output_ids: out,
+        logits: all,
+        prefill_s,
+        ttft_s,
+        decode_s,
+        stopped,
+    })
+}

@@ -1,0 +1,252 @@
+//! Kimi Delta Attention (KDA), token-recurrent form.
+//!
+//! Per token `t` and head `h` (k3-architecture.md §1.2; mlx-lm `kimi_linear.py::
+//! KimiDeltaAttention`, `kimi_k3.py::KimiK3DeltaAttention`, `gated_delta.py`;
+//! fla `ops/kda/naive.py::naive_recurrent_kda`):
+//! 1. `u = [W_q x | W_k x | W_v x]`, depthwise causal conv of width W over the last W
+//!    inputs per channel (cross-correlation: `w[c, W−1]` multiplies the current
+//!    token), then SiLU (mlx `ShortConv1d`);
+//! 2. `q ← q / sqrt(Σq² + 1e-6) · K^−½`, `k ← k / sqrt(Σk² + 1e-6)` per head
+//!    (mlx `normalize_qk`, computed there as `K^−1·rms_norm(q, 1e-6/K)` and
+//!    `K^−½·rms_norm(k, 1e-6/K)`, which is the same function);
+//! 3. decay `α = exp(g)` per key channel, `a = f_b(f_a x)`:
+//!    softplus form `α = exp(−exp(A_log[h])·softplus(a + dt_bias))` (mlx `compute_g`),
+//!    lower-bound form `α = exp(lb·σ(exp(A_log[h])·(a + dt_bias)))` (mlx
+//!    `compute_lower_bound_g`, K3 `gate_lower_bound = −5`);
+//! 4. `β = σ(b_proj x)[h]`;
+//! 5. gated delta rule on `S_h [V, K]`: `S ← S·diag(α)`, `e = v − S k`,
+//!    `S ← S + β e kᵀ`, `o = S q` (mlx `_gated_delta_step_ops`);
+//! 6. `y_h = o_norm.w ⊙ o_h / sqrt(mean(o_h²) + rms_norm_eps) ⊙ σ(gate_h)`, gate =
+//!    `g_proj x` (K3 full rank) or `g_b(g_a x)`; `out = o_proj(concat_h y_h)`.
+
+use anyhow::Result;
+
+use super::norm::{rms_norm_inplace, sigmoid, silu, softplus};
+use super::state::KdaState;
+use super::weights::{Mat, Weights};
+use crate::config::ModelConfig;
+use crate::ops::Par;
+
+/// Output gate of a KDA layer.
+pub enum OutGate {
+    /// K3 `g_proj` `[P, D]`.
+    Full(Mat),
+    /// Kimi-Linear `g_a_proj` `[K, D]` then `g_b_proj` `[P, K]`.
+    LowRank(Mat, Mat),
+}
+
+/// Weights of one KDA layer (matrices in stored form, small vectors in f32).
+pub struct KdaWeights {
+    /// `q_proj` `[P, D]`.
+    pub q: Mat,
+    /// `k_proj` `[P, D]`.
+    pub k: Mat,
+    /// `v_proj` `[P, D]`.
+    pub v: Mat,
+    /// Conv weights `[3P, W]` (q | k | v channels; stored `[P, 1, W]` each).
+    pub conv: Vec<f32>,
+    /// Forget-gate down projection `f_a_proj` `[K, D]`.
+    pub f_a: Mat,
+    /// Forget-gate up projection `f_b_proj` `[P, K]`.
+    pub f_b: Mat,
+    /// `[P]`.
+    pub dt_bias: Vec<f32>,
+    /// Per-head `A_log` `[H]` (first H stored entries).
+    pub a_log: Vec<f32>,
+    /// β logits `b_proj` `[H, D]`.
+    pub b: Mat,
+    /// Output gate.
+    pub gate: OutGate,
+    /// `[K]`, shared by all heads.
+    pub o_norm: Vec<f32>,
+    /// `o_proj` `[D, P]`.
+    pub o: Mat,
+}
+
+impl KdaWeights {
+    /// Fetches layer `layer`'s KDA weights through the store, checking every size.
+    pub fn load(w: &Weights, cfg: &ModelConfig, layer: usize) -> Result<Self> {
+        let l = Some(layer);
+        let d = cfg.hidden_size;
+        let h = cfg.kda.num_heads;
+        let k = cfg.kda.head_dim;
+        let p = h * k;
+        let cw = cfg.kda.short_conv_kernel_size;
+        let mut conv = Vec::with_capacity(3 * p * cw);
+        for x in ["q", "k", "v"] {
+            conv.extend(w.vec(l, &format!("self_attn.{x}_conv1d.weight"), p * cw)?);
+        }
+        Ok(KdaWeights {
+            q: w.mat(l, "self_attn.q_proj.weight", p, d)?,
+            k: w.mat(l, "self_attn.k_proj.weight", p, d)?,
+            v: w.mat(l, "self_attn.v_proj.weight", p, d)?,
+            conv,
+            f_a: w.mat(l, "self_attn.f_a_proj.weight", k, d)?,
+            f_b: w.mat(l, "self_attn.f_b_proj.weight", p, k)?,
+            dt_bias: w.vec(l, "self_attn.dt_bias", p)?,
+            a_log: w.vec_prefix(l, "self_attn.A_log", h)?,
+            b: w.mat(l, "self_attn.b_proj.weight", h, d)?,
+            gate: if cfg.kda.use_full_rank_gate {
+                OutGate::Full(w.mat(l, "self_attn.g_proj.weight", p, d)?)
+            } else {
+                OutGate::LowRank(
+                    w.mat(l, "self_attn.g_a_proj.weight", k, d)?,
+                    w.mat(l, "self_attn.g_b_proj.weight", p, k)?,
+                )
+            },
+            o_norm: w.vec(l, "self_attn.o_norm.weight", k)?,
+            o: w.mat(l, "self_attn.o_proj.weight", d, p)?,
+        })
+    }
+}
+
+/// One step of the depthwise causal conv + SiLU over `c = u.len()` channels.
+/// `conv_state: [W−1, c]` (row 0 oldest) is shifted to include `u`;
+/// `w: [c, W]`. Returns `SiLU(Σ_i w[ch, i]·window_i[ch])`.
+pub fn short_conv_step(conv_state: &mut [f32], w: &[f32], u: &[f32], width: usize) -> Vec<f32> {
+    let c = u.len();
+    let hist = width - 1;
+    let mut out = vec![0f32; c];
+    for ch in 0..c {
+        let wr = &w[ch * width..(ch + 1) * width];
+        let mut acc = 0f32;
+        for i in 0..hist {
+            acc += wr[i] * conv_state[i * c + ch];
+        }
+        acc += wr[hist] * u[ch];
+        out[ch] = silu(acc);
+    }
+    if hist > 0 {
+        conv_state.copy_within(c.., 0);
+        conv_state[(hist - 1) * c..].copy_from_slice(u);
+    }
+    out
+}
+
+/// L2-normalises `x` (one head, `[K]`) in place: `x / sqrt(Σx² + eps)`, then × `scale`.
+pub fn l2norm_scaled(x: &mut [f32], eps: f32, scale: f32) {
+    let ss: f32 = x.iter().map(|v| v * v).sum();
+    let r = 1.0 / (ss + eps).sqrt() * scale;
+    for v in x.iter_mut() {
+        *v *= r;
+    }
+}
+
+/// Per-key-channel decay `α = exp(g)` `[K]` of head `h` from `a = f_b(f_a x)` `[K]`
+/// (this head's slice), `dt_bias` slice `[K]` and `A_log[h]`; see the module docs
+/// for the two forms (`lower_bound = None` → softplus form).
+pub fn decay(a: &[f32], dt_bias: &[f32], a_log_h: f32, lower_bound: Option<f32>) -> Vec<f32> {
+    let a_scale = a_log_h.exp();
+    a.iter()
+        .zip(dt_bias)
+        .map(|(a, dt)| match lower_bound {
+            None => (-a_scale * softplus(a + dt)).exp(),
+            Some(lb) => (lb * sigmoid(a_scale * (a + dt))).exp(),
+        })
+        .collect()
+}
+
+/// One gated delta-rule step for one head (mlx `_gated_delta_step_ops`).
+///
+/// `s: [V, K]` state (updated), `q, k: [K]` (already normalised), `v: [V]`,
+/// `alpha: [K]` decay per key channel, `beta` scalar; writes `y: [V]`:
+/// `S[j,d] *= α[d]`; `e[j] = v[j] − Σ_d S[j,d]k[d]`; `S[j,d] += β e[j] k[d]`;
+/// `y[j] = Σ_d S[j,d] q[d]`.
+pub fn delta_rule_step(
+    s: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    alpha: &[f32],
+    beta: f32,
+    y: &mut [f32],
+) {
+    let kd = k.len();
+    for (j, yj) in y.iter_mut().enumerate() {
+        let row = &mut s[j * kd..(j + 1) * kd];
+        let mut kv = 0f32;
+        for d in 0..kd {
+            row[d] *= alpha[d];
+            kv += row[d] * k[d];
+        }
+        let delta = (v[j] - kv) * beta;
+        let mut o = 0f32;
+        for d in 0..kd {
+            row[d] += k[d] * delta;
+            o += row[d] * q[d];
+        }
+        *yj = o;
+    }
+}
+
+/// KDA sub-layer over `n` consecutive tokens `xs: [n, D]` (the attention input, after
+/// `input_layernorm`), advancing `st`. Returns `[n, D]`. Tokens are processed in order;
+/// the result for each token is bit-identical whatever `n` is.
+pub fn kda_forward(
+    par: &Par,
+    cfg: &ModelConfig,
+    w: &KdaWeights,
+    xs: &[f32],
+    n: usize,
+    st: &mut KdaState,
+) -> Vec<f32> {
+    let h = cfg.kda.num_heads;
+    let k = cfg.kda.head_dim;
+    let p = h * k;
+    let cw = cfg.kda.short_conv_kernel_size;
+    let eps = cfg.rms_norm_eps;
+    let lb = cfg.kda.gate_lower_bound;
+    let scale = (k as f32).powf(-0.5);
+
+    let qs = w.q.mm(par, xs, n);
+    let ks = w.k.mm(par, xs, n);
+    let vs = w.v.mm(par, xs, n);
+    let fa = w.f_a.mm(par, xs, n);
+    let a_all = w.f_b.mm(par, &fa, n);
+    let b_all = w.b.mm(par, xs, n);
+    let g_all = match &w.gate {
+        OutGate::Full(g) => g.mm(par, xs, n),
+        OutGate::LowRank(ga, gb) => {
+            let t = ga.mm(par, xs, n);
+            gb.mm(par, &t, n)
+        }
+    };
+
+    let mut ys = vec![0f32; n * p];
+    let mut u = vec![0f32; 3 * p];
+    for t in 0..n {
+        u[..p].copy_from_slice(&qs[t * p..(t + 1) * p]);
+        u[p..2 * p].copy_from_slice(&ks[t * p..(t + 1) * p]);
+        u[2 * p..].copy_from_slice(&vs[t * p..(t + 1) * p]);
+        let c = short_conv_step(&mut st.conv, &w.conv, &u, cw);
+        let (q, rest) = c.split_at(p);
+        let (kk, v) = rest.split_at(p);
+        let a = &a_all[t * p..(t + 1) * p];
+        let g = &g_all[t * p..(t + 1) * p];
+        let y = &mut ys[t * p..(t + 1) * p];
+        for hh in 0..h {
+            let r = hh * k..(hh + 1) * k;
+            let mut qh = q[r.clone()].to_vec();
+            let mut kh = kk[r.clone()].to_vec();
+            l2norm_scaled(&mut qh, 1e-6, scale);
+            l2norm_scaled(&mut kh, 1e-6, 1.0);
+            let alpha = decay(&a[r.clone()], &w.dt_bias[r.clone()], w.a_log[hh], lb);
+            let beta = sigmoid(b_all[t * h + hh]);
+            let yh = &mut y[r.clone()];
+            delta_rule_step(
+                &mut st.s[hh * k * k..(hh + 1) * k * k],
+                &qh,
+                &kh,
+                &v[r.clone()],
+                &alpha,
+                beta,
+                yh,
+            );
+            rms_norm_inplace(yh, &w.o_norm, eps);
+            for (yv, gv) in yh.iter_mut().zip(&g[r]) {
+                *yv *= sigmoid(*gv);
+            }
+        }
+    }
+    w.o.mm(par, &ys, n)
+}

@@ -1,0 +1,203 @@
+//! Multi-head Latent Attention (DeepSeek-V3 style, NoPE as in Kimi Linear / K3),
+//! absorbed form over a cache of one latent per position.
+//!
+//! mlx-lm `kimi_k3.py::KimiK3MLAAttention` / `kimi_linear.py::KimiMLAAttention`
+//! (k3-architecture.md §2.2, §4.4):
+//! ```text
+//! q = q_b(RMSNorm₁ₑ₋₆(q_a x)) or q_proj x          → per head [q_nope (dn) | q_pe (dr)]
+//! [c̃ | k_pe] = kv_a_proj_with_mqa x ;  c = RMSNorm(c̃)  (cache [c | k_pe], k_pe un-rotated)
+//! q̂_h = W_UK,hᵀ q_nope,h            (W_UK,h = kv_b rows [h(dn+dv), h(dn+dv)+dn), [dn, r])
+//! score_h(s) = τ·(q̂_h·c_s + q_pe,h·k_pe,s),  τ = (dn+dr)^−½,  causal softmax over s ≤ t
+//! o_h = W_UV,h Σ_s p_s c_s           (W_UV,h = kv_b rows [h(dn+dv)+dn, (h+1)(dn+dv)), [dv, r])
+//! out = o_proj( concat_h o_h ⊙ σ(g_proj x) )  (gate only with mla_use_output_gate)
+//! ```
+//! `kv_a_layernorm` eps: 1e-6 for `kimi_k3` (mlx `KimiK3MLAAttention`, transformers
+//! default); mlx-lm `kimi_linear.py` builds it with `rms_norm_eps` — we follow mlx-lm
+//! (the oracle) per model type, see [`kv_norm_eps`].
+
+use anyhow::Result;
+
+use super::norm::{rms_norm, rms_norm_inplace, sigmoid};
+use super::state::MlaCache;
+use super::weights::{Mat, Weights};
+use crate::config::ModelConfig;
+use crate::ops::Par;
+
+/// Query projection of an MLA layer.
+pub enum QProj {
+    /// `q_a_proj` `[q_lora, D]`, `q_a_layernorm` `[q_lora]` (eps 1e-6), `q_b_proj` `[H·(dn+dr), q_lora]`.
+    Lora {
+        /// `q_a_proj` `[q_lora, D]`.
+        a: Mat,
+        /// `q_a_layernorm` weight `[q_lora]`.
+        norm: Vec<f32>,
+        /// `q_b_proj` `[H·(dn+dr), q_lora]`.
+        b: Mat,
+    },
+    /// `q_proj` `[H·(dn+dr), D]`.
+    Full(Mat),
+}
+
+/// Weights of one MLA layer.
+pub struct MlaWeights {
+    /// Query projection.
+    pub q: QProj,
+    /// `kv_a_proj_with_mqa` `[r + dr, D]`.
+    pub kv_a: Mat,
+    /// `kv_a_layernorm` `[r]`.
+    pub kv_norm: Vec<f32>,
+    /// `kv_b_proj` `[H·(dn+dv), r]`.
+    pub kv_b: Mat,
+    /// `o_proj` `[D, H·dv]`.
+    pub o: Mat,
+    /// `g_proj` `[H·dv, D]` (K3 gated MLA).
+    pub g: Option<Mat>,
+}
+
+/// eps of `q_a_layernorm`: 1e-6 (module default in mlx / transformers / Moonshot).
+pub const Q_NORM_EPS: f32 = 1e-6;
+
+/// eps of `kv_a_layernorm`: 1e-6 for `kimi_k3`; `rms_norm_eps` for `kimi_linear`, as
+/// mlx-lm `kimi_linear.py` (transformers and the notes use 1e-6 there; the difference
+/// is ≈ (eps₁−eps₂)/(2·mean(c̃²)) relative on `c`).
+pub fn kv_norm_eps(cfg: &ModelConfig) -> f32 {
+    if cfg.model_type == "kimi_linear" {
+        cfg.rms_norm_eps
+    } else {
+        1e-6
+    }
+}
+
+impl MlaWeights {
+    /// Fetches layer `layer`'s MLA weights through the store, checking every size.
+    pub fn load(w: &Weights, cfg: &ModelConfig, layer: usize) -> Result<Self> {
+        let l = Some(layer);
+        let m = &cfg.mla;
+        let d = cfg.hidden_size;
+        let qd = m.num_heads * m.q_head_dim();
+        let q = match m.q_lora_rank {
+            Some(r) => QProj::Lora {
+                a: w.mat(l, "self_attn.q_a_proj.weight", r, d)?,
+                norm: w.vec(l, "self_attn.q_a_layernorm.weight", r)?,
+                b: w.mat(l, "self_attn.q_b_proj.weight", qd, r)?,
+            },
+            None => QProj::Full(w.mat(l, "self_attn.q_proj.weight", qd, d)?),
+        };
+        Ok(MlaWeights {
+            q,
+            kv_a: w.mat(l, "self_attn.kv_a_proj_with_mqa.weight", m.latent_dim(), d)?,
+            kv_norm: w.vec(l, "self_attn.kv_a_layernorm.weight", m.kv_lora_rank)?,
+            kv_b: w.mat(
+                l,
+                "self_attn.kv_b_proj.weight",
+                m.num_heads * (m.qk_nope_head_dim + m.v_head_dim),
+                m.kv_lora_rank,
+            )?,
+            o: w.mat(l, "self_attn.o_proj.weight", d, m.num_heads * m.v_head_dim)?,
+            g: if m.use_output_gate {
+                Some(w.mat(l, "self_attn.g_proj.weight", m.num_heads * m.v_head_dim, d)?)
+            } else {
+                None
+            },
+        })
+    }
+}
+
+/// Attention of one head over the cache: `q̂: [r]`, `q_pe: [dr]`, returns the
+/// attention-weighted latent `Σ_s p_s c_s` `[r]` (before `W_UV`).
+pub fn attend_latent(
+    cache: &MlaCache,
+    r: usize,
+    dr: usize,
+    qh: &[f32],
+    q_pe: &[f32],
+    tau: f32,
+) -> Vec<f32> {
+    let ld = r + dr;
+    let mut scores = Vec::with_capacity(cache.len);
+    for s in 0..cache.len {
+        let lat = &cache.latents[s * ld..(s + 1) * ld];
+        let a: f32 = qh.iter().zip(&lat[..r]).map(|(x, y)| x * y).sum();
+        let b: f32 = q_pe.iter().zip(&lat[r..]).map(|(x, y)| x * y).sum();
+        scores.push(tau * a + tau * b);
+    }
+    let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for sc in scores.iter_mut() {
+        *sc = (*sc - m).exp();
+        sum += *sc;
+    }
+    let mut ctx = vec![0f32; r];
+    for (s, p) in scores.iter().enumerate() {
+        let p = p / sum;
+        let lat = &cache.latents[s * ld..s * ld + r];
+        for (c, l) in ctx.iter_mut().zip(lat) {
+            *c += p * l;
+        }
+    }
+    ctx
+}
+
+/// MLA sub-layer over `n` consecutive tokens `xs: [n, D]` (after `input_layernorm`),
+/// appending `n` latents to `cache`. Returns `[n, D]`; each token's result is
+/// bit-identical whatever `n` is.
+pub fn mla_forward(
+    par: &Par,
+    cfg: &ModelConfig,
+    w: &MlaWeights,
+    xs: &[f32],
+    n: usize,
+    cache: &mut MlaCache,
+) -> Vec<f32> {
+    let m = &cfg.mla;
+    let (h, dn, dr, dv, r) = (
+        m.num_heads,
+        m.qk_nope_head_dim,
+        m.qk_rope_head_dim,
+        m.v_head_dim,
+        m.kv_lora_rank,
+    );
+    let qhd = dn + dr;
+    let tau = (qhd as f32).powf(-0.5);
+    let ld = r + dr;
+
+    let qs = match &w.q {
+        QProj::Full(q) => q.mm(par, xs, n),
+        QProj::Lora { a, norm, b } => {
+            let mut qa = a.mm(par, xs, n);
+            let ql = a.rows();
+            for t in 0..n {
+                rms_norm_inplace(&mut qa[t * ql..(t + 1) * ql], norm, Q_NORM_EPS);
+            }
+            b.mm(par, &qa, n)
+        }
+    };
+    let kvs = w.kv_a.mm(par, xs, n);
+    let gates = w.g.as_ref().map(|g| g.mm(par, xs, n));
+    let kv_eps = kv_norm_eps(cfg);
+
+    let mut outs = vec![0f32; n * h * dv];
+    for t in 0..n {
+        let kv = &kvs[t * ld..(t + 1) * ld];
+        let c = rms_norm(&kv[..r], &w.kv_norm, kv_eps);
+        cache.latents.extend_from_slice(&c);
+        cache.latents.extend_from_slice(&kv[r..]);
+        cache.len += 1;
+        let q = &qs[t * h * qhd..(t + 1) * h * qhd];
+        for hh in 0..h {
+            let qh = &q[hh * qhd..(hh + 1) * qhd];
+            let base = hh * (dn + dv);
+            let q_abs = w.kv_b.row_block(base, dn).tmv(&qh[..dn]);
+            let ctx = attend_latent(cache, r, dr, &q_abs, &qh[dn..], tau);
+            let o = &mut outs[(t * h + hh) * dv..(t * h + hh + 1) * dv];
+            w.kv_b.row_block(base + dn, dv).mv_into(par, &ctx, o);
+        }
+        if let Some(g) = &gates {
+            let o = &mut outs[t * h * dv..(t + 1) * h * dv];
+            for (ov, gv) in o.iter_mut().zip(&g[t * h * dv..(t + 1) * h * dv]) {
+                *ov *= sigmoid(*gv);
+            }
+        }
+    }
+    w.o.mm(par, &outs, n)
+}

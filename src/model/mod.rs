@@ -1,0 +1,337 @@
+//! The model: one forward path for `kimi_k3` and `kimi_linear`, features switched by
+//! [`ModelConfig`] (KDA / MLA per layer, dense / MoE MLP, SiLU / SiTU, latent MoE,
+//! gated MLA, Block AttnRes or the plain additive residual).
+//!
+//! Reference: mlx-lm `models/kimi_k3.py` (`KimiK3TextModel`, `KimiK3DecoderLayer`) and
+//! `models/kimi_linear.py` (`KimiLinearModel`, `KimiDecoderLayer`); notes in
+//! `shared/context/k3-architecture.md`. All activations are f32; weights are read
+//! through the [`WeightStore`] and upcast on the fly.
+//!
+//! Processing order: a call to [`Model::forward`] with `n` tokens runs layer by layer
+//! (`begin_layer` … `end_layer` once per layer), and within a layer processes the
+//! tokens in order. Every per-token operation is the same as when the tokens are
+//! fed one by one, so batched prefill and token-by-token decode give bit-identical
+//! logits (the batched products `matmul_*` are bit-identical to `matvec_*` per row).
+
+#![warn(missing_docs)]
+
+pub mod attn_res;
+pub mod kda;
+pub mod mla;
+pub mod mlp;
+pub mod moe;
+pub mod norm;
+pub mod state;
+pub mod weights;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+
+use crate::checkpoint::Checkpoint;
+use crate::config::{load_config, AttnKind, MlpKind, ModelConfig};
+use crate::ops::Par;
+use crate::schema::Dtype;
+use crate::store::resident::ResidentStore;
+use crate::store::WeightStore;
+
+use attn_res::Blocks;
+use norm::rms_norm;
+pub use state::{KdaState, LayerState, MlaCache, State};
+use weights::{Mat, Weights};
+
+/// Which positions' logits [`Model::forward`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitsMode {
+    /// None (returns an empty vector; skips `lm_head`).
+    None,
+    /// The last position only: `[vocab]`.
+    Last,
+    /// Every position of the call: `[n, vocab]`.
+    All,
+}
+
+/// A loaded model: configuration, weight accessor and kernel thread handle.
+pub struct Model {
+    cfg: ModelConfig,
+    w: Weights,
+    par: Par,
+}
+
+impl Model {
+    /// A model reading its weights from `store`. Shapes are checked when tensors are
+    /// first read (errors name the tensor); validate the checkpoint beforehand with
+    /// [`crate::inspect::validate`] to refuse bad checkpoints up front (as [`Model::load`] does).
+    pub fn new(cfg: ModelConfig, store: Arc<dyn WeightStore>, par: Par) -> Result<Model> {
+        if cfg.hidden_size == 0 || cfg.vocab_size == 0 {
+            bail!("hidden_size and vocab_size must be > 0");
+        }
+        if cfg.attn_kinds.len() != cfg.num_hidden_layers
+            || cfg.mlp_kinds.len() != cfg.num_hidden_layers
+        {
+            bail!("per-layer kind lists do not match num_hidden_layers");
+        }
+        if cfg.mlp_kinds.contains(&MlpKind::Moe) && cfg.moe.is_none() {
+            bail!("config has MoE layers but no MoE settings");
+        }
+        Ok(Model {
+            cfg,
+            w: Weights {
+                store,
+                hints: HashMap::new(),
+            },
+            par,
+        })
+    }
+
+    /// Sets per-tensor dtype hints (names without the weight prefix, e.g.
+    /// `model.layers.0.self_attn.A_log`), used instead of byte-length inference.
+    pub fn with_dtype_hints(mut self, hints: HashMap<String, Dtype>) -> Self {
+        self.w.hints = hints;
+        self
+    }
+
+    /// Dtype hints from a checkpoint's headers (prefix stripped as the store does).
+    pub fn dtype_hints(cfg: &ModelConfig, ck: &Checkpoint) -> HashMap<String, Dtype> {
+        ck.tensors
+            .iter()
+            .filter_map(|(name, loc)| {
+                let key = name.strip_prefix(&cfg.weight_prefix).unwrap_or(name);
+                Dtype::parse(&loc.dtype).map(|d| (key.to_string(), d))
+            })
+            .collect()
+    }
+
+    /// Loads `dir` (config.json + safetensors) fully resident with `threads` kernel
+    /// threads, after validating every tensor against the config
+    /// ([`crate::inspect::validate`]); refuses with the list of problems.
+    pub fn load(dir: &Path, threads: usize) -> Result<Model> {
+        let cfg = load_config(dir)?;
+        let ck = Checkpoint::open(dir)?;
+        let problems = crate::inspect::validate(&cfg, &ck);
+        if !problems.is_empty() {
+            bail!(
+                "checkpoint {} does not match its config.json ({} problem(s)):\n  - {}",
+                dir.display(),
+                problems.len(),
+                problems.join("\n  - ")
+            );
+        }
+        let store = ResidentStore::open(&cfg, &ck)?;
+        let hints = Self::dtype_hints(&cfg, &ck);
+        Ok(Model::new(cfg, Arc::new(store), Par::new(threads))?.with_dtype_hints(hints))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// The kernel thread handle.
+    pub fn par(&self) -> &Par {
+        &self.par
+    }
+
+    /// A fresh per-sequence state with room for `max_context` positions.
+    pub fn new_state(&self, max_context: usize) -> State {
+        State::new(&self.cfg, max_context)
+    }
+
+    fn mat(&self, layer: Option<usize>, name: &str, rows: usize, cols: usize) -> Result<Mat> {
+        self.w.mat(layer, name, rows, cols)
+    }
+
+    fn vec(&self, layer: Option<usize>, name: &str, n: usize) -> Result<Vec<f32>> {
+        self.w.vec(layer, name, n)
+    }
+
+    /// AttnRes `w_eff = {prefix}_norm.weight ⊙ {prefix}_proj.weight` `[D]`.
+    fn res_w_eff(&self, layer: Option<usize>, prefix: &str) -> Result<Vec<f32>> {
+        let d = self.cfg.hidden_size;
+        let nw = self.vec(layer, &format!("{prefix}_norm.weight"), d)?;
+        let pw = self.vec(layer, &format!("{prefix}_proj.weight"), d)?;
+        Ok(attn_res::w_eff(&nw, &pw))
+    }
+
+    /// Runs `tokens` (positions `state.pos ..`) through the model, advancing `state`.
+    ///
+    /// Returns logits per `mode`: `[vocab]` (Last), `[n, vocab]` (All) or empty.
+    /// Errors: empty input, token id ≥ vocab, context overflow, missing or misshapen
+    /// tensors (named). After a tensor error the state is unusable (reset it).
+    pub fn forward(&self, state: &mut State, tokens: &[u32], mode: LogitsMode) -> Result<Vec<f32>> {
+        let cfg = &self.cfg;
+        let n = tokens.len();
+        if n == 0 {
+            bail!("forward called with no tokens");
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+            bail!(
+                "token id {bad} is out of range (vocab_size {})",
+                cfg.vocab_size
+            );
+        }
+        if state.layers.len() != cfg.num_hidden_layers {
+            bail!("state was built for a different model");
+        }
+        state.check_room(n)?;
+        let d = cfg.hidden_size;
+        let eps = cfg.rms_norm_eps;
+        let par = &self.par;
+
+        // Residual stream per token: the running sum (plain residual) or the AttnRes partial sum.
+        let mut hidden = Vec::with_capacity(n * d);
+        for &t in tokens {
+            hidden.extend(self.w.row(
+                None,
+                "model.embed_tokens.weight",
+                cfg.vocab_size,
+                d,
+                t as usize,
+            )?);
+        }
+        let attn_res = cfg.attn_res_block_size;
+        let mut blocks: Vec<Blocks> =
+            vec![Blocks::default(); if attn_res.is_some() { n } else { 0 }];
+
+        for i in 0..cfg.num_hidden_layers {
+            self.w.store.begin_layer(i);
+            let r = self.layer(i, state, &mut hidden, &mut blocks, n);
+            self.w.store.end_layer(i);
+            r.with_context(|| format!("layer {i}"))?;
+        }
+
+        if mode == LogitsMode::None {
+            state.pos += n;
+            return Ok(Vec::new());
+        }
+        let rows: Vec<usize> = match mode {
+            LogitsMode::Last => vec![n - 1],
+            _ => (0..n).collect(),
+        };
+        let w_out = match attn_res {
+            Some(_) => Some(self.res_w_eff(None, "model.output_attn_res")?),
+            None => None,
+        };
+        let norm_w = self.vec(None, "model.norm.weight", d)?;
+        let head = if cfg.tie_word_embeddings {
+            self.mat(None, "model.embed_tokens.weight", cfg.vocab_size, d)?
+        } else {
+            self.mat(None, "lm_head.weight", cfg.vocab_size, d)?
+        };
+        let mut xs = Vec::with_capacity(rows.len() * d);
+        for &t in &rows {
+            let p = &hidden[t * d..(t + 1) * d];
+            let h = match &w_out {
+                Some(we) => attn_res::mix(&blocks[t], p, we, eps),
+                None => p.to_vec(),
+            };
+            xs.extend(rms_norm(&h, &norm_w, eps));
+        }
+        let logits = head.mm(par, &xs, rows.len());
+        state.pos += n;
+        Ok(logits)
+    }
+
+    /// One decoder layer over the `n` tokens of the call (mlx `KimiK3DecoderLayer.__call__`
+    /// with AttnRes, `KimiDecoderLayer.__call__` without).
+    fn layer(
+        &self,
+        i: usize,
+        state: &mut State,
+        hidden: &mut [f32],
+        blocks: &mut [Blocks],
+        n: usize,
+    ) -> Result<()> {
+        let cfg = &self.cfg;
+        let d = cfg.hidden_size;
+        let eps = cfg.rms_norm_eps;
+        let par = &self.par;
+        let l = Some(i);
+        let in_ln = self.vec(l, "input_layernorm.weight", d)?;
+        let post_ln = self.vec(l, "post_attention_layernorm.weight", d)?;
+
+        // Attention input.
+        let mut block_start = false;
+        let mut xin = Vec::with_capacity(n * d);
+        match cfg.attn_res_block_size {
+            Some(bs) => {
+                let w_attn = self.res_w_eff(l, "self_attention_res")?;
+                block_start = i % bs == 0;
+                for t in 0..n {
+                    let p = &hidden[t * d..(t + 1) * d];
+                    let h = attn_res::mix(&blocks[t], p, &w_attn, eps);
+                    if block_start {
+                        blocks[t].append(p.to_vec(), eps);
+                    }
+                    xin.extend(rms_norm(&h, &in_ln, eps));
+                }
+            }
+            None => {
+                for t in 0..n {
+                    xin.extend(rms_norm(&hidden[t * d..(t + 1) * d], &in_ln, eps));
+                }
+            }
+        }
+
+        let a = match (cfg.attn_kinds[i], &mut state.layers[i]) {
+            (AttnKind::Kda, LayerState::Kda(st)) => {
+                let w = kda::KdaWeights::load(&self.w, cfg, i)?;
+                kda::kda_forward(par, cfg, &w, &xin, n, st)
+            }
+            (AttnKind::Mla, LayerState::Mla(cache)) => {
+                let w = mla::MlaWeights::load(&self.w, cfg, i)?;
+                mla::mla_forward(par, cfg, &w, &xin, n, cache)
+            }
+            _ => bail!("state layer kind does not match the config"),
+        };
+
+        // Residual after attention, then MLP input.
+        if block_start {
+            hidden.copy_from_slice(&a);
+        } else {
+            for (h, v) in hidden.iter_mut().zip(&a) {
+                *h += v;
+            }
+        }
+        let mut xin2 = Vec::with_capacity(n * d);
+        match cfg.attn_res_block_size {
+            Some(_) => {
+                let w_mlp = self.res_w_eff(l, "mlp_res")?;
+                for t in 0..n {
+                    let h = attn_res::mix(&blocks[t], &hidden[t * d..(t + 1) * d], &w_mlp, eps);
+                    xin2.extend(rms_norm(&h, &post_ln, eps));
+                }
+            }
+            None => {
+                for t in 0..n {
+                    xin2.extend(rms_norm(&hidden[t * d..(t + 1) * d], &post_ln, eps));
+                }
+            }
+        }
+
+        let m = match cfg.mlp_kinds[i] {
+            MlpKind::Dense => {
+                let f = cfg.intermediate_size;
+                // Published dense layers live under `mlp.`; the store resolves the
+                // `block_sparse_moe.` alias to the schema name.
+                let mlp = mlp::GatedMlp {
+                    gate: self.mat(l, "mlp.gate_proj.weight", f, d)?,
+                    up: self.mat(l, "mlp.up_proj.weight", f, d)?,
+                    down: self.mat(l, "mlp.down_proj.weight", d, f)?,
+                };
+                mlp.forward(par, cfg.activation, &xin2, n)?
+            }
+            MlpKind::Moe => {
+                let moe = cfg.moe.as_ref().context("MoE layer without MoE config")?;
+                let mw = moe::MoeWeights::load(&self.w, cfg, moe, i)?;
+                moe::moe_forward(par, cfg, moe, &self.w, &mw, i, &xin2, n)?
+            }
+        };
+        for (h, v) in hidden.iter_mut().zip(&m) {
+            *h += v;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,385 @@
+//! Typed views of weights fetched through the [`WeightStore`].
+//!
+//! The store hands out raw bytes; this module checks each tensor's byte length
+//! against the shape the config implies and decides its element type (BF16 or
+//! F32: from a dtype hint taken from the checkpoint header when available, else
+//! from the byte length), so that a misshapen tensor becomes an error naming it
+//! instead of a kernel panic. Matrices stay in their stored form and are upcast
+//! to f32 inside the kernels; vectors (norm weights, biases, `A_log`, …) are
+//! decoded to f32.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+
+use crate::ops::{self, Par};
+use crate::schema::Dtype;
+use crate::store::{Bytes, ExpertMat, WeightStore};
+
+/// Element type of a dense weight as the model reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Elem {
+    /// bfloat16 (upcast by shifting into the high half of an f32).
+    Bf16,
+    /// IEEE f32.
+    F32,
+}
+
+/// A weight matrix `[rows, cols]` (`y = W x`), in stored form.
+#[derive(Clone, Debug)]
+pub enum Mat {
+    /// BF16 or F32 row-major bytes.
+    Dense {
+        /// Stored bytes (`rows·cols·size`).
+        bytes: Bytes,
+        /// Element type.
+        elem: Elem,
+        /// Output width.
+        rows: usize,
+        /// Input width.
+        cols: usize,
+    },
+    /// MXFP4 `weight_packed` `[rows, cols/2]` + E8M0 `weight_scale` `[rows, cols/32]`.
+    Mxfp4 {
+        /// Packed E2M1 pairs `[rows, cols/2]`.
+        packed: Bytes,
+        /// E8M0 block scales `[rows, cols/32]`.
+        scale: Bytes,
+        /// Output width.
+        rows: usize,
+        /// Input width (multiple of 32).
+        cols: usize,
+    },
+}
+
+impl Mat {
+    /// Output width.
+    pub fn rows(&self) -> usize {
+        match self {
+            Mat::Dense { rows, .. } | Mat::Mxfp4 { rows, .. } => *rows,
+        }
+    }
+    /// Input width.
+    pub fn cols(&self) -> usize {
+        match self {
+            Mat::Dense { cols, .. } | Mat::Mxfp4 { cols, .. } => *cols,
+        }
+    }
+
+    /// `y = W x`; `x: [cols]` → returns `[rows]`.
+    pub fn mv(&self, par: &Par, x: &[f32]) -> Vec<f32> {
+        let mut y = vec![0f32; self.rows()];
+        self.mv_into(par, x, &mut y);
+        y
+    }
+
+    /// `y = W x` into `y: [rows]`.
+    pub fn mv_into(&self, par: &Par, x: &[f32], y: &mut [f32]) {
+        match self {
+            Mat::Dense {
+                bytes,
+                elem: Elem::Bf16,
+                rows,
+                cols,
+            } => ops::matvec_bf16(par, bytes, *rows, *cols, x, y),
+            Mat::Dense {
+                bytes,
+                elem: Elem::F32,
+                rows,
+                cols,
+            } => ops::matvec_f32(par, bytes, *rows, *cols, x, y),
+            Mat::Mxfp4 {
+                packed,
+                scale,
+                rows,
+                cols,
+            } => ops::matvec_mxfp4(par, packed, scale, *rows, *cols, x, y),
+        }
+    }
+
+    /// Rows `[r0, r0+n)` of a dense matrix as a `[n, cols]` matrix (a view, no copy).
+    ///
+    /// # Panics
+    /// On an MXFP4 matrix or an out-of-range block (callers pass config-derived ranges).
+    pub fn row_block(&self, r0: usize, n: usize) -> Mat {
+        match self {
+            Mat::Dense {
+                bytes,
+                elem,
+                rows,
+                cols,
+            } => {
+                assert!(r0 + n <= *rows, "row_block out of range");
+                let es = if *elem == Elem::Bf16 { 2 } else { 4 };
+                Mat::Dense {
+                    bytes: bytes.slice(r0 * cols * es, n * cols * es),
+                    elem: *elem,
+                    rows: n,
+                    cols: *cols,
+                }
+            }
+            Mat::Mxfp4 { .. } => panic!("row_block of an MXFP4 matrix"),
+        }
+    }
+
+    /// Transposed product `y = Wᵀ x`, `x: [rows]` → `[cols]`, accumulated row by row
+    /// in row order (`y += x[r]·W[r,:]`). Dense matrices only (MLA absorbed query).
+    ///
+    /// # Panics
+    /// On an MXFP4 matrix or a size mismatch.
+    pub fn tmv(&self, x: &[f32]) -> Vec<f32> {
+        let Mat::Dense {
+            bytes,
+            elem,
+            rows,
+            cols,
+        } = self
+        else {
+            panic!("tmv of an MXFP4 matrix")
+        };
+        assert_eq!(x.len(), *rows, "tmv: x size");
+        let mut y = vec![0f32; *cols];
+        for (r, xr) in x.iter().enumerate() {
+            match elem {
+                Elem::Bf16 => {
+                    let row = &bytes[r * cols * 2..(r + 1) * cols * 2];
+                    for (c, yc) in y.iter_mut().enumerate() {
+                        let w = f32::from_bits(
+                            (u16::from_le_bytes([row[2 * c], row[2 * c + 1]]) as u32) << 16,
+                        );
+                        *yc += w * xr;
+                    }
+                }
+                Elem::F32 => {
+                    let row = &bytes[r * cols * 4..(r + 1) * cols * 4];
+                    for (c, yc) in y.iter_mut().enumerate() {
+                        let w = f32::from_le_bytes([
+                            row[4 * c],
+                            row[4 * c + 1],
+                            row[4 * c + 2],
+                            row[4 * c + 3],
+                        ]);
+                        *yc += w * xr;
+                    }
+                }
+            }
+        }
+        y
+    }
+
+    /// Batched product: `xs` `[n, cols]` → `[n, rows]`, each row bit-identical to [`Mat::mv`].
+    pub fn mm(&self, par: &Par, xs: &[f32], n: usize) -> Vec<f32> {
+        let (rows, cols) = (self.rows(), self.cols());
+        let mut ys = vec![0f32; n * rows];
+        match self {
+            Mat::Dense {
+                bytes,
+                elem: Elem::Bf16,
+                ..
+            } if n > 1 => ops::matmul_bf16(par, bytes, rows, cols, xs, n, &mut ys),
+            _ => {
+                for v in 0..n {
+                    self.mv_into(
+                        par,
+                        &xs[v * cols..(v + 1) * cols],
+                        &mut ys[v * rows..(v + 1) * rows],
+                    );
+                }
+            }
+        }
+        ys
+    }
+}
+
+/// Decodes little-endian BF16 bytes to f32.
+pub fn bf16_to_f32(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(2)
+        .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16))
+        .collect()
+}
+
+/// Decodes little-endian F32 bytes.
+pub fn f32_from_le(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Weight accessor: the store plus optional per-tensor dtype hints.
+pub struct Weights {
+    /// The store every weight is read from.
+    pub store: Arc<dyn WeightStore>,
+    /// Dtype per tensor name (without the weight prefix), from the checkpoint header.
+    pub hints: HashMap<String, Dtype>,
+}
+
+fn full_name(layer: Option<usize>, name: &str) -> String {
+    match layer {
+        Some(l) => crate::schema::layer_name(l, name),
+        None => name.to_string(),
+    }
+}
+
+impl Weights {
+    fn hint(&self, layer: Option<usize>, name: &str) -> Option<Dtype> {
+        if self.hints.is_empty() {
+            return None;
+        }
+        self.hints.get(&full_name(layer, name)).copied()
+    }
+
+    fn elem_for(&self, layer: Option<usize>, name: &str, len: usize, n: usize) -> Result<Elem> {
+        let fname = full_name(layer, name);
+        match self.hint(layer, name) {
+            Some(Dtype::BF16) if len == 2 * n => Ok(Elem::Bf16),
+            Some(Dtype::F32) if len == 4 * n => Ok(Elem::F32),
+            Some(d) => bail!(
+                "tensor {fname}: {len} bytes of {} do not hold the expected {n} elements",
+                d.as_str()
+            ),
+            None if len == 2 * n => Ok(Elem::Bf16),
+            None if len == 4 * n => Ok(Elem::F32),
+            None => bail!(
+                "tensor {fname}: {len} bytes, expected {n} elements as BF16 ({} bytes) or F32 ({} bytes)",
+                2 * n,
+                4 * n
+            ),
+        }
+    }
+
+    fn raw(&self, layer: Option<usize>, name: &str) -> Result<Bytes> {
+        self.store
+            .tensor(layer, name)
+            .with_context(|| format!("reading tensor {}", full_name(layer, name)))
+    }
+
+    /// Dense matrix `name` of `layer` with shape `[rows, cols]` (BF16 or F32).
+    pub fn mat(&self, layer: Option<usize>, name: &str, rows: usize, cols: usize) -> Result<Mat> {
+        let bytes = self.raw(layer, name)?;
+        let elem = self.elem_for(layer, name, bytes.len(), rows * cols)?;
+        Ok(Mat::Dense {
+            bytes,
+            elem,
+            rows,
+            cols,
+        })
+    }
+
+    /// Vector `name` of `layer` with exactly `n` elements, decoded to f32.
+    pub fn vec(&self, layer: Option<usize>, name: &str, n: usize) -> Result<Vec<f32>> {
+        let bytes = self.raw(layer, name)?;
+        Ok(match self.elem_for(layer, name, bytes.len(), n)? {
+            Elem::Bf16 => bf16_to_f32(&bytes),
+            Elem::F32 => f32_from_le(&bytes),
+        })
+    }
+
+    /// The first `n` elements of a tensor of any shape (K3 `A_log`: stored with
+    /// `head_dim` entries, per-head values first; Kimi-Linear `[1,1,H,1]`). Without a
+    /// dtype hint the element type is F32 when the byte length is a multiple of 4
+    /// (published `A_log` is F32), else BF16.
+    pub fn vec_prefix(&self, layer: Option<usize>, name: &str, n: usize) -> Result<Vec<f32>> {
+        let bytes = self.raw(layer, name)?;
+        let elem = match self.hint(layer, name) {
+            Some(Dtype::BF16) => Elem::Bf16,
+            Some(Dtype::F32) => Elem::F32,
+            Some(d) => bail!(
+                "tensor {}: dtype {} is not BF16/F32",
+                full_name(layer, name),
+                d.as_str()
+            ),
+            None if bytes.len() % 4 == 0 => Elem::F32,
+            None => Elem::Bf16,
+        };
+        let size = if elem == Elem::F32 { 4 } else { 2 };
+        if bytes.len() < n * size {
+            bail!(
+                "tensor {}: {} bytes hold fewer than the {n} elements needed",
+                full_name(layer, name),
+                bytes.len()
+            );
+        }
+        let b = &bytes[..n * size];
+        Ok(match elem {
+            Elem::Bf16 => bf16_to_f32(b),
+            Elem::F32 => f32_from_le(b),
+        })
+    }
+
+    /// Row `row` of a `[rows, cols]` matrix (embedding lookup), decoded to f32.
+    pub fn row(
+        &self,
+        layer: Option<usize>,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        row: usize,
+    ) -> Result<Vec<f32>> {
+        let bytes = self.raw(layer, name)?;
+        let elem = self.elem_for(layer, name, bytes.len(), rows * cols)?;
+        if row >= rows {
+            bail!(
+                "row {row} out of range for tensor {} ({rows} rows)",
+                full_name(layer, name)
+            );
+        }
+        Ok(match elem {
+            Elem::Bf16 => bf16_to_f32(&bytes[row * cols * 2..(row + 1) * cols * 2]),
+            Elem::F32 => f32_from_le(&bytes[row * cols * 4..(row + 1) * cols * 4]),
+        })
+    }
+
+    /// Converts a routed-expert matrix from the store, checking its size against `[rows, cols]`.
+    pub fn expert_mat(
+        &self,
+        layer: usize,
+        expert: usize,
+        which: &str,
+        m: ExpertMat,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Mat> {
+        let what = || format!("layer {layer} expert {expert} {which}");
+        match m {
+            ExpertMat::Bf16(bytes) => {
+                if bytes.len() != rows * cols * 2 {
+                    bail!(
+                        "{}: {} bytes, expected BF16 [{rows}, {cols}] = {} bytes",
+                        what(),
+                        bytes.len(),
+                        rows * cols * 2
+                    );
+                }
+                Ok(Mat::Dense {
+                    bytes,
+                    elem: Elem::Bf16,
+                    rows,
+                    cols,
+                })
+            }
+            ExpertMat::Mxfp4 { packed, scale } => {
+                if cols % 32 != 0
+                    || packed.len() != rows * cols / 2
+                    || scale.len() != rows * cols / 32
+                {
+                    bail!(
+                        "{}: MXFP4 weight_packed {} bytes / weight_scale {} bytes do not match [{rows}, {cols}] \
+                         (expected {} / {})",
+                        what(),
+                        packed.len(),
+                        scale.len(),
+                        rows * cols / 2,
+                        rows * cols / 32
+                    );
+                }
+                Ok(Mat::Mxfp4 {
+                    packed,
+                    scale,
+                    rows,
+                    cols,
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! Shared helpers of the engine tests: fixture checkpoints in a temp dir, an
+//! in-memory weight store for arbitrary configs, and a store wrapper that records
+//! the call protocol.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use anyhow::{Context, Result};
+use memdial::config::{ExpertFormat, ModelConfig};
+use memdial::fixture::rng::Stream;
+use memdial::schema::{expected_tensors, layer_name, Dtype, Role};
+use memdial::store::{Bytes, ExpertMat, ExpertWeights, WeightStore};
+
+/// Generates fixture preset `name` once per test process; returns its directory.
+pub fn fixture(name: &'static str) -> PathBuf {
+    static DIRS: OnceLock<Mutex<HashMap<&'static str, PathBuf>>> = OnceLock::new();
+    let m = DIRS.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut g = m.lock().unwrap();
+    if let Some(p) = g.get(name) {
+        return p.clone();
+    }
+    let dir =
+        std::env::temp_dir().join(format!("memdial-engine-test-{}-{name}", std::process::id()));
+    memdial::fixture::generate(name, 0, &dir, true, None, &mut |_, _| {}).expect("fixture");
+    g.insert(name, dir.clone());
+    dir
+}
+
+fn init_value(name: &str, role: Role, fan_in: usize, hidden: usize, s: &Stream, i: u64) -> f32 {
+    let normal = |sd: f32| s.normal(i) * sd;
+    if role == Role::Embedding {
+        normal(1.0)
+    } else if role == Role::LmHead {
+        normal(2.0 / (hidden as f32).sqrt())
+    } else if name.ends_with("_res_proj.weight") {
+        normal(1.0 / (hidden as f32).sqrt())
+    } else if name.ends_with("norm.weight") {
+        1.0 + 0.1 * s.normal(i)
+    } else if name.ends_with("conv1d.weight") {
+        normal(0.5)
+    } else if name.ends_with("A_log") {
+        16f32.ln() * s.uniform(i) as f32
+    } else if name.ends_with("dt_bias") {
+        -6.9 + 4.6 * s.uniform(i) as f32
+    } else if name.ends_with("e_score_correction_bias") {
+        normal(0.05)
+    } else {
+        normal(1.0 / (fan_in as f32).sqrt())
+    }
+}
+
+/// Every tensor of a config, generated in memory with the fixture's init scheme.
+pub struct MemStore {
+    pub tensors: HashMap<String, Bytes>,
+    pub fmt: Option<ExpertFormat>,
+}
+
+impl MemStore {
+    /// Builds all tensors of `cfg` (names without the weight prefix), seed `seed`.
+    pub fn new(cfg: &ModelConfig, seed: u64) -> MemStore {
+        let mut tensors = HashMap::new();
+        let specs = expected_tensors(cfg);
+        let mut i = 0;
+        while i < specs.len() {
+            let s = &specs[i];
+            let key = s
+                .name
+                .strip_prefix(&cfg.weight_prefix)
+                .unwrap_or(&s.name)
+                .to_string();
+            let fan_in = *s.shape.last().unwrap_or(&1);
+            if s.dtype == Dtype::U8 {
+                // MXFP4 pair: packed then scale.
+                let base = key.strip_suffix(".weight_packed").unwrap().to_string();
+                let (rows, cols) = (s.shape[0], s.shape[1] * 2);
+                let st = Stream::new(seed, &base);
+                let sd = 1.0 / (cols as f32).sqrt();
+                let (packed, scale) =
+                    memdial::fixture::mxfp4::quantize_matrix(rows, cols, |j| st.normal(j) * sd);
+                tensors.insert(format!("{base}.weight_packed"), Bytes::from_vec(packed));
+                tensors.insert(format!("{base}.weight_scale"), Bytes::from_vec(scale));
+                i += 2;
+                continue;
+            }
+            let st = Stream::new(seed, &key);
+            let n = s.numel() as u64;
+            let mut b = Vec::with_capacity(s.nbytes());
+            for j in 0..n {
+                let v = init_value(&key, s.role, fan_in, cfg.hidden_size, &st, j);
+                match s.dtype {
+                    Dtype::F32 => b.extend_from_slice(&v.to_le_bytes()),
+                    _ => b.extend_from_slice(&half::bf16::from_f32(v).to_bits().to_le_bytes()),
+                }
+            }
+            tensors.insert(key, Bytes::from_vec(b));
+            i += 1;
+        }
+        MemStore {
+            tensors,
+            fmt: cfg.moe.as_ref().map(|m| m.expert_format),
+        }
+    }
+}
+
+impl WeightStore for MemStore {
+    fn tensor(&self, layer: Option<usize>, name: &str) -> Result<Bytes> {
+        let key = match layer {
+            Some(l) => layer_name(l, name),
+            None => name.to_string(),
+        };
+        self.tensors
+            .get(&key)
+            .cloned()
+            .with_context(|| format!("tensor {key} is not in the store"))
+    }
+    fn expert(&self, layer: usize, e: usize) -> Result<ExpertWeights> {
+        let mat = |m: &str| -> Result<ExpertMat> {
+            let base = layer_name(layer, &format!("block_sparse_moe.experts.{e}.{m}"));
+            Ok(match self.fmt.context("no experts")? {
+                ExpertFormat::Bf16 => {
+                    ExpertMat::Bf16(self.tensor(None, &format!("{base}.weight"))?)
+                }
+                ExpertFormat::Mxfp4 => ExpertMat::Mxfp4 {
+                    packed: self.tensor(None, &format!("{base}.weight_packed"))?,
+                    scale: self.tensor(None, &format!("{base}.weight_scale"))?,
+                },
+            })
+        };
+        Ok(ExpertWeights {
+            w1: mat("w1")?,
+            w2: mat("w2")?,
+            w3: mat("w3")?,
+        })
+    }
+}
+
+/// One recorded store call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    Begin(usize),
+    Selected(usize, Vec<usize>),
+    Expert(usize, usize),
+    End(usize),
+}
+
+/// Wraps a store and records `begin_layer` / `experts_selected` / `expert` / `end_layer`.
+pub struct Recording<S: WeightStore> {
+    pub inner: S,
+    pub calls: Mutex<Vec<Call>>,
+}
+
+impl<S: WeightStore> WeightStore for Recording<S> {
+    fn tensor(&self, layer: Option<usize>, name: &str) -> Result<Bytes> {
+        self.inner.tensor(layer, name)
+    }
+    fn expert(&self, layer: usize, e: usize) -> Result<ExpertWeights> {
+        self.calls.lock().unwrap().push(Call::Expert(layer, e));
+        self.inner.expert(layer, e)
+    }
+    fn begin_layer(&self, l: usize) {
+        self.calls.lock().unwrap().push(Call::Begin(l));
+    }
+    fn experts_selected(&self, l: usize, e: &[usize]) {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(Call::Selected(l, e.to_vec()));
+    }
+    fn end_layer(&self, l: usize) {
+        self.calls.lock().unwrap().push(Call::End(l));
+    }
+}
+
+/// A config with mini-like per-layer sizes (KDA 8×128, MLA kv_lora 256, hidden 1024,
+/// MXFP4 latent experts) but 4 layers, 8 experts and a small vocab.
+pub fn mini_like_config() -> ModelConfig {
+    let json = serde_json::json!({
+        "model_type": "kimi_k3",
+        "text_config": {
+            "model_type": "kimi_linear", "vocab_size": 512, "hidden_size": 1024,
+            "num_hidden_layers": 4, "num_attention_heads": 8, "intermediate_size": 512,
+            "rms_norm_eps": 1e-5,
+            "linear_attn_config": {"kda_layers": [1, 2, 3], "full_attn_layers": [4], "head_dim": 128,
+                "num_heads": 8, "short_conv_kernel_size": 4, "gate_lower_bound": -5.0,
+                "use_full_rank_gate": true},
+            "hidden_act": "situ", "activation_situ_beta": 4.0, "activation_situ_linear_beta": 25.0,
+            "attn_res_block_size": 2, "q_lora_rank": 384, "kv_lora_rank": 256,
+            "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64,
+            "mla_use_nope": true, "mla_use_output_gate": true,
+            "num_experts": 8, "num_experts_per_token": 2, "num_shared_experts": 1,
+            "moe_intermediate_size": 256, "routed_expert_hidden_size": 512,
+            "latent_moe_use_norm": true, "first_k_dense_replace": 1, "eos_token_id": 2
+        },
+        "quantization_config": {"quant_method": "compressed-tensors", "format": "mxfp4-pack-quantized"}
+    });
+    let mut cfg = ModelConfig::from_json_str(&json.to_string()).unwrap();
+    cfg.apply_quantization(&json).unwrap();
+    cfg
+}
+
+/// Bitwise equality of two f32 slices.
+pub fn bits_eq(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// Shared handle to a store.
+pub fn arc<S: WeightStore + 'static>(s: S) -> Arc<dyn WeightStore> {
+    Arc::new(s)
+}

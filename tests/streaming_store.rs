@@ -1,0 +1,292 @@
+//! The streaming store hands out exactly the bytes on disk, whatever the budget,
+//! IO mode, prefetch policy or cache policy; it refuses budgets under the floor and
+//! filesystems without O_DIRECT; faults name the file and offset.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use memdial::checkpoint::Checkpoint;
+use memdial::config::{load_config, MlpKind};
+use memdial::io::IoMode;
+use memdial::schema::{expected_tensors, Role};
+use memdial::store::cache::CachePolicy;
+use memdial::store::plan::{plan_unchecked, Prefetch};
+use memdial::store::resident::ResidentStore;
+use memdial::store::streaming::{StreamOptions, StreamingStore};
+use memdial::store::{ExpertMat, WeightStore};
+
+/// tiny-k3 generated once per test binary, on disk (not tmpfs: direct IO needs a real fs).
+fn tiny() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("stream-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        memdial::fixture::generate(
+            "tiny-k3",
+            0,
+            &d,
+            false,
+            Some(memdial::fixture::write_tokenizer),
+            &mut |_, _| {},
+        )
+        .unwrap();
+        d
+    })
+}
+
+fn opts(budget: u64, io: IoMode, prefetch: Prefetch, cache: CachePolicy) -> StreamOptions {
+    StreamOptions {
+        budget,
+        io,
+        prefetch,
+        cache,
+        max_context: 256,
+        io_threads: 2,
+        record_trace: None,
+        trace: None,
+        verify_reads: true,
+    }
+}
+
+fn mat_bytes(m: &ExpertMat) -> Vec<u8> {
+    match m {
+        ExpertMat::Bf16(b) => b.to_vec(),
+        ExpertMat::Mxfp4 { packed, scale } => [packed.to_vec(), scale.to_vec()].concat(),
+    }
+}
+
+/// Walks every layer's tensors and a rotating selection of experts, twice (two "tokens"),
+/// through the store's hint protocol, comparing bytes with the resident store.
+fn walk_and_compare(s: &StreamingStore, r: &ResidentStore, dir: &Path) {
+    let cfg = load_config(dir).unwrap();
+    let specs = expected_tensors(&cfg);
+    for token in 0..2 {
+        s.begin_token(token);
+        for l in 0..cfg.num_hidden_layers {
+            s.begin_layer(l);
+            for spec in specs
+                .iter()
+                .filter(|t| t.layer == Some(l) && t.role == Role::Trunk)
+            {
+                let rest = spec.name.split_once(&format!("layers.{l}.")).unwrap().1;
+                let a = s.tensor(Some(l), rest).unwrap();
+                let b = r.tensor(Some(l), rest).unwrap();
+                assert!(a[..] == b[..], "layer {l} {rest} differs");
+            }
+            if cfg.mlp_kinds[l] == MlpKind::Moe {
+                let k = cfg.moe.as_ref().unwrap().num_experts_per_token;
+                let sel: Vec<usize> = (0..k).map(|i| (l * 3 + i * 5 + token * 7) % 16).collect();
+                s.experts_selected(l, &sel);
+                for &e in &sel {
+                    let a = s.expert(l, e).unwrap();
+                    let b = r.expert(l, e).unwrap();
+                    assert_eq!(
+                        mat_bytes(&a.w1),
+                        mat_bytes(&b.w1),
+                        "layer {l} expert {e} w1"
+                    );
+                    assert_eq!(mat_bytes(&a.w2), mat_bytes(&b.w2));
+                    assert_eq!(mat_bytes(&a.w3), mat_bytes(&b.w3));
+                }
+            }
+            s.end_layer(l);
+        }
+    }
+    for g in [
+        "model.embed_tokens.weight",
+        "model.norm.weight",
+        "lm_head.weight",
+    ] {
+        assert!(s.tensor(None, g).unwrap()[..] == r.tensor(None, g).unwrap()[..]);
+    }
+}
+
+#[test]
+fn bytes_equal_resident_store_at_every_setting() {
+    let dir = tiny();
+    let cfg = load_config(dir).unwrap();
+    let ck = Checkpoint::open(dir).unwrap();
+    let r = ResidentStore::open(&cfg, &ck).unwrap();
+    let mut checked = 0;
+    for io in [IoMode::Direct, IoMode::Buffered, IoMode::Mmap] {
+        for prefetch in [Prefetch::None, Prefetch::NextLayer] {
+            let floor = plan_unchecked(&cfg, &ck, 0, io, prefetch, 256)
+                .unwrap()
+                .floor_bytes;
+            let model = ck.total_bytes();
+            for budget in [floor, 2 * floor, floor + model / 4, floor + model] {
+                for cache in [CachePolicy::Lru, CachePolicy::Lfru] {
+                    let s =
+                        StreamingStore::open(&cfg, &ck, opts(budget, io, prefetch, cache)).unwrap();
+                    walk_and_compare(&s, &r, dir);
+                    let m = s.metrics();
+                    assert_eq!(m.budget_overflows, 0, "{io:?} {prefetch:?} budget {budget}");
+                    assert!(
+                        m.peak_accounted_bytes <= budget,
+                        "accounted {} > budget {budget}",
+                        m.peak_accounted_bytes
+                    );
+                    assert!(
+                        m.verified_tensors > 0 || s.plan().pinned_layers == cfg.num_hidden_layers
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 48);
+}
+
+#[test]
+fn floor_budget_streams_and_full_budget_does_not() {
+    let dir = tiny();
+    let cfg = load_config(dir).unwrap();
+    let ck = Checkpoint::open(dir).unwrap();
+    let r = ResidentStore::open(&cfg, &ck).unwrap();
+    let floor = plan_unchecked(&cfg, &ck, 0, IoMode::Buffered, Prefetch::None, 256)
+        .unwrap()
+        .floor_bytes;
+    let s = StreamingStore::open(
+        &cfg,
+        &ck,
+        opts(floor, IoMode::Buffered, Prefetch::None, CachePolicy::Lru),
+    )
+    .unwrap();
+    walk_and_compare(&s, &r, dir);
+    let m = s.metrics();
+    assert!(m.trunk_bytes_read > 0);
+    assert!(m.trunk_hit_rate() < 1.0);
+    let s = StreamingStore::open(
+        &cfg,
+        &ck,
+        opts(
+            floor + 2 * ck.total_bytes(),
+            IoMode::Buffered,
+            Prefetch::None,
+            CachePolicy::Lru,
+        ),
+    )
+    .unwrap();
+    walk_and_compare(&s, &r, dir);
+    let m = s.metrics();
+    assert_eq!(
+        m.trunk_bytes_read, 0,
+        "everything pinned: no trunk streaming"
+    );
+    assert_eq!(m.trunk_hit_rate(), 1.0);
+}
+
+#[test]
+fn budget_under_floor_is_refused_with_the_floor() {
+    let dir = tiny();
+    let cfg = load_config(dir).unwrap();
+    let ck = Checkpoint::open(dir).unwrap();
+    let err = StreamingStore::open(
+        &cfg,
+        &ck,
+        opts(1 << 20, IoMode::Direct, Prefetch::None, CachePolicy::Lru),
+    )
+    .err()
+    .unwrap();
+    let msg = format!("{err:#}");
+    assert!(msg.contains("below the floor"), "{msg}");
+    assert!(msg.contains("trunk slot"), "{msg}");
+}
+
+#[test]
+fn direct_io_on_tmpfs_is_refused_with_a_hint() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("no /dev/shm; skipped");
+        return;
+    }
+    let d = shm.join(format!("memdial-dio-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&d);
+    memdial::fixture::generate("tiny-k3", 0, &d, false, None, &mut |_, _| {}).unwrap();
+    let cfg = load_config(&d).unwrap();
+    let ck = Checkpoint::open(&d).unwrap();
+    let res = StreamingStore::open(
+        &cfg,
+        &ck,
+        opts(1 << 30, IoMode::Direct, Prefetch::None, CachePolicy::Lru),
+    );
+    fs::remove_dir_all(&d).unwrap();
+    let msg = format!("{:#}", res.expect_err("tmpfs must not pass for direct IO"));
+    assert!(msg.contains("--io buffered"), "{msg}");
+}
+
+#[test]
+fn corrupted_bytes_are_caught_by_verify_reads_and_truncation_names_file_and_offset() {
+    let src = tiny();
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("stream-fault-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&d);
+    fs::create_dir_all(&d).unwrap();
+    for e in fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        fs::copy(e.path(), d.join(e.file_name())).unwrap();
+    }
+    let cfg = load_config(&d).unwrap();
+    let ck = Checkpoint::open(&d).unwrap();
+    // Flip one byte inside expert 3 of layer 1.
+    let name = "language_model.model.layers.1.block_sparse_moe.experts.3.w2.weight_packed";
+    let loc = ck.get(name).unwrap().clone();
+    let path = ck.shards[loc.shard].path.clone();
+    let mut bytes = fs::read(&path).unwrap();
+    bytes[loc.offset as usize + 5] ^= 0xFF;
+    fs::write(&path, &bytes).unwrap();
+    let ck = Checkpoint::open(&d).unwrap();
+    let floor = plan_unchecked(&cfg, &ck, 0, IoMode::Buffered, Prefetch::None, 256)
+        .unwrap()
+        .floor_bytes;
+    let s = StreamingStore::open(
+        &cfg,
+        &ck,
+        opts(floor, IoMode::Buffered, Prefetch::None, CachePolicy::Lru),
+    )
+    .unwrap();
+    s.begin_token(0);
+    s.begin_layer(1);
+    s.experts_selected(1, &[3]);
+    let msg = format!(
+        "{:#}",
+        s.expert(1, 3).expect_err("corruption must be detected")
+    );
+    assert!(
+        msg.contains("experts.3.w2.weight_packed") && msg.contains("sha256"),
+        "{msg}"
+    );
+    drop(s);
+    // Truncate the shard holding the last layers: reading them names file and offset.
+    let last = ck
+        .get("language_model.model.layers.7.self_attn.o_proj.weight")
+        .unwrap()
+        .clone();
+    let lpath = ck.shards[last.shard].path.clone();
+    let s = StreamingStore::open(
+        &cfg,
+        &ck,
+        opts(floor, IoMode::Buffered, Prefetch::None, CachePolicy::Lru),
+    )
+    .unwrap();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&lpath)
+        .unwrap()
+        .set_len(last.offset)
+        .unwrap();
+    s.begin_token(0);
+    let msg = format!(
+        "{:#}",
+        s.tensor(Some(7), "self_attn.o_proj.weight")
+            .expect_err("truncation must be detected")
+    );
+    assert!(
+        msg.contains(&lpath.file_name().unwrap().to_string_lossy().to_string()),
+        "{msg}"
+    );
+    assert!(msg.contains("offset") || msg.contains("changed"), "{msg}");
+    fs::remove_dir_all(&d).unwrap();
+}
