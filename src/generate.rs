@@ -25,6 +25,17 @@ pub struct GenerateParams {
     /// per-call activation memory, e.g. AttnRes blocks `n·blocks·D` f32); 0 = the
     /// whole prompt at once. Results are bit-identical for any chunking.
     pub prefill_chunk: usize,
+    /// Test-only: add +1000 to this token's logit before every sampling step, so the
+    /// output differs (the sweep's FAIL path is tested with it). `None` normally.
+    pub perturb_logit: Option<u32>,
+}
+
+fn perturb(logits: &mut [f32], id: Option<u32>) {
+    if let Some(i) = id {
+        if let Some(v) = logits.get_mut(i as usize) {
+            *v += 1000.0;
+        }
+    }
 }
 
 /// Result of [`generate`].
@@ -105,7 +116,8 @@ pub fn generate(
         pl.extend(model.forward(state, c, m)?);
     }
     let prefill_s = t0.elapsed().as_secs_f64();
-    let last = pl[pl.len() - vocab..].to_vec();
+    let mut last = pl[pl.len() - vocab..].to_vec();
+    perturb(&mut last, params.perturb_logit);
     let mut all = if params.keep_logits { Some(pl) } else { None };
     let mut tok = sampler.sample(&last);
     let ttft_s = t0.elapsed().as_secs_f64();
@@ -115,7 +127,8 @@ pub fn generate(
     let mut stopped = params.stop_ids.contains(&tok);
     while !stopped && out.len() < params.max_tokens {
         let t = Instant::now();
-        let l = model.forward(state, &[tok], LogitsMode::Last)?;
+        let mut l = model.forward(state, &[tok], LogitsMode::Last)?;
+        perturb(&mut l, params.perturb_logit);
         tok = sampler.sample(&l);
         decode_s.push(t.elapsed().as_secs_f64());
         if let Some(a) = all.as_mut() {

@@ -206,6 +206,7 @@ fn generate_is_chunking_invariant_and_stops_on_eos() {
             stop_ids: stop,
             keep_logits: true,
             prefill_chunk: chunk,
+            perturb_logit: None,
         };
         generate(&model, &mut st, &PROMPT, &p, &mut |_| {}).unwrap()
     };

@@ -13,21 +13,40 @@ fn venv_python() -> Option<PathBuf> {
     if p.exists() {
         Some(p)
     } else if std::env::var_os("CI").is_some() {
-        panic!("oracle venv missing at {}: run `bash fixtures/oracle/setup.sh --torch`", p.display());
+        panic!(
+            "oracle venv missing at {}: run `bash fixtures/oracle/setup.sh --torch`",
+            p.display()
+        );
     } else {
-        eprintln!("SKIPPED: oracle venv missing ({}); run `bash fixtures/oracle/setup.sh --torch`", p.display());
+        eprintln!(
+            "SKIPPED: oracle venv missing ({}); run `bash fixtures/oracle/setup.sh --torch`",
+            p.display()
+        );
         None
     }
 }
 
 fn has_torch(py: &Path) -> bool {
-    Command::new(py).args(["-c", "import torch, transformers"]).status().map(|s| s.success()).unwrap_or(false)
+    Command::new(py)
+        .args(["-c", "import torch, transformers"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
 }
 
 fn load_check(py: &Path, preset: &str, transformers: bool) {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("oracle-load-{preset}-{}", std::process::id()));
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("oracle-load-{preset}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
-    memdial::fixture::generate(preset, 0, &d, false, Some(memdial::fixture::write_tokenizer), &mut |_, _| {}).unwrap();
+    memdial::fixture::generate(
+        preset,
+        0,
+        &d,
+        false,
+        Some(memdial::fixture::write_tokenizer),
+        &mut |_, _| {},
+    )
+    .unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/oracle/load_check.py");
     let mut cmd = Command::new(py);
     cmd.arg(&script).arg(&d);
@@ -38,10 +57,19 @@ fn load_check(py: &Path, preset: &str, transformers: bool) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     std::fs::remove_dir_all(&d).unwrap();
-    assert!(out.status.success(), "{preset}: load_check failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(stdout.contains("mlx-lm") && stdout.contains("strict load ok"), "{stdout}");
+    assert!(
+        out.status.success(),
+        "{preset}: load_check failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        stdout.contains("mlx-lm") && stdout.contains("strict load ok"),
+        "{stdout}"
+    );
     if transformers {
-        assert!(stdout.contains("0 missing/unexpected/mismatched"), "{stdout}");
+        assert!(
+            stdout.contains("0 missing/unexpected/mismatched"),
+            "{stdout}"
+        );
     }
     println!("{preset}: {}", stdout.trim());
 }
@@ -58,7 +86,9 @@ fn mlx_lm_and_transformers_strictly_load_tiny_linear() {
     if let Some(py) = venv_python() {
         let torch = has_torch(&py);
         if !torch && std::env::var_os("CI").is_some() {
-            panic!("torch missing from the oracle venv: run `bash fixtures/oracle/setup.sh --torch`");
+            panic!(
+                "torch missing from the oracle venv: run `bash fixtures/oracle/setup.sh --torch`"
+            );
         }
         load_check(&py, "tiny-linear", torch);
     }

@@ -6,9 +6,21 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use memdial::checkpoint::Checkpoint;
+use memdial::config::load_config;
+use memdial::fixture::hex;
 use memdial::generate::{generate, GenerateParams};
+use memdial::io::IoMode;
 use memdial::model::Model;
 use memdial::sampler::SamplerConfig;
+use memdial::store::cache::CachePolicy;
+use memdial::store::plan::{parse_size, Prefetch};
+use memdial::store::streaming::{StreamOptions, StreamingStore};
+use memdial::store::WeightStore;
+use memdial::sysmem::PeakTracker;
+use memdial::tokenizer::Tokenizer;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
 
 /// Output format of `memdial run`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -71,17 +83,57 @@ pub struct RunArgs {
     /// Do not stop on the config's eos token ids.
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Memory budget (e.g. 512MiB, 2GiB, 8GB): stream weights through the budgeted
+    /// store. Without it every weight is read into RAM at load (full residency).
+    #[arg(long)]
+    pub budget: Option<String>,
+    /// IO mode of the streaming store: direct (O_DIRECT), buffered (pread), mmap.
+    #[arg(long, default_value = "direct")]
+    pub io: String,
+    /// Prefetch policy: none, next-layer, lookahead, oracle (oracle needs --trace).
+    #[arg(long, default_value = "none")]
+    pub prefetch: String,
+    /// Expert-cache replacement policy: lru, lfru.
+    #[arg(long, default_value = "lru")]
+    pub cache: String,
+    /// Background IO threads of the streaming store (queue depth).
+    #[arg(long, default_value_t = 4)]
+    pub io_threads: usize,
+    /// Positions the MLA latent cache is sized for (default: prompt + max-tokens).
+    #[arg(long)]
+    pub max_context: Option<usize>,
+    /// Write run metrics (timings, bytes read, hit rates, RSS, output hashes) as JSON.
+    #[arg(long)]
+    pub metrics_json: Option<PathBuf>,
+    /// Record the router's expert choices per (token, layer) as JSON lines.
+    #[arg(long)]
+    pub record_trace: Option<PathBuf>,
+    /// Expert trace of an earlier run (--record-trace) for --prefetch oracle.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Check every streamed read against tensors.sha256 (see `memdial checksum`).
+    #[arg(long)]
+    pub verify_reads: bool,
+    /// Test-only: add +1000 to this token's logit at every step (forces a different output).
+    #[arg(long, hide = true)]
+    pub perturb_logit: Option<u32>,
 }
 
-/// Tokenizer hook: text → ids. Swap for `memdial::tokenizer::Tokenizer` when it lands:
-/// `let tok = Tokenizer::from_dir(dir)?; if chat { tok.chat_prompt(text, system) } else { tok.encode(text, true) }`.
-fn encode_prompt(_dir: &Path, _text: &str, _chat: bool, _system: Option<&str>) -> Result<Vec<u32>> {
-    bail!("tokenizer not available in this build: pass the prompt as --prompt-ids")
+/// Text → ids with the model directory's tokenizer (chat template with `--chat`).
+fn encode_prompt(dir: &Path, text: &str, chat: bool, system: Option<&str>) -> Result<Vec<u32>> {
+    let tok = Tokenizer::from_dir(dir)
+        .context("text prompts need the tokenizer (or pass --prompt-ids)")?;
+    if chat {
+        tok.try_chat_prompt(text, system)
+    } else {
+        Ok(tok.encode(text, true))
+    }
 }
 
-/// Tokenizer hook: ids → text (`Tokenizer::from_dir(dir)?.decode(ids)`); `None` when unavailable.
-fn decode_ids(_dir: &Path, _ids: &[u32]) -> Option<String> {
-    None
+/// Ids → text with the model directory's tokenizer; `None` when it has none.
+fn decode_ids(dir: &Path, ids: &[u32]) -> Option<String> {
+    let tok = Tokenizer::from_dir(dir).ok()?;
+    tok.decode(ids).ok()
 }
 
 /// Writes `data` `[rows, cols]` as a little-endian float32 `.npy` (format 1.0).
@@ -113,13 +165,57 @@ fn write_logits(path: &Path, data: &[f32], vocab: usize) -> Result<()> {
     }
 }
 
+fn usage(msg: String) -> Result<ExitCode> {
+    eprintln!("error: {msg}");
+    Ok(ExitCode::from(2))
+}
+
+fn percentile(v: &[f64], q: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let idx = ((s.len() - 1) as f64 * q).round() as usize;
+    Some(s[idx])
+}
+
 /// Runs `memdial run`.
 pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let t_load = Instant::now();
-    let model = Model::load(&a.model, a.threads)?;
-    let load_s = t_load.elapsed().as_secs_f64();
-    let cfg = model.config();
+    let mut mem = PeakTracker::default();
+    let io = match IoMode::parse(&a.io) {
+        Ok(v) => v,
+        Err(e) => return usage(format!("{e:#}")),
+    };
+    let prefetch = match Prefetch::parse(&a.prefetch) {
+        Ok(v) => v,
+        Err(e) => return usage(format!("{e:#}")),
+    };
+    let cache = match CachePolicy::parse(&a.cache) {
+        Ok(v) => v,
+        Err(e) => return usage(format!("{e:#}")),
+    };
+    let budget = match a.budget.as_deref().map(parse_size).transpose() {
+        Ok(v) => v,
+        Err(e) => return usage(format!("{e:#}")),
+    };
+    if a.max_tokens == 0 {
+        return usage("--max-tokens must be ≥ 1".into());
+    }
+    if !(a.top_p > 0.0 && a.top_p <= 1.0) {
+        return usage("--top-p must be in (0, 1]".into());
+    }
+    if budget.is_none()
+        && (a.record_trace.is_some()
+            || a.trace.is_some()
+            || a.verify_reads
+            || prefetch != Prefetch::None)
+    {
+        return usage("--prefetch, --trace, --record-trace and --verify-reads need --budget (the streaming store)".into());
+    }
 
+    let cfg = load_config(&a.model)?;
     let prompt: Vec<u32> = if let Some(ids) = &a.prompt_ids {
         ids.clone()
     } else {
@@ -140,13 +236,58 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             cfg.vocab_size
         );
     }
-    if a.max_tokens == 0 {
-        bail!("--max-tokens must be ≥ 1");
+    let max_context = a
+        .max_context
+        .unwrap_or(prompt.len() + a.max_tokens)
+        .max(prompt.len() + a.max_tokens);
+
+    // Load: validate the checkpoint, then open the store.
+    let ck = Checkpoint::open(&a.model)?;
+    let problems = memdial::inspect::validate(&cfg, &ck);
+    if !problems.is_empty() {
+        bail!(
+            "{} does not match its config.json:\n  {}",
+            a.model.display(),
+            problems.join("\n  ")
+        );
     }
-    if !(a.top_p > 0.0 && a.top_p <= 1.0) {
-        bail!("--top-p must be in (0, 1]");
-    }
-    let mut state = model.new_state(prompt.len() + a.max_tokens);
+    let hints = Model::dtype_hints(&cfg, &ck);
+    let streaming: Option<Arc<StreamingStore>> = match budget {
+        Some(b) => {
+            let opts = StreamOptions {
+                budget: b,
+                io,
+                prefetch,
+                cache,
+                max_context,
+                io_threads: a.io_threads.max(1),
+                record_trace: a.record_trace.clone(),
+                trace: a.trace.clone(),
+                verify_reads: a.verify_reads,
+            };
+            match StreamingStore::open(&cfg, &ck, opts) {
+                Ok(s) => Some(Arc::new(s)),
+                Err(e) => {
+                    let msg = format!("{e:#}");
+                    if msg.contains("below the floor") {
+                        return usage(msg);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        None => None,
+    };
+    let store: Arc<dyn WeightStore> = match &streaming {
+        Some(s) => s.clone(),
+        None => Arc::new(memdial::store::resident::ResidentStore::open(&cfg, &ck)?),
+    };
+    let model =
+        Model::new(cfg.clone(), store, memdial::ops::Par::new(a.threads))?.with_dtype_hints(hints);
+    let load_s = t_load.elapsed().as_secs_f64();
+    mem.sample();
+
+    let mut state = model.new_state(max_context);
     let params = GenerateParams {
         max_tokens: a.max_tokens,
         sampler: SamplerConfig {
@@ -161,8 +302,24 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         },
         keep_logits: a.logits_out.is_some(),
         prefill_chunk: a.prefill_chunk,
+        perturb_logit: a.perturb_logit,
     };
-    let out = generate(&model, &mut state, &prompt, &params, &mut |_| {})?;
+    let mut at_first: Option<(memdial::store::metrics::StoreMetrics, Instant)> = None; // metrics when the first token was chosen
+    let t_gen = Instant::now();
+    let out = generate(&model, &mut state, &prompt, &params, &mut |_| {
+        mem.sample();
+        if at_first.is_none() {
+            at_first = Some((
+                streaming.as_ref().map(|s| s.metrics()).unwrap_or_default(),
+                Instant::now(),
+            ));
+        }
+    })?;
+    let gen_wall = t_gen.elapsed().as_secs_f64();
+    mem.sample();
+    if let Some(s) = &streaming {
+        s.finish()?;
+    }
     if let (Some(path), Some(l)) = (&a.logits_out, &out.logits) {
         write_logits(path, l, cfg.vocab_size)?;
     }
@@ -173,6 +330,80 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         .map(|t| t.to_string())
         .collect::<Vec<_>>()
         .join(",");
+
+    if let Some(path) = &a.metrics_json {
+        let ids_bytes: Vec<u8> = out
+            .output_ids
+            .iter()
+            .flat_map(|t| t.to_le_bytes())
+            .collect();
+        let m = streaming.as_ref().map(|s| s.metrics()).unwrap_or_default();
+        let decode_total: f64 = out.decode_s.iter().sum();
+        let first_m = at_first.as_ref().map(|x| x.0.clone()).unwrap_or_default();
+        let decode_bytes = m.bytes_read.saturating_sub(first_m.bytes_read);
+        let steps = out.decode_s.len();
+        let model_bytes = ck.total_bytes();
+        let page_cache = match &streaming {
+            Some(s) => s.page_cache_resident_bytes(),
+            None => ck
+                .shards
+                .iter()
+                .map(|sh| memdial::io::pagecache::resident_bytes(&sh.path).unwrap_or(0))
+                .sum(),
+        };
+        let plan = streaming.as_ref().map(|s| s.plan().clone());
+        let v = serde_json::json!({
+            "schema_version": 1,
+            "model": a.model.display().to_string(),
+            "model_bytes": model_bytes,
+            "budget_bytes": budget,
+            "floor_bytes": plan.as_ref().map(|p| p.floor_bytes),
+            "io": if streaming.is_some() { Some(io.as_str()) } else { None },
+            "prefetch": prefetch.as_str(),
+            "cache": cache.as_str(),
+            "threads": a.threads,
+            "io_threads": a.io_threads,
+            "max_context": max_context,
+            "pinned_layers": plan.as_ref().map(|p| p.pinned_layers),
+            "expert_cache_experts": plan.as_ref().map(|p| p.expert_cache_experts),
+            "prompt_tokens": prompt.len(),
+            "generated_tokens": out.output_ids.len(),
+            "load_s": load_s,
+            "ttft_s": out.ttft_s,
+            "prefill_s": out.prefill_s,
+            "decode_s_per_token": out.decode_s,
+            "decode_s_per_token_median": if steps > 0 { Some(out.decode_median_s()) } else { None },
+            "decode_s_per_token_p90": percentile(&out.decode_s, 0.9),
+            "tokens_per_s": if decode_total > 0.0 { Some(steps as f64 / decode_total) } else { None },
+            "bytes_read_total": if streaming.is_some() { m.bytes_read + m.load_bytes_read } else { model_bytes },
+            "bytes_read_load": if streaming.is_some() { m.load_bytes_read } else { model_bytes },
+            "bytes_read_per_token": if steps > 0 && streaming.is_some() { Some(decode_bytes as f64 / steps as f64) } else { None },
+            "read_throughput_decode_bytes_per_s": if decode_total > 0.0 && streaming.is_some() { Some(decode_bytes as f64 / decode_total) } else { None },
+            "io_wait_s": m.io_wait_s,
+            "io_wait_fraction": if gen_wall > 0.0 { m.io_wait_s / gen_wall } else { 0.0 },
+            "trunk_hit_rate": streaming.as_ref().map(|_| m.trunk_hit_rate()),
+            "expert_hit_rate": streaming.as_ref().map(|_| m.expert_hit_rate()),
+            "expert_prefetch_hits": m.expert_prefetch_hits,
+            "expert_hit_rate_per_layer": m.expert_layer.iter().map(|(r, h)| if *r > 0 { Some(*h as f64 / *r as f64) } else { None }).collect::<Vec<_>>(),
+            "lookahead_precision": m.lookahead_precision(),
+            "lookahead_recall": m.lookahead_recall(),
+            "peak_rss_bytes": mem.last.vm_hwm_bytes,
+            "peak_rss_anon_bytes": mem.peak_rss_anon_bytes,
+            "rss_anon_bytes": mem.last.rss_anon_bytes,
+            "rss_file_bytes": mem.last.rss_file_bytes,
+            "peak_accounted_bytes": streaming.as_ref().map(|_| m.peak_accounted_bytes),
+            "budget_overflows": m.budget_overflows,
+            "page_cache_resident_bytes_end": page_cache,
+            "output_ids": out.output_ids,
+            "output_ids_sha256": hex(&Sha256::digest(&ids_bytes)),
+            "output_text_sha256": text.as_ref().map(|t| hex(&Sha256::digest(t.as_bytes()))),
+        });
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, serde_json::to_string_pretty(&v)? + "\n")
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+
     let mut so = std::io::stdout().lock();
     match a.output {
         OutputFormat::Ids => writeln!(so, "{ids_str}")?,

@@ -1,3 +1,4 @@
+#![recursion_limit = "256"]
 //! `memdial`: the single user-facing binary.
 //!
 //! Exit codes: 0 success, 1 failure (invalid checkpoint, mismatch, IO error),
@@ -38,7 +39,7 @@ enum Command {
     /// Encode text to token ids (or decode ids) with a model directory's tokenizer.
     Tokenize(cmd_tokenize::TokenizeArgs),
     /// Generate tokens from a prompt (prefill, then decode).
-    Run(cmd_run::RunArgs),
+    Run(Box<cmd_run::RunArgs>),
     /// Sweep budget × IO × prefetch from a cold cache; verdict, reports and charts.
     Sweep(cmd_sweep::SweepArgs),
     /// Work with sweep run directories (merge shards).

@@ -240,7 +240,7 @@ pub fn read_range(f: &ShardFile, offset: u64, len: u64, dst: &mut [u8]) -> Resul
         bail!("internal: read window of {} bytes, need {want}", dst.len());
     }
     debug_assert!(
-        f.mode != IoMode::Direct || dst.as_ptr() as usize % 4096 == 0,
+        f.mode != IoMode::Direct || (dst.as_ptr() as usize).is_multiple_of(4096),
         "unaligned O_DIRECT buffer"
     );
     let mut done = 0usize;

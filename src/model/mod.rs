@@ -195,8 +195,13 @@ impl Model {
         let mut blocks: Vec<Blocks> =
             vec![Blocks::default(); if attn_res.is_some() { n } else { 0 }];
 
+        self.w.store.begin_token(state.pos);
+        let lookahead = n == 1 && self.w.store.wants_lookahead();
         for i in 0..cfg.num_hidden_layers {
             self.w.store.begin_layer(i);
+            if lookahead {
+                self.lookahead(i, &hidden[..d])?;
+            }
             let r = self.layer(i, state, &mut hidden, &mut blocks, n);
             self.w.store.end_layer(i);
             r.with_context(|| format!("layer {i}"))?;
@@ -234,6 +239,37 @@ impl Model {
         Ok(logits)
     }
 
+    /// Router look-ahead (decode only): runs the router of the next MoE layer after
+    /// `i` on the residual stream entering layer `i` (normalised with that layer's
+    /// `post_attention_layernorm`) and tells the store which experts it will likely
+    /// need. Only IO depends on the guess; compute always uses the true routing.
+    fn lookahead(&self, i: usize, h: &[f32]) -> Result<()> {
+        let cfg = &self.cfg;
+        let Some(moe) = cfg.moe.as_ref() else {
+            return Ok(());
+        };
+        let Some(j) = (i + 1..cfg.num_hidden_layers).find(|&j| cfg.mlp_kinds[j] == MlpKind::Moe)
+        else {
+            return Ok(());
+        };
+        let d = cfg.hidden_size;
+        let post_ln = self.vec(Some(j), "post_attention_layernorm.weight", d)?;
+        let x = rms_norm(h, &post_ln, cfg.rms_norm_eps);
+        let gate = self.mat(Some(j), "block_sparse_moe.gate.weight", moe.num_experts, d)?;
+        let bias = self.vec(
+            Some(j),
+            "block_sparse_moe.gate.e_score_correction_bias",
+            moe.num_experts,
+        )?;
+        let logits = gate.mv(&self.par, &x);
+        let guesses: Vec<usize> = moe::route(&logits, &bias, moe)
+            .into_iter()
+            .map(|(e, _)| e)
+            .collect();
+        self.w.store.prefetch_experts(j, &guesses);
+        Ok(())
+    }
+
     /// One decoder layer over the `n` tokens of the call (mlx `KimiK3DecoderLayer.__call__`
     /// with AttnRes, `KimiDecoderLayer.__call__` without).
     fn layer(
@@ -258,7 +294,7 @@ impl Model {
         match cfg.attn_res_block_size {
             Some(bs) => {
                 let w_attn = self.res_w_eff(l, "self_attention_res")?;
-                block_start = i % bs == 0;
+                block_start = i.is_multiple_of(bs);
                 for t in 0..n {
                     let p = &hidden[t * d..(t + 1) * d];
                     let h = attn_res::mix(&blocks[t], p, &w_attn, eps);

@@ -359,7 +359,7 @@ impl Weights {
                 })
             }
             ExpertMat::Mxfp4 { packed, scale } => {
-                if cols % 32 != 0
+                if !cols.is_multiple_of(32)
                     || packed.len() != rows * cols / 2
                     || scale.len() != rows * cols / 32
                 {

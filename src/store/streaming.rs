@@ -136,6 +136,8 @@ struct Inner {
     shutdown: bool,
     tick: u64,
     token: usize,
+    /// Router calls per layer in the current forward (a prefill forward routes several tokens).
+    layer_calls: HashMap<usize, usize>,
     /// Guesses per layer for the current token (lookahead / oracle).
     guesses: HashMap<usize, Vec<usize>>,
     metrics: StoreMetrics,
@@ -882,6 +884,7 @@ impl WeightStore for StreamingStore {
         g.token = pos;
         g.guesses.clear();
         g.protected.clear();
+        g.layer_calls.clear();
     }
 
     fn wants_lookahead(&self) -> bool {
@@ -935,11 +938,16 @@ impl WeightStore for StreamingStore {
 
     fn experts_selected(&self, layer: usize, experts: &[usize]) {
         let mut g = lock(&self.shared);
-        let token = g.token;
+        let sub = {
+            let c = g.layer_calls.entry(layer).or_insert(0);
+            *c += 1;
+            *c - 1
+        };
+        let token = g.token + sub;
         if self.opts.record_trace.is_some() {
             g.trace_out.push((token, layer, experts.to_vec()));
         }
-        if let Some(gs) = g.guesses.get(&layer).cloned() {
+        if let Some(gs) = g.guesses.get(&layer).cloned().filter(|_| sub == 0) {
             g.metrics.lookahead_actual += experts.len() as u64;
             g.metrics.lookahead_correct += experts.iter().filter(|e| gs.contains(e)).count() as u64;
         }

@@ -1,0 +1,455 @@
+//! Deterministic thread partition: [`Par`], a tiny persistent thread pool.
+//!
+//! Every kernel in [`crate::kernels`] splits its *output rows* into one
+//! contiguous range per thread and computes each output element on exactly one
+//! thread with a sequential, fixed-order reduction. Because the arithmetic for
+//! a row never depends on which thread runs it or on where the range
+//! boundaries fall, results are bit-identical for every thread count.
+//!
+//! Design (measured, see `benches/README.md`): `threads - 1` persistent
+//! worker threads plus the calling thread. A call cuts the work into a fixed
+//! list of parts (more parts than threads); the caller publishes the job,
+//! opens it, and then *every* participant — caller included — claims parts
+//! from an atomic counter until none are left. The caller then closes the
+//! job and waits only for workers that are still inside a part. So a worker
+//! that is slow to wake (descheduled on a busy machine) never delays a call:
+//! the caller simply does its parts. Which thread computes a part changes
+//! nothing in the result (kernels compute every output row independently of
+//! the partition). Idle workers spin on an epoch counter for
+//! [`SPIN_TIME`] (bridging the gaps between consecutive kernels of a forward
+//! pass without a futex round trip), then block on a condvar. No allocation
+//! happens per call.
+
+use std::cell::UnsafeCell;
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Condvar, Mutex, TryLockError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::Isa;
+
+/// How long an idle thread spins before it blocks.
+pub const SPIN_TIME: Duration = Duration::from_micros(50);
+
+/// Parts per thread that [`Par::for_ranges`] cuts its range into (load
+/// balancing when a thread is slow or descheduled).
+pub const PARTS_PER_THREAD: usize = 4;
+
+/// Erased pointer to the job closure of the current epoch.
+type JobPtr = *const (dyn Fn(usize) + Sync);
+
+struct Shared {
+    /// `(epoch << 1) | open`. Set open (after the job fields are written)
+    /// and closed by the caller holding `call_lock`.
+    state: AtomicU64,
+    /// Job closure of the current epoch; valid while `state` is open or any
+    /// worker that joined it is `active`.
+    job: UnsafeCell<Option<JobPtr>>,
+    nparts: AtomicUsize,
+    /// Next unclaimed part.
+    next: AtomicUsize,
+    /// Workers between "joined" and "left" (see `worker`).
+    active: AtomicUsize,
+    panicked: AtomicBool,
+    shutdown: AtomicBool,
+    /// Workers blocked on `start_cv` (only notified when non-zero).
+    sleepers: AtomicUsize,
+    start_lock: Mutex<()>,
+    start_cv: Condvar,
+    /// The caller is blocked on `done_cv`.
+    caller_sleeping: AtomicBool,
+    done_lock: Mutex<()>,
+    done_cv: Condvar,
+}
+
+// SAFETY: `job` is written only by the caller holding `call_lock` while the
+// job is closed and no worker is active; workers read it only after
+// registering as active and observing the open state (SeqCst), see `worker`.
+unsafe impl Sync for Shared {}
+unsafe impl Send for Shared {}
+
+struct Pool {
+    shared: Arc<Shared>,
+    /// Serialises calls; a nested or concurrent call that cannot take it
+    /// runs all its parts on its own thread instead (same results).
+    call_lock: Mutex<()>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+/// A fixed set of threads that kernels split their output rows over.
+///
+/// `Par::new(threads)` starts `threads - 1` worker threads (the caller is
+/// the remaining one). The thread count only changes speed, never results:
+/// every kernel produces bit-identical output for any `threads >= 1`.
+///
+/// `Par` also carries the instruction-set choice ([`Isa`]) used by the
+/// kernels, so a test can run the scalar and SIMD paths side by side.
+///
+/// Calls are serialised: if [`Par::run`] is called while another call on
+/// the same `Par` is in progress (from another thread, or nested inside a
+/// part), the second call runs all of its parts sequentially on its own
+/// thread.
+pub struct Par {
+    threads: usize,
+    isa: Isa,
+    pool: Option<Pool>,
+}
+
+impl std::fmt::Debug for Par {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Par")
+            .field("threads", &self.threads)
+            .field("isa", &self.isa)
+            .finish()
+    }
+}
+
+impl Par {
+    /// A pool of `threads` threads (clamped to at least 1) using the
+    /// instruction set chosen by [`Isa::detect`] (which honours the
+    /// `MEMDIAL_KERNELS=scalar` environment variable).
+    pub fn new(threads: usize) -> Par {
+        Par::with_isa(threads, Isa::detect())
+    }
+
+    /// Like [`Par::new`] but with an explicit instruction set. Asking for an
+    /// ISA the CPU lacks falls back to [`Isa::Scalar`].
+    pub fn with_isa(threads: usize, isa: Isa) -> Par {
+        let threads = threads.max(1);
+        let isa = if isa.is_supported() { isa } else { Isa::Scalar };
+        let pool = if threads > 1 {
+            Some(Pool::start(threads))
+        } else {
+            None
+        };
+        Par { threads, isa, pool }
+    }
+
+    /// Number of threads (including the caller).
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Instruction set the kernels use with this `Par`.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Runs `f(i)` exactly once for every part `i in 0..nparts`, spread over
+    /// the pool's threads in no particular assignment, and returns when all
+    /// parts have finished. `f` must not depend on which thread runs it.
+    /// A panic in any part is re-raised here after all parts finished.
+    pub fn run(&self, nparts: usize, f: &(dyn Fn(usize) + Sync)) {
+        match &self.pool {
+            Some(pool) if nparts > 1 => pool.run(nparts, f),
+            _ => (0..nparts).for_each(f),
+        }
+    }
+
+    /// Splits `0..n` into contiguous ranges whose interior boundaries are
+    /// multiples of `align` (use it to keep threads off each other's cache
+    /// lines) and runs `f(range)` on each non-empty one, in parallel. The
+    /// split is a fixed function of `n`, `align` and the thread count
+    /// ([`PARTS_PER_THREAD`] parts per thread). When `work < min_work` the
+    /// whole of `0..n` runs as one range on the calling thread. Kernels
+    /// compute each row independently of the split, so neither the cut-off
+    /// nor the thread count changes their output.
+    pub fn for_ranges(
+        &self,
+        n: usize,
+        align: usize,
+        work: usize,
+        min_work: usize,
+        f: &(dyn Fn(Range<usize>) + Sync),
+    ) {
+        if n == 0 {
+            return;
+        }
+        let align = align.max(1);
+        let parts = (self.threads * PARTS_PER_THREAD).min(n.div_ceil(align));
+        if self.threads == 1 || work < min_work || parts <= 1 {
+            f(0..n);
+            return;
+        }
+        self.run(parts, &|i| {
+            let r = partition(n, parts, align, i);
+            if !r.is_empty() {
+                f(r);
+            }
+        });
+    }
+}
+
+/// Range of part `i` when `0..n` is split into `parts` contiguous pieces
+/// with interior boundaries rounded down to multiples of `align`.
+pub(crate) fn partition(n: usize, parts: usize, align: usize, i: usize) -> Range<usize> {
+    let align = align.max(1);
+    let bound = |k: usize| -> usize {
+        if k >= parts {
+            return n;
+        }
+        let b = (n as u128 * k as u128 / parts as u128) as usize;
+        (b / align * align).min(n)
+    };
+    bound(i)..bound(i + 1)
+}
+
+/// Claims and runs parts until none are left; records panics.
+fn claim_loop(s: &Shared, f: &(dyn Fn(usize) + Sync), nparts: usize) {
+    loop {
+        let i = s.next.fetch_add(1, SeqCst);
+        if i >= nparts {
+            return;
+        }
+        if catch_unwind(AssertUnwindSafe(|| f(i))).is_err() {
+            s.panicked.store(true, SeqCst);
+        }
+    }
+}
+
+impl Pool {
+    fn start(threads: usize) -> Pool {
+        let shared = Arc::new(Shared {
+            state: AtomicU64::new(0),
+            job: UnsafeCell::new(None),
+            nparts: AtomicUsize::new(0),
+            next: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
+            start_lock: Mutex::new(()),
+            start_cv: Condvar::new(),
+            caller_sleeping: AtomicBool::new(false),
+            done_lock: Mutex::new(()),
+            done_cv: Condvar::new(),
+        });
+        let handles = (1..threads)
+            .map(|tid| {
+                let s = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("memdial-par-{tid}"))
+                    .spawn(move || worker(s))
+                    .expect("failed to spawn kernel worker thread")
+            })
+            .collect();
+        Pool {
+            shared,
+            call_lock: Mutex::new(()),
+            handles,
+        }
+    }
+
+    fn run(&self, nparts: usize, f: &(dyn Fn(usize) + Sync)) {
+        let _guard = match self.call_lock.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                (0..nparts).for_each(f);
+                return;
+            }
+        };
+        let s = &*self.shared;
+        // SAFETY: erase the closure's lifetime. Workers dereference it only
+        // while registered in `active`, and we return (or unwind) only after
+        // closing the job and seeing `active == 0`.
+        let ptr: JobPtr = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), JobPtr>(f) };
+        unsafe { *s.job.get() = Some(ptr) };
+        s.nparts.store(nparts, SeqCst);
+        s.next.store(0, SeqCst);
+        s.panicked.store(false, SeqCst);
+        let epoch = (s.state.load(SeqCst) >> 1) + 1;
+        {
+            let _l = s.start_lock.lock().unwrap_or_else(|p| p.into_inner());
+            s.state.store((epoch << 1) | 1, SeqCst);
+            if s.sleepers.load(SeqCst) > 0 {
+                s.start_cv.notify_all();
+            }
+        }
+
+        claim_loop(s, f, nparts);
+
+        // All parts are claimed; close the job and wait for the workers that
+        // are still inside one.
+        s.state.store(epoch << 1, SeqCst);
+        let t0 = Instant::now();
+        let mut k = 0u32;
+        while s.active.load(SeqCst) != 0 {
+            k = k.wrapping_add(1);
+            if !k.is_multiple_of(64) || t0.elapsed() < SPIN_TIME {
+                std::hint::spin_loop();
+                continue;
+            }
+            let mut l = s.done_lock.lock().unwrap_or_else(|p| p.into_inner());
+            s.caller_sleeping.store(true, SeqCst);
+            while s.active.load(SeqCst) != 0 {
+                l = s.done_cv.wait(l).unwrap_or_else(|p| p.into_inner());
+            }
+            s.caller_sleeping.store(false, SeqCst);
+        }
+        unsafe { *s.job.get() = None };
+        if s.panicked.load(SeqCst) {
+            panic!("a memdial kernel part panicked");
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        {
+            let _l = self
+                .shared
+                .start_lock
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            self.shared.shutdown.store(true, SeqCst);
+        }
+        self.shared.start_cv.notify_all();
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+fn worker(s: Arc<Shared>) {
+    let mut seen = 0u64; // last epoch this worker looked at
+    loop {
+        // Wait for a new epoch: spin for SPIN_TIME, then block.
+        let t0 = Instant::now();
+        let mut k = 0u32;
+        let st = loop {
+            if s.shutdown.load(SeqCst) {
+                return;
+            }
+            let st = s.state.load(SeqCst);
+            if st >> 1 != seen {
+                break st;
+            }
+            k = k.wrapping_add(1);
+            if !k.is_multiple_of(64) || t0.elapsed() < SPIN_TIME {
+                std::hint::spin_loop();
+                continue;
+            }
+            let mut l = s.start_lock.lock().unwrap_or_else(|p| p.into_inner());
+            s.sleepers.fetch_add(1, SeqCst);
+            while s.state.load(SeqCst) >> 1 == seen && !s.shutdown.load(SeqCst) {
+                l = s.start_cv.wait(l).unwrap_or_else(|p| p.into_inner());
+            }
+            s.sleepers.fetch_sub(1, SeqCst);
+        };
+        seen = st >> 1;
+        if st & 1 == 0 {
+            continue; // already closed: the caller did all the parts
+        }
+        // Join: register first, then re-check that the same epoch is still
+        // open. If it is, the caller will wait for us before the closure dies.
+        s.active.fetch_add(1, SeqCst);
+        if s.state.load(SeqCst) == st {
+            // SAFETY: see `Shared`; the job is open and we are active.
+            let job = unsafe { (*s.job.get()).expect("open job without closure") };
+            let nparts = s.nparts.load(SeqCst);
+            claim_loop(&s, unsafe { &*job }, nparts);
+        }
+        if s.active.fetch_sub(1, SeqCst) == 1 && s.caller_sleeping.load(SeqCst) {
+            let _l = s.done_lock.lock().unwrap_or_else(|p| p.into_inner());
+            s.done_cv.notify_one();
+        }
+    }
+}
+
+/// Raw output pointer shared by the threads of one kernel call. Each thread
+/// writes only the output rows of its own range, so writes never overlap.
+#[derive(Clone, Copy)]
+pub(crate) struct OutPtr(*mut f32, usize);
+
+// SAFETY: used only for disjoint writes, see type docs.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    pub(crate) fn new(y: &mut [f32]) -> OutPtr {
+        OutPtr(y.as_mut_ptr(), y.len())
+    }
+
+    /// Mutable view of `y[range]`.
+    ///
+    /// # Safety
+    /// No two live views (on any thread) may overlap.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn slice(&self, range: Range<usize>) -> &mut [f32] {
+        assert!(range.start <= range.end && range.end <= self.1);
+        std::slice::from_raw_parts_mut(self.0.add(range.start), range.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_covers_exactly() {
+        for n in [0usize, 1, 5, 16, 17, 100, 12288] {
+            for parts in 1..9 {
+                for align in [1usize, 4, 16] {
+                    let mut next = 0;
+                    for i in 0..parts {
+                        let r = partition(n, parts, align, i);
+                        assert_eq!(r.start, next);
+                        assert!(r.end >= r.start);
+                        next = r.end;
+                    }
+                    assert_eq!(next, n);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn run_visits_every_part_once() {
+        for t in 1..6 {
+            let par = Par::new(t);
+            for _ in 0..200 {
+                for nparts in [0usize, 1, 2, 7, 40] {
+                    let hits: Vec<AtomicUsize> = (0..nparts).map(|_| AtomicUsize::new(0)).collect();
+                    par.run(nparts, &|i| {
+                        hits[i].fetch_add(1, SeqCst);
+                    });
+                    assert!(hits.iter().all(|h| h.load(SeqCst) == 1));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn nested_run_falls_back_to_sequential() {
+        let par = Par::new(3);
+        let count = AtomicUsize::new(0);
+        par.run(3, &|_| {
+            par.run(3, &|_| {
+                count.fetch_add(1, SeqCst);
+            });
+        });
+        assert_eq!(count.load(SeqCst), 9);
+    }
+
+    #[test]
+    fn worker_panic_is_reraised() {
+        let par = Par::new(2);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            par.run(4, &|i| {
+                if i == 3 {
+                    panic!("boom");
+                }
+            })
+        }));
+        assert!(r.is_err());
+        // Pool still usable afterwards.
+        let count = AtomicUsize::new(0);
+        par.run(5, &|_| {
+            count.fetch_add(1, SeqCst);
+        });
+        assert_eq!(count.load(SeqCst), 5);
+    }
+}

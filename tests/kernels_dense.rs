@@ -1,0 +1,222 @@
+//! BF16 / F32 dense kernels: accuracy against an f64 reference, and bit
+//! identity across thread counts, ISAs, and matvec vs matmul.
+
+use memdial::kernels::{bf16_to_f32, matmul_bf16, matmul_f32, matvec_bf16, matvec_f32, Isa, Par};
+
+/// SplitMix64: tiny deterministic generator for fixtures.
+struct Rng(u64);
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    fn f32(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+/// Random BF16 matrix: (bytes, exact f32 values).
+fn rand_bf16(rng: &mut Rng, n: usize) -> (Vec<u8>, Vec<f32>) {
+    let mut bytes = Vec::with_capacity(2 * n);
+    let mut vals = Vec::with_capacity(n);
+    for _ in 0..n {
+        let h = (rng.f32().to_bits() >> 16) as u16;
+        bytes.extend_from_slice(&h.to_le_bytes());
+        vals.push(f32::from_bits((h as u32) << 16));
+    }
+    (bytes, vals)
+}
+
+fn rand_vec(rng: &mut Rng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.f32()).collect()
+}
+
+/// f64 reference and Σ|w·x| per row.
+fn reference(w: &[f32], rows: usize, cols: usize, x: &[f32]) -> Vec<(f64, f64)> {
+    (0..rows)
+        .map(|r| {
+            let mut s = 0f64;
+            let mut a = 0f64;
+            for c in 0..cols {
+                let p = w[r * cols + c] as f64 * x[c] as f64;
+                s += p;
+                a += p.abs();
+            }
+            (s, a)
+        })
+        .collect()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|f| f.to_bits()).collect()
+}
+
+fn isas() -> Vec<Isa> {
+    let mut v = vec![Isa::Scalar];
+    for isa in [Isa::Avx2, Isa::Avx512] {
+        if isa.is_supported() {
+            v.push(isa);
+        }
+    }
+    v
+}
+
+const SHAPES: &[(usize, usize)] = &[
+    (1, 1),
+    (3, 31),
+    (5, 32),
+    (7, 33),
+    (17, 64),
+    (33, 100),
+    (300, 515),
+    (129, 1024),
+    (64, 7168),
+];
+
+#[test]
+fn bf16_known_values() {
+    // 1.0 = 0x3F80, -2.0 = 0xC000, 0.5 = 0x3F00 (little-endian bytes).
+    assert_eq!(
+        bf16_to_f32(&[0x80, 0x3F, 0x00, 0xC0, 0x00, 0x3F]),
+        vec![1.0, -2.0, 0.5]
+    );
+    let w = [0x80u8, 0x3F, 0x00, 0xC0, 0x00, 0x3F, 0x80, 0x3F];
+    let par = Par::new(1);
+    let mut y = [0f32; 2];
+    matvec_bf16(&par, &w, 2, 2, &[3.0, 5.0], &mut y);
+    assert_eq!(y, [3.0 - 10.0, 1.5 + 5.0]);
+}
+
+#[test]
+fn bf16_matvec_matches_f64_reference() {
+    let mut rng = Rng(1);
+    for &(rows, cols) in SHAPES {
+        let (wb, wf) = rand_bf16(&mut rng, rows * cols);
+        let x = rand_vec(&mut rng, cols);
+        let refs = reference(&wf, rows, cols, &x);
+        for isa in isas() {
+            let par = Par::with_isa(2, isa);
+            let mut y = vec![0f32; rows];
+            matvec_bf16(&par, &wb, rows, cols, &x, &mut y);
+            for (r, (&yr, &(s, a))) in y.iter().zip(&refs).enumerate() {
+                let tol = 1e-5 * a + 1e-30;
+                assert!(
+                    (yr as f64 - s).abs() <= tol,
+                    "{isa:?} {rows}x{cols} row {r}: got {yr}, want {s} (tol {tol})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn f32_matvec_matches_f64_reference() {
+    let mut rng = Rng(2);
+    for &(rows, cols) in SHAPES {
+        let wf = rand_vec(&mut rng, rows * cols);
+        let wb: Vec<u8> = wf.iter().flat_map(|f| f.to_le_bytes()).collect();
+        let x = rand_vec(&mut rng, cols);
+        let refs = reference(&wf, rows, cols, &x);
+        for isa in isas() {
+            let par = Par::with_isa(3, isa);
+            let mut y = vec![0f32; rows];
+            matvec_f32(&par, &wb, rows, cols, &x, &mut y);
+            for (r, (&yr, &(s, a))) in y.iter().zip(&refs).enumerate() {
+                let tol = 1e-5 * a + 1e-30;
+                assert!(
+                    (yr as f64 - s).abs() <= tol,
+                    "{isa:?} {rows}x{cols} row {r}: got {yr}, want {s}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn bit_identical_across_threads_isas_and_alignment() {
+    let mut rng = Rng(3);
+    for &(rows, cols) in &[(300usize, 515usize), (1000, 96), (37, 7168), (2, 3)] {
+        let (wb, _) = rand_bf16(&mut rng, rows * cols);
+        let wf32: Vec<u8> = (0..rows * cols)
+            .flat_map(|_| rng.f32().to_le_bytes())
+            .collect();
+        let x = rand_vec(&mut rng, cols);
+        // Same bytes at an odd address.
+        let mut shifted = vec![0u8; wb.len() + 1];
+        shifted[1..].copy_from_slice(&wb);
+        let mut shifted32 = vec![0u8; wf32.len() + 3];
+        shifted32[3..].copy_from_slice(&wf32);
+
+        let mut want_bf16: Option<Vec<u32>> = None;
+        let mut want_f32: Option<Vec<u32>> = None;
+        for isa in isas() {
+            for t in [1usize, 2, 3, 4, 7] {
+                let par = Par::with_isa(t, isa);
+                let mut y = vec![0f32; rows];
+                for w in [&wb[..], &shifted[1..]] {
+                    matvec_bf16(&par, w, rows, cols, &x, &mut y);
+                    let b = bits(&y);
+                    match &want_bf16 {
+                        None => want_bf16 = Some(b),
+                        Some(want) => {
+                            assert_eq!(&b, want, "bf16 {rows}x{cols} {isa:?} threads {t}")
+                        }
+                    }
+                }
+                for w in [&wf32[..], &shifted32[3..]] {
+                    matvec_f32(&par, w, rows, cols, &x, &mut y);
+                    let b = bits(&y);
+                    match &want_f32 {
+                        None => want_f32 = Some(b),
+                        Some(want) => {
+                            assert_eq!(&b, want, "f32 {rows}x{cols} {isa:?} threads {t}")
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_equals_repeated_matvec_bitwise() {
+    let mut rng = Rng(4);
+    for &(rows, cols) in &[(300usize, 515usize), (64, 7168), (9, 40)] {
+        let (wb, _) = rand_bf16(&mut rng, rows * cols);
+        let wf32: Vec<u8> = (0..rows * cols)
+            .flat_map(|_| rng.f32().to_le_bytes())
+            .collect();
+        for n in [1usize, 3, 5] {
+            let xs = rand_vec(&mut rng, n * cols);
+            for isa in isas() {
+                for t in [1usize, 2, 3] {
+                    let par = Par::with_isa(t, isa);
+                    let mut ys = vec![0f32; n * rows];
+                    let mut y = vec![0f32; rows];
+                    matmul_bf16(&par, &wb, rows, cols, &xs, n, &mut ys);
+                    for v in 0..n {
+                        matvec_bf16(&par, &wb, rows, cols, &xs[v * cols..][..cols], &mut y);
+                        assert_eq!(bits(&ys[v * rows..][..rows]), bits(&y), "bf16 n={n} v={v}");
+                    }
+                    matmul_f32(&par, &wf32, rows, cols, &xs, n, &mut ys);
+                    for v in 0..n {
+                        matvec_f32(&par, &wf32, rows, cols, &xs[v * cols..][..cols], &mut y);
+                        assert_eq!(bits(&ys[v * rows..][..rows]), bits(&y), "f32 n={n} v={v}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "matvec_bf16: weight has")]
+fn shape_mismatch_panics() {
+    let par = Par::new(1);
+    let mut y = [0f32; 2];
+    matvec_bf16(&par, &[0u8; 6], 2, 2, &[0.0; 2], &mut y);
+}
