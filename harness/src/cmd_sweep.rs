@@ -23,7 +23,7 @@ use crate::sweep::report::{write_all, Baseline, Meta};
 use crate::sweep::row::{self, Row};
 use crate::sweep::runner::{run_binary, RunRequest};
 use crate::sweep::spec::{
-    BudgetExpr, Point, RunSlot, Shard, Spec, DEFAULT_PLAN_CONTEXT, DEFAULT_SPEC,
+    BudgetExpr, Point, PromptSpec, RunSlot, Shard, Spec, DEFAULT_PLAN_CONTEXT, DEFAULT_SPEC,
 };
 use crate::sweep::util::{utc_now_dirname, utc_now_rfc3339};
 
@@ -170,11 +170,30 @@ struct Resolved {
 fn resolve_points(spec: &Spec, model: &Path) -> Result<(Vec<Resolved>, u64, Vec<PathBuf>)> {
     let ck = Checkpoint::open(model).map_err(|e| usage(format!("{e:#}")))?;
     let cfg = memdial::config::load_config(model).map_err(|e| usage(format!("{e:#}")))?;
-    let ctx = spec.max_context.unwrap_or(DEFAULT_PLAN_CONTEXT);
-    let mut floors: HashMap<(String, String), (u64, u64)> = HashMap::new();
+    // The context the engine plans for: max(--max-context, prompt + max_tokens).
+    let tok = memdial::tokenizer::Tokenizer::from_dir(model).ok();
+    let contexts: Vec<usize> = spec
+        .prompts
+        .iter()
+        .map(|p| {
+            let n = match p {
+                PromptSpec::Ids { ids } => Some(ids.len()),
+                PromptSpec::Text(t) => tok.as_ref().map(|k| k.encode(t, true).len()),
+                PromptSpec::File { file } => std::fs::read_to_string(file)
+                    .ok()
+                    .and_then(|t| tok.as_ref().map(|k| k.encode(&t, true).len())),
+            };
+            match n {
+                Some(n) => spec.max_context.unwrap_or(0).max(n + spec.max_tokens),
+                None => spec.max_context.unwrap_or(DEFAULT_PLAN_CONTEXT),
+            }
+        })
+        .collect();
+    let mut floors: HashMap<(String, String, usize), (u64, u64)> = HashMap::new();
     let mut out = vec![];
     for p in spec.points() {
-        let key = (p.io.clone(), p.prefetch.clone());
+        let ctx = contexts[p.prompt_index];
+        let key = (p.io.clone(), p.prefetch.clone(), ctx);
         if !floors.contains_key(&key) {
             let plan = plan_unchecked(
                 &cfg,

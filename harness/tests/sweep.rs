@@ -32,7 +32,8 @@ fn lock() -> MutexGuard<'static, ()> {
 }
 
 fn scratch() -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("sweep-tests-{}", std::process::id()));
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("sweep-tests-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -48,7 +49,11 @@ fn model() -> &'static Path {
                 .arg(&out)
                 .output()
                 .unwrap();
-            assert!(o.status.success(), "fixture: {}", String::from_utf8_lossy(&o.stderr));
+            assert!(
+                o.status.success(),
+                "fixture: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
         }
         out
     })
@@ -151,20 +156,36 @@ fn small_sweep_passes_and_writes_every_file() {
         "cpu_model",
         "kernel",
     ] {
-        assert!(header.contains(&col.to_string()), "column {col} missing from {header:?}");
+        assert!(
+            header.contains(&col.to_string()),
+            "column {col} missing from {header:?}"
+        );
     }
     let recs: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
     assert_eq!(recs.len(), SPEC_RUNS);
     let col = |n: &str| header.iter().position(|h| h == n).unwrap();
-    let hashes: std::collections::BTreeSet<&str> = recs.iter().map(|r| r.get(col("output_ids_sha256")).unwrap()).collect();
+    let hashes: std::collections::BTreeSet<&str> = recs
+        .iter()
+        .map(|r| r.get(col("output_ids_sha256")).unwrap())
+        .collect();
     assert_eq!(hashes.len(), 1, "{hashes:?}");
     assert_eq!(hashes.iter().next().unwrap().len(), 64);
     for r in &recs {
         assert_eq!(r.get(col("status")), Some("ok"));
-        assert!(r.get(col("decode_s_per_token_median")).unwrap().parse::<f64>().unwrap() > 0.0);
+        assert!(
+            r.get(col("decode_s_per_token_median"))
+                .unwrap()
+                .parse::<f64>()
+                .unwrap()
+                > 0.0
+        );
         assert_eq!(r.get(col("output_ids")).unwrap().split(' ').count(), 4);
         if std::env::var_os("MEMDIAL_TEST_TMPFS").is_none() {
-            assert_eq!(r.get(col("cold_verified")), Some("true"), "model dir must be on a real disk");
+            assert_eq!(
+                r.get(col("cold_verified")),
+                Some("true"),
+                "model dir must be on a real disk"
+            );
         }
     }
     // results.json has the same rows with arrays preserved.
@@ -180,17 +201,24 @@ fn small_sweep_passes_and_writes_every_file() {
     for f in ["curve.svg", "io.svg"] {
         let svg = std::fs::read_to_string(out.join(f)).unwrap();
         assert!(svg.len() > 2000, "{f} too small");
-        assert!(svg.contains("memory budget (bytes, log scale)"), "{f} lacks the x axis label");
+        assert!(
+            svg.contains("memory budget (bytes, log scale)"),
+            "{f} lacks the x axis label"
+        );
     }
     let svg = std::fs::read_to_string(out.join("curve.svg")).unwrap();
     assert!(svg.contains("decode time (s/token, log scale)"));
-    assert!(svg.contains("direct / none") && svg.contains("buffered / none"), "legend");
+    assert!(
+        svg.contains("direct / none") && svg.contains("buffered / none"),
+        "legend"
+    );
     for f in ["curve.png", "io.png"] {
         let png = std::fs::read(out.join(f)).unwrap();
         assert!(png.len() > 10_000, "{f} too small");
         assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     }
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
     assert_eq!(v["pass"], true);
     assert!(out.join("runs/p000-r0/metrics.json").exists());
     eprintln!("small sweep: {:.1} s", t0.elapsed().as_secs_f64());
@@ -207,7 +235,11 @@ prompts = ["The capital of France is"]
 max_tokens = 4
 repeats = 1
 "#;
-    let o = sweep(&spec_file("perturbed.toml", spec), &out, &["--test-perturb-point", "1", "--check"]);
+    let o = sweep(
+        &spec_file("perturbed.toml", spec),
+        &out,
+        &["--test-perturb-point", "1", "--check"],
+    );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let line = String::from_utf8_lossy(&o.stdout);
     assert_eq!(line.lines().count(), 1, "--check prints one line: {line}");
@@ -215,14 +247,18 @@ repeats = 1
     assert!(line.contains("p1 [budget=3x floor;io=direct"), "{line}");
     assert!(line.contains("first difference at token 0"), "{line}");
     assert!(!line.contains("p0 ["), "{line}");
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
     assert_eq!(v["pass"], false);
     let m = &v["groups"][0]["mismatches"][0];
     assert_eq!(m["point_index"], 1);
     assert_eq!(m["first_diff_position"], 0);
     assert_eq!(m["got_id"], 7);
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
-    assert!(md.contains("**FAIL") && md.contains("Differing points: p1"), "{md}");
+    assert!(
+        md.contains("**FAIL") && md.contains("Differing points: p1"),
+        "{md}"
+    );
 }
 
 #[test]
@@ -253,19 +289,29 @@ fn killed_sweep_resumes_without_rerunning_finished_runs() {
             break;
         }
         assert!(t0.elapsed() < Duration::from_secs(120), "no run finished");
-        assert!(child.try_wait().unwrap().is_none(), "sweep ended before it could be killed");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "sweep ended before it could be killed"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     child.kill().unwrap(); // SIGKILL: no chance to clean up
     child.wait().unwrap();
     // The partial directory is valid: parseable results, a report saying it is partial.
     let before = rows(&out);
-    assert!(!before.is_empty() && before.len() < SPEC_RUNS, "{} rows", before.len());
+    assert!(
+        !before.is_empty() && before.len() < SPEC_RUNS,
+        "{} rows",
+        before.len()
+    );
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("Partial report"), "{md}");
-    csv::Reader::from_path(out.join("results.csv")).unwrap().records().for_each(|r| {
-        r.unwrap();
-    });
+    csv::Reader::from_path(out.join("results.csv"))
+        .unwrap()
+        .records()
+        .for_each(|r| {
+            r.unwrap();
+        });
     // Re-run: completes, keeps the finished runs untouched.
     let o = sweep(&spec, &out, &[]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
@@ -277,8 +323,15 @@ fn killed_sweep_resumes_without_rerunning_finished_runs() {
     let after = rows(&out);
     assert_eq!(after.len(), SPEC_RUNS);
     for b in &before {
-        let a = after.iter().find(|a| a["run_id"] == b["run_id"]).expect("finished run kept");
-        assert_eq!(a["started_utc"], b["started_utc"], "run {} was re-run", b["run_id"]);
+        let a = after
+            .iter()
+            .find(|a| a["run_id"] == b["run_id"])
+            .expect("finished run kept");
+        assert_eq!(
+            a["started_utc"], b["started_utc"],
+            "run {} was re-run",
+            b["run_id"]
+        );
         assert_eq!(a["wall_s"], b["wall_s"]);
     }
     // Same count and hashes as an uninterrupted sweep.
@@ -298,8 +351,12 @@ fn shards_merge_into_the_full_verdict() {
     assert_eq!(o2.status.code(), Some(0), "{}", text(&o2));
     let (ra, rb) = (rows(&a), rows(&b));
     assert_eq!(ra.len() + rb.len(), SPEC_RUNS);
-    assert!(ra.iter().all(|r| r["point_index"].as_u64().unwrap() % 2 == 0));
-    assert!(rb.iter().all(|r| r["point_index"].as_u64().unwrap() % 2 == 1));
+    assert!(ra
+        .iter()
+        .all(|r| r["point_index"].as_u64().unwrap() % 2 == 0));
+    assert!(rb
+        .iter()
+        .all(|r| r["point_index"].as_u64().unwrap() % 2 == 1));
     let merged = fresh("merged");
     let o = Command::new(BIN)
         .args(["report", "merge"])
@@ -312,19 +369,36 @@ fn shards_merge_into_the_full_verdict() {
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
-    let fv: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(full.join("verdict.json")).unwrap()).unwrap();
-    let mv: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(merged.join("verdict.json")).unwrap()).unwrap();
+    let fv: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(full.join("verdict.json")).unwrap()).unwrap();
+    let mv: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(merged.join("verdict.json")).unwrap())
+            .unwrap();
     assert_eq!(mv["pass"], fv["pass"]);
     assert_eq!(mv["runs_compared"], fv["runs_compared"]);
     assert_eq!(mv["groups"][0]["hash"], fv["groups"][0]["hash"]);
-    assert!(line.starts_with(&format!("PASS: {SPEC_RUNS} runs at 4 points")), "{line}");
+    assert!(
+        line.starts_with(&format!("PASS: {SPEC_RUNS} runs at 4 points")),
+        "{line}"
+    );
     assert_eq!(hashes(&merged), hashes(full));
     assert!(merged.join("curve.png").exists() && merged.join("report.md").exists());
     // A shard of another spec is refused.
     let other = fresh("other");
-    let o3 = sweep(&spec_file("other.toml", &SPEC.replace("repeats = 2", "repeats = 1")), &other, &["--shard", "1/2", "--check"]);
+    let o3 = sweep(
+        &spec_file("other.toml", &SPEC.replace("repeats = 2", "repeats = 1")),
+        &other,
+        &["--shard", "1/2", "--check"],
+    );
     assert_eq!(o3.status.code(), Some(0), "{}", text(&o3));
-    let o4 = Command::new(BIN).args(["report", "merge"]).arg(&a).arg(&other).arg("--out").arg(fresh("bad-merge")).output().unwrap();
+    let o4 = Command::new(BIN)
+        .args(["report", "merge"])
+        .arg(&a)
+        .arg(&other)
+        .arg("--out")
+        .arg(fresh("bad-merge"))
+        .output()
+        .unwrap();
     assert_eq!(o4.status.code(), Some(2), "{}", text(&o4));
 }
 
@@ -337,24 +411,62 @@ fn baseline_regression_gate() {
     let fast = scratch().join("fast-baseline.csv");
     let mut rd = csv::Reader::from_path(full.join("results.csv")).unwrap();
     let h = rd.headers().unwrap().clone();
-    let c = h.iter().position(|x| x == "decode_s_per_token_median").unwrap();
+    let c = h
+        .iter()
+        .position(|x| x == "decode_s_per_token_median")
+        .unwrap();
     let mut w = csv::Writer::from_path(&fast).unwrap();
     w.write_record(&h).unwrap();
     for r in rd.records() {
         let r = r.unwrap();
         let v: f64 = r.get(c).unwrap().parse().unwrap();
-        let rec: Vec<String> = r.iter().enumerate().map(|(i, x)| if i == c { (v / 1000.0).to_string() } else { x.to_string() }).collect();
+        let rec: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                if i == c {
+                    (v / 1000.0).to_string()
+                } else {
+                    x.to_string()
+                }
+            })
+            .collect();
         w.write_record(&rec).unwrap();
     }
     w.flush().unwrap();
     let out = fresh("baseline-bad");
-    let o = sweep(&spec, &out, &["--check", "--baseline", fast.to_str().unwrap(), "--max-regression", "25%"]);
+    let o = sweep(
+        &spec,
+        &out,
+        &[
+            "--check",
+            "--baseline",
+            fast.to_str().unwrap(),
+            "--max-regression",
+            "25%",
+        ],
+    );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let line = String::from_utf8_lossy(&o.stdout);
-    assert!(line.contains("PASS") && line.contains("baseline: 4 of 4 points slower"), "{line}");
-    assert!(std::fs::read_to_string(out.join("report.md")).unwrap().contains("**regressed**"));
+    assert!(
+        line.contains("PASS") && line.contains("baseline: 4 of 4 points slower"),
+        "{line}"
+    );
+    assert!(std::fs::read_to_string(out.join("report.md"))
+        .unwrap()
+        .contains("**regressed**"));
     // Against itself with a generous tolerance it passes (the resumed directory re-uses the runs).
-    let o = sweep(&spec, &out, &["--check", "--baseline", full.join("results.csv").to_str().unwrap(), "--max-regression", "10000%"]);
+    let o = sweep(
+        &spec,
+        &out,
+        &[
+            "--check",
+            "--baseline",
+            full.join("results.csv").to_str().unwrap(),
+            "--max-regression",
+            "10000%",
+        ],
+    );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 }
 
@@ -374,11 +486,18 @@ fn usage_errors_exit_2() {
     }
     let bad = spec_file("bad.toml", "budgets = [\"lots\"]\n");
     assert_eq!(sweep(&bad, &fresh("usage"), &[]).status.code(), Some(2));
-    let o = Command::new(BIN).args(["sweep", "--model", "/nonexistent/model", "--spec"]).arg(&spec).output().unwrap();
+    let o = Command::new(BIN)
+        .args(["sweep", "--model", "/nonexistent/model", "--spec"])
+        .arg(&spec)
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     // An --out holding a different sweep is refused.
     let full = full_run();
-    let other = spec_file("other2.toml", &SPEC.replace("max_tokens = 4", "max_tokens = 3"));
+    let other = spec_file(
+        "other2.toml",
+        &SPEC.replace("max_tokens = 4", "max_tokens = 3"),
+    );
     let o = sweep(&other, full, &["--check"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }

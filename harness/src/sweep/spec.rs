@@ -68,8 +68,8 @@ pub struct Spec {
     /// verdict, excluded from the statistics).
     #[serde(default)]
     pub warmup: u32,
-    /// Context length used to compute the floor (`memdial plan --max-context`); also
-    /// passed to `memdial run --max-context` when set.
+    /// `memdial run --max-context` (positions the MLA cache is sized for). When unset
+    /// the engine uses prompt + max_tokens, and the floor is planned the same way.
     #[serde(default)]
     pub max_context: Option<usize>,
     /// Extra arguments appended to every `memdial run` (e.g. `["--ignore-eos"]`).
@@ -112,7 +112,7 @@ fn d_slack() -> String {
     "32MiB".into()
 }
 
-/// Context length assumed for the floor when the spec sets none.
+/// Context length assumed for the floor when the prompt cannot be tokenized.
 pub const DEFAULT_PLAN_CONTEXT: usize = 4096;
 
 /// A budget expression.
