@@ -1,11 +1,12 @@
 //! Cold sequential read bandwidth of a file, with and without the page cache.
 //!
 //! Shared by `memdial sweep` (its report's environment section) and a future
-//! `memdial iobench`. Both functions evict the file from the page cache first (fsync
-//! + `posix_fadvise(DONTNEED)`), read it sequentially from offset 0 in 4 MiB requests
-//! at queue depth 1 up to `max_bytes`, and evict it again afterwards so the caller
-//! starts cold. QD-1 sequential reads are a lower bound for what a pread thread pool
-//! achieves; they are what the report needs to compare runs on different machines.
+//! `memdial iobench`. Both functions evict the file from the page cache first
+//! (fsync, then `posix_fadvise(DONTNEED)`), read it sequentially from offset 0 in
+//! 4 MiB requests at queue depth 1 up to `max_bytes`, and evict it again afterwards
+//! so the caller starts cold. QD-1 sequential reads are a lower bound for what a
+//! pread thread pool achieves; they are what the report needs to compare runs on
+//! different machines.
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;

@@ -18,7 +18,7 @@ pub fn parse_tolerance(s: &str) -> Result<f64> {
         None => t.parse::<f64>(),
     }
     .with_context(|| format!("invalid tolerance {s:?} (e.g. 25%)"))?;
-    if !(v >= 0.0) || !v.is_finite() {
+    if v.is_nan() || v < 0.0 || !v.is_finite() {
         bail!("tolerance {s:?} must be a non-negative number");
     }
     Ok(v)

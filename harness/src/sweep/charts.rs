@@ -51,7 +51,7 @@ fn pe<E: std::fmt::Debug>(e: E) -> anyhow::Error {
 struct Series {
     label: String,
     floor: f64,
-    /// (budget bytes, stats)
+    /// (budget bytes × dodge factor, stats)
     pts: Vec<(f64, PointStats)>,
 }
 
@@ -88,7 +88,18 @@ fn series(stats: &[PointStats]) -> Vec<Series> {
             }),
         }
     }
-    for s in &mut out {
+    // Dodge: shift each line's points sideways by up to ±3 % so markers and whiskers
+    // of lines measured at the same budget do not hide each other.
+    let n = out.len();
+    for (i, s) in out.iter_mut().enumerate() {
+        let f = if n > 1 {
+            1.0 + 0.06 * (i as f64 / (n - 1) as f64 - 0.5)
+        } else {
+            1.0
+        };
+        for p in &mut s.pts {
+            p.0 *= f;
+        }
         s.pts.sort_by(|a, b| a.0.total_cmp(&b.0));
     }
     out

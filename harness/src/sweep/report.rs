@@ -340,7 +340,7 @@ pub fn markdown(
         s,
         "![decode time vs budget](curve.svg)\n\n\
          How to read it: each line is one IO mode × prefetch policy; a marker is the median s/token of a point, \
-         the whisker its min–max over repeats. Both axes are logarithmic. The dashed vertical line in a line's colour is \
+         the whisker its min–max over repeats (lines measured at the same budget are shifted sideways by up to ±3 % so they do not hide each other). Both axes are logarithmic. The dashed vertical line in a line's colour is \
          its floor (the smallest budget that runs); the black line is the model size. Moving right trades memory for \
          speed; a flat stretch means extra memory buys nothing, a steep one means the budget is the bottleneck.\n"
     );

@@ -135,7 +135,7 @@ impl BudgetExpr {
                 .trim()
                 .parse()
                 .with_context(|| format!("invalid budget {s:?}"))?;
-            if !(v > 0.0) {
+            if v.is_nan() || v <= 0.0 {
                 bail!("budget {s:?} must be positive");
             }
             return Ok(BudgetExpr::FractionOfModel(v / 100.0));
@@ -149,7 +149,7 @@ impl BudgetExpr {
                     head.parse::<f64>()
                         .with_context(|| format!("invalid budget {s:?} (e.g. \"2x {word}\")"))?
                 };
-                if !(m > 0.0) {
+                if m.is_nan() || m <= 0.0 {
                     bail!("budget {s:?} must be positive");
                 }
                 return Ok(if model {
@@ -337,7 +337,7 @@ impl Spec {
         if self.repeats == 0 {
             bail!("repeats must be ≥ 1");
         }
-        if !(self.timeout_s > 0.0) {
+        if self.timeout_s.is_nan() || self.timeout_s <= 0.0 {
             bail!("timeout_s must be positive");
         }
         parse_size(&self.cgroup_slack).context("invalid cgroup_slack")?;
