@@ -31,9 +31,10 @@ fn lock() -> MutexGuard<'static, ()> {
     L.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Scratch directory in the target dir (on disk; a fixed name so repeated test runs
+/// reuse the fixture instead of piling up copies).
 fn scratch() -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("sweep-tests-{}", std::process::id()));
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("sweep-tests");
     std::fs::create_dir_all(&d).unwrap();
     d
 }
