@@ -382,6 +382,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             "io_wait_s": m.io_wait_s,
             "io_wait_fraction": if gen_wall > 0.0 { m.io_wait_s / gen_wall } else { 0.0 },
             "trunk_hit_rate": streaming.as_ref().map(|_| m.trunk_hit_rate()),
+            "predicted_trunk_hit_rate": plan.as_ref().map(|p| p.predicted_trunk_hit_rate),
             "expert_hit_rate": streaming.as_ref().map(|_| m.expert_hit_rate()),
             "expert_prefetch_hits": m.expert_prefetch_hits,
             "expert_hit_rate_per_layer": m.expert_layer.iter().map(|(r, h)| if *r > 0 { Some(*h as f64 / *r as f64) } else { None }).collect::<Vec<_>>(),

@@ -14,10 +14,10 @@ pub struct StoreMetrics {
     pub reads: u64,
     /// Time the compute thread spent blocked waiting for IO.
     pub io_wait_s: f64,
-    /// Per-token trunk layer requests and those served from pinned memory or a
-    /// slot already loaded (a hit).
-    pub trunk_requests: u64,
-    pub trunk_hits: u64,
+    /// Trunk bytes the model needed, per token summed, and the part served from
+    /// pinned memory (a hit); streamed layers are misses even when prefetched.
+    pub trunk_request_bytes: u64,
+    pub trunk_hit_bytes: u64,
     /// Expert requests (router selections) and those already resident or in flight.
     pub expert_requests: u64,
     pub expert_hits: u64,
@@ -38,9 +38,10 @@ pub struct StoreMetrics {
 }
 
 impl StoreMetrics {
-    /// hits / requests (1.0 when there were no requests).
+    /// Fraction of needed trunk bytes served from pinned memory (1.0 when none were needed);
+    /// comparable with the plan's `predicted_trunk_hit_rate`.
     pub fn trunk_hit_rate(&self) -> f64 {
-        ratio(self.trunk_hits, self.trunk_requests)
+        ratio(self.trunk_hit_bytes, self.trunk_request_bytes)
     }
     /// Expert-cache hit rate.
     pub fn expert_hit_rate(&self) -> f64 {

@@ -96,6 +96,14 @@ impl AsRef<[u8]> for MapView {
     }
 }
 
+/// Outcome of [`StreamingStore::request`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Req {
+    Queued,
+    Skipped,
+    Wait,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 enum Key {
     Layer(usize),
@@ -621,11 +629,13 @@ impl StreamingStore {
         }
     }
 
-    /// Queues a load of `key` unless present. Returns false if no buffer can be had
-    /// without evicting something protected (only for optional prefetches).
-    fn request(&self, g: &mut Inner, key: Key, optional: bool) -> bool {
+    /// Queues a load of `key` unless present. Returns `Skipped` if no buffer can be
+    /// had without evicting something protected (only for optional prefetches), and
+    /// `Wait` when a required load must wait for an in-flight read to finish before
+    /// its buffer can be reused (the caller waits on the condvar and retries).
+    fn request(&self, g: &mut Inner, key: Key, optional: bool) -> Req {
         if g.entries.contains_key(&key) {
-            return true;
+            return Req::Queued;
         }
         let plan = &self.shared.plan;
         let buf = match key {
@@ -652,8 +662,16 @@ impl StreamingStore {
                                 }
                             }
                         }
-                        None if optional => return false,
-                        None => g.metrics.budget_overflows += 1,
+                        None if optional => return Req::Skipped,
+                        None => {
+                            let in_flight = g.slot_layers.iter().any(|ol| {
+                                matches!(g.entries.get(&Key::Layer(*ol)), Some(Entry::Loading))
+                            });
+                            if in_flight {
+                                return Req::Wait;
+                            }
+                            g.metrics.budget_overflows += 1
+                        }
                     }
                 }
                 g.slot_layers.push_back(l);
@@ -689,8 +707,20 @@ impl StreamingStore {
                                 }
                             }
                         }
-                        None if optional => return false,
-                        None => g.metrics.budget_overflows += 1,
+                        None if optional => return Req::Skipped,
+                        None => {
+                            let in_flight = g.cached_experts.iter().any(|id| {
+                                !g.protected.contains(id)
+                                    && matches!(
+                                        g.entries.get(&Key::Expert(id.0, id.1)),
+                                        Some(Entry::Loading)
+                                    )
+                            });
+                            if in_flight {
+                                return Req::Wait;
+                            }
+                            g.metrics.budget_overflows += 1
+                        }
                     }
                 }
                 g.cached_experts.insert((l, e));
@@ -701,7 +731,7 @@ impl StreamingStore {
         g.queue.push_back(Job { key, buf });
         self.update_peak(g);
         self.shared.cv.notify_all();
-        true
+        Req::Queued
     }
 
     fn take_buf(&self, g: &mut Inner, slot: bool) -> Option<AlignedBuf> {
@@ -749,7 +779,10 @@ impl StreamingStore {
                     g = self.shared.cv.wait(g).unwrap_or_else(|p| p.into_inner());
                 }
                 None => {
-                    self.request(&mut g, key, false);
+                    if self.request(&mut g, key, false) == Req::Wait {
+                        waited = true;
+                        g = self.shared.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+                    }
                 }
             }
         }
@@ -899,15 +932,22 @@ impl WeightStore for StreamingStore {
     fn begin_layer(&self, layer: usize) {
         let mut g = lock(&self.shared);
         if layer >= self.first_streamed {
-            let hit = g.entries.contains_key(&Key::Layer(layer));
-            g.metrics.trunk_requests += 1;
-            if hit {
-                g.metrics.trunk_hits += 0; // in flight or loaded by prefetch: still streamed bytes
+            // A streamed layer is a miss even when prefetched: its bytes were read again.
+            g.metrics.trunk_request_bytes += self.shared.plan.layer_groups[layer]
+                .as_ref()
+                .map_or(0, |x| x.tensor_bytes);
+            let t0 = Instant::now();
+            let mut waited = false;
+            while self.request(&mut g, Key::Layer(layer), false) == Req::Wait {
+                waited = true;
+                g = self.shared.cv.wait(g).unwrap_or_else(|p| p.into_inner());
             }
-            self.request(&mut g, Key::Layer(layer), false);
-        } else if self.shared.plan.layer_groups[layer].is_some() {
-            g.metrics.trunk_requests += 1;
-            g.metrics.trunk_hits += 1;
+            if waited {
+                g.metrics.io_wait_s += t0.elapsed().as_secs_f64();
+            }
+        } else if let Some(grp) = self.shared.plan.layer_groups[layer].as_ref() {
+            g.metrics.trunk_request_bytes += grp.tensor_bytes;
+            g.metrics.trunk_hit_bytes += grp.tensor_bytes;
         }
         if self.opts.prefetch.trunk_ahead() {
             let nl = self.next_streamed_layer(layer);
@@ -971,7 +1011,15 @@ impl WeightStore for StreamingStore {
                     g.metrics.expert_layer[layer].1 += 1;
                 }
             }
-            self.request(&mut g, key, false);
+            let t0 = Instant::now();
+            let mut waited = false;
+            while self.request(&mut g, key, false) == Req::Wait {
+                waited = true;
+                g = self.shared.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+            }
+            if waited {
+                g.metrics.io_wait_s += t0.elapsed().as_secs_f64();
+            }
         }
     }
 
@@ -989,7 +1037,7 @@ impl StreamingStore {
             if !self.shared.plan.expert_groups.contains_key(&(layer, e)) {
                 continue;
             }
-            if self.request(g, Key::Expert(layer, e), true) {
+            if self.request(g, Key::Expert(layer, e), true) == Req::Queued {
                 g.protected.insert((layer, e));
             }
         }

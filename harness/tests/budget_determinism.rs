@@ -1,0 +1,299 @@
+//! Byte-identical output at every budget, IO mode, prefetch policy, cache policy and
+//! thread count; resident memory within the budget (read from /proc by the engine's
+//! `--metrics-json`); under-floor budgets refused with exit code 2.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_memdial");
+
+fn fixture(preset: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("det-{preset}-{}", std::process::id()));
+    if !d.exists() {
+        let st = Command::new(BIN)
+            .args(["fixture", "--preset", preset, "--out"])
+            .arg(&d)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    d
+}
+
+fn plan_json(
+    model: &Path,
+    budget: u64,
+    io: &str,
+    prefetch: &str,
+    max_context: usize,
+) -> serde_json::Value {
+    let out = Command::new(BIN)
+        .args([
+            "plan",
+            "--json",
+            "--budget",
+            &budget.to_string(),
+            "--io",
+            io,
+            "--prefetch",
+            prefetch,
+        ])
+        .args(["--max-context", &max_context.to_string(), "--model"])
+        .arg(model)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).expect("plan --json prints JSON")
+}
+
+struct RunOut {
+    sha: String,
+    metrics: serde_json::Value,
+}
+
+fn run(model: &Path, extra: &[&str]) -> RunOut {
+    let mj = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "m-{}-{}.json",
+        std::process::id(),
+        rand_tag(extra)
+    ));
+    let out = Command::new(BIN)
+        .args([
+            "run",
+            "--prompt-ids",
+            "5,17,300,1023,42,7,1999,64",
+            "--max-tokens",
+            "10",
+            "--ignore-eos",
+            "--output",
+            "ids",
+        ])
+        .args(["--max-context", "64", "--model"])
+        .arg(model)
+        .arg("--metrics-json")
+        .arg(&mj)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "run {extra:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let metrics: serde_json::Value = serde_json::from_slice(&std::fs::read(&mj).unwrap()).unwrap();
+    std::fs::remove_file(&mj).unwrap();
+    RunOut {
+        sha: metrics["output_ids_sha256"].as_str().unwrap().to_string(),
+        metrics,
+    }
+}
+
+fn rand_tag(extra: &[&str]) -> String {
+    let mut h: u64 = 1469598103934665603;
+    for b in extra.join(" ").bytes() {
+        h = (h ^ b as u64).wrapping_mul(1099511628211);
+    }
+    format!("{h:x}")
+}
+
+#[test]
+fn tiny_k3_ids_identical_across_the_full_grid() {
+    let m = fixture("tiny-k3");
+    let reference = run(&m, &[]); // full residency, resident store
+    let model_bytes = reference.metrics["model_bytes"].as_u64().unwrap();
+    let mut n = 0;
+    for prefetch in ["none", "next-layer", "lookahead"] {
+        for io in ["direct", "buffered", "mmap"] {
+            let floor = plan_json(&m, 0, io, prefetch, 64)["floor_bytes"]
+                .as_u64()
+                .unwrap();
+            let budgets = [
+                floor,
+                2 * floor,
+                (model_bytes / 4).max(floor),
+                (model_bytes / 2).max(floor),
+                floor + model_bytes,
+            ];
+            for b in budgets {
+                for threads in ["1", "2"] {
+                    let bs = b.to_string();
+                    let r = run(
+                        &m,
+                        &[
+                            "--budget",
+                            &bs,
+                            "--io",
+                            io,
+                            "--prefetch",
+                            prefetch,
+                            "--threads",
+                            threads,
+                        ],
+                    );
+                    assert_eq!(
+                        r.sha, reference.sha,
+                        "budget {b} io {io} prefetch {prefetch} threads {threads}"
+                    );
+                    assert_eq!(
+                        r.metrics["budget_overflows"].as_u64(),
+                        Some(0),
+                        "overflow at budget {b} io {io} prefetch {prefetch} threads {threads}"
+                    );
+                    assert!(r.metrics["peak_accounted_bytes"].as_u64().unwrap() <= b);
+                    n += 1;
+                }
+            }
+        }
+    }
+    // cache policy and oracle prefetch (with a recorded trace)
+    let floor = plan_json(&m, 0, "buffered", "oracle", 64)["floor_bytes"]
+        .as_u64()
+        .unwrap()
+        .to_string();
+    let trace = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("trace-{}.jsonl", std::process::id()));
+    let tr = trace.to_str().unwrap();
+    let r = run(
+        &m,
+        &[
+            "--budget",
+            &floor,
+            "--io",
+            "buffered",
+            "--cache",
+            "lfru",
+            "--record-trace",
+            tr,
+        ],
+    );
+    assert_eq!(r.sha, reference.sha);
+    let r = run(
+        &m,
+        &[
+            "--budget",
+            &floor,
+            "--io",
+            "buffered",
+            "--prefetch",
+            "oracle",
+            "--trace",
+            tr,
+        ],
+    );
+    assert_eq!(r.sha, reference.sha);
+    assert_eq!(
+        r.metrics["lookahead_precision"].as_f64(),
+        Some(1.0),
+        "the oracle replays the true choices"
+    );
+    std::fs::remove_file(&trace).unwrap();
+    assert_eq!(n, 90);
+}
+
+#[test]
+fn under_floor_budget_exits_2_with_one_line() {
+    let m = fixture("tiny-k3");
+    let out = Command::new(BIN)
+        .args([
+            "run",
+            "--prompt-ids",
+            "1,2",
+            "--max-tokens",
+            "2",
+            "--budget",
+            "1MiB",
+            "--model",
+        ])
+        .arg(&m)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("below the floor"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn direct_io_on_tmpfs_exits_nonzero_with_hint() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        return;
+    }
+    let d = shm.join(format!("memdial-run-dio-{}", std::process::id()));
+    let st = Command::new(BIN)
+        .args(["fixture", "--preset", "tiny-k3", "--out"])
+        .arg(&d)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = Command::new(BIN)
+        .args([
+            "run",
+            "--prompt-ids",
+            "1,2",
+            "--max-tokens",
+            "2",
+            "--budget",
+            "1GiB",
+            "--io",
+            "direct",
+            "--model",
+        ])
+        .arg(&d)
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&d).unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--io buffered"), "{err}");
+}
+
+/// On `mini`: resident anonymous memory stays within budget + 64 MiB, and ids match
+/// full residency, at the floor, 25 % and 100 % of the model.
+#[test]
+fn mini_rss_within_budget_and_ids_identical() {
+    let m = fixture("mini");
+    let reference = run(&m, &["--threads", "2"]);
+    let model_bytes = reference.metrics["model_bytes"].as_u64().unwrap();
+    for (io, prefetch) in [
+        ("direct", "none"),
+        ("mmap", "lookahead"),
+        ("buffered", "next-layer"),
+    ] {
+        let floor = plan_json(&m, 0, io, prefetch, 64)["floor_bytes"]
+            .as_u64()
+            .unwrap();
+        for b in [floor, (model_bytes / 4).max(floor), model_bytes + floor] {
+            let bs = b.to_string();
+            let r = run(
+                &m,
+                &[
+                    "--budget",
+                    &bs,
+                    "--io",
+                    io,
+                    "--prefetch",
+                    prefetch,
+                    "--threads",
+                    "2",
+                ],
+            );
+            assert_eq!(
+                r.sha, reference.sha,
+                "budget {b} io {io} prefetch {prefetch}"
+            );
+            let anon = r.metrics["peak_rss_anon_bytes"].as_u64().unwrap();
+            let file = r.metrics["rss_file_bytes"].as_u64().unwrap();
+            assert!(
+                anon <= b + (64 << 20),
+                "{io}/{prefetch} at {b}: RssAnon peak {anon}"
+            );
+            if io == "mmap" {
+                assert!(
+                    anon + file <= b + (64 << 20),
+                    "mmap at {b}: anon {anon} + file {file}"
+                );
+            }
+        }
+    }
+}
