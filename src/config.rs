@@ -62,6 +62,13 @@ struct RawText {
     rms_norm_eps: f32,
     #[serde(default)]
     linear_attn_config: Option<LinearAttnConfig>,
+    /// transformers' flattened KDA keys (used when `linear_attn_config` is absent).
+    #[serde(default)]
+    linear_head_dim: Option<usize>,
+    #[serde(default)]
+    linear_num_heads: Option<usize>,
+    #[serde(default)]
+    linear_conv_kernel_dim: Option<usize>,
     #[serde(default)]
     layer_types: Option<Vec<String>>,
     #[serde(default)]
@@ -87,17 +94,17 @@ struct RawText {
     mla_use_nope: bool,
     #[serde(default)]
     mla_use_output_gate: bool,
-    #[serde(default)]
+    #[serde(default, alias = "num_local_experts", alias = "n_routed_experts")]
     num_experts: Option<usize>,
-    #[serde(default = "default_one")]
+    #[serde(default = "default_one", alias = "num_experts_per_tok")]
     num_experts_per_token: usize,
-    #[serde(default)]
+    #[serde(default, alias = "n_shared_experts")]
     num_shared_experts: usize,
     #[serde(default)]
     moe_intermediate_size: Option<usize>,
     #[serde(default = "default_sigmoid")]
     moe_router_activation_func: String,
-    #[serde(default = "default_true")]
+    #[serde(default = "default_true", alias = "norm_topk_prob")]
     moe_renormalize: bool,
     #[serde(default = "default_one_f")]
     routed_scaling_factor: f32,
@@ -105,7 +112,7 @@ struct RawText {
     first_k_dense_replace: usize,
     #[serde(default = "default_one")]
     moe_layer_freq: usize,
-    #[serde(default = "default_one")]
+    #[serde(default = "default_one", alias = "n_group")]
     num_expert_group: usize,
     #[serde(default = "default_one")]
     topk_group: usize,
@@ -290,10 +297,24 @@ impl ModelConfig {
         if n == 0 {
             bail!("num_hidden_layers must be > 0");
         }
-        let kda = raw
-            .linear_attn_config
-            .clone()
-            .context("missing linear_attn_config (KDA head_dim / num_heads)")?;
+        let kda = match (
+            &raw.linear_attn_config,
+            raw.linear_head_dim,
+            raw.linear_num_heads,
+        ) {
+            (Some(c), _, _) => c.clone(),
+            // transformers' saved form: flattened keys + layer_types.
+            (None, Some(head_dim), Some(num_heads)) => LinearAttnConfig {
+                kda_layers: vec![],
+                full_attn_layers: vec![],
+                head_dim,
+                num_heads,
+                short_conv_kernel_size: raw.linear_conv_kernel_dim.unwrap_or(4),
+                gate_lower_bound: None,
+                use_full_rank_gate: false,
+            },
+            _ => bail!("missing linear_attn_config (KDA head_dim / num_heads)"),
+        };
         if kda.head_dim == 0 || kda.num_heads == 0 || kda.short_conv_kernel_size == 0 {
             bail!("linear_attn_config: head_dim, num_heads and short_conv_kernel_size must be > 0");
         }

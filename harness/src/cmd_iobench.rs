@@ -12,8 +12,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Once;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context, Result};
 use memdial::io::iobench::{
@@ -23,6 +22,10 @@ use memdial::io::IoMode;
 use memdial::store::plan::fmt_bytes;
 use plotters::prelude::*;
 use serde::Serialize;
+
+use crate::sweep::charts::register_font;
+use crate::sweep::host::Host;
+use crate::sweep::util::{utc_now_dirname, utc_now_rfc3339, write_atomic};
 
 /// Default parent of run directories.
 pub const DEFAULT_REPORTS: &str = "reports";
@@ -115,13 +118,7 @@ struct Meta {
     model_dir: String,
     model_files: usize,
     model_bytes: u64,
-    fs: String,
-    device: String,
-    mount: String,
-    kernel: String,
-    cpu_model: String,
-    cpu_cores: usize,
-    ram_bytes: u64,
+    host: Host,
     fio: Option<String>,
     seconds_per_cell: f64,
     seed: u64,
@@ -138,80 +135,6 @@ struct PatternInfo {
     pass_bytes: u64,
     /// Files the fio jobs read.
     fio_files: Vec<String>,
-}
-
-fn read_trim(p: &str) -> String {
-    std::fs::read_to_string(p)
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
-}
-
-/// (mount point, fs type, device) holding `path`, from /proc/self/mountinfo.
-fn mount_of(path: &Path) -> (String, String, String) {
-    let p = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let text = read_trim("/proc/self/mountinfo");
-    let mut best: Option<(String, String, String)> = None;
-    for line in text.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        let Some(sep) = f.iter().position(|x| *x == "-") else {
-            continue;
-        };
-        let (Some(mp), Some(fs), Some(dev)) = (f.get(4), f.get(sep + 1), f.get(sep + 2)) else {
-            continue;
-        };
-        let mp = mp.replace("\\040", " ");
-        if p.starts_with(&mp) && best.as_ref().is_none_or(|b| mp.len() >= b.0.len()) {
-            best = Some((mp, fs.to_string(), dev.to_string()));
-        }
-    }
-    best.unwrap_or_default()
-}
-
-fn meminfo_total() -> u64 {
-    read_trim("/proc/meminfo")
-        .lines()
-        .find(|l| l.starts_with("MemTotal:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0)
-        * 1024
-}
-
-/// Current UTC time: (RFC 3339, directory name `YYYYMMDD-HHMMSS`).
-fn utc_now() -> (String, String) {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = (secs / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    let s = secs % 86_400;
-    let (h, mi, se) = (s / 3600, (s / 60) % 60, s % 60);
-    (
-        format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{se:02}Z"),
-        format!("{y:04}{m:02}{d:02}-{h:02}{mi:02}{se:02}"),
-    )
-}
-
-/// Writes `bytes` to `path` atomically (temporary file + rename).
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
 }
 
 /// Points `parent/iobench-latest` at `target` (a sibling directory), atomically.
@@ -269,7 +192,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         .map(|p| Workload::from_model(&a.model, p, a.seed))
         .collect::<Result<_>>()?;
 
-    let (created, stamp) = utc_now();
+    let (created, stamp) = (utc_now_rfc3339(), utc_now_dirname());
     let (out, is_default) = match &a.out {
         Some(o) => (o.clone(), false),
         None => (
@@ -287,7 +210,6 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         .iter()
         .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
         .sum();
-    let (mount, fs, device) = mount_of(&a.model);
     let mut meta = Meta {
         created_utc: created,
         memdial_version: env!("CARGO_PKG_VERSION").into(),
@@ -298,20 +220,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
             .to_string(),
         model_files: files.len(),
         model_bytes,
-        fs,
-        device,
-        mount,
-        kernel: read_trim("/proc/sys/kernel/osrelease"),
-        cpu_model: read_trim("/proc/cpuinfo")
-            .lines()
-            .find(|l| l.starts_with("model name"))
-            .and_then(|l| l.split(':').nth(1))
-            .map(|s| s.trim().to_string())
-            .unwrap_or_default(),
-        cpu_cores: std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
-        ram_bytes: meminfo_total(),
+        host: Host::collect(&a.model),
         fio: fio.clone(),
         seconds_per_cell: a.seconds,
         seed: a.seed,
@@ -497,14 +406,14 @@ fn markdown(
     let _ = writeln!(
         s,
         "| CPU | {} ({} logical CPUs) |",
-        meta.cpu_model, meta.cpu_cores
+        meta.host.cpu_model, meta.host.cpu_cores
     );
-    let _ = writeln!(s, "| RAM | {} |", fmt_bytes(meta.ram_bytes));
-    let _ = writeln!(s, "| kernel | {} |", meta.kernel);
+    let _ = writeln!(s, "| RAM | {} |", fmt_bytes(meta.host.ram_bytes));
+    let _ = writeln!(s, "| kernel | {} |", meta.host.kernel);
     let _ = writeln!(
         s,
         "| storage | {} on `{}` mounted at `{}` |",
-        meta.fs, meta.device, meta.mount
+        meta.host.model_fs, meta.host.model_device, meta.host.model_mount
     );
     let _ = writeln!(
         s,
@@ -659,19 +568,6 @@ fn markdown(
 }
 
 // ---------------------------------------------------------------- chart
-
-static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
-
-/// Registers the embedded DejaVu Sans as `sans-serif` (plotters' ab_glyph backend
-/// never reads system fonts; SVG needs the metrics too).
-fn register_font() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
-            .map_err(|_| ())
-            .expect("embedded DejaVuSans.ttf is a valid font");
-    });
-}
 
 const OURS: RGBColor = RGBColor(31, 119, 180);
 const FIO: RGBColor = RGBColor(255, 127, 14);
@@ -866,14 +762,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn utc_dir_name_shape() {
-        let (rfc, dir) = utc_now();
-        assert_eq!(rfc.len(), 20);
-        assert_eq!(dir.len(), 15);
-        assert_eq!(&rfc[..4], &dir[..4]);
-    }
 
     #[test]
     fn warns_about_fake_direct_and_warm_cold() {

@@ -13,8 +13,11 @@ mod cmd_fixture;
 mod cmd_inspect;
 mod cmd_iobench;
 mod cmd_plan;
+mod cmd_report;
 mod cmd_run;
+mod cmd_sweep;
 mod cmd_tokenize;
+mod sweep;
 
 /// Run giant MoE models in a memory budget, and measure the trade.
 #[derive(Parser)]
@@ -40,6 +43,10 @@ enum Command {
     Tokenize(cmd_tokenize::TokenizeArgs),
     /// Generate tokens from a prompt (prefill, then decode).
     Run(Box<cmd_run::RunArgs>),
+    /// Sweep budget × IO × prefetch from a cold cache; verdict, reports and charts.
+    Sweep(cmd_sweep::SweepArgs),
+    /// Work with sweep run directories (merge shards).
+    Report(cmd_report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +59,8 @@ fn main() -> ExitCode {
         Command::Iobench(a) => cmd_iobench::run(a),
         Command::Tokenize(a) => cmd_tokenize::run(a).map(|_| ExitCode::SUCCESS),
         Command::Run(a) => cmd_run::run(a),
+        Command::Sweep(a) => cmd_sweep::run(a),
+        Command::Report(a) => cmd_report::run(a),
     };
     match res {
         Ok(code) => code,

@@ -5,6 +5,7 @@
 //! Kept apart from model math: nothing here knows what a tensor means.
 
 pub mod aligned;
+pub mod bench;
 pub mod iobench;
 pub mod pagecache;
 pub mod reader;

@@ -933,7 +933,9 @@ impl WeightStore for StreamingStore {
         let mut g = lock(&self.shared);
         if layer >= self.first_streamed {
             // A streamed layer is a miss even when prefetched: its bytes were read again.
-            g.metrics.trunk_request_bytes += self.shared.plan.layer_groups[layer].as_ref().map_or(0, |x| x.tensor_bytes);
+            g.metrics.trunk_request_bytes += self.shared.plan.layer_groups[layer]
+                .as_ref()
+                .map_or(0, |x| x.tensor_bytes);
             let t0 = Instant::now();
             let mut waited = false;
             while self.request(&mut g, Key::Layer(layer), false) == Req::Wait {

@@ -1,0 +1,80 @@
+//! `memdial report merge DIR… [--out DIR] [--check]`: merge shard run directories of
+//! one sweep into one report with one verdict.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+
+use crate::cmd_sweep::{exit_on_usage, Usage};
+use crate::sweep::merge::{copy_spec, merge};
+use crate::sweep::report::write_all;
+
+/// Arguments of `memdial report`.
+#[derive(clap::Args, Debug)]
+pub struct ReportArgs {
+    #[command(subcommand)]
+    pub command: ReportCommand,
+}
+
+/// `memdial report` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum ReportCommand {
+    /// Merge the run directories of `memdial sweep --shard i/n` into one report.
+    Merge(MergeArgs),
+}
+
+/// Arguments of `memdial report merge`.
+#[derive(clap::Args, Debug)]
+pub struct MergeArgs {
+    /// Run directories (each holding sweep.json and results.json).
+    #[arg(required = true)]
+    pub dirs: Vec<PathBuf>,
+    /// Output directory [default: reports/<UTC time>-merged].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print only a one-line verdict on stdout.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// Runs `memdial report …`.
+pub fn run(a: &ReportArgs) -> Result<ExitCode> {
+    match &a.command {
+        ReportCommand::Merge(m) => exit_on_usage(run_merge(m)),
+    }
+}
+
+fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
+    for d in &a.dirs {
+        if !d.join("sweep.json").exists() {
+            return Err(anyhow::Error::new(Usage(format!(
+                "{} is not a sweep run directory (no sweep.json)",
+                d.display()
+            ))));
+        }
+    }
+    let (meta, rows) = merge(&a.dirs).map_err(|e| anyhow::Error::new(Usage(format!("{e:#}"))))?;
+    let out = a.out.clone().unwrap_or_else(|| {
+        PathBuf::from(crate::cmd_sweep::DEFAULT_REPORTS)
+            .join(format!("{}-merged", crate::sweep::util::utc_now_dirname()))
+    });
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    copy_spec(&a.dirs[0], &out)?;
+    meta.save(&out)?;
+    let (v, _) = write_all(&out, &meta, &rows, None)?;
+    let complete = rows.len() >= meta.runs_planned;
+    let mut line = v.one_line();
+    if !complete {
+        line += &format!("; incomplete: {} of {} runs", rows.len(), meta.runs_planned);
+    }
+    println!("{line}");
+    if !a.check {
+        println!("report: {}", out.join("report.md").display());
+    }
+    Ok(if v.pass && complete {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -1,0 +1,27 @@
+//! `memdial sweep`: budget × IO × prefetch × cache × threads sweeps from a verified
+//! cold cache, a SHA-256 verdict over the output ids, CSV/JSON/Markdown reports
+//! and the memory/speed curve.
+//!
+//! - [`spec`]: the TOML spec and its expansion into points and runs;
+//! - [`runner`]: one child `memdial run --metrics-json` per run;
+//! - [`coldcache`]: eviction and mincore verification before each run;
+//! - [`cgroup`]: optional memory-cgroup enforcement of the budget;
+//! - [`row`]: the results schema (`results.csv` / `results.json`);
+//! - [`verdict`], [`stats`], [`baseline`]: what the rows mean;
+//! - [`report`], [`charts`]: `report.md`, `verdict.json`, `curve.*`, `io.*`;
+//! - [`merge`]: combining shard directories;
+//! - [`host`]: machine and storage facts.
+
+pub mod baseline;
+pub mod cgroup;
+pub mod charts;
+pub mod coldcache;
+pub mod host;
+pub mod merge;
+pub mod report;
+pub mod row;
+pub mod runner;
+pub mod spec;
+pub mod stats;
+pub mod util;
+pub mod verdict;

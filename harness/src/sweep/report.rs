@@ -1,0 +1,359 @@
+//! The run directory's metadata (`sweep.json`) and the human report (`report.md`,
+//! `verdict.json`, charts), regenerated after every finished run so an
+//! interrupted sweep always leaves a valid partial report.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use memdial::store::plan::fmt_bytes;
+use serde::{Deserialize, Serialize};
+
+use super::baseline::Comparison;
+use super::host::Host;
+use super::row::Row;
+use super::spec::Shard;
+use super::stats::{per_point, PointStats};
+use super::util::{utc_now_rfc3339, write_atomic};
+use super::verdict::{short, verdict, Verdict};
+
+/// `sweep.json`: what a run directory holds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Meta {
+    /// Format version of the run directory.
+    pub format: u32,
+    /// Spec name.
+    pub spec_name: Option<String>,
+    /// SHA-256 of the canonical spec (shards and resumes must match).
+    pub spec_sha256: String,
+    /// Model directory (canonical path).
+    pub model_dir: String,
+    /// Tensor bytes of the model.
+    pub model_bytes: u64,
+    /// Generated tokens per run.
+    pub max_tokens: usize,
+    /// Creation time, UTC.
+    pub created_utc: String,
+    /// This directory's shard (`None` = the whole sweep).
+    pub shard: Option<Shard>,
+    /// Directories merged into this one (`memdial report merge`).
+    #[serde(default)]
+    pub merged_from: Vec<String>,
+    /// Points in the whole spec.
+    pub points_total: usize,
+    /// Runs this directory is meant to hold (all shards when merged).
+    pub runs_planned: usize,
+    /// Host and storage facts, with the measured cold bandwidth.
+    pub host: Host,
+    /// Memory cgroup enforcement (`off`, `enforced (…)`, `not enforced: …`).
+    pub cgroup: String,
+    /// memdial version that ran the sweep.
+    pub memdial_version: String,
+    /// Command line.
+    pub command: String,
+}
+
+impl Meta {
+    /// Reads `dir/sweep.json`.
+    pub fn load(dir: &Path) -> Result<Meta> {
+        let p = dir.join("sweep.json");
+        let t =
+            std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+        serde_json::from_str(&t).with_context(|| format!("{} is not a sweep.json", p.display()))
+    }
+    /// Writes `dir/sweep.json` atomically.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        write_atomic(
+            &dir.join("sweep.json"),
+            serde_json::to_string_pretty(self)?.as_bytes(),
+        )
+    }
+}
+
+fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
+    v.map(f).unwrap_or_else(|| "–".into())
+}
+
+fn pct(v: Option<f64>) -> String {
+    opt(v, |x| format!("{:.0}%", x * 100.0))
+}
+
+fn bytes_f(v: Option<f64>) -> String {
+    opt(v, |x| fmt_bytes(x.max(0.0).round() as u64))
+}
+
+/// A loaded baseline: its path, per-point medians (s/token) and the tolerance.
+pub struct Baseline {
+    /// The baseline `results.csv`.
+    pub path: std::path::PathBuf,
+    /// Median s/token per point key.
+    pub medians: std::collections::BTreeMap<String, f64>,
+    /// Allowed slow-down (0.25 = 25 %).
+    pub tolerance: f64,
+}
+
+/// Writes results, `verdict.json`, `report.md` and the charts; returns the verdict
+/// and the baseline comparison (when a baseline is given).
+pub fn write_all(
+    dir: &Path,
+    meta: &Meta,
+    rows: &[Row],
+    baseline: Option<&Baseline>,
+) -> Result<(Verdict, Option<Comparison>)> {
+    super::row::save(dir, rows)?;
+    let v = verdict(rows);
+    let stats = per_point(rows);
+    let cmp = baseline.map(|b| super::baseline::compare(&b.path, &b.medians, &stats, b.tolerance));
+    let baseline = cmp.as_ref();
+    write_atomic(
+        &dir.join("verdict.json"),
+        serde_json::to_string_pretty(&v)?.as_bytes(),
+    )?;
+    let title = meta
+        .spec_name
+        .clone()
+        .unwrap_or_else(|| "memdial sweep".into());
+    let chart_err = super::charts::write_charts(dir, &stats, Some(meta.model_bytes), &title).err();
+    let md = markdown(meta, rows, &v, &stats, baseline, chart_err.as_ref());
+    write_atomic(&dir.join("report.md"), md.as_bytes())?;
+    Ok((v, cmp))
+}
+
+/// The Markdown report.
+pub fn markdown(
+    meta: &Meta,
+    rows: &[Row],
+    v: &Verdict,
+    stats: &[PointStats],
+    baseline: Option<&Comparison>,
+    chart_err: Option<&anyhow::Error>,
+) -> String {
+    let mut s = String::new();
+    let h = &meta.host;
+    let done = rows.iter().filter(|r| r.status != "below_floor").count();
+    let planned_runs = meta.runs_planned;
+    let _ = writeln!(
+        s,
+        "# memdial sweep: {}\n",
+        meta.spec_name.as_deref().unwrap_or("unnamed")
+    );
+    let _ = writeln!(
+        s,
+        "Model `{}` ({}), {} generated tokens per run. Started {}, updated {}{}.\n",
+        meta.model_dir,
+        fmt_bytes(meta.model_bytes),
+        meta.max_tokens,
+        meta.created_utc,
+        utc_now_rfc3339(),
+        match &meta.shard {
+            Some(sh) => format!(", shard {sh}"),
+            None if !meta.merged_from.is_empty() =>
+                format!(", merged from {} directories", meta.merged_from.len()),
+            None => String::new(),
+        }
+    );
+    if done < planned_runs {
+        let _ = writeln!(
+            s,
+            "> **Partial report:** {done} of {planned_runs} runs finished. Re-run the same command with `--out` set to this directory to complete it.\n"
+        );
+    }
+    let _ = writeln!(s, "## Verdict\n\n**{}**\n", v.one_line());
+    let diff = v.differing_points();
+    if !diff.is_empty() {
+        let _ = writeln!(
+            s,
+            "Differing points: {}\n",
+            diff.iter()
+                .map(|(i, k)| format!("p{i} `{k}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for g in &v.groups {
+        let _ = writeln!(
+            s,
+            "- prompt {} × {} tokens: {} runs, reference `{}` (run `{}`), {} differing",
+            g.prompt_index,
+            g.max_tokens,
+            g.runs,
+            g.hash,
+            g.reference_run,
+            g.mismatches.len()
+        );
+        for m in &g.mismatches {
+            let _ = writeln!(
+                s,
+                "  - `{}`: `{}`, first difference at token {}: expected {}, got {}",
+                m.run_id,
+                short(&m.hash),
+                opt(m.first_diff_position, |p| p.to_string()),
+                opt(m.expected_id, |p| p.to_string()),
+                opt(m.got_id, |p| p.to_string())
+            );
+        }
+    }
+    for (id, st, e) in &v.failed {
+        let _ = writeln!(s, "- failed `{id}` ({st}): {e}");
+    }
+    for k in &v.below_floor {
+        let _ = writeln!(s, "- skipped (budget below the floor): `{k}`");
+    }
+    s.push('\n');
+
+    let _ = writeln!(s, "## Environment\n");
+    let _ = writeln!(s, "| | |\n|---|---|");
+    let _ = writeln!(
+        s,
+        "| CPU | {} ({} logical CPUs) |",
+        h.cpu_model, h.cpu_cores
+    );
+    let _ = writeln!(s, "| RAM | {} |", fmt_bytes(h.ram_bytes));
+    let _ = writeln!(s, "| Kernel | {} |", h.kernel);
+    let _ = writeln!(s, "| Host | {} |", h.host_name);
+    let _ = writeln!(
+        s,
+        "| Model storage | {} on {} (mounted at {}) |",
+        h.model_fs, h.model_device, h.model_mount
+    );
+    let _ = writeln!(
+        s,
+        "| Cold read, O_DIRECT | {} |",
+        opt(h.direct_cold_gbps, |g| format!(
+            "{g:.2} GB/s (sequential, 4 MiB requests, QD 1, {})",
+            fmt_bytes(h.bandwidth_probe_bytes)
+        ))
+    );
+    let _ = writeln!(
+        s,
+        "| Cold read, buffered | {} |",
+        opt(h.buffered_cold_gbps, |g| format!(
+            "{g:.2} GB/s (sequential, 4 MiB reads, kernel read-ahead)"
+        ))
+    );
+    if let Some(n) = &h.bandwidth_note {
+        let _ = writeln!(s, "| Bandwidth note | {n} |");
+    }
+    let cold = rows
+        .iter()
+        .filter(|r| r.status == "ok" && r.cold_verified)
+        .count();
+    let ok = rows.iter().filter(|r| r.status == "ok").count();
+    let _ = writeln!(s, "| Cold cache | {cold} of {ok} finished runs started with 0 bytes of the model resident (mincore) |");
+    let _ = writeln!(s, "| Memory cgroup | {} |", meta.cgroup);
+    let _ = writeln!(s, "| memdial | {} |", meta.memdial_version);
+    let _ = writeln!(s, "| Command | `{}` |\n", meta.command);
+
+    let _ = writeln!(s, "## Medians per point\n");
+    let _ = writeln!(
+        s,
+        "s/token is the median over repeats of each run's median decode time (min–max over repeats in brackets). \
+         Read/token is bytes read from the model files per decoded token; IO wait is the share of decode time spent waiting for reads.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| point | budget | io | prefetch | cache | threads | runs | s/token [min–max] | tok/s | TTFT s | read/token | IO wait | trunk hit | expert hit | peak RSS | peak anon | accounted |"
+    );
+    let _ = writeln!(
+        s,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for p in stats {
+        let budget = super::spec::budget_label(&p.budget_spec, p.budget_bytes);
+        if p.below_floor {
+            let _ = writeln!(
+                s,
+                "| p{} | {budget} | {} | {} | {} | {} | below floor ({}) | | | | | | | | | | |",
+                p.point_index,
+                p.io,
+                p.prefetch,
+                p.cache,
+                p.threads,
+                fmt_bytes(p.floor_bytes)
+            );
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "| p{} | {budget} | {} | {} | {} | {} | {}{}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            p.point_index,
+            p.io,
+            p.prefetch,
+            p.cache,
+            p.threads,
+            p.n,
+            if p.failed > 0 { format!(" ({} failed)", p.failed) } else { String::new() },
+            if p.cold_verified { "" } else { " (not cold)" },
+            match (p.s_per_token, p.s_per_token_min, p.s_per_token_max) {
+                (Some(m), Some(a), Some(b)) => format!("{m:.4} [{a:.4}–{b:.4}]"),
+                _ => "–".into(),
+            },
+            opt(p.tokens_per_s, |x| format!("{x:.2}")),
+            opt(p.ttft_s, |x| format!("{x:.3}")),
+            bytes_f(p.bytes_read_per_token),
+            pct(p.io_wait_fraction),
+            pct(p.trunk_hit_rate),
+            pct(p.expert_hit_rate),
+            bytes_f(p.peak_rss_bytes),
+            bytes_f(p.peak_rss_anon_bytes),
+            bytes_f(p.peak_accounted_bytes),
+        );
+    }
+    s.push('\n');
+
+    if let Some(b) = baseline {
+        let _ = writeln!(
+            s,
+            "## Baseline\n\nAgainst `{}`, tolerance {:.0}%: {} points compared, {} regressed, {} without a baseline.\n",
+            b.path.display(),
+            b.tolerance * 100.0,
+            b.compared.len(),
+            b.regressions().len(),
+            b.missing.len()
+        );
+        if !b.compared.is_empty() {
+            let _ = writeln!(
+                s,
+                "| point | baseline s/token | now s/token | change | |\n|---|---|---|---|---|"
+            );
+            for c in &b.compared {
+                let _ = writeln!(
+                    s,
+                    "| p{} `{}` | {:.4} | {:.4} | {:+.1}% | {} |",
+                    c.point_index,
+                    c.point_key,
+                    c.old_s_per_token,
+                    c.new_s_per_token,
+                    c.change * 100.0,
+                    if c.regressed { "**regressed**" } else { "ok" }
+                );
+            }
+            s.push('\n');
+        }
+    }
+
+    let _ = writeln!(s, "## Charts\n");
+    if let Some(e) = chart_err {
+        let _ = writeln!(s, "Charts could not be drawn: {e:#}\n");
+    }
+    let _ = writeln!(
+        s,
+        "![decode time vs budget](curve.svg)\n\n\
+         How to read it: each line is one IO mode × prefetch policy; a marker is the median s/token of a point, \
+         the whisker its min–max over repeats (lines measured at the same budget are shifted sideways by up to ±3 % so they do not hide each other). Both axes are logarithmic. The dashed vertical line in a line's colour is \
+         its floor (the smallest budget that runs); the black line is the model size. Moving right trades memory for \
+         speed; a flat stretch means extra memory buys nothing, a steep one means the budget is the bottleneck.\n"
+    );
+    let _ = writeln!(
+        s,
+        "![bytes read and IO wait vs budget](io.svg)\n\n\
+         Top: bytes read from disk per decoded token (falls as more of the model stays resident). \
+         Bottom: share of decode time spent waiting for IO (what prefetch tries to hide).\n"
+    );
+    let _ = writeln!(
+        s,
+        "Files: `results.csv` / `results.json` (one row per run, schema in the README), `verdict.json`, \
+         `curve.svg`/`curve.png`, `io.svg`/`io.png`, `runs/<point>-<repeat>/` (metrics.json, stdout, stderr of each run)."
+    );
+    s
+}

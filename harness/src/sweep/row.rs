@@ -1,0 +1,422 @@
+//! One row of `results.csv` / `results.json`: one run of one point.
+//!
+//! The column list [`COLUMNS`] is the schema; it is documented in
+//! the README (`results.csv` / `results.json` schema) and must stay stable (add columns at the end of a
+//! group, never rename). Units are in the names: `_s` seconds, `_bytes` bytes,
+//! `_per_s` per second; fractions are in [0, 1].
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::util::write_atomic;
+
+/// One run. Engine metrics are `None` (empty in CSV, `null` in JSON) when the run
+/// failed or the engine reported `null`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Row {
+    // --- identity
+    /// `<point key>#r<repeat>` (`#w` for warm-ups); stable across shards and resumes.
+    pub run_id: String,
+    /// Position of the point in the full product of the spec's axes.
+    pub point_index: usize,
+    /// `budget=…;io=…;prefetch=…;cache=…;threads=…;prompt=…`.
+    pub point_key: String,
+    /// Repeat index (0-based).
+    pub repeat: u32,
+    /// Warm-up run (excluded from statistics, still checked by the verdict).
+    pub warmup: bool,
+    /// `ok`, `failed` (non-zero exit or unreadable metrics), `refused` (exit 2: below
+    /// the engine's floor or usage error), `timeout`, `below_floor` (not run: the
+    /// budget resolved below the planned floor).
+    pub status: String,
+    /// Exit code of `memdial run` (`None` when killed by a signal or not run).
+    pub exit_code: Option<i32>,
+    /// Error message (last stderr line of the child, or the harness's reason).
+    pub error: Option<String>,
+    /// Start of the run, UTC RFC 3339.
+    pub started_utc: String,
+    /// Wall time of the child process, seconds.
+    pub wall_s: Option<f64>,
+    // --- axes
+    /// Budget as written in the spec (`floor`, `25%`, `512MiB`).
+    pub budget_spec: String,
+    /// Budget passed to `--budget`, bytes.
+    pub budget_bytes: u64,
+    /// IO mode.
+    pub io: String,
+    /// Prefetch policy.
+    pub prefetch: String,
+    /// Expert cache policy.
+    pub cache: String,
+    /// Kernel threads (`--threads`).
+    pub threads: usize,
+    /// Index of the prompt in the spec.
+    pub prompt_index: usize,
+    /// `--max-tokens`.
+    pub max_tokens: usize,
+    /// Floor computed by the plan for this point's io/prefetch/max_context, bytes.
+    pub planned_floor_bytes: u64,
+    // --- cold cache and memory enforcement
+    /// Model shard files evicted before the run.
+    pub model_files: usize,
+    /// Page-cache residency of the shard files after eviction, bytes (mincore).
+    pub resident_before_bytes: u64,
+    /// `resident_before_bytes == 0`: the run started from a verified cold cache.
+    pub cold_verified: bool,
+    /// The child ran in a memory cgroup whose limit was set.
+    pub cgroup_enforced: bool,
+    /// Memory cgroup limit, bytes (budget + `cgroup_slack`).
+    pub cgroup_limit_bytes: Option<u64>,
+    /// Peak memory charged to the cgroup (anon + page cache), bytes.
+    pub cgroup_peak_bytes: Option<u64>,
+    /// OOM kills in the cgroup.
+    pub cgroup_oom_kills: Option<u64>,
+    // --- engine metrics (`memdial run --metrics-json`)
+    /// Engine metrics schema version.
+    pub engine_schema_version: Option<u64>,
+    /// Model as reported by the engine.
+    pub model: Option<String>,
+    /// Tensor bytes of the model.
+    pub model_bytes: Option<u64>,
+    /// Floor reported by the engine, bytes.
+    pub floor_bytes: Option<u64>,
+    /// IO threads used by the engine.
+    pub io_threads: Option<u64>,
+    /// Context length the engine planned for, tokens.
+    pub max_context: Option<u64>,
+    /// Prompt length, tokens.
+    pub prompt_tokens: Option<u64>,
+    /// Generated tokens.
+    pub generated_tokens: Option<u64>,
+    /// Model load time, seconds.
+    pub load_s: Option<f64>,
+    /// Time to first token (prefill + first sample), seconds.
+    pub ttft_s: Option<f64>,
+    /// Decode time of every generated token after the first, seconds (CSV: space-separated).
+    pub decode_s_per_token: Vec<f64>,
+    /// Median decode time per token, seconds.
+    pub decode_s_per_token_median: Option<f64>,
+    /// 90th percentile decode time per token, seconds.
+    pub decode_s_per_token_p90: Option<f64>,
+    /// Decode tokens per second.
+    pub tokens_per_s: Option<f64>,
+    /// Bytes read from the model files during the run.
+    pub bytes_read_total: Option<f64>,
+    /// Bytes read per decoded token.
+    pub bytes_read_per_token: Option<f64>,
+    /// Read throughput during decode, bytes per second.
+    pub read_throughput_decode_bytes_per_s: Option<f64>,
+    /// Share of decode wall time the compute waited on IO, [0, 1].
+    pub io_wait_fraction: Option<f64>,
+    /// Trunk bytes served from memory / trunk bytes needed, [0, 1].
+    pub trunk_hit_rate: Option<f64>,
+    /// Expert cache hit rate, [0, 1].
+    pub expert_hit_rate: Option<f64>,
+    /// Expert cache hit rate per layer (CSV: space-separated, `null` for dense layers).
+    pub expert_hit_rate_per_layer: Vec<Option<f64>>,
+    /// Look-ahead prefetch precision, [0, 1].
+    pub lookahead_precision: Option<f64>,
+    /// Look-ahead prefetch recall, [0, 1].
+    pub lookahead_recall: Option<f64>,
+    /// Peak resident set (VmHWM, includes mapped file pages), bytes.
+    pub peak_rss_bytes: Option<u64>,
+    /// Peak anonymous resident memory, bytes.
+    pub peak_rss_anon_bytes: Option<u64>,
+    /// File-backed resident memory (mapped model pages), bytes.
+    pub rss_file_bytes: Option<u64>,
+    /// Peak of the engine's own accounting (what `--budget` limits), bytes.
+    pub peak_accounted_bytes: Option<u64>,
+    /// Times the accounting exceeded the budget.
+    pub budget_overflows: Option<u64>,
+    /// Page-cache residency of the model files at the end of the run, bytes.
+    pub page_cache_resident_bytes_end: Option<u64>,
+    /// Generated token ids (CSV: space-separated).
+    pub output_ids: Vec<u32>,
+    /// SHA-256 (hex) of the output ids as u32 little-endian.
+    pub output_ids_sha256: Option<String>,
+    /// SHA-256 (hex) of the output text.
+    pub output_text_sha256: Option<String>,
+    // --- host
+    /// Host name.
+    pub host_name: String,
+    /// CPU model name.
+    pub cpu_model: String,
+    /// Logical CPUs available.
+    pub cpu_cores: usize,
+    /// Physical memory, bytes.
+    pub ram_bytes: u64,
+    /// Kernel release.
+    pub kernel: String,
+    /// Filesystem type of the model directory.
+    pub model_fs: String,
+    /// Block device of the model directory.
+    pub model_device: String,
+    /// memdial version.
+    pub memdial_version: String,
+}
+
+/// The schema: every column of `results.csv`, in order (same keys as each object of
+/// `results.json`).
+pub const COLUMNS: &[&str] = &[
+    "run_id",
+    "point_index",
+    "point_key",
+    "repeat",
+    "warmup",
+    "status",
+    "exit_code",
+    "error",
+    "started_utc",
+    "wall_s",
+    "budget_spec",
+    "budget_bytes",
+    "io",
+    "prefetch",
+    "cache",
+    "threads",
+    "prompt_index",
+    "max_tokens",
+    "planned_floor_bytes",
+    "model_files",
+    "resident_before_bytes",
+    "cold_verified",
+    "cgroup_enforced",
+    "cgroup_limit_bytes",
+    "cgroup_peak_bytes",
+    "cgroup_oom_kills",
+    "engine_schema_version",
+    "model",
+    "model_bytes",
+    "floor_bytes",
+    "io_threads",
+    "max_context",
+    "prompt_tokens",
+    "generated_tokens",
+    "load_s",
+    "ttft_s",
+    "decode_s_per_token",
+    "decode_s_per_token_median",
+    "decode_s_per_token_p90",
+    "tokens_per_s",
+    "bytes_read_total",
+    "bytes_read_per_token",
+    "read_throughput_decode_bytes_per_s",
+    "io_wait_fraction",
+    "trunk_hit_rate",
+    "expert_hit_rate",
+    "expert_hit_rate_per_layer",
+    "lookahead_precision",
+    "lookahead_recall",
+    "peak_rss_bytes",
+    "peak_rss_anon_bytes",
+    "rss_file_bytes",
+    "peak_accounted_bytes",
+    "budget_overflows",
+    "page_cache_resident_bytes_end",
+    "output_ids",
+    "output_ids_sha256",
+    "output_text_sha256",
+    "host_name",
+    "cpu_model",
+    "cpu_cores",
+    "ram_bytes",
+    "kernel",
+    "model_fs",
+    "model_device",
+    "memdial_version",
+];
+
+fn f(v: &Value, k: &str) -> Option<f64> {
+    v.get(k).and_then(Value::as_f64).filter(|x| x.is_finite())
+}
+fn u(v: &Value, k: &str) -> Option<u64> {
+    let x = v.get(k)?;
+    x.as_u64()
+        .or_else(|| x.as_f64().filter(|f| *f >= 0.0).map(|f| f.round() as u64))
+}
+fn s(v: &Value, k: &str) -> Option<String> {
+    v.get(k).and_then(|x| match x {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    })
+}
+
+impl Row {
+    /// Copies the engine's `--metrics-json` object into the row. Unknown keys are
+    /// ignored; missing ones stay `None`. Errors when `output_ids` is not an array of
+    /// token ids.
+    pub fn fill_metrics(&mut self, m: &Value) -> Result<()> {
+        self.engine_schema_version = u(m, "schema_version");
+        self.model = s(m, "model");
+        self.model_bytes = u(m, "model_bytes");
+        self.floor_bytes = u(m, "floor_bytes");
+        self.io_threads = u(m, "io_threads");
+        self.max_context = u(m, "max_context");
+        self.prompt_tokens = u(m, "prompt_tokens");
+        self.generated_tokens = u(m, "generated_tokens");
+        self.load_s = f(m, "load_s");
+        self.ttft_s = f(m, "ttft_s");
+        self.decode_s_per_token = m
+            .get("decode_s_per_token")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_f64).collect())
+            .unwrap_or_default();
+        self.decode_s_per_token_median = f(m, "decode_s_per_token_median");
+        self.decode_s_per_token_p90 = f(m, "decode_s_per_token_p90");
+        self.tokens_per_s = f(m, "tokens_per_s");
+        self.bytes_read_total = f(m, "bytes_read_total");
+        self.bytes_read_per_token = f(m, "bytes_read_per_token");
+        self.read_throughput_decode_bytes_per_s = f(m, "read_throughput_decode_bytes_per_s");
+        self.io_wait_fraction = f(m, "io_wait_fraction");
+        self.trunk_hit_rate = f(m, "trunk_hit_rate");
+        self.expert_hit_rate = f(m, "expert_hit_rate");
+        self.expert_hit_rate_per_layer = m
+            .get("expert_hit_rate_per_layer")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().map(Value::as_f64).collect())
+            .unwrap_or_default();
+        self.lookahead_precision = f(m, "lookahead_precision");
+        self.lookahead_recall = f(m, "lookahead_recall");
+        self.peak_rss_bytes = u(m, "peak_rss_bytes");
+        self.peak_rss_anon_bytes = u(m, "peak_rss_anon_bytes");
+        self.rss_file_bytes = u(m, "rss_file_bytes");
+        self.peak_accounted_bytes = u(m, "peak_accounted_bytes");
+        self.budget_overflows = u(m, "budget_overflows");
+        self.page_cache_resident_bytes_end = u(m, "page_cache_resident_bytes_end");
+        self.output_ids = match m.get("output_ids") {
+            None | Some(Value::Null) => vec![],
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|x| {
+                    x.as_u64()
+                        .and_then(|v| u32::try_from(v).ok())
+                        .context("output_ids holds a value that is not a u32")
+                })
+                .collect::<Result<_>>()?,
+            Some(_) => anyhow::bail!("output_ids is not an array"),
+        };
+        self.output_ids_sha256 = s(m, "output_ids_sha256");
+        self.output_text_sha256 = s(m, "output_text_sha256");
+        if self.decode_s_per_token_median.is_none() && !self.decode_s_per_token.is_empty() {
+            self.decode_s_per_token_median = super::util::median(&self.decode_s_per_token);
+        }
+        Ok(())
+    }
+
+    /// The hash the verdict compares: the engine's `output_ids_sha256`, or the hash
+    /// of `output_ids` when the engine gave none.
+    pub fn ids_hash(&self) -> Option<String> {
+        self.output_ids_sha256
+            .clone()
+            .or_else(|| (self.status == "ok").then(|| super::util::ids_sha256(&self.output_ids)))
+    }
+
+    /// True for measured (non-warm-up) runs that finished.
+    pub fn is_measured_ok(&self) -> bool {
+        self.status == "ok" && !self.warmup
+    }
+}
+
+fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        Value::Array(a) => a
+            .iter()
+            .map(|x| match x {
+                Value::Null => "null".to_string(),
+                Value::String(s) => s.clone(),
+                o => o.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        o => o.to_string(),
+    }
+}
+
+/// CSV text of `rows` with the [`COLUMNS`] header.
+pub fn to_csv(rows: &[Row]) -> Result<Vec<u8>> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record(COLUMNS)?;
+    for r in rows {
+        let v = serde_json::to_value(r)?;
+        let rec: Vec<String> = COLUMNS
+            .iter()
+            .map(|c| v.get(*c).map(cell).unwrap_or_default())
+            .collect();
+        w.write_record(&rec)?;
+    }
+    w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))
+}
+
+/// Writes `results.json` and `results.csv` atomically.
+pub fn save(dir: &Path, rows: &[Row]) -> Result<()> {
+    write_atomic(
+        &dir.join("results.json"),
+        serde_json::to_string_pretty(rows)?.as_bytes(),
+    )?;
+    write_atomic(&dir.join("results.csv"), &to_csv(rows)?)
+}
+
+/// Reads `results.json` of a run directory (empty when it does not exist yet).
+pub fn load(dir: &Path) -> Result<Vec<Row>> {
+    let p = dir.join("results.json");
+    if !p.exists() {
+        return Ok(vec![]);
+    }
+    let text =
+        std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not a results file", p.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_match_the_struct() {
+        let v = serde_json::to_value(Row::default()).unwrap();
+        let keys: std::collections::BTreeSet<&str> =
+            v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        let cols: std::collections::BTreeSet<&str> = COLUMNS.iter().copied().collect();
+        assert_eq!(keys, cols);
+        assert_eq!(COLUMNS.len(), cols.len(), "duplicate column");
+    }
+
+    #[test]
+    fn metrics_fill_and_csv() {
+        let m = serde_json::json!({
+            "schema_version": 1, "model_bytes": 1000.0, "decode_s_per_token": [0.5, 0.25, 0.75],
+            "decode_s_per_token_median": null, "expert_hit_rate_per_layer": [null, 0.5],
+            "output_ids": [1, 2, 3], "output_ids_sha256": "ab", "extra_key": 5
+        });
+        let mut r = Row {
+            status: "ok".into(),
+            ..Default::default()
+        };
+        r.fill_metrics(&m).unwrap();
+        assert_eq!(r.model_bytes, Some(1000));
+        assert_eq!(r.decode_s_per_token_median, Some(0.5));
+        assert_eq!(r.output_ids, vec![1, 2, 3]);
+        let csv = String::from_utf8(to_csv(&[r]).unwrap()).unwrap();
+        let mut rd = csv::Reader::from_reader(csv.as_bytes());
+        let h = rd.headers().unwrap().clone();
+        let rec = rd.records().next().unwrap().unwrap();
+        let get = |k: &str| {
+            rec.get(h.iter().position(|x| x == k).unwrap())
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(get("output_ids"), "1 2 3");
+        assert_eq!(get("expert_hit_rate_per_layer"), "null 0.5");
+        assert_eq!(get("ttft_s"), "");
+        assert_eq!(get("warmup"), "false");
+        assert!(Row::default()
+            .fill_metrics(&serde_json::json!({"output_ids": [-1]}))
+            .is_err());
+    }
+}

@@ -1,0 +1,502 @@
+//! Sweep specification (`harness/sweeps/*.toml`) and its expansion into points.
+//!
+//! Every axis is a list; the sweep is their cartesian product, in a fixed order:
+//! budgets (outermost), io, prefetch, cache, threads, prompts (innermost). The
+//! point index is the position in that product, so it is identical on every
+//! machine and in every shard.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use memdial::store::plan::{fmt_bytes, parse_size};
+use serde::{Deserialize, Serialize};
+
+/// The default spec, embedded so `memdial sweep` works outside the repository root.
+pub const DEFAULT_SPEC: &str = include_str!("../../sweeps/default.toml");
+
+/// A prompt: literal text, a file holding the text, or token ids.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PromptSpec {
+    /// Literal prompt text (`"Hello"`).
+    Text(String),
+    /// Prompt text read from a file (`{ file = "prompts/a.txt" }`), relative to the spec file.
+    File {
+        /// Path of the prompt file.
+        file: PathBuf,
+    },
+    /// Prompt as token ids (`{ ids = [1, 2, 3] }`).
+    Ids {
+        /// Token ids.
+        ids: Vec<u32>,
+    },
+}
+
+/// A sweep specification as written in TOML.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Spec {
+    /// Free-form name shown in the report.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Memory budgets: sizes (`"512MiB"`, `"2GB"`, bytes), fractions of the model's
+    /// tensor bytes (`"25%"`), `"floor"`, multiples of the floor (`"2x floor"`), or
+    /// `"model"` / multiples of the model size (`"1.5x model"`).
+    pub budgets: Vec<String>,
+    /// IO modes: `direct`, `buffered`, `mmap`.
+    #[serde(default = "d_io")]
+    pub io: Vec<String>,
+    /// Prefetch policies: `none`, `next-layer`, `lookahead`, `oracle`.
+    #[serde(default = "d_prefetch")]
+    pub prefetch: Vec<String>,
+    /// Expert cache policies: `lru`, `lfru`.
+    #[serde(default = "d_cache")]
+    pub cache: Vec<String>,
+    /// Kernel thread counts.
+    #[serde(default = "d_threads")]
+    pub threads: Vec<usize>,
+    /// Prompts (each one is an axis value).
+    #[serde(default = "d_prompts")]
+    pub prompts: Vec<PromptSpec>,
+    /// Generated tokens per run.
+    #[serde(default = "d_max_tokens")]
+    pub max_tokens: usize,
+    /// Measured runs per point.
+    #[serde(default = "d_repeats")]
+    pub repeats: u32,
+    /// Discarded warm-up runs per point (recorded with `warmup = true`, checked by the
+    /// verdict, excluded from the statistics).
+    #[serde(default)]
+    pub warmup: u32,
+    /// `memdial run --max-context` (positions the MLA cache is sized for). When unset
+    /// the engine uses prompt + max_tokens, and the floor is planned the same way.
+    #[serde(default)]
+    pub max_context: Option<usize>,
+    /// Extra arguments appended to every `memdial run` (e.g. `["--ignore-eos"]`).
+    #[serde(default)]
+    pub extra_args: Vec<String>,
+    /// Per-run timeout in seconds; the child is killed and the run recorded as failed.
+    #[serde(default = "d_timeout")]
+    pub timeout_s: f64,
+    /// With `--cgroup`: bytes added to the budget for the cgroup limit (binary text,
+    /// allocator slack), e.g. `"32MiB"`.
+    #[serde(default = "d_slack")]
+    pub cgroup_slack: String,
+}
+
+fn d_io() -> Vec<String> {
+    vec!["direct".into()]
+}
+fn d_prefetch() -> Vec<String> {
+    vec!["none".into()]
+}
+fn d_cache() -> Vec<String> {
+    vec!["lru".into()]
+}
+fn d_threads() -> Vec<usize> {
+    vec![1]
+}
+fn d_prompts() -> Vec<PromptSpec> {
+    vec![PromptSpec::Text("The capital of France is".into())]
+}
+fn d_max_tokens() -> usize {
+    16
+}
+fn d_repeats() -> u32 {
+    3
+}
+fn d_timeout() -> f64 {
+    600.0
+}
+fn d_slack() -> String {
+    "32MiB".into()
+}
+
+/// Context length assumed for the floor when the prompt cannot be tokenized.
+pub const DEFAULT_PLAN_CONTEXT: usize = 4096;
+
+/// A budget expression.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BudgetExpr {
+    /// An absolute size in bytes.
+    Bytes(u64),
+    /// A fraction of the model's tensor bytes (`0.25` for `"25%"`).
+    FractionOfModel(f64),
+    /// A multiple of the point's floor (`1.0` for `"floor"`).
+    Floor(f64),
+}
+
+impl BudgetExpr {
+    /// Parses `"512MiB"`, `"25%"`, `"floor"`, `"2x floor"`, `"model"`, `"1.5x model"`.
+    pub fn parse(s: &str) -> Result<Self> {
+        let t = s.trim().to_ascii_lowercase();
+        if let Some(p) = t.strip_suffix('%') {
+            let v: f64 = p
+                .trim()
+                .parse()
+                .with_context(|| format!("invalid budget {s:?}"))?;
+            if v.is_nan() || v <= 0.0 {
+                bail!("budget {s:?} must be positive");
+            }
+            return Ok(BudgetExpr::FractionOfModel(v / 100.0));
+        }
+        for (word, model) in [("floor", false), ("model", true)] {
+            if let Some(head) = t.strip_suffix(word) {
+                let head = head.trim().trim_end_matches(['x', '*', '×']).trim();
+                let m = if head.is_empty() {
+                    1.0
+                } else {
+                    head.parse::<f64>()
+                        .with_context(|| format!("invalid budget {s:?} (e.g. \"2x {word}\")"))?
+                };
+                if m.is_nan() || m <= 0.0 {
+                    bail!("budget {s:?} must be positive");
+                }
+                return Ok(if model {
+                    BudgetExpr::FractionOfModel(m)
+                } else {
+                    BudgetExpr::Floor(m)
+                });
+            }
+        }
+        let b = parse_size(&t).with_context(|| {
+            format!(
+                "invalid budget {s:?} (a size like 512MiB, a fraction like 25%, floor, 2x floor)"
+            )
+        })?;
+        if b == 0 {
+            bail!("budget {s:?} must be positive");
+        }
+        Ok(BudgetExpr::Bytes(b))
+    }
+
+    /// Bytes for a model of `model_bytes` whose floor at this point is `floor_bytes`.
+    pub fn resolve(self, model_bytes: u64, floor_bytes: u64) -> u64 {
+        match self {
+            BudgetExpr::Bytes(b) => b,
+            BudgetExpr::FractionOfModel(f) => (model_bytes as f64 * f).round() as u64,
+            BudgetExpr::Floor(m) => (floor_bytes as f64 * m).ceil() as u64,
+        }
+    }
+}
+
+/// One point of the sweep (a combination of axis values).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    /// Position in the full (unsharded) product.
+    pub index: usize,
+    /// The budget as written in the spec.
+    pub budget_spec: String,
+    /// IO mode.
+    pub io: String,
+    /// Prefetch policy.
+    pub prefetch: String,
+    /// Expert cache policy.
+    pub cache: String,
+    /// Kernel threads.
+    pub threads: usize,
+    /// Index into `Spec::prompts`.
+    pub prompt_index: usize,
+}
+
+impl Point {
+    /// Stable identity of the point, independent of sharding and of the run directory.
+    pub fn key(&self) -> String {
+        format!(
+            "budget={};io={};prefetch={};cache={};threads={};prompt={}",
+            self.budget_spec, self.io, self.prefetch, self.cache, self.threads, self.prompt_index
+        )
+    }
+}
+
+/// One run: a point, a repeat index and whether it is a warm-up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSlot {
+    /// The point.
+    pub point: Point,
+    /// Repeat index (0-based, counted separately for warm-ups and measured runs).
+    pub repeat: u32,
+    /// Whether this run is a discarded warm-up.
+    pub warmup: bool,
+}
+
+impl RunSlot {
+    /// Stable id of the run: `<point key>#r<repeat>` or `#w<repeat>` for warm-ups.
+    pub fn run_id(&self) -> String {
+        format!(
+            "{}#{}{}",
+            self.point.key(),
+            if self.warmup { "w" } else { "r" },
+            self.repeat
+        )
+    }
+    /// Directory name under `runs/`: `p003-r1`.
+    pub fn dir_name(&self) -> String {
+        format!(
+            "p{:03}-{}{}",
+            self.point.index,
+            if self.warmup { "w" } else { "r" },
+            self.repeat
+        )
+    }
+}
+
+/// `--shard i/n` (1-based `i`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    /// 1-based shard number.
+    pub index: usize,
+    /// Number of shards.
+    pub count: usize,
+}
+
+impl Shard {
+    /// Parses `i/n` with `1 ≤ i ≤ n`.
+    pub fn parse(s: &str) -> Result<Self> {
+        let (a, b) = s
+            .split_once('/')
+            .with_context(|| format!("invalid --shard {s:?} (expected i/n, e.g. 1/4)"))?;
+        let index: usize = a.trim().parse().context("invalid shard number")?;
+        let count: usize = b.trim().parse().context("invalid shard count")?;
+        if count == 0 || index == 0 || index > count {
+            bail!("invalid --shard {s:?}: need 1 ≤ i ≤ n");
+        }
+        Ok(Shard { index, count })
+    }
+    /// Whether point `index` belongs to this shard (round-robin, so every shard gets
+    /// a mix of small and large budgets).
+    pub fn contains(&self, point_index: usize) -> bool {
+        point_index % self.count == self.index - 1
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
+impl Spec {
+    /// Parses and validates a spec. `base` is the directory relative prompt files are
+    /// resolved against (they are made absolute here).
+    pub fn parse(text: &str, base: &Path) -> Result<Self> {
+        let mut s: Spec = toml::from_str(text).context("invalid sweep spec")?;
+        for p in &mut s.prompts {
+            if let PromptSpec::File { file } = p {
+                if file.is_relative() {
+                    *file = base.join(&*file);
+                }
+            }
+        }
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Reads a spec file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read spec {}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, base).with_context(|| format!("in {}", path.display()))
+    }
+
+    /// Checks every axis is non-empty and every value is known.
+    pub fn validate(&self) -> Result<()> {
+        for (name, n) in [
+            ("budgets", self.budgets.len()),
+            ("io", self.io.len()),
+            ("prefetch", self.prefetch.len()),
+            ("cache", self.cache.len()),
+            ("threads", self.threads.len()),
+            ("prompts", self.prompts.len()),
+        ] {
+            if n == 0 {
+                bail!("axis `{name}` is empty");
+            }
+        }
+        for b in &self.budgets {
+            BudgetExpr::parse(b)?;
+        }
+        for io in &self.io {
+            memdial::io::IoMode::parse(io)?;
+        }
+        for p in &self.prefetch {
+            memdial::store::plan::Prefetch::parse(p)?;
+        }
+        for c in &self.cache {
+            if c != "lru" && c != "lfru" {
+                bail!("unknown cache policy {c:?} (lru, lfru)");
+            }
+        }
+        if self.threads.contains(&0) {
+            bail!("threads must be ≥ 1");
+        }
+        if self.max_tokens == 0 {
+            bail!("max_tokens must be ≥ 1");
+        }
+        if self.repeats == 0 {
+            bail!("repeats must be ≥ 1");
+        }
+        if self.timeout_s.is_nan() || self.timeout_s <= 0.0 {
+            bail!("timeout_s must be positive");
+        }
+        parse_size(&self.cgroup_slack).context("invalid cgroup_slack")?;
+        for p in &self.prompts {
+            if let PromptSpec::File { file } = p {
+                if !file.is_file() {
+                    bail!("prompt file {} does not exist", file.display());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// All points in the fixed order (budgets, io, prefetch, cache, threads, prompts).
+    pub fn points(&self) -> Vec<Point> {
+        let mut v = Vec::new();
+        for b in &self.budgets {
+            for io in &self.io {
+                for pf in &self.prefetch {
+                    for c in &self.cache {
+                        for &t in &self.threads {
+                            for pi in 0..self.prompts.len() {
+                                v.push(Point {
+                                    index: v.len(),
+                                    budget_spec: b.clone(),
+                                    io: io.clone(),
+                                    prefetch: pf.clone(),
+                                    cache: c.clone(),
+                                    threads: t,
+                                    prompt_index: pi,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    /// The runs of `points` in execution order: warm-up rounds first, then the measured
+    /// rounds; each round visits every point once (so a partial sweep has data at
+    /// every point early and slow drift is spread over all points).
+    pub fn runs(&self, points: &[Point]) -> Vec<RunSlot> {
+        let mut v = Vec::new();
+        for (warmup, n) in [(true, self.warmup), (false, self.repeats)] {
+            for r in 0..n {
+                for p in points {
+                    v.push(RunSlot {
+                        point: p.clone(),
+                        repeat: r,
+                        warmup,
+                    });
+                }
+            }
+        }
+        v
+    }
+
+    /// SHA-256 of the canonical JSON form of the spec: shards of one sweep, and a
+    /// resumed sweep, must have the same hash.
+    pub fn hash(&self) -> String {
+        super::util::sha256_hex(serde_json::to_string(self).unwrap_or_default().as_bytes())
+    }
+}
+
+/// Human form of a budget: `floor (38.2 MiB)`.
+pub fn budget_label(spec: &str, bytes: u64) -> String {
+    if BudgetExpr::parse(spec)
+        .map(|e| matches!(e, BudgetExpr::Bytes(_)))
+        .unwrap_or(true)
+    {
+        fmt_bytes(bytes)
+    } else {
+        format!("{spec} ({})", fmt_bytes(bytes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_expressions() {
+        assert_eq!(
+            BudgetExpr::parse("512MiB").unwrap(),
+            BudgetExpr::Bytes(512 << 20)
+        );
+        assert_eq!(
+            BudgetExpr::parse("25%").unwrap(),
+            BudgetExpr::FractionOfModel(0.25)
+        );
+        assert_eq!(BudgetExpr::parse("floor").unwrap(), BudgetExpr::Floor(1.0));
+        assert_eq!(
+            BudgetExpr::parse("2x floor").unwrap(),
+            BudgetExpr::Floor(2.0)
+        );
+        assert_eq!(
+            BudgetExpr::parse("1.5xfloor").unwrap(),
+            BudgetExpr::Floor(1.5)
+        );
+        assert_eq!(
+            BudgetExpr::parse("model").unwrap(),
+            BudgetExpr::FractionOfModel(1.0)
+        );
+        assert!(BudgetExpr::parse("lots").is_err());
+        assert!(BudgetExpr::parse("0%").is_err());
+        assert!(BudgetExpr::parse("-1x floor").is_err());
+        assert_eq!(BudgetExpr::Floor(2.0).resolve(1000, 300), 600);
+        assert_eq!(BudgetExpr::FractionOfModel(0.25).resolve(1000, 300), 250);
+    }
+
+    #[test]
+    fn product_order_and_shards() {
+        let s = Spec::parse(
+            r#"budgets = ["floor", "50%"]
+io = ["direct", "mmap"]
+prefetch = ["none"]
+repeats = 2
+warmup = 1
+"#,
+            Path::new("."),
+        )
+        .unwrap();
+        let p = s.points();
+        assert_eq!(p.len(), 4);
+        assert_eq!(p[1].budget_spec, "floor");
+        assert_eq!(p[1].io, "mmap");
+        assert_eq!(p[2].budget_spec, "50%");
+        let runs = s.runs(&p);
+        assert_eq!(runs.len(), 12);
+        assert!(runs[..4].iter().all(|r| r.warmup));
+        assert_eq!(runs[4].run_id(), format!("{}#r0", p[0].key()));
+        let a = Shard::parse("1/3").unwrap();
+        let b = Shard::parse("2/3").unwrap();
+        let c = Shard::parse("3/3").unwrap();
+        for i in 0..10 {
+            assert_eq!(
+                [a.contains(i), b.contains(i), c.contains(i)]
+                    .iter()
+                    .filter(|x| **x)
+                    .count(),
+                1
+            );
+        }
+        assert!(Shard::parse("0/2").is_err());
+        assert!(Shard::parse("3/2").is_err());
+    }
+
+    #[test]
+    fn default_spec_parses() {
+        let s = Spec::parse(DEFAULT_SPEC, Path::new(".")).unwrap();
+        assert!(!s.points().is_empty());
+    }
+
+    #[test]
+    fn unknown_keys_and_values_are_refused() {
+        assert!(Spec::parse("budgets=[\"1GiB\"]\nbogus=1", Path::new(".")).is_err());
+        assert!(Spec::parse("budgets=[\"1GiB\"]\nio=[\"fast\"]", Path::new(".")).is_err());
+        assert!(Spec::parse("budgets=[]", Path::new(".")).is_err());
+    }
+}

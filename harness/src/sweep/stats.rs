@@ -1,0 +1,122 @@
+//! Per-point statistics over the measured (non-warm-up, finished) repeats.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::row::Row;
+use super::util::{median, min_max};
+
+/// Medians (and the spread of s/token) of one point.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PointStats {
+    /// Point index.
+    pub point_index: usize,
+    /// Point key.
+    pub point_key: String,
+    /// Budget as written.
+    pub budget_spec: String,
+    /// Budget, bytes.
+    pub budget_bytes: u64,
+    /// IO mode.
+    pub io: String,
+    /// Prefetch policy.
+    pub prefetch: String,
+    /// Cache policy.
+    pub cache: String,
+    /// Threads.
+    pub threads: usize,
+    /// Prompt index.
+    pub prompt_index: usize,
+    /// Floor (engine's when reported, else planned), bytes.
+    pub floor_bytes: u64,
+    /// Measured finished runs.
+    pub n: usize,
+    /// Runs of this point that failed.
+    pub failed: usize,
+    /// Whether every measured run started verified cold.
+    pub cold_verified: bool,
+    /// Median over runs of the per-run median decode time, seconds per token.
+    pub s_per_token: Option<f64>,
+    /// Minimum over runs of the per-run median decode time, seconds per token.
+    pub s_per_token_min: Option<f64>,
+    /// Maximum over runs of the per-run median decode time, seconds per token.
+    pub s_per_token_max: Option<f64>,
+    /// Median decode tokens per second.
+    pub tokens_per_s: Option<f64>,
+    /// Median time to first token, seconds.
+    pub ttft_s: Option<f64>,
+    /// Median bytes read per decoded token.
+    pub bytes_read_per_token: Option<f64>,
+    /// Median IO-wait share of decode time, [0, 1].
+    pub io_wait_fraction: Option<f64>,
+    /// Median trunk hit rate, [0, 1].
+    pub trunk_hit_rate: Option<f64>,
+    /// Median expert hit rate, [0, 1].
+    pub expert_hit_rate: Option<f64>,
+    /// Median peak RSS (VmHWM), bytes.
+    pub peak_rss_bytes: Option<f64>,
+    /// Median peak anonymous RSS, bytes.
+    pub peak_rss_anon_bytes: Option<f64>,
+    /// Median peak of the engine's own accounting, bytes.
+    pub peak_accounted_bytes: Option<f64>,
+    /// Whether the point was skipped as below the floor.
+    pub below_floor: bool,
+}
+
+fn med(rs: &[&Row], f: impl Fn(&Row) -> Option<f64>) -> Option<f64> {
+    median(&rs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
+}
+
+/// Statistics of every point present in `rows`, ordered by point index.
+pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
+    let mut by: BTreeMap<usize, Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        by.entry(r.point_index).or_default().push(r);
+    }
+    by.into_values()
+        .map(|all| {
+            let first = all[0];
+            let ok: Vec<&Row> = all.iter().copied().filter(|r| r.is_measured_ok()).collect();
+            let spt: Vec<f64> = ok
+                .iter()
+                .filter_map(|r| r.decode_s_per_token_median)
+                .collect();
+            let mm = min_max(&spt);
+            PointStats {
+                point_index: first.point_index,
+                point_key: first.point_key.clone(),
+                budget_spec: first.budget_spec.clone(),
+                budget_bytes: first.budget_bytes,
+                io: first.io.clone(),
+                prefetch: first.prefetch.clone(),
+                cache: first.cache.clone(),
+                threads: first.threads,
+                prompt_index: first.prompt_index,
+                floor_bytes: all
+                    .iter()
+                    .find_map(|r| r.floor_bytes)
+                    .unwrap_or(first.planned_floor_bytes),
+                n: ok.len(),
+                failed: all
+                    .iter()
+                    .filter(|r| !matches!(r.status.as_str(), "ok" | "below_floor"))
+                    .count(),
+                cold_verified: ok.iter().all(|r| r.cold_verified),
+                s_per_token: median(&spt),
+                s_per_token_min: mm.map(|m| m.0),
+                s_per_token_max: mm.map(|m| m.1),
+                tokens_per_s: med(&ok, |r| r.tokens_per_s),
+                ttft_s: med(&ok, |r| r.ttft_s),
+                bytes_read_per_token: med(&ok, |r| r.bytes_read_per_token),
+                io_wait_fraction: med(&ok, |r| r.io_wait_fraction),
+                trunk_hit_rate: med(&ok, |r| r.trunk_hit_rate),
+                expert_hit_rate: med(&ok, |r| r.expert_hit_rate),
+                peak_rss_bytes: med(&ok, |r| r.peak_rss_bytes.map(|x| x as f64)),
+                peak_rss_anon_bytes: med(&ok, |r| r.peak_rss_anon_bytes.map(|x| x as f64)),
+                peak_accounted_bytes: med(&ok, |r| r.peak_accounted_bytes.map(|x| x as f64)),
+                below_floor: all.iter().any(|r| r.status == "below_floor"),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,135 @@
+//! Small helpers shared by the sweep modules: atomic file writes, UTC timestamps,
+//! SHA-256 hex, medians.
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use sha2::{Digest, Sha256};
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory,
+/// fsync, then `rename` over the target. Readers see the old or the new file, never
+/// a torn one.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
+    {
+        let mut f = std::fs::File::create(&tmp)
+            .with_context(|| format!("cannot create {}", tmp.display()))?;
+        f.write_all(bytes)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        f.sync_all().ok();
+    }
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
+}
+
+/// Lower-case hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    memdial::fixture::hex(&Sha256::digest(bytes))
+}
+
+/// SHA-256 (hex) of token ids encoded as u32 little-endian, as the engine computes
+/// `output_ids_sha256`.
+pub fn ids_sha256(ids: &[u32]) -> String {
+    let mut b = Vec::with_capacity(ids.len() * 4);
+    for id in ids {
+        b.extend_from_slice(&id.to_le_bytes());
+    }
+    sha256_hex(&b)
+}
+
+/// Civil date (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// (Y, M, D, h, m, s) in UTC for the current time.
+fn utc_parts() -> (i64, u32, u32, u64, u64, u64) {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (y, mo, d) = civil_from_days((secs / 86_400) as i64);
+    let s = secs % 86_400;
+    (y, mo, d, s / 3600, (s / 60) % 60, s % 60)
+}
+
+/// Current UTC time as RFC 3339, e.g. `2026-05-01T12:34:56Z`.
+pub fn utc_now_rfc3339() -> String {
+    let (y, mo, d, h, mi, s) = utc_parts();
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z")
+}
+
+/// Current UTC time usable as a directory name, e.g. `20260501-123456`.
+pub fn utc_now_dirname() -> String {
+    let (y, mo, d, h, mi, s) = utc_parts();
+    format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}")
+}
+
+/// Median of `v` (mean of the two middle values for even lengths); `None` when empty.
+/// NaNs are ignored.
+pub fn median(v: &[f64]) -> Option<f64> {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| !x.is_nan()).collect();
+    if s.is_empty() {
+        return None;
+    }
+    s.sort_by(|a, b| a.total_cmp(b));
+    let n = s.len();
+    Some(if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    })
+}
+
+/// Minimum and maximum of `v` ignoring NaNs; `None` when empty.
+pub fn min_max(v: &[f64]) -> Option<(f64, f64)> {
+    let mut it = v.iter().copied().filter(|x| !x.is_nan());
+    let first = it.next()?;
+    Some(it.fold((first, first), |(a, b), x| (a.min(x), b.max(x))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(min_max(&[2.0, f64::NAN, -1.0]), Some((-1.0, 2.0)));
+    }
+
+    #[test]
+    fn ids_hash_matches_manual_encoding() {
+        // sha256 of the 8 bytes 01 00 00 00 02 00 00 00
+        assert_eq!(ids_sha256(&[1, 2]), sha256_hex(&[1, 0, 0, 0, 2, 0, 0, 0]));
+        assert_eq!(
+            ids_sha256(&[]),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+}

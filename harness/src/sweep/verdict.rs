@@ -1,0 +1,329 @@
+//! The verdict: every run of the same prompt and token count must produce the same
+//! output ids, whatever the budget, IO mode, prefetch policy, cache or threads.
+//!
+//! Runs are grouped by (prompt, max_tokens). In each group the reference is the
+//! most common hash (ties: the hash of the earliest run in point order), so a
+//! single deviating point is the one named. Any run that failed (non-zero exit,
+//! timeout, no metrics) also fails the verdict. Points not run because their
+//! budget resolved below the floor do not.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::row::Row;
+
+/// A run whose output differs from its group's reference.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Mismatch {
+    /// Run id.
+    pub run_id: String,
+    /// Point index.
+    pub point_index: usize,
+    /// Point key.
+    pub point_key: String,
+    /// Its hash.
+    pub hash: String,
+    /// First position (0-based, in generated tokens) where the ids differ; `None`
+    /// when the ids agree but the hash does not (the engine's hash is wrong).
+    pub first_diff_position: Option<usize>,
+    /// Reference id at that position (`None` past the end of the reference).
+    pub expected_id: Option<u32>,
+    /// This run's id at that position (`None` past its end).
+    pub got_id: Option<u32>,
+}
+
+/// One (prompt, max_tokens) group.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Group {
+    /// Prompt index.
+    pub prompt_index: usize,
+    /// Generated tokens requested.
+    pub max_tokens: usize,
+    /// Reference hash.
+    pub hash: String,
+    /// Run whose ids are the reference.
+    pub reference_run: String,
+    /// Runs compared (finished runs only).
+    pub runs: usize,
+    /// Runs that differ.
+    pub mismatches: Vec<Mismatch>,
+}
+
+/// The verdict over all rows.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Verdict {
+    /// True when every finished run matches and none failed.
+    pub pass: bool,
+    /// Per-group results.
+    pub groups: Vec<Group>,
+    /// Runs that failed: (run id, status, error).
+    pub failed: Vec<(String, String, String)>,
+    /// Points skipped because the budget is below the floor.
+    pub below_floor: Vec<String>,
+    /// Runs whose engine hash does not match the hash of their `output_ids`.
+    pub hash_inconsistent: Vec<String>,
+    /// Finished runs compared.
+    pub runs_compared: usize,
+    /// Distinct points with at least one finished run.
+    pub points: usize,
+}
+
+/// Position where `a` and `b` first differ (`None` when equal).
+pub fn first_difference(a: &[u32], b: &[u32]) -> Option<usize> {
+    let n = a.len().min(b.len());
+    (0..n)
+        .find(|&i| a[i] != b[i])
+        .or((a.len() != b.len()).then_some(n))
+}
+
+/// Computes the verdict of `rows`.
+pub fn verdict(rows: &[Row]) -> Verdict {
+    let mut groups: BTreeMap<(usize, usize), Vec<&Row>> = BTreeMap::new();
+    let mut failed = vec![];
+    let mut below_floor = vec![];
+    let mut hash_inconsistent = vec![];
+    let mut points = std::collections::BTreeSet::new();
+    for r in rows {
+        match r.status.as_str() {
+            "ok" => {
+                points.insert(r.point_index);
+                groups
+                    .entry((r.prompt_index, r.max_tokens))
+                    .or_default()
+                    .push(r);
+                if let Some(h) = &r.output_ids_sha256 {
+                    if !r.output_ids.is_empty() && *h != super::util::ids_sha256(&r.output_ids) {
+                        hash_inconsistent.push(r.run_id.clone());
+                    }
+                }
+            }
+            "below_floor" => below_floor.push(r.point_key.clone()),
+            s => failed.push((
+                r.run_id.clone(),
+                s.to_string(),
+                r.error.clone().unwrap_or_default(),
+            )),
+        }
+    }
+    let mut out = vec![];
+    let mut runs_compared = 0;
+    for ((prompt_index, max_tokens), mut rs) in groups {
+        rs.sort_by_key(|r| (r.point_index, r.warmup, r.repeat));
+        runs_compared += rs.len();
+        // most common hash; ties → earliest
+        let mut counts: Vec<(String, usize, usize)> = vec![]; // hash, count, first idx
+        for (i, r) in rs.iter().enumerate() {
+            let h = r.ids_hash().unwrap_or_default();
+            match counts.iter_mut().find(|c| c.0 == h) {
+                Some(c) => c.1 += 1,
+                None => counts.push((h, 1, i)),
+            }
+        }
+        counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.2.cmp(&b.2)));
+        let (hash, _, ref_i) = counts[0].clone();
+        let reference = rs[ref_i];
+        let mismatches = rs
+            .iter()
+            .filter(|r| r.ids_hash().unwrap_or_default() != hash)
+            .map(|r| {
+                let pos = first_difference(&reference.output_ids, &r.output_ids);
+                Mismatch {
+                    run_id: r.run_id.clone(),
+                    point_index: r.point_index,
+                    point_key: r.point_key.clone(),
+                    hash: r.ids_hash().unwrap_or_default(),
+                    first_diff_position: pos,
+                    expected_id: pos.and_then(|p| reference.output_ids.get(p).copied()),
+                    got_id: pos.and_then(|p| r.output_ids.get(p).copied()),
+                }
+            })
+            .collect();
+        out.push(Group {
+            prompt_index,
+            max_tokens,
+            hash,
+            reference_run: reference.run_id.clone(),
+            runs: rs.len(),
+            mismatches,
+        });
+    }
+    below_floor.sort();
+    below_floor.dedup();
+    let pass = failed.is_empty()
+        && hash_inconsistent.is_empty()
+        && out.iter().all(|g| g.mismatches.is_empty());
+    Verdict {
+        pass,
+        groups: out,
+        failed,
+        below_floor,
+        hash_inconsistent,
+        runs_compared,
+        points: points.len(),
+    }
+}
+
+impl Verdict {
+    /// Distinct points that differ from their reference.
+    pub fn differing_points(&self) -> Vec<(usize, String)> {
+        let mut v: Vec<(usize, String)> = self
+            .groups
+            .iter()
+            .flat_map(|g| {
+                g.mismatches
+                    .iter()
+                    .map(|m| (m.point_index, m.point_key.clone()))
+            })
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// One line: `PASS: 30 runs at 10 points, output ids sha256 3f2a9c…` or
+    /// `FAIL: …` naming the differing points, the first differing position and ids.
+    pub fn one_line(&self) -> String {
+        if self.runs_compared == 0 && self.failed.is_empty() {
+            return "FAIL: no finished runs".into();
+        }
+        let hashes: Vec<String> = self.groups.iter().map(|g| short(&g.hash)).collect();
+        if self.pass {
+            return format!(
+                "PASS: {} runs at {} points produced identical output ids (sha256 {}){}",
+                self.runs_compared,
+                self.points,
+                hashes.join(", "),
+                if self.below_floor.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; {} points below the floor skipped",
+                        self.below_floor.len()
+                    )
+                }
+            );
+        }
+        let mut parts = vec![];
+        for g in &self.groups {
+            let mut seen = std::collections::BTreeSet::new();
+            for m in &g.mismatches {
+                if !seen.insert(m.point_index) {
+                    continue;
+                }
+                let n = g
+                    .mismatches
+                    .iter()
+                    .filter(|x| x.point_index == m.point_index)
+                    .count();
+                let at = match m.first_diff_position {
+                    Some(p) => format!(
+                        "first difference at token {p}: expected {}, got {}",
+                        m.expected_id
+                            .map(|x| x.to_string())
+                            .unwrap_or_else(|| "end".into()),
+                        m.got_id
+                            .map(|x| x.to_string())
+                            .unwrap_or_else(|| "end".into())
+                    ),
+                    None => "ids equal, hash differs".into(),
+                };
+                parts.push(format!(
+                    "p{} [{}] differs in {n} run(s), {at}",
+                    m.point_index, m.point_key
+                ));
+            }
+        }
+        if !self.failed.is_empty() {
+            let first = &self.failed[0];
+            parts.push(format!(
+                "{} run(s) failed (first: {} {}: {})",
+                self.failed.len(),
+                first.0,
+                first.1,
+                first.2
+            ));
+        }
+        if !self.hash_inconsistent.is_empty() {
+            parts.push(format!(
+                "{} run(s) report a hash that does not match their output_ids",
+                self.hash_inconsistent.len()
+            ));
+        }
+        format!(
+            "FAIL: {} ({} runs compared, reference sha256 {})",
+            parts.join("; "),
+            self.runs_compared,
+            hashes.join(", ")
+        )
+    }
+}
+
+/// First 12 hex digits of a hash.
+pub fn short(h: &str) -> String {
+    h.chars().take(12).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sweep::util::ids_sha256;
+
+    fn row(point: usize, rep: u32, ids: &[u32]) -> Row {
+        Row {
+            run_id: format!("p{point}#r{rep}"),
+            point_index: point,
+            point_key: format!("k{point}"),
+            repeat: rep,
+            status: "ok".into(),
+            max_tokens: 4,
+            output_ids: ids.to_vec(),
+            output_ids_sha256: Some(ids_sha256(ids)),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn pass_and_majority_reference() {
+        let rows = vec![
+            row(0, 0, &[1, 2, 3]),
+            row(1, 0, &[1, 2, 3]),
+            row(2, 0, &[1, 2, 3]),
+        ];
+        let v = verdict(&rows);
+        assert!(v.pass, "{}", v.one_line());
+        assert!(v.one_line().starts_with("PASS: 3 runs at 3 points"));
+        let rows = vec![
+            row(0, 0, &[1, 9, 3]),
+            row(1, 0, &[1, 2, 3]),
+            row(2, 0, &[1, 2, 3]),
+        ];
+        let v = verdict(&rows);
+        assert!(!v.pass);
+        assert_eq!(v.differing_points(), vec![(0, "k0".to_string())]);
+        let m = &v.groups[0].mismatches[0];
+        assert_eq!(
+            (m.first_diff_position, m.expected_id, m.got_id),
+            (Some(1), Some(2), Some(9))
+        );
+        assert!(v.one_line().contains("p0 [k0]"), "{}", v.one_line());
+    }
+
+    #[test]
+    fn failures_and_lengths() {
+        assert_eq!(first_difference(&[1, 2], &[1, 2, 3]), Some(2));
+        assert_eq!(first_difference(&[1, 2], &[1, 2]), None);
+        let mut bad = row(1, 0, &[]);
+        bad.status = "failed".into();
+        bad.error = Some("boom".into());
+        let v = verdict(&[row(0, 0, &[1]), bad]);
+        assert!(!v.pass);
+        assert!(v.one_line().contains("boom"));
+        let mut skipped = row(2, 0, &[]);
+        skipped.status = "below_floor".into();
+        assert!(verdict(&[row(0, 0, &[1]), skipped]).pass);
+        let mut lying = row(0, 0, &[1]);
+        lying.output_ids_sha256 = Some("00".into());
+        assert!(!verdict(&[lying]).pass);
+    }
+}

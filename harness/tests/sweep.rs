@@ -1,0 +1,504 @@
+//! Integration tests of `memdial sweep` and `memdial report merge` against the real
+//! `memdial run`, on the `tiny-k3` fixture generated into the target directory
+//! (on disk, so direct IO and page-cache eviction behave as on a real model).
+//!
+//! The tests share one fixture and run one at a time (a global lock): concurrent
+//! sweeps would evict each other's pages and make "cold" unverifiable.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_memdial");
+
+/// Spec used by most tests: 2 budgets × 2 IO modes × 2 repeats = 8 runs of 4 tokens.
+const SPEC: &str = r#"
+name = "test"
+budgets = ["floor", "3x floor"]
+io = ["direct", "buffered"]
+prefetch = ["none"]
+cache = ["lru"]
+threads = [1]
+prompts = ["The capital of France is"]
+max_tokens = 4
+repeats = 2
+"#;
+const SPEC_RUNS: usize = 8;
+
+fn lock() -> MutexGuard<'static, ()> {
+    static L: Mutex<()> = Mutex::new(());
+    L.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Scratch directory in the target dir (on disk; a fixed name so repeated test runs
+/// reuse the fixture instead of piling up copies).
+fn scratch() -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("sweep-tests");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The tiny-k3 fixture, generated once per test binary.
+fn model() -> &'static Path {
+    static M: OnceLock<PathBuf> = OnceLock::new();
+    M.get_or_init(|| {
+        let out = scratch().join("tiny-k3");
+        if !out.join("config.json").exists() {
+            let o = Command::new(BIN)
+                .args(["fixture", "--preset", "tiny-k3", "--out"])
+                .arg(&out)
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "fixture: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        out
+    })
+}
+
+fn spec_file(name: &str, text: &str) -> PathBuf {
+    let p = scratch().join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn sweep(spec: &Path, out: &Path, extra: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("sweep")
+        .arg("--model")
+        .arg(model())
+        .arg("--spec")
+        .arg(spec)
+        .arg("--out")
+        .arg(out)
+        .args(["--bandwidth-probe", "4MiB"])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn fresh(name: &str) -> PathBuf {
+    let d = scratch().join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Rows of results.json.
+fn rows(dir: &Path) -> Vec<serde_json::Value> {
+    let t = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    serde_json::from_str::<Vec<serde_json::Value>>(&t).unwrap()
+}
+
+fn hashes(dir: &Path) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = rows(dir)
+        .iter()
+        .map(|r| {
+            (
+                r["run_id"].as_str().unwrap().to_string(),
+                r["output_ids_sha256"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// An uninterrupted full sweep of SPEC, run once and shared.
+fn full_run() -> &'static PathBuf {
+    static F: OnceLock<PathBuf> = OnceLock::new();
+    F.get_or_init(|| {
+        let out = fresh("full");
+        let o = sweep(&spec_file("full.toml", SPEC), &out, &["--check"]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        out
+    })
+}
+
+#[test]
+fn small_sweep_passes_and_writes_every_file() {
+    let _g = lock();
+    let t0 = Instant::now();
+    let out = full_run();
+    // results.csv: the documented columns, one row per run, all finished and cold.
+    let mut rd = csv::Reader::from_path(out.join("results.csv")).unwrap();
+    let header: Vec<String> = rd.headers().unwrap().iter().map(String::from).collect();
+    for col in [
+        "run_id",
+        "point_index",
+        "repeat",
+        "status",
+        "budget_bytes",
+        "io",
+        "prefetch",
+        "cache",
+        "threads",
+        "cold_verified",
+        "resident_before_bytes",
+        "decode_s_per_token_median",
+        "tokens_per_s",
+        "bytes_read_per_token",
+        "io_wait_fraction",
+        "peak_rss_bytes",
+        "output_ids",
+        "output_ids_sha256",
+        "cpu_model",
+        "kernel",
+    ] {
+        assert!(
+            header.contains(&col.to_string()),
+            "column {col} missing from {header:?}"
+        );
+    }
+    let recs: Vec<csv::StringRecord> = rd.records().map(|r| r.unwrap()).collect();
+    assert_eq!(recs.len(), SPEC_RUNS);
+    let col = |n: &str| header.iter().position(|h| h == n).unwrap();
+    let hashes: std::collections::BTreeSet<&str> = recs
+        .iter()
+        .map(|r| r.get(col("output_ids_sha256")).unwrap())
+        .collect();
+    assert_eq!(hashes.len(), 1, "{hashes:?}");
+    assert_eq!(hashes.iter().next().unwrap().len(), 64);
+    for r in &recs {
+        assert_eq!(r.get(col("status")), Some("ok"));
+        assert!(
+            r.get(col("decode_s_per_token_median"))
+                .unwrap()
+                .parse::<f64>()
+                .unwrap()
+                > 0.0
+        );
+        assert_eq!(r.get(col("output_ids")).unwrap().split(' ').count(), 4);
+        if std::env::var_os("MEMDIAL_TEST_TMPFS").is_none() {
+            assert_eq!(
+                r.get(col("cold_verified")),
+                Some("true"),
+                "model dir must be on a real disk"
+            );
+        }
+    }
+    // results.json has the same rows with arrays preserved.
+    let js = rows(out);
+    assert_eq!(js.len(), SPEC_RUNS);
+    assert_eq!(js[0]["output_ids"].as_array().unwrap().len(), 4);
+    // report.md, charts.
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("**PASS"), "{md}");
+    assert!(md.contains("## Environment") && md.contains("Cold read, O_DIRECT"));
+    assert!(md.contains("| p0 |") && md.contains("| p3 |"));
+    assert!(md.contains("](curve.svg)"));
+    for f in ["curve.svg", "io.svg"] {
+        let svg = std::fs::read_to_string(out.join(f)).unwrap();
+        assert!(svg.len() > 2000, "{f} too small");
+        assert!(
+            svg.contains("memory budget (bytes, log scale)"),
+            "{f} lacks the x axis label"
+        );
+    }
+    let svg = std::fs::read_to_string(out.join("curve.svg")).unwrap();
+    assert!(svg.contains("decode time (s/token, log scale)"));
+    assert!(
+        svg.contains("direct / none") && svg.contains("buffered / none"),
+        "legend"
+    );
+    for f in ["curve.png", "io.png"] {
+        let png = std::fs::read(out.join(f)).unwrap();
+        assert!(png.len() > 10_000, "{f} too small");
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
+    assert_eq!(v["pass"], true);
+    assert!(out.join("runs/p000-r0/metrics.json").exists());
+    eprintln!("small sweep: {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+#[test]
+fn perturbed_point_fails_and_is_named() {
+    let _g = lock();
+    let out = fresh("perturbed");
+    let spec = r#"
+budgets = ["floor", "3x floor"]
+io = ["direct"]
+prompts = ["The capital of France is"]
+max_tokens = 4
+repeats = 1
+"#;
+    let o = sweep(
+        &spec_file("perturbed.toml", spec),
+        &out,
+        &["--test-perturb-point", "1", "--check"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let line = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(line.lines().count(), 1, "--check prints one line: {line}");
+    assert!(line.starts_with("FAIL"), "{line}");
+    assert!(line.contains("p1 [budget=3x floor;io=direct"), "{line}");
+    assert!(line.contains("first difference at token 0"), "{line}");
+    assert!(!line.contains("p0 ["), "{line}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
+    assert_eq!(v["pass"], false);
+    let m = &v["groups"][0]["mismatches"][0];
+    assert_eq!(m["point_index"], 1);
+    assert_eq!(m["first_diff_position"], 0);
+    assert_eq!(m["got_id"], 7);
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains("**FAIL") && md.contains("Differing points: p1"),
+        "{md}"
+    );
+}
+
+#[test]
+fn killed_sweep_resumes_without_rerunning_finished_runs() {
+    let _g = lock();
+    let full = full_run();
+    let out = fresh("killed");
+    let spec = spec_file("killed.toml", SPEC);
+    let mut child = Command::new(BIN)
+        .arg("sweep")
+        .arg("--model")
+        .arg(model())
+        .arg("--spec")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .args(["--bandwidth-probe", "4MiB", "--check"])
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    loop {
+        let n = std::fs::read_to_string(out.join("results.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Vec<serde_json::Value>>(&t).ok())
+            .map(|v| v.len())
+            .unwrap_or(0);
+        if n >= 1 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "no run finished");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "sweep ended before it could be killed"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().unwrap(); // SIGKILL: no chance to clean up
+    child.wait().unwrap();
+    // The partial directory is valid: parseable results, a report saying it is partial.
+    let before = rows(&out);
+    assert!(
+        !before.is_empty() && before.len() < SPEC_RUNS,
+        "{} rows",
+        before.len()
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("Partial report"), "{md}");
+    csv::Reader::from_path(out.join("results.csv"))
+        .unwrap()
+        .records()
+        .for_each(|r| {
+            r.unwrap();
+        });
+    // Re-run: completes, keeps the finished runs untouched.
+    let o = sweep(&spec, &out, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains(&format!("{} already finished", before.len())),
+        "{stderr}"
+    );
+    let after = rows(&out);
+    assert_eq!(after.len(), SPEC_RUNS);
+    for b in &before {
+        let a = after
+            .iter()
+            .find(|a| a["run_id"] == b["run_id"])
+            .expect("finished run kept");
+        assert_eq!(
+            a["started_utc"], b["started_utc"],
+            "run {} was re-run",
+            b["run_id"]
+        );
+        assert_eq!(a["wall_s"], b["wall_s"]);
+    }
+    // Same count and hashes as an uninterrupted sweep.
+    assert_eq!(hashes(&out), hashes(full));
+}
+
+#[test]
+fn shards_merge_into_the_full_verdict() {
+    let _g = lock();
+    let full = full_run();
+    let spec = spec_file("shard.toml", SPEC);
+    let a = fresh("shard1");
+    let b = fresh("shard2");
+    let o1 = sweep(&spec, &a, &["--shard", "1/2", "--check"]);
+    assert_eq!(o1.status.code(), Some(0), "{}", text(&o1));
+    let o2 = sweep(&spec, &b, &["--shard", "2/2", "--check"]);
+    assert_eq!(o2.status.code(), Some(0), "{}", text(&o2));
+    let (ra, rb) = (rows(&a), rows(&b));
+    assert_eq!(ra.len() + rb.len(), SPEC_RUNS);
+    assert!(ra
+        .iter()
+        .all(|r| r["point_index"].as_u64().unwrap() % 2 == 0));
+    assert!(rb
+        .iter()
+        .all(|r| r["point_index"].as_u64().unwrap() % 2 == 1));
+    let merged = fresh("merged");
+    let o = Command::new(BIN)
+        .args(["report", "merge"])
+        .arg(&a)
+        .arg(&b)
+        .arg("--out")
+        .arg(&merged)
+        .arg("--check")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let fv: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(full.join("verdict.json")).unwrap()).unwrap();
+    let mv: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(merged.join("verdict.json")).unwrap())
+            .unwrap();
+    assert_eq!(mv["pass"], fv["pass"]);
+    assert_eq!(mv["runs_compared"], fv["runs_compared"]);
+    assert_eq!(mv["groups"][0]["hash"], fv["groups"][0]["hash"]);
+    assert!(
+        line.starts_with(&format!("PASS: {SPEC_RUNS} runs at 4 points")),
+        "{line}"
+    );
+    assert_eq!(hashes(&merged), hashes(full));
+    assert!(merged.join("curve.png").exists() && merged.join("report.md").exists());
+    // A shard of another spec is refused.
+    let other = fresh("other");
+    let o3 = sweep(
+        &spec_file("other.toml", &SPEC.replace("repeats = 2", "repeats = 1")),
+        &other,
+        &["--shard", "1/2", "--check"],
+    );
+    assert_eq!(o3.status.code(), Some(0), "{}", text(&o3));
+    let o4 = Command::new(BIN)
+        .args(["report", "merge"])
+        .arg(&a)
+        .arg(&other)
+        .arg("--out")
+        .arg(fresh("bad-merge"))
+        .output()
+        .unwrap();
+    assert_eq!(o4.status.code(), Some(2), "{}", text(&o4));
+}
+
+#[test]
+fn baseline_regression_gate() {
+    let _g = lock();
+    let full = full_run();
+    let spec = spec_file("baseline.toml", SPEC);
+    // Rewrite the baseline as if every point had been 1000× faster.
+    let fast = scratch().join("fast-baseline.csv");
+    let mut rd = csv::Reader::from_path(full.join("results.csv")).unwrap();
+    let h = rd.headers().unwrap().clone();
+    let c = h
+        .iter()
+        .position(|x| x == "decode_s_per_token_median")
+        .unwrap();
+    let mut w = csv::Writer::from_path(&fast).unwrap();
+    w.write_record(&h).unwrap();
+    for r in rd.records() {
+        let r = r.unwrap();
+        let v: f64 = r.get(c).unwrap().parse().unwrap();
+        let rec: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                if i == c {
+                    (v / 1000.0).to_string()
+                } else {
+                    x.to_string()
+                }
+            })
+            .collect();
+        w.write_record(&rec).unwrap();
+    }
+    w.flush().unwrap();
+    let out = fresh("baseline-bad");
+    let o = sweep(
+        &spec,
+        &out,
+        &[
+            "--check",
+            "--baseline",
+            fast.to_str().unwrap(),
+            "--max-regression",
+            "25%",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let line = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        line.contains("PASS") && line.contains("baseline: 4 of 4 points slower"),
+        "{line}"
+    );
+    assert!(std::fs::read_to_string(out.join("report.md"))
+        .unwrap()
+        .contains("**regressed**"));
+    // Against itself with a generous tolerance it passes (the resumed directory re-uses the runs).
+    let o = sweep(
+        &spec,
+        &out,
+        &[
+            "--check",
+            "--baseline",
+            full.join("results.csv").to_str().unwrap(),
+            "--max-regression",
+            "10000%",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let _g = lock();
+    let spec = spec_file("usage.toml", SPEC);
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--shard".into(), "3/2".into()], "shard"),
+        (vec!["--max-regression".into(), "fast".into()], "tolerance"),
+        (vec!["--test-perturb-point".into(), "99".into()], "points"),
+    ];
+    for (extra, what) in cases {
+        let extra: Vec<&str> = extra.iter().map(|s| s.as_str()).collect();
+        let o = sweep(&spec, &fresh("usage"), &extra);
+        assert_eq!(o.status.code(), Some(2), "{what}: {}", text(&o));
+    }
+    let bad = spec_file("bad.toml", "budgets = [\"lots\"]\n");
+    assert_eq!(sweep(&bad, &fresh("usage"), &[]).status.code(), Some(2));
+    let o = Command::new(BIN)
+        .args(["sweep", "--model", "/nonexistent/model", "--spec"])
+        .arg(&spec)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    // An --out holding a different sweep is refused.
+    let full = full_run();
+    let other = spec_file(
+        "other2.toml",
+        &SPEC.replace("max_tokens = 4", "max_tokens = 3"),
+    );
+    let o = sweep(&other, full, &["--check"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
