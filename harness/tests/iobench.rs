@@ -210,7 +210,10 @@ fn cli_writes_the_report_and_replays_a_trace() {
     assert!(md.contains("| direct | 1 | cold | yes |"), "{md}");
     assert!(md.contains("How to read this"));
     let svg = std::fs::read_to_string(out.join("chart.svg")).unwrap();
-    assert!(svg.contains("buffered qd2 warm"), "chart labels rendered");
+    assert!(
+        svg.contains("pattern trunk, warm") && svg.contains("buffered qd2"),
+        "chart labels rendered"
+    );
 }
 
 #[test]
