@@ -488,14 +488,55 @@ pub fn evict_all(files: &[PathBuf]) -> Result<u64> {
     Ok(left)
 }
 
-/// Reads `[offset, offset+len)` of `f` through the page cache (8 MiB preads), untimed.
-fn preload_range(f: &File, path: &Path, offset: u64, len: u64, scratch: &mut [u8]) -> Result<()> {
+/// One byte per page of `path` (bit 0 set = in the page cache), from `mincore` on a
+/// fresh read-only mapping (mapping faults nothing in). Like
+/// [`pagecache::residency`], but keeps the per-page map.
+fn page_map(path: &Path) -> Result<Vec<u8>> {
+    let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let len = f.metadata()?.len() as usize;
+    if len == 0 {
+        return Ok(vec![]);
+    }
+    let pages = len.div_ceil(pagecache::page_size());
+    // SAFETY: read-only shared mapping of a file we opened; we never read through it.
+    let map =
+        unsafe { memmap2::Mmap::map(&f) }.with_context(|| format!("mmap {}", path.display()))?;
+    let mut vec = vec![0u8; pages];
+    // SAFETY: `vec` has one byte per page of the mapping.
+    let rc = unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, len, vec.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("mincore {}", path.display()));
+    }
+    Ok(vec)
+}
+
+/// Reads `[offset, offset+len)` of `f` through the page cache in 8 MiB preads,
+/// skipping the chunks whose pages `resident` (from [`page_map`]) says are cached
+/// already. Untimed.
+fn preload_range(
+    f: &File,
+    path: &Path,
+    resident: &[u8],
+    (offset, len): (u64, u64),
+    scratch: &mut [u8],
+) -> Result<()> {
+    let ps = pagecache::page_size() as u64;
     let mut done = 0u64;
     while done < len {
         let n = ((len - done) as usize).min(scratch.len());
+        let at = offset + done;
+        let (p0, p1) = ((at / ps) as usize, (at + n as u64).div_ceil(ps) as usize);
+        let cached = resident
+            .get(p0..p1)
+            .is_some_and(|v| v.iter().all(|b| b & 1 != 0));
+        if cached {
+            done += n as u64;
+            continue;
+        }
         let got = f
-            .read_at(&mut scratch[..n], offset + done)
-            .with_context(|| format!("{}: read at {}", path.display(), offset + done))?;
+            .read_at(&mut scratch[..n], at)
+            .with_context(|| format!("{}: read at {at}", path.display()))?;
         if got == 0 {
             break;
         }
@@ -505,21 +546,22 @@ fn preload_range(f: &File, path: &Path, offset: u64, len: u64, scratch: &mut [u8
 }
 
 /// Reads every distinct request of `w` once through the page cache (the warm-up of a
-/// warm cell).
+/// warm cell); ranges already cached are not read again.
 pub fn preload(w: &Workload) -> Result<()> {
     let files: Vec<File> = w
         .files
         .iter()
         .map(|p| File::open(p).with_context(|| format!("cannot open {}", p.display())))
         .collect::<Result<_>>()?;
+    let maps: Vec<Vec<u8>> = w.files.iter().map(|p| page_map(p)).collect::<Result<_>>()?;
     let mut scratch = vec![0u8; 8 << 20];
     for i in w.cold_sequence() {
         for s in &w.requests[i] {
             preload_range(
                 &files[s.file],
                 &w.files[s.file],
-                s.offset,
-                s.len,
+                &maps[s.file],
+                (s.offset, s.len),
                 &mut scratch,
             )?;
         }
@@ -977,7 +1019,8 @@ pub fn run_fio_cell(w: &Workload, spec: &CellSpec) -> Result<Row> {
         let mut scratch = vec![0u8; 8 << 20];
         for p in &job.files {
             let f = File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
-            preload_range(&f, p, 0, job.region_per_file(), &mut scratch)?;
+            let map = page_map(p)?;
+            preload_range(&f, p, &map, (0, job.region_per_file()), &mut scratch)?;
         }
     }
     let resident_before = resident_bytes(&w.files)?;
