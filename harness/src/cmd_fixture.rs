@@ -35,27 +35,7 @@ pub fn run(a: &FixtureArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     let t0 = Instant::now();
-    let pb = ProgressBar::new(0);
-    pb.set_style(
-        ProgressStyle::with_template(
-            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
-        .unwrap()
-        .progress_chars("=> "),
-    );
-    pb.set_message(format!("fixture {}", a.preset));
-    let g = fixture::generate(
-        &a.preset,
-        a.seed,
-        &a.out,
-        a.force,
-        Some(memdial::fixture::write_tokenizer),
-        &mut |d, t| {
-            pb.set_length(t);
-            pb.set_position(d);
-        },
-    )?;
-    pb.finish_and_clear();
+    let g = generate_with_progress(&a.preset, a.seed, &a.out, a.force)?;
     println!(
         "wrote {} ({} tensors, {} shards, {:.1} MB of tensor data) in {:.1} s",
         g.dir.display(),
@@ -65,4 +45,36 @@ pub fn run(a: &FixtureArgs) -> Result<ExitCode> {
         t0.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Generates a preset with an indicatif progress bar on stderr (hidden when stderr
+/// is not a terminal). Shared by `memdial fixture` and `memdial sweep`.
+pub fn generate_with_progress(
+    preset: &str,
+    seed: u64,
+    out: &std::path::Path,
+    force: bool,
+) -> Result<memdial::fixture::Generated> {
+    let pb = ProgressBar::new(0);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
+    );
+    pb.set_message(format!("fixture {preset}"));
+    let g = fixture::generate(
+        preset,
+        seed,
+        out,
+        force,
+        Some(fixture::write_tokenizer),
+        &mut |d, t| {
+            pb.set_length(t);
+            pb.set_position(d);
+        },
+    )?;
+    pb.finish_and_clear();
+    Ok(g)
 }

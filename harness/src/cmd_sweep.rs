@@ -137,26 +137,7 @@ fn generate_default_model(dir: &Path) -> Result<()> {
         "{} is missing: generating the `mini` fixture (about 1 GiB, ~30 s)",
         dir.display()
     );
-    let pb = ProgressBar::new(0);
-    pb.set_style(
-        ProgressStyle::with_template(
-            "fixture mini [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
-    memdial::fixture::generate(
-        "mini",
-        0,
-        dir,
-        false,
-        Some(memdial::fixture::write_tokenizer),
-        &mut |d, t| {
-            pb.set_length(t);
-            pb.set_position(d);
-        },
-    )?;
-    pb.finish_and_clear();
+    crate::cmd_fixture::generate_with_progress("mini", 0, dir, false)?;
     Ok(())
 }
 
