@@ -6,8 +6,13 @@
 //!   over-read to aligned bounds and sliced. If the filesystem does not support
 //!   direct IO we fail with an error suggesting `--io buffered`: never a silent
 //!   fallback, since reports must say what was measured.
-//! - `buffered`: `pread` through the page cache.
-//! - `mmap`: a shared read-only mapping per shard; views borrow the mapping.
+//! - `buffered`: `pread` through the page cache with the default `POSIX_FADV_NORMAL`
+//!   read-ahead. (`POSIX_FADV_RANDOM` would stop read-ahead past whole-record reads; an
+//!   A/B on `mini` at the floor was inconclusive on the shared machine, so the default
+//!   stays. The page cache fills outside the budget: see the README.)
+//! - `mmap`: a shared read-only mapping per shard; records are faulted in with
+//!   `MADV_WILLNEED` plus one touch per page (`MADV_RANDOM` was measured 10x slower:
+//!   it disables the read-ahead WILLNEED relies on); views borrow the mapping.
 //!
 //! Short reads are looped; a read that ends before the requested range does
 //! (truncated file, EIO) is an error naming the file and offset. The file's size and
@@ -124,10 +129,9 @@ impl ShardFile {
         let map = if mode == IoMode::Mmap {
             // SAFETY: read-only shared mapping; the file changing underneath is detected by
             // the size/mtime check on every access and reported as an error.
-            Some(Arc::new(
-                unsafe { memmap2::Mmap::map(&file) }
-                    .with_context(|| format!("mmap {}", path.display()))?,
-            ))
+            let m = unsafe { memmap2::Mmap::map(&file) }
+                .with_context(|| format!("mmap {}", path.display()))?;
+            Some(Arc::new(m))
         } else {
             None
         };
