@@ -54,7 +54,8 @@ fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
             ))));
         }
     }
-    let (meta, rows) = merge(&a.dirs).map_err(|e| anyhow::Error::new(Usage(format!("{e:#}"))))?;
+    let (meta, rows, missing) =
+        merge(&a.dirs).map_err(|e| anyhow::Error::new(Usage(format!("{e:#}"))))?;
     let out = a.out.clone().unwrap_or_else(|| {
         PathBuf::from(crate::cmd_sweep::DEFAULT_REPORTS)
             .join(format!("{}-merged", crate::sweep::util::utc_now_dirname()))
@@ -63,9 +64,11 @@ fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
     copy_spec(&a.dirs[0], &out)?;
     meta.save(&out)?;
     let (v, _) = write_all(&out, &meta, &rows, None)?;
-    let complete = rows.len() >= meta.runs_planned;
+    let complete = rows.len() >= meta.runs_planned && missing.is_empty();
     let mut line = v.one_line();
-    if !complete {
+    if !missing.is_empty() {
+        line += &format!("; incomplete: shard(s) {} missing", missing.join(", "));
+    } else if !complete {
         line += &format!("; incomplete: {} of {} runs", rows.len(), meta.runs_planned);
     }
     println!("{line}");

@@ -384,6 +384,19 @@ fn shards_merge_into_the_full_verdict() {
     );
     assert_eq!(hashes(&merged), hashes(full));
     assert!(merged.join("curve.png").exists() && merged.join("report.md").exists());
+    // A lost shard makes the merge incomplete (exit 1), even when what is there passes.
+    let partial = fresh("merged-partial");
+    let o = Command::new(BIN)
+        .args(["report", "merge"])
+        .arg(&a)
+        .arg(&a)
+        .arg("--out")
+        .arg(&partial)
+        .arg("--check")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("shard(s) 2/2 missing"), "{}", text(&o));
     // A shard of another spec is refused.
     let other = fresh("other");
     let o3 = sweep(

@@ -12,7 +12,10 @@ use super::row::Row;
 /// Loads and combines the run directories. They must come from the same spec
 /// (same `spec_sha256`) and model size. Rows are de-duplicated by run id (the
 /// first directory wins) and ordered as a single sweep would run them.
-pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>)> {
+///
+/// Returns the merged meta, the rows, and the shards of an `i/n` split that were
+/// not among the inputs (as `"i/n"`), so a lost shard makes the merge incomplete.
+pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
     if dirs.is_empty() {
         bail!("nothing to merge: give one or more run directories");
     }
@@ -58,12 +61,27 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>)> {
             planned += m.runs_planned;
         }
     }
+    let mut missing = vec![];
+    let counts: BTreeSet<usize> = metas.iter().filter_map(|m| m.shard.map(|s| s.count)).collect();
+    if counts.len() > 1 {
+        bail!("the directories come from splits into different shard counts: {counts:?}");
+    }
+    if let Some(&n) = counts.iter().next() {
+        let unsharded = metas.iter().any(|m| m.shard.is_none());
+        if !unsharded {
+            for i in 1..=n {
+                if !shards_seen.contains(&Some((i, n))) {
+                    missing.push(format!("{i}/{n}"));
+                }
+            }
+        }
+    }
     let mut meta = metas[0].clone();
     meta.shard = None;
     meta.merged_from = dirs.iter().map(|d| d.display().to_string()).collect();
     meta.runs_planned = planned;
     meta.command = std::env::args().collect::<Vec<_>>().join(" ");
-    Ok((meta, rows))
+    Ok((meta, rows, missing))
 }
 
 /// Copies `spec.toml` of the first directory into `out` (when present).
