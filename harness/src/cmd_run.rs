@@ -210,9 +210,22 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         && (a.record_trace.is_some()
             || a.trace.is_some()
             || a.verify_reads
-            || prefetch != Prefetch::None)
+            || prefetch != Prefetch::None
+            || io != IoMode::Direct
+            || cache != CachePolicy::Lru)
     {
-        return usage("--prefetch, --trace, --record-trace and --verify-reads need --budget (the streaming store)".into());
+        return usage(
+            "--io, --prefetch, --cache, --trace, --record-trace and --verify-reads need --budget (the streaming store)"
+                .into(),
+        );
+    }
+    if a.threads == 0 {
+        return usage("--threads must be ≥ 1".into());
+    }
+    if prefetch == Prefetch::Oracle && a.trace.is_none() {
+        return usage(
+            "--prefetch oracle needs --trace FILE (record one with --record-trace)".into(),
+        );
     }
 
     let cfg = load_config(&a.model)?;
@@ -228,13 +241,13 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         encode_prompt(&a.model, &text, a.chat, a.system.as_deref())?
     };
     if prompt.is_empty() {
-        bail!("the prompt is empty");
+        return usage("the prompt is empty".into());
     }
     if let Some(bad) = prompt.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-        bail!(
+        return usage(format!(
             "prompt token id {bad} is out of range (vocab_size {})",
             cfg.vocab_size
-        );
+        ));
     }
     let max_context = a
         .max_context

@@ -396,7 +396,11 @@ fn shards_merge_into_the_full_verdict() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("shard(s) 2/2 missing"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("shard(s) 2/2 missing"),
+        "{}",
+        text(&o)
+    );
     // A shard of another spec is refused.
     let other = fresh("other");
     let o3 = sweep(

@@ -62,7 +62,10 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
         }
     }
     let mut missing = vec![];
-    let counts: BTreeSet<usize> = metas.iter().filter_map(|m| m.shard.map(|s| s.count)).collect();
+    let counts: BTreeSet<usize> = metas
+        .iter()
+        .filter_map(|m| m.shard.map(|s| s.count))
+        .collect();
     if counts.len() > 1 {
         bail!("the directories come from splits into different shard counts: {counts:?}");
     }

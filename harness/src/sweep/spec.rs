@@ -322,6 +322,13 @@ impl Spec {
         }
         for p in &self.prefetch {
             memdial::store::plan::Prefetch::parse(p)?;
+            if p == "oracle" && !self.extra_args.iter().any(|a| a == "--trace") {
+                bail!(
+                    "prefetch \"oracle\" replays a recorded expert trace: record one with \
+                     `memdial run … --record-trace F.jsonl` and add extra_args = [\"--trace\", \"F.jsonl\"] \
+                     (the same prompt must be used)"
+                );
+            }
         }
         for c in &self.cache {
             if c != "lru" && c != "lfru" {
