@@ -300,7 +300,7 @@ fn draw_io<DB: DrawingBackend>(
         ),
         (
             &bottom,
-            "IO wait (% of decode time)",
+            "IO wait (% of prefill + decode time)",
             |p| p.io_wait_fraction.map(|f| f * 100.0),
             100.0,
         ),

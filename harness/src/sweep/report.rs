@@ -249,7 +249,7 @@ pub fn markdown(
     let _ = writeln!(
         s,
         "s/token is the median over repeats of each run's median decode time (min–max over repeats in brackets). \
-         Read/token is bytes read from the model files per decoded token; IO wait is the share of decode time spent waiting for reads.\n"
+         Read/token is bytes read from the model files per decoded token; IO wait is the share of generation time (prefill + decode) the compute thread spent waiting for reads.\n"
     );
     let _ = writeln!(
         s,
@@ -349,7 +349,7 @@ pub fn markdown(
         s,
         "![bytes read and IO wait vs budget](io.svg)\n\n\
          Top: bytes read from disk per decoded token (falls as more of the model stays resident). \
-         Bottom: share of decode time spent waiting for IO (what prefetch tries to hide).\n"
+         Bottom: share of generation time (prefill + decode) spent waiting for IO (what prefetch tries to hide).\n"
     );
     let _ = writeln!(
         s,

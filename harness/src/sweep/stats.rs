@@ -48,7 +48,7 @@ pub struct PointStats {
     pub ttft_s: Option<f64>,
     /// Median bytes read per decoded token.
     pub bytes_read_per_token: Option<f64>,
-    /// Median IO-wait share of decode time, [0, 1].
+    /// Median IO-wait share of generation (prefill + decode) time, [0, 1].
     pub io_wait_fraction: Option<f64>,
     /// Median trunk hit rate, [0, 1].
     pub trunk_hit_rate: Option<f64>,
