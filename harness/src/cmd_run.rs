@@ -282,7 +282,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
                 Ok(s) => Some(Arc::new(s)),
                 Err(e) => {
                     let msg = format!("{e:#}");
-                    if msg.contains("below the floor") {
+                    if msg.contains("below the floor") || msg.contains("use --io buffered") {
                         return usage(msg);
                     }
                     return Err(e);
