@@ -401,6 +401,27 @@ fn shards_merge_into_the_full_verdict() {
         "{}",
         text(&o)
     );
+    // --out must not overwrite an input shard.
+    let o = Command::new(BIN)
+        .args(["report", "merge"])
+        .arg(&a)
+        .arg(&b)
+        .arg("--out")
+        .arg(&a)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    // Re-merging into an earlier merge's directory is allowed.
+    let o = Command::new(BIN)
+        .args(["report", "merge"])
+        .arg(&a)
+        .arg(&b)
+        .arg("--out")
+        .arg(&merged)
+        .arg("--check")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     // A shard of another spec is refused.
     let other = fresh("other");
     let o3 = sweep(
