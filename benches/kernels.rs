@@ -26,17 +26,14 @@ use memdial::kernels::{
 
 const GIB: usize = 1 << 30;
 
-struct Rng(u64);
+/// Test data from the project's one deterministic generator.
+struct Rng(memdial::rng::SplitMix64);
 impl Rng {
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     fn f32(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        self.0.next_f32_signed()
     }
 }
 
@@ -166,7 +163,7 @@ fn overhead(c: &mut Criterion) {
         })
     });
     // Small matvecs around the single-thread cut-off (PAR_MIN_ELEMS = 65536).
-    let mut rng = Rng(7);
+    let mut rng = Rng(memdial::rng::SplitMix64::new(7));
     for &(rows, cols) in &[(128usize, 256usize), (256, 256), (1024, 256), (2048, 2048)] {
         let w = bf16_matrix(&mut rng, rows * cols);
         let x: Vec<f32> = (0..cols).map(|_| rng.f32()).collect();
@@ -184,7 +181,7 @@ fn overhead(c: &mut Criterion) {
 }
 
 fn bf16_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &[usize]) {
-    let mut rng = Rng(1);
+    let mut rng = Rng(memdial::rng::SplitMix64::new(1));
     let mut g = c.benchmark_group(format!("{prefix}/matvec_bf16_cold"));
     for &(rows, cols) in &[(12288usize, 7168usize), (3584, 7168)] {
         let one = bf16_matrix(&mut rng, rows * cols);
@@ -239,7 +236,7 @@ fn mxfp4_data(rng: &mut Rng, rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
 }
 
 fn mxfp4_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &[usize]) {
-    let mut rng = Rng(2);
+    let mut rng = Rng(memdial::rng::SplitMix64::new(2));
     // K3 routed expert shapes: w1/w3 [3072 out, 3584 in], w2 [3584 out, 3072 in].
     for &(rows, cols) in &[(3072usize, 3584usize), (3584, 3072)] {
         let (p, s) = mxfp4_data(&mut rng, rows, cols);

@@ -25,6 +25,7 @@ pub mod io;
 pub mod kernels;
 pub mod model;
 pub mod ops;
+pub mod rng;
 pub mod sampler;
 pub mod schema;
 pub mod store;

@@ -27,28 +27,7 @@ impl Default for SamplerConfig {
     }
 }
 
-/// SplitMix64 (Steele, Lea, Flood 2014): a small, well-mixed 64-bit generator.
-#[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    /// Seeds the generator.
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, 1) with 53 random bits.
-    pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+pub use crate::rng::SplitMix64;
 
 /// Index of the largest logit (NaN sorts lowest via `total_cmp` ordering of the
 /// comparison below; ties → lowest id).

@@ -3,19 +3,12 @@
 
 use memdial::kernels::{bf16_to_f32, matmul_bf16, matmul_f32, matvec_bf16, matvec_f32, Isa, Par};
 
-/// SplitMix64: tiny deterministic generator for fixtures.
-struct Rng(u64);
+/// Test data from the project's one deterministic generator.
+struct Rng(memdial::rng::SplitMix64);
 impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
     /// Uniform in [-1, 1).
     fn f32(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        self.0.next_f32_signed()
     }
 }
 
@@ -93,7 +86,7 @@ fn bf16_known_values() {
 
 #[test]
 fn bf16_matvec_matches_f64_reference() {
-    let mut rng = Rng(1);
+    let mut rng = Rng(memdial::rng::SplitMix64::new(1));
     for &(rows, cols) in SHAPES {
         let (wb, wf) = rand_bf16(&mut rng, rows * cols);
         let x = rand_vec(&mut rng, cols);
@@ -115,7 +108,7 @@ fn bf16_matvec_matches_f64_reference() {
 
 #[test]
 fn f32_matvec_matches_f64_reference() {
-    let mut rng = Rng(2);
+    let mut rng = Rng(memdial::rng::SplitMix64::new(2));
     for &(rows, cols) in SHAPES {
         let wf = rand_vec(&mut rng, rows * cols);
         let wb: Vec<u8> = wf.iter().flat_map(|f| f.to_le_bytes()).collect();
@@ -138,7 +131,7 @@ fn f32_matvec_matches_f64_reference() {
 
 #[test]
 fn bit_identical_across_threads_isas_and_alignment() {
-    let mut rng = Rng(3);
+    let mut rng = Rng(memdial::rng::SplitMix64::new(3));
     for &(rows, cols) in &[(300usize, 515usize), (1000, 96), (37, 7168), (2, 3)] {
         let (wb, _) = rand_bf16(&mut rng, rows * cols);
         let wf32: Vec<u8> = (0..rows * cols)
@@ -184,7 +177,7 @@ fn bit_identical_across_threads_isas_and_alignment() {
 
 #[test]
 fn matmul_equals_repeated_matvec_bitwise() {
-    let mut rng = Rng(4);
+    let mut rng = Rng(memdial::rng::SplitMix64::new(4));
     for &(rows, cols) in &[(300usize, 515usize), (64, 7168), (9, 40)] {
         let (wb, _) = rand_bf16(&mut rng, rows * cols);
         let wf32: Vec<u8> = (0..rows * cols)

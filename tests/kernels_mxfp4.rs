@@ -4,17 +4,14 @@
 
 use memdial::kernels::{dequant_mxfp4, matmul_mxfp4, matvec_mxfp4, Isa, Par};
 
-struct Rng(u64);
+/// Test data from the project's one deterministic generator.
+struct Rng(memdial::rng::SplitMix64);
 impl Rng {
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     fn f32(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        self.0.next_f32_signed()
     }
     fn byte(&mut self) -> u8 {
         (self.next_u64() >> 56) as u8
@@ -64,7 +61,7 @@ fn isas() -> Vec<Isa> {
 
 #[test]
 fn dequant_matches_independent_decoder_bitwise() {
-    let mut rng = Rng(10);
+    let mut rng = Rng(memdial::rng::SplitMix64::new(10));
     for &(rows, cols, smin, smax) in &[
         (7usize, 64usize, 120u8, 134u8),
         (33, 3584, 100, 150),
@@ -113,7 +110,7 @@ fn hand_derived_cases() {
 
 #[test]
 fn nan_scale_poisons_only_its_row() {
-    let mut rng = Rng(11);
+    let mut rng = Rng(memdial::rng::SplitMix64::new(11));
     let (p, mut s) = rand_mx(&mut rng, 4, 64, 120, 130);
     s[2 * 2 + 1] = 0xFF; // row 2, block 1
     let d = dequant_mxfp4(&p, &s, 4, 64);
@@ -130,7 +127,7 @@ fn nan_scale_poisons_only_its_row() {
 
 #[test]
 fn matvec_matches_f64_reference() {
-    let mut rng = Rng(12);
+    let mut rng = Rng(memdial::rng::SplitMix64::new(12));
     for &(rows, cols) in &[(5usize, 32usize), (64, 3584), (96, 3072), (300, 256)] {
         let (p, s) = rand_mx(&mut rng, rows, cols, 118, 136);
         let w = naive_dequant(&p, &s, rows, cols);
@@ -159,7 +156,7 @@ fn matvec_matches_f64_reference() {
 
 #[test]
 fn bit_identical_across_threads_isas_and_prefill() {
-    let mut rng = Rng(13);
+    let mut rng = Rng(memdial::rng::SplitMix64::new(13));
     for &(rows, cols) in &[(3072usize, 256usize), (40, 3584), (7, 64)] {
         let (p, s) = rand_mx(&mut rng, rows, cols, 110, 140);
         // Same bytes at odd addresses.

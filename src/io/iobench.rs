@@ -172,18 +172,6 @@ fn spans_of(g: &ReadGroup) -> Vec<Span> {
         .collect()
 }
 
-/// SplitMix64: a small deterministic generator for the expert order.
-struct SplitMix(u64);
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
-
 /// (layer, expert) pairs of a trace file (`{"token":t,"layer":l,"experts":[…]}` per
 /// line), in file order.
 pub fn read_trace(path: &Path) -> Result<Vec<(usize, usize)>> {
@@ -263,9 +251,9 @@ impl Workload {
                         .collect::<Result<Vec<_>>>()?,
                     _ => {
                         let mut seq: Vec<usize> = (0..reqs.len()).collect();
-                        let mut rng = SplitMix(seed);
+                        let mut rng = crate::rng::SplitMix64::new(seed);
                         for i in (1..seq.len()).rev() {
-                            let j = (rng.next() % (i as u64 + 1)) as usize;
+                            let j = (rng.next_u64() % (i as u64 + 1)) as usize;
                             seq.swap(i, j);
                         }
                         seq
