@@ -317,15 +317,13 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         prefill_chunk: a.prefill_chunk,
         perturb_logit: a.perturb_logit,
     };
-    let mut at_first: Option<(memdial::store::metrics::StoreMetrics, Instant)> = None; // metrics when the first token was chosen
+    // Store counters when the first token was chosen (decode figures start there).
+    let mut at_first: Option<memdial::store::metrics::StoreMetrics> = None;
     let t_gen = Instant::now();
     let out = generate(&model, &mut state, &prompt, &params, &mut |_| {
         mem.sample();
         if at_first.is_none() {
-            at_first = Some((
-                streaming.as_ref().map(|s| s.metrics()).unwrap_or_default(),
-                Instant::now(),
-            ));
+            at_first = Some(streaming.as_ref().map(|s| s.metrics()).unwrap_or_default());
         }
     })?;
     let gen_wall = t_gen.elapsed().as_secs_f64();
@@ -352,7 +350,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             .collect();
         let m = streaming.as_ref().map(|s| s.metrics()).unwrap_or_default();
         let decode_total: f64 = out.decode_s.iter().sum();
-        let first_m = at_first.as_ref().map(|x| x.0.clone()).unwrap_or_default();
+        let first_m = at_first.clone().unwrap_or_default();
         let decode_bytes = m.bytes_read.saturating_sub(first_m.bytes_read);
         let steps = out.decode_s.len();
         let model_bytes = ck.total_bytes();

@@ -804,26 +804,16 @@ impl StreamingStore {
         Ok(Bytes::new(owner, p, m.len as usize))
     }
 
+    /// The streamed layer read after layer `l`: the next one in this token, else the
+    /// first streamed layer of the next token; `num_layers` when nothing streams.
     fn next_streamed_layer(&self, l: usize) -> usize {
         let n = self.num_layers;
-        let mut c = l + 1;
-        loop {
-            let cand = if c >= n {
-                self.first_streamed + (c - n)
-            } else {
-                c
-            };
-            if cand >= n {
-                return n; // nothing streamed
-            }
-            if self.shared.plan.layer_groups[cand].is_some() && cand >= self.first_streamed {
-                return cand;
-            }
-            c += 1;
-            if c > 2 * n {
-                return n;
-            }
-        }
+        let streamed =
+            |c: &usize| *c >= self.first_streamed && self.shared.plan.layer_groups[*c].is_some();
+        (l + 1..n)
+            .chain(self.first_streamed..=l.min(n - 1))
+            .find(streamed)
+            .unwrap_or(n)
     }
 }
 
