@@ -96,6 +96,15 @@ fn fresh(name: &str) -> PathBuf {
     d
 }
 
+/// Runs `memdial report merge ARGS…`.
+fn merge(args: &[&Path]) -> Output {
+    Command::new(BIN)
+        .args(["report", "merge"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 /// Rows of results.json.
 fn rows(dir: &Path) -> Vec<serde_json::Value> {
     let t = std::fs::read_to_string(dir.join("results.json")).unwrap();
@@ -359,15 +368,7 @@ fn shards_merge_into_the_full_verdict() {
         .iter()
         .all(|r| r["point_index"].as_u64().unwrap() % 2 == 1));
     let merged = fresh("merged");
-    let o = Command::new(BIN)
-        .args(["report", "merge"])
-        .arg(&a)
-        .arg(&b)
-        .arg("--out")
-        .arg(&merged)
-        .arg("--check")
-        .output()
-        .unwrap();
+    let o = merge(&[&a, &b, Path::new("--out"), &merged, Path::new("--check")]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
     let fv: serde_json::Value =
@@ -386,15 +387,7 @@ fn shards_merge_into_the_full_verdict() {
     assert!(merged.join("curve.png").exists() && merged.join("report.md").exists());
     // A lost shard makes the merge incomplete (exit 1), even when what is there passes.
     let partial = fresh("merged-partial");
-    let o = Command::new(BIN)
-        .args(["report", "merge"])
-        .arg(&a)
-        .arg(&a)
-        .arg("--out")
-        .arg(&partial)
-        .arg("--check")
-        .output()
-        .unwrap();
+    let o = merge(&[&a, &a, Path::new("--out"), &partial, Path::new("--check")]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("shard(s) 2/2 missing"),
@@ -402,25 +395,10 @@ fn shards_merge_into_the_full_verdict() {
         text(&o)
     );
     // --out must not overwrite an input shard.
-    let o = Command::new(BIN)
-        .args(["report", "merge"])
-        .arg(&a)
-        .arg(&b)
-        .arg("--out")
-        .arg(&a)
-        .output()
-        .unwrap();
+    let o = merge(&[&a, &b, Path::new("--out"), &a]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     // Re-merging into an earlier merge's directory is allowed.
-    let o = Command::new(BIN)
-        .args(["report", "merge"])
-        .arg(&a)
-        .arg(&b)
-        .arg("--out")
-        .arg(&merged)
-        .arg("--check")
-        .output()
-        .unwrap();
+    let o = merge(&[&a, &b, Path::new("--out"), &merged, Path::new("--check")]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     // A shard of another spec is refused.
     let other = fresh("other");
@@ -430,14 +408,7 @@ fn shards_merge_into_the_full_verdict() {
         &["--shard", "1/2", "--check"],
     );
     assert_eq!(o3.status.code(), Some(0), "{}", text(&o3));
-    let o4 = Command::new(BIN)
-        .args(["report", "merge"])
-        .arg(&a)
-        .arg(&other)
-        .arg("--out")
-        .arg(fresh("bad-merge"))
-        .output()
-        .unwrap();
+    let o4 = merge(&[&a, &other, Path::new("--out"), &fresh("bad-merge")]);
     assert_eq!(o4.status.code(), Some(2), "{}", text(&o4));
 }
 
