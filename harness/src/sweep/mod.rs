@@ -5,7 +5,8 @@
 //! - [`spec`]: the TOML spec and its expansion into points and runs;
 //! - [`runner`]: one child `memdial run --metrics-json` per run;
 //! - [`coldcache`]: eviction and mincore verification before each run;
-//! - [`cgroup`]: optional memory-cgroup enforcement of the budget;
+//! - [`cgroup`]: memory-cgroup enforcement of the budget (default on);
+//! - [`memwatch`]: anon + page-cache memory sampled while a run is alive;
 //! - [`row`]: the results schema (`results.csv` / `results.json`);
 //! - [`verdict`], [`stats`], [`baseline`]: what the rows mean;
 //! - [`report`], [`charts`]: `report.md`, `verdict.json`, `curve.*`, `io.*`;
@@ -17,6 +18,7 @@ pub mod cgroup;
 pub mod charts;
 pub mod coldcache;
 pub mod host;
+pub mod memwatch;
 pub mod merge;
 pub mod report;
 pub mod row;

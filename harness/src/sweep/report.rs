@@ -276,7 +276,7 @@ pub fn markdown(
         }
         let _ = writeln!(
             s,
-            "| p{} | {budget} | {} | {} | {} | {} | {}{}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| p{} | {budget} | {} | {} | {} | {} | {}{}{}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             p.point_index,
             p.io,
             p.prefetch,
@@ -284,6 +284,7 @@ pub fn markdown(
             p.threads,
             p.n,
             if p.failed > 0 { format!(" ({} failed)", p.failed) } else { String::new() },
+            if p.over_budget > 0 { format!(" ({} over budget†)", p.over_budget) } else if p.unenforced > 0 { "*".into() } else { String::new() },
             if p.cold_verified { "" } else { " (not cold)" },
             match (p.s_per_token, p.s_per_token_min, p.s_per_token_max) {
                 (Some(m), Some(a), Some(b)) => format!("{m:.4} [{a:.4}–{b:.4}]"),
@@ -298,6 +299,18 @@ pub fn markdown(
             bytes_f(p.peak_rss_bytes),
             bytes_f(p.peak_rss_anon_bytes),
             bytes_f(p.peak_accounted_bytes),
+        );
+    }
+    if stats.iter().any(|p| p.unenforced > 0) {
+        let _ = writeln!(
+            s,
+            "\n\\* not held to its budget by a memory cgroup (see `cgroup_reason` in results.csv); its memory was sampled (anon + model page cache) instead."
+        );
+    }
+    if stats.iter().any(|p| p.over_budget > 0) {
+        let _ = writeln!(
+            s,
+            "\n† over budget: the run's anonymous memory plus the model's page-cache residency (sampled every 100 ms) exceeded budget + `cgroup_slack`; it borrowed memory the budget does not count, so its speed is not comparable with runs held to their budget."
         );
     }
     s.push('\n');

@@ -156,6 +156,25 @@ pub struct Row {
     pub model_device: String,
     /// memdial version.
     pub memdial_version: String,
+    // --- memory as the budget sees it (appended after the columns above; never renamed)
+    /// Why the run was not in a memory cgroup (`None` when `cgroup_enforced`).
+    pub cgroup_reason: Option<String>,
+    /// `cgroup_slack` of the spec, bytes: what a run may hold above its budget.
+    pub cgroup_slack_bytes: Option<u64>,
+    /// Memory samples the harness took while the child ran (every 100 ms).
+    pub memory_samples: Option<u64>,
+    /// Peak `RssAnon` of the child over the harness's samples, bytes.
+    pub rss_anon_peak_sampled_bytes: Option<u64>,
+    /// Peak page-cache residency of the model's shard files over the samples, bytes.
+    pub page_cache_resident_bytes_peak: Option<u64>,
+    /// Peak over the samples of `RssAnon + page-cache residency of the model`
+    /// (same instant), bytes: the memory the budget has to hold.
+    pub anon_plus_page_cache_peak_bytes: Option<u64>,
+    /// Unenforced run whose memory (the larger of `anon_plus_page_cache_peak_bytes`
+    /// and `peak_rss_anon_bytes`) exceeded `budget_bytes + cgroup_slack_bytes`: its
+    /// speed is not comparable with runs held to the budget.
+    #[serde(default)]
+    pub over_budget: bool,
 }
 
 /// The schema: every column of `results.csv`, in order (same keys as each object of
@@ -227,6 +246,13 @@ pub const COLUMNS: &[&str] = &[
     "model_fs",
     "model_device",
     "memdial_version",
+    "cgroup_reason",
+    "cgroup_slack_bytes",
+    "memory_samples",
+    "rss_anon_peak_sampled_bytes",
+    "page_cache_resident_bytes_peak",
+    "anon_plus_page_cache_peak_bytes",
+    "over_budget",
 ];
 
 fn f(v: &Value, k: &str) -> Option<f64> {
@@ -313,6 +339,30 @@ impl Row {
         self.output_ids_sha256
             .clone()
             .or_else(|| (self.status == "ok").then(|| super::util::ids_sha256(&self.output_ids)))
+    }
+
+    /// Records the harness's memory samples and decides `over_budget` (call after
+    /// [`Row::fill_metrics`], so the engine's anonymous peak is known).
+    pub fn fill_memory(&mut self, m: &super::memwatch::MemSamples, slack: u64) {
+        self.cgroup_slack_bytes = Some(slack);
+        self.memory_samples = Some(m.samples);
+        self.rss_anon_peak_sampled_bytes = Some(m.anon_peak_bytes);
+        self.page_cache_resident_bytes_peak = Some(m.page_cache_peak_bytes);
+        self.anon_plus_page_cache_peak_bytes = Some(m.anon_plus_page_cache_peak_bytes);
+        if self.cgroup_enforced && self.cgroup_peak_bytes.is_none() {
+            self.cgroup_peak_bytes = m.cgroup_usage_peak_bytes;
+        }
+        if self.cgroup_enforced && self.cgroup_oom_kills.is_none() {
+            self.cgroup_oom_kills = m.cgroup_oom_kills;
+        }
+        self.over_budget = self.status == "ok"
+            && super::memwatch::over_budget(
+                self.cgroup_enforced,
+                self.anon_plus_page_cache_peak_bytes,
+                self.peak_rss_anon_bytes,
+                self.budget_bytes,
+                slack,
+            );
     }
 
     /// True for measured (non-warm-up) runs that finished.

@@ -62,6 +62,10 @@ pub struct PointStats {
     pub peak_accounted_bytes: Option<f64>,
     /// Whether the point was skipped as below the floor.
     pub below_floor: bool,
+    /// Measured runs not held to the budget by a memory cgroup.
+    pub unenforced: usize,
+    /// Measured runs marked `over_budget`.
+    pub over_budget: usize,
 }
 
 fn med(rs: &[&Row], f: impl Fn(&Row) -> Option<f64>) -> Option<f64> {
@@ -116,6 +120,8 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                 peak_rss_anon_bytes: med(&ok, |r| r.peak_rss_anon_bytes.map(|x| x as f64)),
                 peak_accounted_bytes: med(&ok, |r| r.peak_accounted_bytes.map(|x| x as f64)),
                 below_floor: all.iter().any(|r| r.status == "below_floor"),
+                unenforced: ok.iter().filter(|r| !r.cgroup_enforced).count(),
+                over_budget: ok.iter().filter(|r| r.over_budget).count(),
             }
         })
         .collect()
