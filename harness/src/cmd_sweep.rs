@@ -245,14 +245,6 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         baseline::parse_tolerance(&a.max_regression).map_err(|e| usage(format!("{e:#}")))?;
     let probe_bytes =
         parse_size(&a.bandwidth_probe).map_err(|e| usage(format!("--bandwidth-probe: {e:#}")))?;
-    let base = match &a.baseline {
-        Some(p) => Some(Baseline {
-            path: p.clone(),
-            medians: baseline::load(p).map_err(|e| usage(format!("{e:#}")))?,
-            tolerance,
-        }),
-        None => None,
-    };
     let model = match &a.model {
         Some(m) => {
             if !m.is_dir() {
@@ -283,6 +275,25 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         )));
     }
     let (resolved, model_bytes, shard_files) = resolve_points(&spec, &model)?;
+    let content_hash = Checkpoint::open(&model)
+        .and_then(|ck| memdial::checkpoint::model_content_hash(&ck))
+        .map_err(|e| usage(format!("{e:#}")))?;
+    let spec_hash = spec.hash();
+    let base = match &a.baseline {
+        Some(p) => {
+            let me = baseline::Identity {
+                spec_name: spec.name.as_deref(),
+                spec_sha256: &spec_hash,
+                model_content_hash: &content_hash,
+            };
+            Some(Baseline {
+                path: p.clone(),
+                runs: baseline::load(p, &me).map_err(|e| usage(format!("{e:#}")))?,
+                tolerance,
+            })
+        }
+        None => None,
+    };
     let points_total = resolved.len();
     let selected: Vec<&Resolved> = resolved
         .iter()
@@ -365,9 +376,13 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
             cgroup: String::new(),
             memdial_version: env!("CARGO_PKG_VERSION").to_string(),
             command,
+            results_schema: None,
+            model_content_hash: None,
         }
     };
     let mut meta = meta;
+    meta.results_schema = Some(row::RESULTS_SCHEMA);
+    meta.model_content_hash = Some(content_hash.clone());
     meta.cgroup = match &cg_support {
         None => "off (--no-cgroup: engine accounting only, page cache unchecked)".into(),
         Some(s) => s.describe(),

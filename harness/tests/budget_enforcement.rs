@@ -4,7 +4,8 @@
 //! turns an OOM kill into a failed run with a hint naming the slack.
 //!
 //! Tests that need a memory cgroup print `SKIPPED: …` with the reason and return
-//! when this machine cannot make one (not root, no memory controller).
+//! when this machine cannot make one (not root, no memory controller); under
+//! `CI=true` that is a failure instead.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -98,10 +99,12 @@ fn skipped(test: &str, r: &serde_json::Value) -> bool {
     if r["cgroup_enforced"] == true {
         return false;
     }
-    eprintln!(
-        "SKIPPED {test}: no memory cgroup on this machine: {}",
-        r["cgroup_reason"].as_str().unwrap_or("?")
+    let why = r["cgroup_reason"].as_str().unwrap_or("?");
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{test}: no memory cgroup under CI=true: {why}"
     );
+    eprintln!("SKIPPED {test}: no memory cgroup on this machine: {why}");
     true
 }
 

@@ -1,6 +1,7 @@
 //! Memory as the budget sees it, sampled by the harness while a child run is alive.
 //!
-//! Every [`INTERVAL`] the harness reads the child's anonymous resident memory
+//! Every [`INTERVAL`] (every [`FIRST_INTERVAL`] during the run's first second, so
+//! short runs are seen too) the harness reads the child's anonymous resident memory
 //! (`RssAnon` in `/proc/<pid>/status`) and the page-cache residency of the model's
 //! shard files (`mincore` over a fresh `PROT_READ` mapping of each file, which faults
 //! nothing in), and, when the run is in a memory cgroup, the cgroup's current charge.
@@ -8,8 +9,9 @@
 //! engine's own accounting (what `--budget` limits) does not see the page cache that
 //! `buffered` reads and `mmap` faults leave behind. The peak of that sum, taken
 //! between samples, can miss spikes shorter than the interval; the engine's own
-//! anonymous peak is recorded separately and the larger of the two decides
-//! `over_budget` (see [`over_budget`]).
+//! end-of-run reading (its anonymous peak plus the model's page cache it measured
+//! before exiting) and its anonymous peak alone are also considered, and the
+//! largest decides `over_budget` (see [`over_budget`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -20,6 +22,17 @@ use super::cgroup::RunCgroup;
 
 /// Time between samples.
 pub const INTERVAL: Duration = Duration::from_millis(100);
+/// Time between samples during the first second of a run.
+pub const FIRST_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The interval after `elapsed` of run time.
+pub fn interval_at(elapsed: Duration) -> Duration {
+    if elapsed < Duration::from_secs(1) {
+        FIRST_INTERVAL
+    } else {
+        INTERVAL
+    }
+}
 
 /// Peaks over the samples of one run. Bytes throughout.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -85,21 +98,16 @@ impl MemSamples {
 }
 
 /// Whether an unenforced finished run held more than `budget + slack` bytes as the
-/// budget sees them: the larger of the sampled `anon + page cache` peak and the
-/// engine's reported anonymous peak, against `budget + slack`. Runs in a memory
-/// cgroup are never over budget (the kernel holds them to it).
-pub fn over_budget(
-    enforced: bool,
-    sampled_peak: Option<u64>,
-    engine_anon_peak: Option<u64>,
-    budget: u64,
-    slack: u64,
-) -> bool {
+/// budget sees them: the largest of `seen` (the sampled `anon + page cache` peak,
+/// the engine's end-of-run `anon peak + page cache`, its anonymous peak) against
+/// `budget + slack`. Runs in a memory cgroup are never over budget (the kernel
+/// holds them to it).
+pub fn over_budget(enforced: bool, seen: &[Option<u64>], budget: u64, slack: u64) -> bool {
     if enforced {
         return false;
     }
-    let seen = sampled_peak.unwrap_or(0).max(engine_anon_peak.unwrap_or(0));
-    seen > budget.saturating_add(slack)
+    let m = seen.iter().map(|x| x.unwrap_or(0)).max().unwrap_or(0);
+    m > budget.saturating_add(slack)
 }
 
 #[cfg(test)]
@@ -117,10 +125,10 @@ mod tests {
 
     #[test]
     fn over_budget_rule() {
-        assert!(!over_budget(true, Some(10_000), None, 100, 10));
-        assert!(!over_budget(false, Some(110), Some(50), 100, 10));
-        assert!(over_budget(false, Some(111), Some(50), 100, 10));
-        assert!(over_budget(false, Some(20), Some(200), 100, 10));
-        assert!(!over_budget(false, None, None, 100, 10));
+        assert!(!over_budget(true, &[Some(10_000)], 100, 10));
+        assert!(!over_budget(false, &[Some(110), Some(50)], 100, 10));
+        assert!(over_budget(false, &[Some(111), Some(50)], 100, 10));
+        assert!(over_budget(false, &[Some(20), None, Some(200)], 100, 10));
+        assert!(!over_budget(false, &[None, None], 100, 10));
     }
 }

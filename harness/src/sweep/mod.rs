@@ -14,9 +14,11 @@
 //! - [`host`]: machine and storage facts.
 
 pub mod baseline;
+pub mod bootstrap;
 pub mod cgroup;
 pub mod charts;
 pub mod coldcache;
+pub mod compare;
 pub mod host;
 pub mod memwatch;
 pub mod merge;

@@ -51,6 +51,12 @@ pub struct Meta {
     pub memdial_version: String,
     /// Command line.
     pub command: String,
+    /// [`super::row::RESULTS_SCHEMA`] of the results (absent before version 2).
+    #[serde(default)]
+    pub results_schema: Option<u32>,
+    /// [`memdial::checkpoint::model_content_hash`] of the model.
+    #[serde(default)]
+    pub model_content_hash: Option<String>,
 }
 
 impl Meta {
@@ -82,12 +88,12 @@ fn bytes_f(v: Option<f64>) -> String {
     opt(v, |x| fmt_bytes(x.max(0.0).round() as u64))
 }
 
-/// A loaded baseline: its path, per-point medians (s/token) and the tolerance.
+/// A loaded baseline: its path, runs by match key and the tolerance.
 pub struct Baseline {
     /// The baseline `results.csv`.
     pub path: std::path::PathBuf,
     /// Median s/token per point key.
-    pub medians: std::collections::BTreeMap<String, f64>,
+    pub runs: super::baseline::Runs,
     /// Allowed slow-down (0.25 = 25 %).
     pub tolerance: f64,
 }
@@ -103,7 +109,7 @@ pub fn write_all(
     super::row::save(dir, rows)?;
     let v = verdict(rows);
     let stats = per_point(rows);
-    let cmp = baseline.map(|b| super::baseline::compare(&b.path, &b.medians, &stats, b.tolerance));
+    let cmp = baseline.map(|b| super::baseline::compare(&b.path, &b.runs, rows, b.tolerance));
     let baseline = cmp.as_ref();
     write_atomic(
         &dir.join("verdict.json"),
@@ -248,12 +254,13 @@ pub fn markdown(
     let _ = writeln!(s, "## Medians per point\n");
     let _ = writeln!(
         s,
-        "s/token is the median over repeats of each run's median decode time (min–max over repeats in brackets). \
-         Read/token is bytes read from the model files per decoded token; IO wait is the share of generation time (prefill + decode) the compute thread spent waiting for reads.\n"
+        "s/token is the median over repeats of each run's median decode time, with its 95 % interval in brackets \
+         (two-level bootstrap over runs and the decode times within each run; see the README, \"Noise and signal\"). \
+         tok/s is 1 / s/token (the same figure). Read/token is bytes read from the model files per decoded token; IO wait is the share of generation time (prefill + decode) the compute thread spent waiting for reads.\n"
     );
     let _ = writeln!(
         s,
-        "| point | budget | io | prefetch | cache | threads | runs | s/token [min–max] | tok/s | TTFT s | read/token | IO wait | trunk hit | expert hit | peak RSS | peak anon | accounted |"
+        "| point | budget | io | prefetch | cache | threads | runs | s/token [95% CI] | tok/s | TTFT s | read/token | IO wait | trunk hit | expert hit | peak RSS | peak anon | accounted |"
     );
     let _ = writeln!(
         s,
@@ -286,8 +293,12 @@ pub fn markdown(
             if p.failed > 0 { format!(" ({} failed)", p.failed) } else { String::new() },
             if p.over_budget > 0 { format!(" ({} over budget†)", p.over_budget) } else if p.unenforced > 0 { "*".into() } else { String::new() },
             if p.cold_verified { "" } else { " (not cold)" },
-            match (p.s_per_token, p.s_per_token_min, p.s_per_token_max) {
-                (Some(m), Some(a), Some(b)) => format!("{m:.4} [{a:.4}–{b:.4}]"),
+            match (p.s_per_token, p.s_per_token_lo, p.s_per_token_hi) {
+                (Some(m), Some(a), Some(b)) => format!(
+                    "{m:.4} [{a:.4}–{b:.4}]{}",
+                    if p.high_variance { " high variance‡" } else { "" }
+                ),
+                (Some(m), _, _) => format!("{m:.4} (insufficient repeats)"),
                 _ => "–".into(),
             },
             opt(p.tokens_per_s, |x| format!("{x:.2}")),
@@ -299,6 +310,12 @@ pub fn markdown(
             bytes_f(p.peak_rss_bytes),
             bytes_f(p.peak_rss_anon_bytes),
             bytes_f(p.peak_accounted_bytes),
+        );
+    }
+    if stats.iter().any(|p| p.high_variance) {
+        let _ = writeln!(
+            s,
+            "\n‡ high variance: the 95 % interval is wider than ±10 % of the median. More repeats (`repeats` in the spec) or a quieter machine (no other load on the CPUs or the disk) narrow it."
         );
     }
     if stats.iter().any(|p| p.unenforced > 0) {
@@ -328,22 +345,60 @@ pub fn markdown(
         if !b.compared.is_empty() {
             let _ = writeln!(
                 s,
-                "| point | baseline s/token | now s/token | change | |\n|---|---|---|---|---|"
+                "| point | baseline s/token | now s/token | change | now / baseline [95% CI] | |\n|---|---|---|---|---|---|"
             );
             for c in &b.compared {
                 let _ = writeln!(
                     s,
-                    "| p{} `{}` | {:.4} | {:.4} | {:+.1}% | {} |",
+                    "| p{} `{}` | {:.4} | {:.4} | {:+.1}% | {} | {} |",
                     c.point_index,
                     c.point_key,
                     c.old_s_per_token,
                     c.new_s_per_token,
                     c.change * 100.0,
-                    if c.regressed { "**regressed**" } else { "ok" }
+                    c.ratio.describe(),
+                    if c.regressed {
+                        "**regressed**"
+                    } else if c.change > b.tolerance {
+                        "slower, not significant"
+                    } else {
+                        "ok"
+                    }
                 );
             }
             s.push('\n');
         }
+    }
+
+    let runs = super::stats::point_runs(rows);
+    let cmps = super::compare::same_budget(stats, &runs);
+    if !cmps.is_empty() {
+        let _ = writeln!(
+            s,
+            "## Same-budget comparisons\n\nAt each budget, each IO mode against `direct` (same prefetch policy) and each prefetch policy against `none` (same IO mode): \
+             the ratio of s/token with its 95 % interval; significant when the interval excludes 1 (same bootstrap as the intervals above). \
+             Points with over-budget runs are left out.\n"
+        );
+        let _ = writeln!(
+            s,
+            "| budget | compared | s/token ratio [95% CI] | verdict |\n|---|---|---|---|"
+        );
+        for c in &cmps {
+            let _ = writeln!(
+                s,
+                "| {} | p{} {} / p{} {} ({} {}) | {} | {} |",
+                c.budget_spec,
+                c.a_point,
+                c.a,
+                c.b_point,
+                c.b,
+                if c.axis == "io" { "prefetch" } else { "io" },
+                c.fixed,
+                c.ratio.describe(),
+                c.verdict()
+            );
+        }
+        s.push('\n');
     }
 
     let _ = writeln!(s, "## Charts\n");

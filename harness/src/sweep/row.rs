@@ -13,6 +13,11 @@ use serde_json::Value;
 
 use super::util::write_atomic;
 
+/// Version of the results schema (the columns of [`COLUMNS`] and their meaning),
+/// recorded in `sweep.json` as `results_schema`. 2: memory columns from
+/// `cgroup_reason` on, and baselines checked against it.
+pub const RESULTS_SCHEMA: u32 = 2;
+
 /// One run. Engine metrics are `None` (empty in CSV, `null` in JSON) when the run
 /// failed or the engine reported `null`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -161,7 +166,8 @@ pub struct Row {
     pub cgroup_reason: Option<String>,
     /// `cgroup_slack` of the spec, bytes: what a run may hold above its budget.
     pub cgroup_slack_bytes: Option<u64>,
-    /// Memory samples the harness took while the child ran (every 100 ms).
+    /// Memory samples the harness took while the child ran (every 100 ms; 10 ms in
+    /// the first second).
     pub memory_samples: Option<u64>,
     /// Peak `RssAnon` of the child over the harness's samples, bytes.
     pub rss_anon_peak_sampled_bytes: Option<u64>,
@@ -170,9 +176,10 @@ pub struct Row {
     /// Peak over the samples of `RssAnon + page-cache residency of the model`
     /// (same instant), bytes: the memory the budget has to hold.
     pub anon_plus_page_cache_peak_bytes: Option<u64>,
-    /// Unenforced run whose memory (the larger of `anon_plus_page_cache_peak_bytes`
-    /// and `peak_rss_anon_bytes`) exceeded `budget_bytes + cgroup_slack_bytes`: its
-    /// speed is not comparable with runs held to the budget.
+    /// Unenforced run whose memory (the largest of `anon_plus_page_cache_peak_bytes`,
+    /// `peak_rss_anon_bytes + page_cache_resident_bytes_end` and `peak_rss_anon_bytes`)
+    /// exceeded `budget_bytes + cgroup_slack_bytes`: its speed is not comparable with
+    /// runs held to the budget.
     #[serde(default)]
     pub over_budget: bool,
 }
@@ -355,11 +362,18 @@ impl Row {
         if self.cgroup_enforced && self.cgroup_oom_kills.is_none() {
             self.cgroup_oom_kills = m.cgroup_oom_kills;
         }
+        let engine_end = self
+            .peak_rss_anon_bytes
+            .zip(self.page_cache_resident_bytes_end)
+            .map(|(a, p)| a + p);
         self.over_budget = self.status == "ok"
             && super::memwatch::over_budget(
                 self.cgroup_enforced,
-                self.anon_plus_page_cache_peak_bytes,
-                self.peak_rss_anon_bytes,
+                &[
+                    self.anon_plus_page_cache_peak_bytes,
+                    engine_end,
+                    self.peak_rss_anon_bytes,
+                ],
                 self.budget_bytes,
                 slack,
             );

@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 
 use super::cgroup::RunCgroup;
-use super::memwatch::{MemSamples, INTERVAL};
+use super::memwatch::{interval_at, MemSamples};
 use super::spec::{Point, PromptSpec};
 
 /// Environment variable naming the binary used for child runs instead of this
@@ -158,7 +158,7 @@ impl RunRequest<'_> {
         let status = loop {
             if Instant::now() >= next_sample {
                 mem.sample(Some(child.id()), self.watch_files, self.cgroup);
-                next_sample = Instant::now() + INTERVAL;
+                next_sample = Instant::now() + interval_at(t0.elapsed());
             }
             if let Some(s) = child.try_wait()? {
                 break s;
