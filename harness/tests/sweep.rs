@@ -231,6 +231,17 @@ fn small_sweep_passes_and_writes_every_file() {
         serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
     assert_eq!(v["pass"], true);
     assert!(out.join("runs/p000-r0/metrics.json").exists());
+    // The recommendation comes first in report.md and is in verdict.json; the curve
+    // has one panel per IO mode.
+    let first = md.find("## ").unwrap();
+    assert!(md[first..].starts_with("## Recommendation"), "{md}");
+    let modes = v["recommendation"]["modes"].as_array().unwrap();
+    assert_eq!(modes.len(), 2);
+    assert_eq!(
+        v["recommendation"]["by_budget"].as_array().unwrap().len(),
+        2
+    );
+    assert!(svg.contains("io = direct") && svg.contains("io = buffered"));
     eprintln!("small sweep: {:.1} s", t0.elapsed().as_secs_f64());
 }
 

@@ -22,6 +22,7 @@ pub mod compare;
 pub mod host;
 pub mod memwatch;
 pub mod merge;
+pub mod recommend;
 pub mod report;
 pub mod row;
 pub mod runner;

@@ -111,9 +111,14 @@ pub fn write_all(
     let stats = per_point(rows);
     let cmp = baseline.map(|b| super::baseline::compare(&b.path, &b.runs, rows, b.tolerance));
     let baseline = cmp.as_ref();
+    let rec = super::recommend::recommend(&stats, &super::stats::point_runs(rows));
+    let mut vj = serde_json::to_value(&v)?;
+    if let Some(o) = vj.as_object_mut() {
+        o.insert("recommendation".into(), serde_json::to_value(&rec)?);
+    }
     write_atomic(
         &dir.join("verdict.json"),
-        serde_json::to_string_pretty(&v)?.as_bytes(),
+        serde_json::to_string_pretty(&vj)?.as_bytes(),
     )?;
     let title = meta
         .spec_name
@@ -165,6 +170,8 @@ pub fn markdown(
             "> **Partial report:** {done} of {planned_runs} runs finished. Re-run the same command with `--out` set to this directory to complete it.\n"
         );
     }
+    let rec = super::recommend::recommend(stats, &super::stats::point_runs(rows));
+    s += &rec.markdown(&|spec, bytes| super::spec::budget_label(spec, bytes));
     let _ = writeln!(s, "## Verdict\n\n**{}**\n", v.one_line());
     let diff = v.differing_points();
     if !diff.is_empty() {
@@ -408,8 +415,9 @@ pub fn markdown(
     let _ = writeln!(
         s,
         "![decode time vs budget](curve.svg)\n\n\
-         How to read it: each line is one IO mode × prefetch policy; a marker is the median s/token of a point, \
-         the whisker its min–max over repeats (lines measured at the same budget are shifted sideways by up to ±3 % so they do not hide each other). Both axes are logarithmic. The dashed vertical line in a line's colour is \
+         How to read it: one panel per IO mode (same axes), one line per prefetch policy (colour and marker shape); a marker is the median s/token of a point, \
+         the whisker its 95 % interval (min–max over repeats when there are too few for one); a hollow marker was not held to its budget by a memory cgroup. \
+         Lines measured at the same budget are shifted right by up to 5 % so they do not hide each other (never past the model size). Both axes are logarithmic. The dashed vertical line in a line's colour is \
          its floor (the smallest budget that runs); the black line is the model size. Moving right trades memory for \
          speed; a flat stretch means extra memory buys nothing, a steep one means the budget is the bottleneck.\n"
     );
