@@ -14,10 +14,13 @@
 //! - [`store`]: the weight store interface, resident and streaming stores.
 //! - [`model`]: the forward pass (KDA, MLA, MoE, AttnRes) over a [`store::WeightStore`];
 //! - [`ops`]: the kernel API the model calls (reference implementations);
-//! - [`sampler`], [`generate`]: token selection and the prefill/decode loop.
+//! - [`sampler`], [`generate`]: token selection and the prefill/decode loop;
+//! - [`error`]: typed usage-class errors ([`error::UsageError`]);
+//! - [`units`]: byte sizes (`512MiB`) parsed and printed.
 
 pub mod checkpoint;
 pub mod config;
+pub mod error;
 pub mod fixture;
 pub mod generate;
 pub mod inspect;
@@ -31,3 +34,4 @@ pub mod schema;
 pub mod store;
 pub mod sysmem;
 pub mod tokenizer;
+pub mod units;

@@ -88,7 +88,7 @@ struct Settings {
 
 fn parse(a: &Args) -> Result<Settings> {
     let patterns = list(&a.pattern, "pattern", Pattern::parse)?;
-    let modes = list(&a.modes, "modes", IoMode::parse)?;
+    let modes = list(&a.modes, "modes", |x| Ok(IoMode::parse(x)?))?;
     let qds = list(&a.qd, "qd", |x| match x.parse::<usize>() {
         Ok(q) if (1..=1024).contains(&q) => Ok(q),
         _ => bail!("queue depth {x:?} is not an integer in 1..=1024"),
@@ -172,13 +172,7 @@ fn save_rows(dir: &Path, rows: &[Row]) -> Result<()> {
 
 /// Runs `memdial iobench`.
 pub fn run(a: &Args) -> Result<ExitCode> {
-    let s = match parse(a) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            return Ok(ExitCode::from(2));
-        }
-    };
+    let s = parse(a).map_err(crate::args::as_usage)?;
     let t_start = Instant::now();
     let fio = if a.no_fio { None } else { fio_version() };
     let mut matrix = s.matrix.clone();

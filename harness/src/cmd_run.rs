@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use memdial::checkpoint::Checkpoint;
 use memdial::config::load_config;
+use memdial::error::UsageError;
 use memdial::fixture::hex;
 use memdial::generate::{generate, GenerateParams};
 use memdial::io::IoMode;
@@ -21,6 +22,8 @@ use memdial::sysmem::PeakTracker;
 use memdial::tokenizer::Tokenizer;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
+
+use crate::args::{usage, CacheArg, IoArg, PrefetchArg};
 
 /// Output format of `memdial run`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -85,17 +88,17 @@ pub struct RunArgs {
     pub ignore_eos: bool,
     /// Memory budget (e.g. 512MiB, 2GiB, 8GB): stream weights through the budgeted
     /// store. Without it every weight is read into RAM at load (full residency).
-    #[arg(long)]
-    pub budget: Option<String>,
+    #[arg(long, value_parser = parse_size)]
+    pub budget: Option<u64>,
     /// IO mode of the streaming store: direct (O_DIRECT), buffered (pread), mmap.
-    #[arg(long, default_value = "direct")]
-    pub io: String,
-    /// Prefetch policy: none, next-layer, lookahead, oracle (oracle needs --trace).
-    #[arg(long, default_value = "none")]
-    pub prefetch: String,
-    /// Expert-cache replacement policy: lru, lfru.
-    #[arg(long, default_value = "lru")]
-    pub cache: String,
+    #[arg(long, value_enum, default_value_t = IoArg(IoMode::Direct))]
+    pub io: IoArg,
+    /// Prefetch policy (oracle needs --trace).
+    #[arg(long, value_enum, default_value_t = PrefetchArg(Prefetch::None))]
+    pub prefetch: PrefetchArg,
+    /// Expert-cache replacement policy.
+    #[arg(long, value_enum, default_value_t = CacheArg(CachePolicy::Lru))]
+    pub cache: CacheArg,
     /// Background IO threads of the streaming store (queue depth).
     #[arg(long, default_value_t = 4)]
     pub io_threads: usize,
@@ -165,11 +168,6 @@ fn write_logits(path: &Path, data: &[f32], vocab: usize) -> Result<()> {
     }
 }
 
-fn usage(msg: String) -> Result<ExitCode> {
-    eprintln!("error: {msg}");
-    Ok(ExitCode::from(2))
-}
-
 fn percentile(v: &[f64], q: f64) -> Option<f64> {
     if v.is_empty() {
         return None;
@@ -184,27 +182,12 @@ fn percentile(v: &[f64], q: f64) -> Option<f64> {
 pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let t_load = Instant::now();
     let mut mem = PeakTracker::default();
-    let io = match IoMode::parse(&a.io) {
-        Ok(v) => v,
-        Err(e) => return usage(format!("{e:#}")),
-    };
-    let prefetch = match Prefetch::parse(&a.prefetch) {
-        Ok(v) => v,
-        Err(e) => return usage(format!("{e:#}")),
-    };
-    let cache = match CachePolicy::parse(&a.cache) {
-        Ok(v) => v,
-        Err(e) => return usage(format!("{e:#}")),
-    };
-    let budget = match a.budget.as_deref().map(parse_size).transpose() {
-        Ok(v) => v,
-        Err(e) => return usage(format!("{e:#}")),
-    };
+    let (io, prefetch, cache, budget) = (a.io.0, a.prefetch.0, a.cache.0, a.budget);
     if a.max_tokens == 0 {
-        return usage("--max-tokens must be ≥ 1".into());
+        return Err(usage("--max-tokens must be ≥ 1"));
     }
     if !(a.top_p > 0.0 && a.top_p <= 1.0) {
-        return usage("--top-p must be in (0, 1]".into());
+        return Err(usage("--top-p must be in (0, 1]"));
     }
     if budget.is_none()
         && (a.record_trace.is_some()
@@ -214,18 +197,15 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             || io != IoMode::Direct
             || cache != CachePolicy::Lru)
     {
-        return usage(
-            "--io, --prefetch, --cache, --trace, --record-trace and --verify-reads need --budget (the streaming store)"
-                .into(),
-        );
+        return Err(usage(
+            "--io, --prefetch, --cache, --trace, --record-trace and --verify-reads need --budget (the streaming store)",
+        ));
     }
     if a.threads == 0 {
-        return usage("--threads must be ≥ 1".into());
+        return Err(usage("--threads must be ≥ 1"));
     }
     if prefetch == Prefetch::Oracle && a.trace.is_none() {
-        return usage(
-            "--prefetch oracle needs --trace FILE (record one with --record-trace)".into(),
-        );
+        return Err(UsageError::OracleNeedsTrace.into());
     }
 
     let cfg = load_config(&a.model)?;
@@ -241,13 +221,13 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         encode_prompt(&a.model, &text, a.chat, a.system.as_deref())?
     };
     if prompt.is_empty() {
-        return usage("the prompt is empty".into());
+        return Err(usage("the prompt is empty"));
     }
     if let Some(bad) = prompt.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-        return usage(format!(
+        return Err(usage(format!(
             "prompt token id {bad} is out of range (vocab_size {})",
             cfg.vocab_size
-        ));
+        )));
     }
     let max_context = a
         .max_context
@@ -278,16 +258,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
                 trace: a.trace.clone(),
                 verify_reads: a.verify_reads,
             };
-            match StreamingStore::open(&cfg, &ck, opts) {
-                Ok(s) => Some(Arc::new(s)),
-                Err(e) => {
-                    let msg = format!("{e:#}");
-                    if msg.contains("below the floor") || msg.contains("use --io buffered") {
-                        return usage(msg);
-                    }
-                    return Err(e);
-                }
-            }
+            Some(Arc::new(StreamingStore::open(&cfg, &ck, opts)?))
         }
         None => None,
     };

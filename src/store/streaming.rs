@@ -435,7 +435,7 @@ impl StreamingStore {
             opts.max_context,
         )?;
         if opts.prefetch == Prefetch::Oracle && opts.trace.is_none() {
-            bail!("--prefetch oracle needs --trace FILE (record one with --record-trace)");
+            return Err(crate::error::UsageError::OracleNeedsTrace.into());
         }
         let trace_in = match &opts.trace {
             Some(p) => load_trace(p)?,
