@@ -15,6 +15,7 @@
 //! - [`model`]: the forward pass (KDA, MLA, MoE, AttnRes) over a [`store::WeightStore`];
 //! - [`ops`]: the kernel API the model calls (reference implementations);
 //! - [`sampler`], [`generate`]: token selection and the prefill/decode loop;
+//! - [`metrics`]: [`metrics::RunMetrics`], the figures of one run (`--metrics-json`, `results.csv`);
 //! - [`error`]: typed usage-class errors ([`error::UsageError`]);
 //! - [`units`]: byte sizes (`512MiB`) parsed and printed.
 
@@ -26,6 +27,7 @@ pub mod generate;
 pub mod inspect;
 pub mod io;
 pub mod kernels;
+pub mod metrics;
 pub mod model;
 pub mod ops;
 pub mod rng;

@@ -12,6 +12,7 @@ use memdial::error::UsageError;
 use memdial::fixture::hex;
 use memdial::generate::{generate, GenerateParams};
 use memdial::io::IoMode;
+use memdial::metrics::{MetricsFile, RunMetrics, Source, SCHEMA_VERSION};
 use memdial::model::Model;
 use memdial::sampler::SamplerConfig;
 use memdial::store::cache::CachePolicy;
@@ -314,11 +315,6 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         .join(",");
 
     if let Some(path) = &a.metrics_json {
-        let ids_bytes: Vec<u8> = out
-            .output_ids
-            .iter()
-            .flat_map(|t| t.to_le_bytes())
-            .collect();
         let m = streaming.as_ref().map(|s| s.metrics()).unwrap_or_default();
         let decode_total: f64 = out.decode_s.iter().sum();
         let first_m = at_first.clone().unwrap_or_default();
@@ -334,55 +330,88 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
                 .sum(),
         };
         let plan = streaming.as_ref().map(|s| s.plan().clone());
-        let v = serde_json::json!({
-            "schema_version": 1,
-            "model": a.model.display().to_string(),
-            "model_bytes": model_bytes,
-            "budget_bytes": budget,
-            "floor_bytes": plan.as_ref().map(|p| p.floor_bytes),
-            "io": if streaming.is_some() { Some(io.as_str()) } else { None },
-            "prefetch": prefetch.as_str(),
-            "cache": cache.as_str(),
-            "threads": a.threads,
-            "io_threads": a.io_threads,
-            "max_context": max_context,
-            "pinned_layers": plan.as_ref().map(|p| p.pinned_layers),
-            "expert_cache_experts": plan.as_ref().map(|p| p.expert_cache_experts),
-            "prompt_tokens": prompt.len(),
-            "generated_tokens": out.output_ids.len(),
-            "load_s": load_s,
-            "ttft_s": out.ttft_s,
-            "prefill_s": out.prefill_s,
-            "decode_s_per_token": out.decode_s,
-            "decode_s_per_token_median": if steps > 0 { Some(out.decode_median_s()) } else { None },
-            "decode_s_per_token_p90": percentile(&out.decode_s, 0.9),
-            "tokens_per_s": if decode_total > 0.0 { Some(steps as f64 / decode_total) } else { None },
-            "bytes_read_total": if streaming.is_some() { m.bytes_read + m.load_bytes_read } else { model_bytes },
-            "bytes_read_load": if streaming.is_some() { m.load_bytes_read } else { model_bytes },
-            "bytes_read_per_token": if steps > 0 && streaming.is_some() { Some(decode_bytes as f64 / steps as f64) } else { None },
-            "read_throughput_decode_bytes_per_s": if decode_total > 0.0 && streaming.is_some() { Some(decode_bytes as f64 / decode_total) } else { None },
-            "io_wait_s": m.io_wait_s,
-            "io_wait_fraction": if gen_wall > 0.0 { m.io_wait_s / gen_wall } else { 0.0 },
-            "trunk_hit_rate": streaming.as_ref().map(|_| m.trunk_hit_rate()),
-            "predicted_trunk_hit_rate": plan.as_ref().map(|p| p.predicted_trunk_hit_rate),
-            "expert_hit_rate": streaming.as_ref().map(|_| m.expert_hit_rate()),
-            "expert_prefetch_hits": m.expert_prefetch_hits,
-            "expert_hit_rate_per_layer": m.expert_layer.iter().map(|(r, h)| if *r > 0 { Some(*h as f64 / *r as f64) } else { None }).collect::<Vec<_>>(),
-            "lookahead_precision": m.lookahead_precision(),
-            "lookahead_recall": m.lookahead_recall(),
-            "peak_rss_bytes": mem.last.vm_hwm_bytes,
-            "peak_rss_anon_bytes": mem.peak_rss_anon_bytes,
-            "rss_anon_bytes": mem.last.rss_anon_bytes,
-            "rss_file_bytes": mem.last.rss_file_bytes,
-            "peak_accounted_bytes": streaming.as_ref().map(|_| m.peak_accounted_bytes),
-            "budget_overflows": m.budget_overflows,
-            "page_cache_resident_bytes_end": page_cache,
-            "output_ids": out.output_ids,
-            "output_ids_sha256": hex(&Sha256::digest(&ids_bytes)),
-            "output_text_sha256": text.as_ref().map(|t| hex(&Sha256::digest(t.as_bytes()))),
-        });
+        let streamed = streaming.is_some();
+        let mut rm = RunMetrics {
+            model: Some(a.model.display().to_string()),
+            model_bytes: Some(model_bytes),
+            floor_bytes: plan.as_ref().map(|p| p.floor_bytes),
+            io_threads: Some(a.io_threads as u64),
+            max_context: Some(max_context as u64),
+            prompt_tokens: Some(prompt.len() as u64),
+            generated_tokens: Some(out.output_ids.len() as u64),
+            load_s: Some(load_s),
+            ttft_s: Some(out.ttft_s),
+            decode_s_per_token: out.decode_s.clone(),
+            decode_s_per_token_median: (steps > 0).then(|| out.decode_median_s()),
+            decode_s_per_token_p90: percentile(&out.decode_s, 0.9),
+            tokens_per_s: (decode_total > 0.0).then(|| steps as f64 / decode_total),
+            bytes_read_total: Some(if streamed {
+                (m.bytes_read + m.load_bytes_read) as f64
+            } else {
+                model_bytes as f64
+            }),
+            bytes_read_per_token: (steps > 0 && streamed)
+                .then(|| decode_bytes as f64 / steps as f64),
+            read_throughput_decode_bytes_per_s: (decode_total > 0.0 && streamed)
+                .then(|| decode_bytes as f64 / decode_total),
+            io_wait_fraction: Some(if gen_wall > 0.0 {
+                m.io_wait_s / gen_wall
+            } else {
+                0.0
+            }),
+            trunk_hit_rate: streamed.then(|| m.trunk_hit_rate()),
+            expert_hit_rate: streamed.then(|| m.expert_hit_rate()),
+            expert_hit_rate_per_layer: m
+                .expert_layer
+                .iter()
+                .map(|(r, h)| (*r > 0).then(|| *h as f64 / *r as f64))
+                .collect(),
+            lookahead_precision: m.lookahead_precision(),
+            lookahead_recall: m.lookahead_recall(),
+            peak_rss_bytes: Some(mem.last.vm_hwm_bytes),
+            peak_rss_anon_bytes: Some(mem.peak_rss_anon_bytes),
+            rss_file_bytes: Some(mem.last.rss_file_bytes),
+            peak_accounted_bytes: streamed.then_some(m.peak_accounted_bytes),
+            budget_overflows: Some(m.budget_overflows),
+            page_cache_resident_bytes_end: Some(page_cache),
+            output_ids: out.output_ids.clone(),
+            output_ids_sha256: Some(out.output_ids_sha256()),
+            output_text_sha256: text.as_ref().map(|t| hex(&Sha256::digest(t.as_bytes()))),
+            pinned_layers: plan.as_ref().map(|p| p.pinned_layers as u64),
+            expert_cache_experts: plan.as_ref().map(|p| p.expert_cache_experts as u64),
+            prefill_s: Some(out.prefill_s),
+            bytes_read_load: Some(if streamed {
+                m.load_bytes_read as f64
+            } else {
+                model_bytes as f64
+            }),
+            io_wait_s: Some(m.io_wait_s),
+            predicted_trunk_hit_rate: plan.as_ref().map(|p| p.predicted_trunk_hit_rate),
+            expert_prefetch_hits: Some(m.expert_prefetch_hits),
+            rss_anon_bytes: Some(mem.last.rss_anon_bytes),
+            metric_sources: Default::default(),
+        };
+        for k in [
+            "peak_rss_bytes",
+            "peak_rss_anon_bytes",
+            "rss_file_bytes",
+            "rss_anon_bytes",
+            "page_cache_resident_bytes_end",
+        ] {
+            rm.metric_sources.insert(k.into(), Source::Os);
+        }
+        rm.fill_sources(Source::Engine);
+        let file = MetricsFile {
+            schema_version: Some(SCHEMA_VERSION),
+            budget_bytes: budget,
+            io: streamed.then(|| io.as_str().to_string()),
+            prefetch: Some(prefetch.as_str().to_string()),
+            cache: Some(cache.as_str().to_string()),
+            threads: Some(a.threads as u64),
+            metrics: rm,
+        };
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_string_pretty(&v)? + "\n")
+        std::fs::write(&tmp, serde_json::to_string_pretty(&file)? + "\n")
             .with_context(|| format!("cannot write {}", tmp.display()))?;
         std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
     }
