@@ -477,3 +477,18 @@ pub fn expected_tensors(cfg: &ModelConfig) -> Vec<TensorSpec> {
     }
     b.out
 }
+
+/// The multi-token-prediction layer a checkpoint tensor belongs to, if any: `name` (with the
+/// model's weight prefix) is `model.layers.{L}.…` with
+/// `num_hidden_layers ≤ L < num_hidden_layers + num_nextn_predict_layers`.
+/// Such tensors (`enorm`, `hnorm`, `eh_proj`, `shared_head.*` and a whole decoder layer in
+/// DeepSeek-V3-style checkpoints) are present but unused: never loaded, not model bytes.
+pub fn mtp_layer_of(cfg: &ModelConfig, name: &str) -> Option<usize> {
+    let rest = name
+        .strip_prefix(cfg.weight_prefix.as_str())?
+        .strip_prefix("model.layers.")?;
+    let (idx, _) = rest.split_once('.')?;
+    let l: usize = idx.parse().ok()?;
+    let n = cfg.num_hidden_layers;
+    (l >= n && l < n + cfg.num_nextn_predict_layers).then_some(l)
+}

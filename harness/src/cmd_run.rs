@@ -130,10 +130,11 @@ fn encode_prompt(dir: &Path, text: &str, chat: bool, system: Option<&str>) -> Re
     }
 }
 
-/// Ids → text with the model directory's tokenizer; `None` when it has none.
-fn decode_ids(dir: &Path, ids: &[u32]) -> Option<String> {
+/// Ids → text with the model directory's tokenizer; `None` when it has none. Ids of a
+/// padded vocabulary (`vocab_size` > tokenizer ids) decode to "" (`decode_padded`).
+fn decode_ids(dir: &Path, ids: &[u32], vocab_size: usize) -> Option<String> {
     let tok = Tokenizer::from_dir(dir).ok()?;
-    tok.decode(ids).ok()
+    tok.decode_padded(ids, vocab_size).ok()
 }
 
 /// Writes `data` `[rows, cols]` as a little-endian float32 `.npy` (format 1.0).
@@ -334,7 +335,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     if let (Some(path), Some(l)) = (&a.logits_out, &out.logits) {
         write_logits(path, l, cfg.vocab_size)?;
     }
-    let text = decode_ids(&a.model, &out.output_ids);
+    let text = decode_ids(&a.model, &out.output_ids, cfg.vocab_size);
     let ids_str = out
         .output_ids
         .iter()
@@ -353,7 +354,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         let first_m = at_first.clone().unwrap_or_default();
         let decode_bytes = m.bytes_read.saturating_sub(first_m.bytes_read);
         let steps = out.decode_s.len();
-        let model_bytes = ck.total_bytes();
+        let model_bytes = memdial::inspect::model_bytes(&cfg, &ck);
         let page_cache = match &streaming {
             Some(s) => s.page_cache_resident_bytes(),
             None => ck
