@@ -10,12 +10,14 @@
 //! - [`inspect`]: architecture summary and checkpoint validation;
 //! - [`fixture`]: deterministic fixture checkpoints in the published layout;
 //! - [`tokenizer`]: the Kimi tiktoken tokenizer and chat template;
+//! - [`chat`]: chat prompts from the checkpoint's own Jinja `chat_template`;
 //! - [`io`]: aligned direct / buffered / mmap reads and page-cache control;
 //! - [`store`]: the weight store interface, resident and streaming stores.
 //! - [`model`]: the forward pass (KDA, MLA, MoE, AttnRes) over a [`store::WeightStore`];
 //! - [`ops`]: the kernel API the model calls (reference implementations);
 //! - [`sampler`], [`generate`]: token selection and the prefill/decode loop.
 
+pub mod chat;
 pub mod checkpoint;
 pub mod config;
 pub mod fixture;

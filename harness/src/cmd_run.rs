@@ -49,7 +49,9 @@ pub struct RunArgs {
     /// Prompt as token ids, comma-separated (e.g. 1,2,3).
     #[arg(long, value_delimiter = ',')]
     pub prompt_ids: Option<Vec<u32>>,
-    /// Wrap the text prompt in the chat template (user turn + assistant header).
+    /// Wrap the text prompt in the checkpoint's own chat_template (tokenizer_config.json or
+    /// chat_template.jinja, rendered as transformers does), or the built-in Kimi format when
+    /// it has none: user turn + generation prompt.
     #[arg(long)]
     pub chat: bool,
     /// System message for --chat.
@@ -124,7 +126,7 @@ fn encode_prompt(dir: &Path, text: &str, chat: bool, system: Option<&str>) -> Re
     let tok = Tokenizer::from_dir(dir)
         .context("text prompts need the tokenizer (or pass --prompt-ids)")?;
     if chat {
-        tok.try_chat_prompt(text, system)
+        memdial::chat::chat_prompt_ids(dir, &tok, text, system)
     } else {
         Ok(tok.encode(text, true))
     }

@@ -415,3 +415,171 @@ fn padded_vocabulary_keeps_the_text() {
     assert!(text(&o).contains("unknown token id"), "{}", text(&o));
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// Specials of a tokenizer_config.json by name, read from the file itself.
+fn special_ids(dir: &Path) -> std::collections::HashMap<String, u32> {
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("tokenizer_config.json")).unwrap()).unwrap();
+    v["added_tokens_decoder"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, t)| {
+            (
+                t["content"].as_str().unwrap().to_string(),
+                k.parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// A K2-style template (default system prompt when none is given, role markers, tools
+/// block) as published for Kimi K2-Instruct in shape; token names as in K2.
+const K2_TEMPLATE: &str = "{%- if tools -%}<|im_system|>tool_declare<|im_middle|>{{ tools | tojson }}<|im_end|>{%- endif -%}
+{%- for message in messages -%}
+{%- if loop.first and messages[0]['role'] != 'system' -%}
+<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>
+{%- endif -%}
+{%- if message['role'] == 'system' -%}<|im_system|>system<|im_middle|>
+{%- elif message['role'] == 'user' -%}<|im_user|>user<|im_middle|>
+{%- else -%}<|im_assistant|>assistant<|im_middle|>{%- endif -%}
+{{- message.get('content') | trim -}}<|im_end|>
+{%- endfor -%}
+{%- if add_generation_prompt -%}<|im_assistant|>assistant<|im_middle|>{%- endif -%}";
+
+/// A K3-style tokenizer_config: specials at offsets 2–5 renamed (`<|end_of_msg|>`,
+/// `<|open|>`, `<|close|>`, `<|sep|>`, names from the developers' notes, UNVERIFIED against the
+/// published file) and a template written with them, starting with `{{ bos_token }}`.
+const K3_TEMPLATE: &str = "{{ bos_token }}
+{%- for m in messages %}<|open|>{{ m.role }}<|sep|>{{ m.content }}<|end_of_msg|>{% endfor %}
+{%- if add_generation_prompt %}<|open|>assistant<|sep|>{% endif %}";
+
+/// `--chat` renders the checkpoint's own template with its own special tokens (K2 and
+/// K3 layouts), and falls back to the built-in Kimi format without a template. Expected
+/// ids are derived by hand from the template text: special markers → the ids the file
+/// gives them, text between markers → plain encoding.
+#[test]
+fn chat_uses_the_checkpoints_template_and_specials() {
+    let d = scratch("chat");
+    let base = d.join("base");
+    generate("tiny-k3", &base);
+    let tok = Tokenizer::from_dir(&base).unwrap();
+    let plain = |s: &str| tok.encode(s, false);
+    let user = "Tell me about the french revolution.";
+    let run_ids = |dir: &Path, extra: &[&str]| -> Vec<u32> {
+        let mut args = vec![
+            "run",
+            "--model",
+            dir.to_str().unwrap(),
+            "--prompt",
+            user,
+            "--chat",
+            "--max-tokens",
+            "1",
+            "--output",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let o = memdial(&args);
+        assert!(o.status.success(), "{}", text(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        serde_json::from_value(v["prompt_ids"].clone()).unwrap()
+    };
+
+    // K2 style.
+    let k2 = d.join("k2");
+    copy_dir(&base, &k2);
+    edit_json(&k2, "tokenizer_config.json", |v| {
+        v["chat_template"] = K2_TEMPLATE.into();
+    });
+    let s = special_ids(&k2);
+    let mut want = vec![s["<|im_system|>"]];
+    want.extend(plain("system"));
+    want.push(s["<|im_middle|>"]);
+    want.extend(plain(
+        "You are Kimi, an AI assistant created by Moonshot AI.",
+    ));
+    want.push(s["<|im_end|>"]);
+    want.push(s["<|im_user|>"]);
+    want.extend(plain("user"));
+    want.push(s["<|im_middle|>"]);
+    want.extend(plain(user));
+    want.extend([s["<|im_end|>"], s["<|im_assistant|>"]]);
+    want.extend(plain("assistant"));
+    want.push(s["<|im_middle|>"]);
+    assert_eq!(run_ids(&k2, &[]), want);
+
+    // K3 style: renamed specials; the built-in format cannot work here.
+    let k3 = d.join("k3");
+    copy_dir(&base, &k3);
+    edit_json(&k3, "tokenizer_config.json", |v| {
+        let a = v["added_tokens_decoder"].as_object_mut().unwrap();
+        let n_base = tok.n_base();
+        for (off, name) in [
+            (2, "<|end_of_msg|>"),
+            (3, "<|open|>"),
+            (4, "<|close|>"),
+            (5, "<|sep|>"),
+        ] {
+            a.insert(
+                (n_base + off).to_string(),
+                serde_json::json!({"content": name, "lstrip": false, "normalized": false,
+                    "rstrip": false, "single_word": false, "special": true}),
+            );
+        }
+        v["eos_token"] = "<|end_of_msg|>".into();
+        v["chat_template"] = K3_TEMPLATE.into();
+    });
+    let s = special_ids(&k3);
+    assert!(!s.contains_key("<|im_user|>") && !s.contains_key("<|im_end|>"));
+    let k3_tok = Tokenizer::from_dir(&k3).unwrap();
+    assert!(k3_tok.try_chat_prompt(user, None).is_err());
+    let turn = |role: &str, content: &str, out: &mut Vec<u32>| {
+        out.push(s["<|open|>"]);
+        out.extend(plain(role));
+        out.push(s["<|sep|>"]);
+        out.extend(plain(content));
+        out.push(s["<|end_of_msg|>"]);
+    };
+    let mut want = vec![s["[BOS]"]];
+    turn("system", "Be brief.", &mut want);
+    turn("user", user, &mut want);
+    want.push(s["<|open|>"]);
+    want.extend(plain("assistant"));
+    want.push(s["<|sep|>"]);
+    assert_eq!(run_ids(&k3, &["--system", "Be brief."]), want);
+
+    // No template: the built-in Kimi format (the same hand derivation as its unit test).
+    let none = d.join("none");
+    copy_dir(&base, &none);
+    edit_json(&none, "tokenizer_config.json", |v| {
+        v.as_object_mut().unwrap().remove("chat_template");
+    });
+    let s = special_ids(&none);
+    let mut want = vec![s["<|im_user|>"]];
+    want.extend(plain("user"));
+    want.push(s["<|im_middle|>"]);
+    want.extend(plain(user));
+    want.extend([s["<|im_end|>"], s["<|im_assistant|>"]]);
+    want.extend(plain("assistant"));
+    want.push(s["<|im_middle|>"]);
+    assert_eq!(run_ids(&none, &[]), want);
+
+    // A template that raises is a clear error, exit 1.
+    edit_json(&none, "tokenizer_config.json", |v| {
+        v["chat_template"] = "{{ raise_exception('only user turns') }}".into();
+    });
+    let o = memdial(&[
+        "run",
+        "--model",
+        none.to_str().unwrap(),
+        "--prompt",
+        "x",
+        "--chat",
+        "--max-tokens",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("only user turns"), "{}", text(&o));
+    std::fs::remove_dir_all(&d).unwrap();
+}
