@@ -10,6 +10,7 @@
 //! - [`inspect`]: architecture summary and checkpoint validation;
 //! - [`fixture`]: deterministic fixture checkpoints in the published layout;
 //! - [`tokenizer`]: the Kimi tiktoken tokenizer and chat template;
+//! - [`chat`]: chat prompts from the checkpoint's own Jinja `chat_template`;
 //! - [`io`]: aligned direct / buffered / mmap reads and page-cache control;
 //! - [`store`]: the weight store interface, resident and streaming stores.
 //! - [`model`]: the forward pass (KDA, MLA, MoE, AttnRes) over a [`store::WeightStore`];
@@ -19,6 +20,7 @@
 //! - [`error`]: typed usage-class errors ([`error::UsageError`]);
 //! - [`units`]: byte sizes (`512MiB`) parsed and printed.
 
+pub mod chat;
 pub mod checkpoint;
 pub mod config;
 pub mod error;

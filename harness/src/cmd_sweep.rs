@@ -170,7 +170,7 @@ fn resolve_points(spec: &Spec, model: &Path) -> Result<(Vec<Resolved>, u64, Vec<
             floor_bytes: floor,
         });
     }
-    let model_bytes = ck.total_bytes();
+    let model_bytes = memdial::inspect::model_bytes(&cfg, &ck);
     let files = ck.shards.iter().map(|s| s.path.clone()).collect();
     Ok((out, model_bytes, files))
 }
