@@ -175,27 +175,6 @@ fn resolve_points(spec: &Spec, model: &Path) -> Result<(Vec<Resolved>, u64, Vec<
     Ok((out, model_bytes, files))
 }
 
-/// Points `reports/latest` at `target` (a sibling directory), atomically.
-fn update_latest(parent: &Path, target: &Path) {
-    let link = parent.join("latest");
-    if link.exists() && !link.is_symlink() {
-        eprintln!(
-            "warning: {} exists and is not a symlink; not updated",
-            link.display()
-        );
-        return;
-    }
-    let name = target
-        .file_name()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| target.to_path_buf());
-    let tmp = parent.join(format!(".latest.tmp{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    if std::os::unix::fs::symlink(&name, &tmp).is_ok() && std::fs::rename(&tmp, &link).is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-}
-
 fn run_order_key(r: &Row) -> (bool, u32, usize) {
     (!r.warmup, r.repeat, r.point_index)
 }
@@ -345,7 +324,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     }
     meta.save(&out)?;
     if default_out {
-        update_latest(Path::new(DEFAULT_REPORTS), &out);
+        crate::export::update_latest(Path::new(DEFAULT_REPORTS), "latest", &out);
     }
     let cg_mode = match &cg_support {
         Some(Support::Available(m)) => Some(m.clone()),

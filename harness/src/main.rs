@@ -20,6 +20,8 @@ mod cmd_report;
 mod cmd_run;
 mod cmd_sweep;
 mod cmd_tokenize;
+mod export;
+mod iobench;
 mod sweep;
 
 /// Run giant MoE models in a memory budget, and measure the trade.

@@ -12,8 +12,6 @@ use memdial::metrics::{MetricsFile, RunMetrics, Source};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::util::write_atomic;
-
 /// One run. Engine metrics are `None` (empty in CSV, `null` in JSON) when the run
 /// failed or the engine reported `null`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -262,11 +260,7 @@ pub fn to_csv(rows: &[Row]) -> Result<Vec<u8>> {
 
 /// Writes `results.json` and `results.csv` atomically.
 pub fn save(dir: &Path, rows: &[Row]) -> Result<()> {
-    write_atomic(
-        &dir.join("results.json"),
-        serde_json::to_string_pretty(rows)?.as_bytes(),
-    )?;
-    write_atomic(&dir.join("results.csv"), &to_csv(rows)?)
+    crate::export::write_table(dir, rows, &to_csv(rows)?)
 }
 
 /// Reads `results.json` of a run directory (empty when it does not exist yet).
