@@ -49,9 +49,34 @@ pub struct Checkpoint {
 /// Largest JSON header accepted (the format's own limit is 100 MB).
 const MAX_HEADER: u64 = 100_000_000;
 
-/// Reads one shard's header. Errors name the file.
+/// Opens a shard for reading its header without read-ahead (`POSIX_FADV_RANDOM`
+/// on this open file), so indexing a checkpoint does not pull megabytes of tensor
+/// data into the page cache behind the budget's back (a device's read-ahead is often
+/// 128 KiB–8 MiB). Pair with [`drop_header_pages`].
+fn open_for_header(path: &Path) -> Result<File> {
+    let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::Random);
+    Ok(f)
+}
+
+/// Drops the pages of `[0, len)` (rounded outward to whole pages) that reading a
+/// header put in the page cache (`POSIX_FADV_DONTNEED`; pages another process has
+/// mapped stay). Best effort.
+fn drop_header_pages(f: &File, len: u64) {
+    let ps = rustix::param::page_size() as u64;
+    let end = len.div_ceil(ps) * ps;
+    let _ = rustix::fs::fadvise(
+        f,
+        0,
+        std::num::NonZeroU64::new(end),
+        rustix::fs::Advice::DontNeed,
+    );
+}
+
+/// Reads one shard's header (without read-ahead, and dropping the pages it read
+/// from the page cache afterwards). Errors name the file.
 pub fn read_header(path: &Path) -> Result<(u64, safetensors::tensor::Metadata)> {
-    let mut f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut f = open_for_header(path)?;
     let size = f.metadata()?.len();
     let mut len = [0u8; 8];
     f.read_exact(&mut len).with_context(|| {
@@ -70,6 +95,7 @@ pub fn read_header(path: &Path) -> Result<(u64, safetensors::tensor::Metadata)> 
     let mut buf = vec![0u8; n as usize];
     f.read_exact(&mut buf)
         .with_context(|| format!("{}: cannot read header", path.display()))?;
+    drop_header_pages(&f, 8 + n);
     let meta: safetensors::tensor::Metadata = serde_json::from_slice(&buf)
         .with_context(|| format!("{}: malformed safetensors header", path.display()))?;
     Ok((8 + n, meta))
@@ -225,11 +251,11 @@ pub fn model_content_hash(ck: &Checkpoint) -> Result<String> {
         h.update(name.as_bytes());
         h.update([0u8]);
         h.update(s.size.to_le_bytes());
-        let mut f =
-            File::open(&s.path).with_context(|| format!("cannot open {}", s.path.display()))?;
+        let mut f = open_for_header(&s.path)?;
         let mut head = vec![0u8; s.data_start as usize];
         f.read_exact(&mut head)
             .with_context(|| format!("{}: cannot read header", s.path.display()))?;
+        drop_header_pages(&f, s.data_start);
         h.update(&head);
     }
     Ok(h.finalize()

@@ -201,3 +201,44 @@ fn cgroup_flags_conflict() {
     );
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
+
+#[test]
+fn direct_run_leaves_no_shard_pages_in_the_page_cache() {
+    let _g = lock();
+    let m = model();
+    let shards: Vec<PathBuf> = std::fs::read_dir(m)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    assert!(!shards.is_empty());
+    for s in &shards {
+        memdial::io::pagecache::evict(s).unwrap();
+    }
+    let cold: u64 = shards
+        .iter()
+        .map(|s| memdial::io::pagecache::resident_bytes(s).unwrap())
+        .sum();
+    if cold != 0 {
+        // tmpfs or a filesystem that ignores DONTNEED: nothing to measure.
+        eprintln!("SKIPPED direct_run_leaves_no_shard_pages_in_the_page_cache: {cold} bytes stay cached after eviction (tmpfs?)");
+        return;
+    }
+    let o = Command::new(BIN)
+        .args(["run", "--model"])
+        .arg(m)
+        .args(["--prompt", "The capital of France is", "--max-tokens", "3"])
+        .args(["--io", "direct", "--budget", "1GiB"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    for s in &shards {
+        let r = memdial::io::pagecache::resident_bytes(s).unwrap();
+        assert_eq!(
+            r,
+            0,
+            "{} has {r} bytes cached after a direct run",
+            s.display()
+        );
+    }
+}
