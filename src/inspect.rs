@@ -176,7 +176,8 @@ pub fn inspect_dir(dir: &Path) -> Result<(ModelConfig, Summary, Vec<String>)> {
     let cfg = load_config(dir)?;
     let ck = Checkpoint::open(dir)?;
     let summary = summarize(&cfg);
-    let problems = validate(&cfg, &ck);
+    let mut problems = validate(&cfg, &ck);
+    problems.extend(crate::integrity::scan_e8m0(&ck)?);
     Ok((cfg, summary, problems))
 }
 

@@ -21,6 +21,7 @@ pub mod config;
 pub mod fixture;
 pub mod generate;
 pub mod inspect;
+pub mod integrity;
 pub mod io;
 pub mod kernels;
 pub mod model;

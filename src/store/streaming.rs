@@ -293,6 +293,30 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Refuses E8M0 NaN scales (0xFF) in a routed expert just read
+    /// ([`crate::integrity::check_e8m0`]; its scales are in memory now).
+    fn check_scales(&self, key: Key, loaded: &Loaded) -> Result<()> {
+        if !matches!(key, Key::Expert(..)) {
+            return Ok(());
+        }
+        let g = self.group(key);
+        for m in g
+            .members
+            .iter()
+            .filter(|m| m.key.ends_with(".weight_scale"))
+        {
+            let p = loaded.range_pos[m.range] + m.offset as usize;
+            let bytes: &[u8] = match &loaded.data {
+                LoadedData::Buf(b) => b.as_ref(),
+                LoadedData::Maps(maps) => &maps[m.range][..],
+            };
+            crate::integrity::check_e8m0(&m.key, &bytes[p..p + m.len as usize])?;
+        }
+        Ok(())
+    }
+}
+
 fn worker(shared: Arc<Shared>) {
     loop {
         let job = {
@@ -310,6 +334,7 @@ fn worker(shared: Arc<Shared>) {
         let group = shared.group(job.key);
         let res = read_group(&shared, group, job.buf).and_then(|(l, n)| {
             let v = shared.verify(job.key, &l)?;
+            shared.check_scales(job.key, &l)?;
             Ok((l, n, v))
         });
         let mut g = lock(&shared);
