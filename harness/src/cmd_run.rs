@@ -286,7 +286,10 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
                 Ok(s) => Some(Arc::new(s)),
                 Err(e) => {
                     let msg = format!("{e:#}");
-                    if msg.contains("below the floor") || msg.contains("use --io buffered") {
+                    if msg.contains("below the floor")
+                        || msg.contains("use --io buffered")
+                        || msg.contains("write it with `memdial checksum --model")
+                    {
                         return usage(msg);
                     }
                     return Err(e);

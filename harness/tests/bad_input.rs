@@ -123,6 +123,13 @@ enum Model {
     Bf16Inf,
     /// `rms_norm_eps: -1` in config.json.
     NegativeEps,
+    /// One byte of the final `model.norm.weight` (a pinned tensor, read at open) changed;
+    /// `tensors.sha256` still has the clean checksums.
+    PinnedFlip,
+    /// `tensors.sha256` present but empty.
+    EmptyManifest,
+    /// `tensors.sha256` without the entries of the used expert's w2 scale.
+    PartialManifest,
 }
 
 fn make(m: Model) -> (testkit::Scratch, PathBuf) {
@@ -152,6 +159,19 @@ fn make(m: Model) -> (testkit::Scratch, PathBuf) {
             };
             tc["rms_norm_eps"] = serde_json::json!(-1);
             std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        }
+        Model::PinnedFlip => poke(&d, "language_model.model.norm.weight", 1, &[0x00]),
+        Model::EmptyManifest => std::fs::write(d.join("tensors.sha256"), "").unwrap(),
+        Model::PartialManifest => {
+            let p = d.join("tensors.sha256");
+            let drop = used_scale().1;
+            let kept: String = std::fs::read_to_string(&p)
+                .unwrap()
+                .lines()
+                .filter(|l| !l.ends_with(&format!("  {drop}")))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            std::fs::write(&p, kept).unwrap();
         }
     }
     (s, d)
@@ -230,6 +250,29 @@ fn cases() -> Vec<Case> {
             args: &[],
             code: 1,
             expect: &["non-finite logits"],
+        },
+        // --verify-reads with a manifest that would not verify everything: refused (2).
+        Case {
+            model: Model::EmptyManifest,
+            args: &["--budget", "1GiB", "--io", "buffered", "--verify-reads"],
+            code: 2,
+            expect: &["tensors.sha256 is empty", "memdial checksum --model"],
+        },
+        // ... and verifies the pinned tensors it reads at open, too.
+        Case {
+            model: Model::PinnedFlip,
+            args: &["--budget", "1GiB", "--io", "buffered", "--verify-reads"],
+            code: 1,
+            expect: &["--verify-reads: tensor language_model.model.norm.weight read from"],
+        },
+        Case {
+            model: Model::PartialManifest,
+            args: &["--budget", "1GiB", "--io", "buffered", "--verify-reads"],
+            code: 2,
+            expect: &[
+                "has no entry for tensor {FULL_SCALE}",
+                "memdial checksum --model",
+            ],
         },
     ];
     for io in ["direct", "buffered", "mmap"] {

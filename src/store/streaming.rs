@@ -384,6 +384,65 @@ fn load_manifest(dir: &Path, prefix: &str) -> Result<HashMap<String, String>> {
     Ok(m)
 }
 
+/// The manifest `--verify-reads` checks this run's reads against: `tensors.sha256`
+/// keyed by canonical tensor names (without the weight prefix; an entry under an alias
+/// name, e.g. the transformers form, also serves its canonical name).
+///
+/// Errors (all name `memdial checksum --model DIR`, which writes the manifest, and are
+/// refused requests: exit 2): the manifest is missing, malformed, empty, or lacks a
+/// tensor the run will read — the first one in read-plan order (pinned tensors, layer
+/// trunks by layer, routed experts by layer and expert) is named.
+fn manifest_for_run(dir: &Path, cfg: &ModelConfig, plan: &Plan) -> Result<HashMap<String, String>> {
+    let mut m = load_manifest(dir, &cfg.weight_prefix)?;
+    let fix = format!("write it with `memdial checksum --model {}`", dir.display());
+    if m.is_empty() {
+        bail!(
+            "--verify-reads: {} is empty, so it would verify nothing ({fix})",
+            dir.join("tensors.sha256").display()
+        );
+    }
+    let strip = |n: &str| n.strip_prefix(&cfg.weight_prefix).unwrap_or(n).to_string();
+    for spec in crate::schema::expected_tensors(cfg) {
+        let key = strip(&spec.name);
+        if !m.contains_key(&key) {
+            if let Some(sum) = spec.aliases.iter().find_map(|a| m.get(&strip(a)).cloned()) {
+                m.insert(key, sum);
+            }
+        }
+    }
+    let read = plan
+        .pinned_keys
+        .iter()
+        .chain(
+            plan.layer_groups
+                .iter()
+                .flatten()
+                .flat_map(|g| g.members.iter().map(|x| &x.key)),
+        )
+        .chain(
+            plan.expert_groups
+                .values()
+                .flat_map(|g| g.members.iter().map(|x| &x.key)),
+        );
+    let (mut missing, mut total, mut first) = (0usize, 0usize, None);
+    for key in read {
+        total += 1;
+        if !m.contains_key(key) {
+            missing += 1;
+            first.get_or_insert_with(|| key.clone());
+        }
+    }
+    if let Some(first) = first {
+        bail!(
+            "--verify-reads: {} has no entry for tensor {}{first} ({missing} of the {total} tensors \
+             this run reads are missing; {fix})",
+            dir.join("tensors.sha256").display(),
+            cfg.weight_prefix
+        );
+    }
+    Ok(m)
+}
+
 /// Writes `tensors.sha256` (per-tensor SHA-256 manifest) for any checkpoint.
 pub fn write_checksum_manifest(dir: &Path) -> Result<usize> {
     let ck = Checkpoint::open(dir)?;
@@ -472,7 +531,7 @@ impl StreamingStore {
             .map(|s| ShardFile::open(&s.path, opts.io))
             .collect::<Result<Vec<_>>>()?;
         let manifest = if opts.verify_reads {
-            Some(load_manifest(&ck.dir, &cfg.weight_prefix)?)
+            Some(manifest_for_run(&ck.dir, cfg, &plan)?)
         } else {
             None
         };
@@ -511,6 +570,17 @@ impl StreamingStore {
                 let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(b);
                 Bytes::new(owner, d, loc.len as usize)
             };
+            if let Some(man) = &shared.manifest {
+                let got = hex(&Sha256::digest(&bytes[..]));
+                if man.get(key) != Some(&got) {
+                    bail!(
+                        "--verify-reads: tensor {full} read from {} at offset {} has sha256 {got}, manifest says {}",
+                        f.path.display(),
+                        loc.offset,
+                        man.get(key).map_or("nothing", |s| s.as_str())
+                    );
+                }
+            }
             pinned_bytes += loc.len;
             pinned.insert(key.clone(), bytes);
         }
