@@ -3,7 +3,7 @@
 //!
 //! Headers are parsed by deserializing `safetensors::tensor::Metadata` from bytes
 //! `[8, 8+n)` of each shard (the crate's `read_metadata` wants the whole file, see
-//! rust-notes §0.2). The absolute offset of a tensor is `8 + n + data_offsets.0`.
+//! docs/io.md §1). The absolute offset of a tensor is `8 + n + data_offsets.0`.
 //! Multi-shard checkpoints are found through `model.safetensors.index.json`
 //! (`weight_map`), single-file ones through `model.safetensors`.
 

@@ -193,6 +193,13 @@ fn budget_under_floor_is_refused_with_the_floor() {
     let msg = format!("{err:#}");
     assert!(msg.contains("below the floor"), "{msg}");
     assert!(msg.contains("trunk slot"), "{msg}");
+    assert!(
+        matches!(
+            memdial::error::usage_error(&err),
+            Some(memdial::error::UsageError::BelowFloor { .. })
+        ),
+        "{msg}"
+    );
 }
 
 #[test]

@@ -263,7 +263,7 @@ fn cases() -> Vec<Case> {
             model: Model::PinnedFlip,
             args: &["--budget", "1GiB", "--io", "buffered", "--verify-reads"],
             code: 1,
-            expect: &["--verify-reads: tensor language_model.model.norm.weight read from"],
+            expect: &["verifying reads: tensor language_model.model.norm.weight read from"],
         },
         Case {
             model: Model::PartialManifest,

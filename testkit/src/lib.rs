@@ -195,10 +195,13 @@ mod tests {
     fn no_test_names_its_scratch_dir_by_hand() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
         let mut files = Vec::new();
-        for dir in ["tests", "tests/engine_util", "harness/tests"] {
-            for e in std::fs::read_dir(root.join(dir)).unwrap() {
+        let mut dirs = vec![root.join("tests"), root.join("harness/tests")];
+        while let Some(dir) = dirs.pop() {
+            for e in std::fs::read_dir(dir).unwrap() {
                 let p = e.unwrap().path();
-                if p.extension().is_some_and(|x| x == "rs") {
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
                     files.push(p);
                 }
             }
