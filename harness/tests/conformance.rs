@@ -40,8 +40,17 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// `memdial inspect` on `dir`; its output is printed (visible with `--nocapture`) so a
+/// run of this file shows what inspect says about each variant.
 fn inspect(dir: &Path) -> Output {
-    memdial(&["inspect", "--model", dir.to_str().unwrap()])
+    let o = memdial(&["inspect", "--model", dir.to_str().unwrap()]);
+    println!(
+        "--- memdial inspect {} (exit {:?})\n{}",
+        dir.file_name().unwrap().to_string_lossy(),
+        o.status.code(),
+        text(&o)
+    );
+    o
 }
 
 /// A resident store that records every `experts_selected` call.
