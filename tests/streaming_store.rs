@@ -193,6 +193,13 @@ fn budget_under_floor_is_refused_with_the_floor() {
     let msg = format!("{err:#}");
     assert!(msg.contains("below the floor"), "{msg}");
     assert!(msg.contains("trunk slot"), "{msg}");
+    assert!(
+        matches!(
+            memdial::error::usage_error(&err),
+            Some(memdial::error::UsageError::BelowFloor { .. })
+        ),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -213,8 +220,18 @@ fn direct_io_on_tmpfs_is_refused_with_a_hint() {
         opts(1 << 30, IoMode::Direct, Prefetch::None, CachePolicy::Lru),
     );
     fs::remove_dir_all(&d).unwrap();
-    let msg = format!("{:#}", res.expect_err("tmpfs must not pass for direct IO"));
-    assert!(msg.contains("--io buffered"), "{msg}");
+    let err = res.expect_err("tmpfs must not pass for direct IO");
+    let msg = format!("{err:#}");
+    // The library names the alternative in its own words (the CLI adds `--io buffered`,
+    // checked in harness/tests/budget_determinism.rs).
+    assert!(
+        matches!(
+            memdial::error::usage_error(&err),
+            Some(memdial::error::UsageError::DirectIoRefused { .. })
+        ),
+        "{msg}"
+    );
+    assert!(msg.contains("use buffered"), "{msg}");
 }
 
 #[test]

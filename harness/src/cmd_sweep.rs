@@ -15,6 +15,7 @@ use memdial::checkpoint::Checkpoint;
 use memdial::io::IoMode;
 use memdial::store::plan::{fmt_bytes, parse_size, plan_unchecked, Prefetch};
 
+use crate::args::{as_usage, usage};
 use crate::sweep::baseline;
 use crate::sweep::cgroup::{self, RunCgroup, Support};
 use crate::sweep::coldcache::make_cold;
@@ -80,35 +81,9 @@ pub struct SweepArgs {
     pub test_stop_after: Option<usize>,
 }
 
-/// A usage error (exit code 2).
-#[derive(Debug)]
-pub struct Usage(pub String);
-
-impl std::fmt::Display for Usage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-impl std::error::Error for Usage {}
-
-fn usage(e: impl std::fmt::Display) -> anyhow::Error {
-    anyhow::Error::new(Usage(e.to_string()))
-}
-
-/// Maps usage errors to exit code 2; other errors propagate (exit 1).
-pub fn exit_on_usage(r: Result<ExitCode>) -> Result<ExitCode> {
-    match r {
-        Err(e) if e.chain().any(|c| c.is::<Usage>()) => {
-            eprintln!("error: {e:#}");
-            Ok(ExitCode::from(2))
-        }
-        other => other,
-    }
-}
-
 /// Runs `memdial sweep`.
 pub fn run(a: &SweepArgs) -> Result<ExitCode> {
-    exit_on_usage(sweep(a))
+    sweep(a)
 }
 
 fn load_spec(a: &SweepArgs) -> Result<(Spec, String)> {
@@ -116,16 +91,16 @@ fn load_spec(a: &SweepArgs) -> Result<(Spec, String)> {
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .map_err(|e| usage(format!("cannot read spec {}: {e}", p.display())))?;
-            let s = Spec::load(p).map_err(|e| usage(format!("{e:#}")))?;
+            let s = Spec::load(p).map_err(as_usage)?;
             Ok((s, text))
         }
         None if Path::new(DEFAULT_SPEC_PATH).exists() => {
             let p = Path::new(DEFAULT_SPEC_PATH);
             let text = std::fs::read_to_string(p)?;
-            Ok((Spec::load(p).map_err(|e| usage(format!("{e:#}")))?, text))
+            Ok((Spec::load(p).map_err(as_usage)?, text))
         }
         None => Ok((
-            Spec::parse(DEFAULT_SPEC, Path::new(".")).map_err(|e| usage(format!("{e:#}")))?,
+            Spec::parse(DEFAULT_SPEC, Path::new(".")).map_err(as_usage)?,
             DEFAULT_SPEC.to_string(),
         )),
     }
@@ -149,8 +124,8 @@ struct Resolved {
 }
 
 fn resolve_points(spec: &Spec, model: &Path) -> Result<(Vec<Resolved>, u64, Vec<PathBuf>)> {
-    let ck = Checkpoint::open(model).map_err(|e| usage(format!("{e:#}")))?;
-    let cfg = memdial::config::load_config(model).map_err(|e| usage(format!("{e:#}")))?;
+    let ck = Checkpoint::open(model).map_err(as_usage)?;
+    let cfg = memdial::config::load_config(model).map_err(as_usage)?;
     // The context the engine plans for: max(--max-context, prompt + max_tokens).
     let tok = memdial::tokenizer::Tokenizer::from_dir(model).ok();
     let contexts: Vec<usize> = spec
@@ -200,27 +175,6 @@ fn resolve_points(spec: &Spec, model: &Path) -> Result<(Vec<Resolved>, u64, Vec<
     Ok((out, model_bytes, files))
 }
 
-/// Points `reports/latest` at `target` (a sibling directory), atomically.
-fn update_latest(parent: &Path, target: &Path) {
-    let link = parent.join("latest");
-    if link.exists() && !link.is_symlink() {
-        eprintln!(
-            "warning: {} exists and is not a symlink; not updated",
-            link.display()
-        );
-        return;
-    }
-    let name = target
-        .file_name()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| target.to_path_buf());
-    let tmp = parent.join(format!(".latest.tmp{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    if std::os::unix::fs::symlink(&name, &tmp).is_ok() && std::fs::rename(&tmp, &link).is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-}
-
 fn run_order_key(r: &Row) -> (bool, u32, usize) {
     (!r.warmup, r.repeat, r.point_index)
 }
@@ -233,15 +187,14 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         .as_deref()
         .map(Shard::parse)
         .transpose()
-        .map_err(|e| usage(format!("{e:#}")))?;
-    let tolerance =
-        baseline::parse_tolerance(&a.max_regression).map_err(|e| usage(format!("{e:#}")))?;
+        .map_err(as_usage)?;
+    let tolerance = baseline::parse_tolerance(&a.max_regression).map_err(as_usage)?;
     let probe_bytes =
         parse_size(&a.bandwidth_probe).map_err(|e| usage(format!("--bandwidth-probe: {e:#}")))?;
     let base = match &a.baseline {
         Some(p) => Some(Baseline {
             path: p.clone(),
-            medians: baseline::load(p).map_err(|e| usage(format!("{e:#}")))?,
+            medians: baseline::load(p).map_err(as_usage)?,
             tolerance,
         }),
         None => None,
@@ -307,7 +260,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     let model_str = model.display().to_string();
     let mut rows: Vec<Row>;
     let meta = if out.join("sweep.json").exists() {
-        let mut m = Meta::load(&out).map_err(|e| usage(format!("{e:#}")))?;
+        let mut m = Meta::load(&out).map_err(as_usage)?;
         if m.spec_sha256 != spec.hash() || m.shard != shard || m.model_dir != model_str {
             return Err(usage(format!(
                 "{} holds a different sweep (spec, shard or model differ); choose another --out",
@@ -371,7 +324,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     }
     meta.save(&out)?;
     if default_out {
-        update_latest(Path::new(DEFAULT_REPORTS), &out);
+        crate::export::update_latest(Path::new(DEFAULT_REPORTS), "latest", &out);
     }
     let cg_mode = match &cg_support {
         Some(Support::Available(m)) => Some(m.clone()),

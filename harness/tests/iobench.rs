@@ -10,11 +10,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use memdial::io::iobench::{
-    preload, run_cell, CacheState, CellSpec, Pattern, Workload, DEFAULT_SEED,
-};
 use memdial::io::pagecache::residency;
 use memdial::io::IoMode;
+use memdial::iobench::{preload, run_cell, CacheState, CellSpec, Pattern, Workload, DEFAULT_SEED};
 
 const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
@@ -38,7 +36,7 @@ fn resident_pages(w: &Workload) -> u64 {
 }
 
 fn assert_evictable(w: &Workload) {
-    let left = memdial::io::iobench::evict_all(&w.files).unwrap();
+    let left = memdial::iobench::evict_all(&w.files).unwrap();
     assert_eq!(
         left,
         0,
@@ -200,7 +198,7 @@ fn cli_writes_the_report_and_replays_a_trace() {
     }
     assert!(ours.iter().any(|r| r["pattern"] == "trace:trace.jsonl"));
     let fio = rows.iter().filter(|r| r["tool"] == "fio").count();
-    if memdial::io::iobench::fio_version().is_some() {
+    if memdial::iobench::fio_version().is_some() {
         assert_eq!(fio, 24, "one fio row per cell when fio is installed");
     } else {
         assert_eq!(fio, 0);

@@ -13,7 +13,6 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::stats::PointStats;
-use super::util::write_atomic;
 
 static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 
@@ -412,33 +411,25 @@ struct Job<'a> {
     title: String,
 }
 
-/// Renders one chart as `<stem>.svg` and `<stem>.png` with drawing function `$f`,
-/// each written to a temporary name and renamed into place. (A macro because the
-/// drawing functions are generic over the backend.)
+/// Renders one chart as `<stem>.svg` and `<stem>.png` with drawing function `$f`
+/// through [`crate::export::write_chart`]. (A macro because the drawing functions
+/// are generic over the backend.)
 macro_rules! render {
     ($j:expr, $f:ident) => {{
+        struct C<'a>(&'a Job<'a>);
+        impl crate::export::Chart for C<'_> {
+            fn draw<DB: DrawingBackend>(
+                &self,
+                root: DrawingArea<DB, plotters::coord::Shift>,
+            ) -> Result<()>
+            where
+                DB::ErrorType: 'static,
+            {
+                $f(root, self.0.stats, self.0.model_bytes, &self.0.title)
+            }
+        }
         let j: &Job = $j;
-        register_font();
-        let mut s = String::new();
-        $f(
-            SVGBackend::with_string(&mut s, j.size).into_drawing_area(),
-            j.stats,
-            j.model_bytes,
-            &j.title,
-        )?;
-        write_atomic(&j.dir.join(format!("{}.svg", j.stem)), s.as_bytes())?;
-        // The bitmap encoder picks the format from the extension, so the temporary
-        // file keeps `.png`.
-        let tmp = j
-            .dir
-            .join(format!(".{}.tmp{}.png", j.stem, std::process::id()));
-        $f(
-            BitMapBackend::new(&tmp, j.size).into_drawing_area(),
-            j.stats,
-            j.model_bytes,
-            &j.title,
-        )?;
-        std::fs::rename(&tmp, j.dir.join(format!("{}.png", j.stem)))?;
+        crate::export::write_chart(j.dir, j.stem, j.size, &C(j))?;
     }};
 }
 

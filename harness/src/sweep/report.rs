@@ -14,7 +14,7 @@ use super::host::Host;
 use super::row::Row;
 use super::spec::Shard;
 use super::stats::{per_point, PointStats};
-use super::util::{utc_now_rfc3339, write_atomic};
+use super::util::utc_now_rfc3339;
 use super::verdict::{short, verdict, Verdict};
 
 /// `sweep.json`: what a run directory holds.
@@ -63,10 +63,7 @@ impl Meta {
     }
     /// Writes `dir/sweep.json` atomically.
     pub fn save(&self, dir: &Path) -> Result<()> {
-        write_atomic(
-            &dir.join("sweep.json"),
-            serde_json::to_string_pretty(self)?.as_bytes(),
-        )
+        crate::export::write_json(&dir.join("sweep.json"), self)
     }
 }
 
@@ -105,17 +102,14 @@ pub fn write_all(
     let stats = per_point(rows);
     let cmp = baseline.map(|b| super::baseline::compare(&b.path, &b.medians, &stats, b.tolerance));
     let baseline = cmp.as_ref();
-    write_atomic(
-        &dir.join("verdict.json"),
-        serde_json::to_string_pretty(&v)?.as_bytes(),
-    )?;
+    crate::export::write_json(&dir.join("verdict.json"), &v)?;
     let title = meta
         .spec_name
         .clone()
         .unwrap_or_else(|| "memdial sweep".into());
     let chart_err = super::charts::write_charts(dir, &stats, Some(meta.model_bytes), &title).err();
     let md = markdown(meta, rows, &v, &stats, baseline, chart_err.as_ref());
-    write_atomic(&dir.join("report.md"), md.as_bytes())?;
+    crate::export::write_text(&dir.join("report.md"), &md)?;
     Ok((v, cmp))
 }
 

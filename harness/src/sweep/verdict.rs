@@ -277,8 +277,11 @@ mod tests {
             repeat: rep,
             status: "ok".into(),
             max_tokens: 4,
-            output_ids: ids.to_vec(),
-            output_ids_sha256: Some(ids_sha256(ids)),
+            metrics: memdial::metrics::RunMetrics {
+                output_ids: ids.to_vec(),
+                output_ids_sha256: Some(ids_sha256(ids)),
+                ..Default::default()
+            },
             ..Default::default()
         }
     }
