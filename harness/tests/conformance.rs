@@ -272,9 +272,16 @@ fn mtp_layers_are_present_and_unused() {
             .map(|t| t.data.len() as u64)
             .sum();
     });
-    // Without the key, the layer is not implied by config.json: refused.
+    // Without the key, the layer is not implied by config.json: refused, with a hint.
     let e = format!("{:#}", Model::load(&mtp, 1).err().expect("refused"));
     assert!(e.contains("unexpected tensor"), "{e}");
+    let o = inspect(&mtp);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("declare num_nextn_predict_layers"),
+        "{}",
+        text(&o)
+    );
     edit_text_config(&mtp, |t| {
         t.insert("num_nextn_predict_layers".into(), 1.into());
     });
