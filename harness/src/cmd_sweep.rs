@@ -63,10 +63,17 @@ pub struct SweepArgs {
     /// combine the slices with `memdial report merge`.
     #[arg(long)]
     pub shard: Option<String>,
-    /// Run each child in a memory cgroup limited to the budget, swap off (root; cgroup
-    /// v2 or v1 auto-detected; reported as "not enforced" when unavailable).
-    #[arg(long)]
+    /// Require memory-cgroup enforcement: exit 2 when no memory cgroup can be made.
+    /// (By default every child runs in a memory cgroup limited to its budget plus the
+    /// spec's `cgroup_slack`, swap off, whenever one can be made: cgroup v1 nested in
+    /// our own memory cgroup, cgroup v2, or systemd-run; otherwise runs go on
+    /// unenforced and `cgroup_reason` says why.)
+    #[arg(long, conflicts_with = "no_cgroup")]
     pub cgroup: bool,
+    /// Do not use memory cgroups (runs are unenforced; `over_budget` marks runs whose
+    /// anon + page-cache memory exceeded budget + slack).
+    #[arg(long)]
+    pub no_cgroup: bool,
     /// Bytes read by each cold bandwidth probe (direct and buffered).
     #[arg(long, default_value = "256MiB")]
     pub bandwidth_probe: String,
@@ -191,14 +198,6 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     let tolerance = baseline::parse_tolerance(&a.max_regression).map_err(as_usage)?;
     let probe_bytes =
         parse_size(&a.bandwidth_probe).map_err(|e| usage(format!("--bandwidth-probe: {e:#}")))?;
-    let base = match &a.baseline {
-        Some(p) => Some(Baseline {
-            path: p.clone(),
-            medians: baseline::load(p).map_err(as_usage)?,
-            tolerance,
-        }),
-        None => None,
-    };
     let model = match &a.model {
         Some(m) => {
             if !m.is_dir() {
@@ -218,7 +217,36 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         }
     };
     let model = std::fs::canonicalize(&model)?;
+    let cg_support = if a.no_cgroup {
+        None
+    } else {
+        Some(cgroup::detect())
+    };
+    if let (true, Some(Support::Unavailable(r))) = (a.cgroup, &cg_support) {
+        return Err(usage(format!(
+            "--cgroup: the budget cannot be enforced on this machine: {r}"
+        )));
+    }
     let (resolved, model_bytes, shard_files) = resolve_points(&spec, &model)?;
+    let content_hash = Checkpoint::open(&model)
+        .and_then(|ck| memdial::checkpoint::model_content_hash(&ck))
+        .map_err(|e| usage(format!("{e:#}")))?;
+    let spec_hash = spec.hash();
+    let base = match &a.baseline {
+        Some(p) => {
+            let me = baseline::Identity {
+                spec_name: spec.name.as_deref(),
+                spec_sha256: &spec_hash,
+                model_content_hash: &content_hash,
+            };
+            Some(Baseline {
+                path: p.clone(),
+                runs: baseline::load(p, &me).map_err(|e| usage(format!("{e:#}")))?,
+                tolerance,
+            })
+        }
+        None => None,
+    };
     let points_total = resolved.len();
     let selected: Vec<&Resolved> = resolved
         .iter()
@@ -301,16 +329,15 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
             cgroup: String::new(),
             memdial_version: env!("CARGO_PKG_VERSION").to_string(),
             command,
+            results_schema: None,
+            model_content_hash: None,
         }
     };
-    let cg_support = if a.cgroup {
-        Some(cgroup::detect())
-    } else {
-        None
-    };
     let mut meta = meta;
+    meta.results_schema = Some(row::RESULTS_SCHEMA);
+    meta.model_content_hash = Some(content_hash.clone());
     meta.cgroup = match &cg_support {
-        None => "off (engine accounting only; run with --cgroup as root to enforce)".into(),
+        None => "off (--no-cgroup: engine accounting only, page cache unchecked)".into(),
         Some(s) => s.describe(),
     };
     let below: Vec<&Resolved> = selected
@@ -327,14 +354,24 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         crate::export::update_latest(Path::new(DEFAULT_REPORTS), "latest", &out);
     }
     let cg_mode = match &cg_support {
-        Some(Support::Available(m)) => Some(m.clone()),
+        Some(Support::Available(m)) => {
+            let n = cgroup::clean_stale(m);
+            if n > 0 && !a.check {
+                eprintln!("note: removed {n} stale memory cgroup(s) of earlier sweeps");
+            }
+            Some(m.clone())
+        }
         Some(Support::Unavailable(r)) => {
             if !a.check {
-                eprintln!("note: --cgroup: not enforced: {r}");
+                eprintln!("note: memory cgroup: not enforced: {r}");
             }
             None
         }
         None => None,
+    };
+    let no_cg_reason = match &cg_support {
+        Some(Support::Unavailable(r)) => r.clone(),
+        _ => "--no-cgroup".to_string(),
     };
     let slack = parse_size(&spec.cgroup_slack)?;
     let host = meta.host.clone();
@@ -438,12 +475,20 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         row.model_files = cold.files;
         row.resident_before_bytes = cold.resident_bytes;
         row.cold_verified = cold.verified();
+        row.cgroup_reason = Some(no_cg_reason.clone());
         let cg = match &cg_mode {
             Some(m) => {
                 match RunCgroup::create(m, &slot.dir_name(), r.budget_bytes + slack) {
-                    Ok(c) => Some(c),
+                    Ok(c) => {
+                        row.cgroup_reason = None;
+                        Some(c)
+                    }
+                    Err(e) if a.cgroup => {
+                        return Err(e.context("--cgroup: cannot create a memory cgroup"))
+                    }
                     Err(e) => {
                         eprintln!("warning: cannot create a memory cgroup ({e:#}); this run is not enforced");
+                        row.cgroup_reason = Some(format!("{e:#}"));
                         None
                     }
                 }
@@ -466,6 +511,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
             run_dir: &run_dir,
             timeout,
             cgroup: cg.as_ref(),
+            watch_files: &shard_files,
         };
         row.started_utc = utc_now_rfc3339();
         let o = req.execute()?;
@@ -478,8 +524,20 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
             row.cgroup_oom_kills = c.oom_kills();
         }
         drop(cg);
+        let oom_killed = row.cgroup_oom_kills.unwrap_or(0) > 0
+            || (row.cgroup_enforced && o.mem.cgroup_oom_kills.unwrap_or(0) > 0);
         let why = || {
-            if !o.stderr_tail.is_empty() {
+            if oom_killed {
+                format!(
+                    "{}{}",
+                    cgroup::oom_hint(r.budget_bytes, slack),
+                    if o.stderr_tail.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (stderr: {})", o.stderr_tail)
+                    }
+                )
+            } else if !o.stderr_tail.is_empty() {
                 o.stderr_tail.clone()
             } else if let Some(sig) = o.signal {
                 format!("killed by signal {sig}")
@@ -511,6 +569,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
             row.error = Some(why());
             "failed".into()
         };
+        row.fill_memory(&o.mem, slack);
         last = match (row.status.as_str(), row.decode_s_per_token_median) {
             ("ok", Some(s)) => format!("{s:.4} s/token"),
             ("ok", None) => "ok".into(),
