@@ -280,15 +280,30 @@ impl ModelConfig {
     /// Parses a `config.json` text in any of the accepted forms.
     pub fn from_json_str(text: &str) -> Result<Self> {
         let root: Value = serde_json::from_str(text).context("not valid JSON")?;
+        if let Some(v) = root
+            .get("model_type")
+            .filter(|v| !v.is_string() && !v.is_null())
+        {
+            bail!("`model_type` must be a string, got {v}");
+        }
         let model_type = root
             .get("model_type")
             .and_then(Value::as_str)
             .unwrap_or("kimi_linear")
             .to_string();
-        let (text_value, prefix) = match root.get("text_config") {
+        let (mut text_value, prefix) = match root.get("text_config") {
             Some(tc) => (tc.clone(), "language_model.".to_string()),
             None => (root.clone(), String::new()),
         };
+        let form = if model_type == "kimi_k3" {
+            crate::config_keys::Form::KimiK3
+        } else {
+            crate::config_keys::Form::KimiLinear
+        };
+        match text_value.as_object_mut() {
+            Some(m) => crate::config_keys::normalize(m, form)?,
+            None => bail!("text_config must be an object"),
+        }
         let raw: RawText = serde_json::from_value(text_value).context("text config")?;
         if let Some(mt) = &raw.model_type {
             if mt != "kimi_linear" && mt != "kimi_k3" {

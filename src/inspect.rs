@@ -219,6 +219,29 @@ pub fn findings(dir: &Path, cfg: &ModelConfig, ck: &Checkpoint) -> Findings {
         }
     }
     f.mtp_layers = layers.into_iter().collect();
+    if cfg.num_nextn_predict_layers == 0 {
+        // Layers past the decoder that the config does not declare: they stay problems
+        // ("unexpected tensor"), but say what they probably are.
+        let n = cfg.num_hidden_layers;
+        let beyond: std::collections::BTreeSet<usize> = ck
+            .tensors
+            .keys()
+            .filter_map(|k| {
+                let rest = k
+                    .strip_prefix(cfg.weight_prefix.as_str())?
+                    .strip_prefix("model.layers.")?;
+                rest.split_once('.')?.0.parse::<usize>().ok()
+            })
+            .filter(|&l| l >= n)
+            .collect();
+        if !beyond.is_empty() {
+            let beyond: Vec<usize> = beyond.into_iter().collect();
+            f.notes.push(format!(
+                "tensors at layer index(es) {beyond:?} >= num_hidden_layers {n}: if they are \
+                 multi-token-prediction layers, config.json must declare num_nextn_predict_layers"
+            ));
+        }
+    }
     if cfg.num_nextn_predict_layers > 0 {
         f.notes.push(format!(
             "num_nextn_predict_layers {}: multi-token-prediction layer(s) {:?} present and unused \
@@ -257,7 +280,8 @@ pub fn inspect_dir(dir: &Path) -> Result<(ModelConfig, Summary, Vec<String>)> {
     let cfg = load_config(dir)?;
     let ck = Checkpoint::open(dir)?;
     let summary = summarize(&cfg);
-    let problems = validate(&cfg, &ck);
+    let mut problems = validate(&cfg, &ck);
+    problems.extend(crate::integrity::scan_e8m0(&ck)?);
     Ok((cfg, summary, problems))
 }
 

@@ -5,6 +5,7 @@
 //!
 //! Modules:
 //! - [`config`]: `config.json` in Moonshot's and transformers' forms;
+//! - [`config_keys`]: key-by-key defaults, null and type rules of the reference config classes;
 //! - [`schema`]: the tensor table a config implies (names, dtypes, shapes);
 //! - [`checkpoint`]: safetensors shard headers and tensor locations;
 //! - [`manifest`]: the per-tensor checksum manifest `tensors.sha256`;
@@ -25,10 +26,12 @@
 pub mod chat;
 pub mod checkpoint;
 pub mod config;
+pub mod config_keys;
 pub mod error;
 pub mod fixture;
 pub mod generate;
 pub mod inspect;
+pub mod integrity;
 pub mod io;
 pub mod iobench;
 pub mod kernels;

@@ -120,6 +120,10 @@ pub struct RunArgs {
     /// Check every streamed read against tensors.sha256 (see `memdial checksum`).
     #[arg(long)]
     pub verify_reads: bool,
+    /// Debug: check the hidden state for NaN/Inf after every layer and name the first
+    /// layer that produced one (the logits are always checked).
+    #[arg(long)]
+    pub check_hidden: bool,
     /// Test-only: add +1000 to this token's logit at every step (forces a different output).
     #[arg(long, hide = true)]
     pub perturb_logit: Option<u32>,
@@ -270,8 +274,9 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         Some(s) => s.clone(),
         None => Arc::new(memdial::store::resident::ResidentStore::open(&cfg, &ck)?),
     };
-    let model =
-        Model::new(cfg.clone(), store, memdial::ops::Par::new(a.threads))?.with_dtype_hints(hints);
+    let model = Model::new(cfg.clone(), store, memdial::ops::Par::new(a.threads))?
+        .with_dtype_hints(hints)
+        .with_hidden_checks(a.check_hidden);
     let load_s = t_load.elapsed().as_secs_f64();
     mem.sample();
 

@@ -40,8 +40,17 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// `memdial inspect` on `dir`; its output is printed (visible with `--nocapture`) so a
+/// run of this file shows what inspect says about each variant.
 fn inspect(dir: &Path) -> Output {
-    memdial(&["inspect", "--model", dir.to_str().unwrap()])
+    let o = memdial(&["inspect", "--model", dir.to_str().unwrap()]);
+    println!(
+        "--- memdial inspect {} (exit {:?})\n{}",
+        dir.file_name().unwrap().to_string_lossy(),
+        o.status.code(),
+        text(&o)
+    );
+    o
 }
 
 /// A resident store that records every `experts_selected` call.
@@ -263,9 +272,16 @@ fn mtp_layers_are_present_and_unused() {
             .map(|t| t.data.len() as u64)
             .sum();
     });
-    // Without the key, the layer is not implied by config.json: refused.
+    // Without the key, the layer is not implied by config.json: refused, with a hint.
     let e = format!("{:#}", Model::load(&mtp, 1).err().expect("refused"));
     assert!(e.contains("unexpected tensor"), "{e}");
+    let o = inspect(&mtp);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("declare num_nextn_predict_layers"),
+        "{}",
+        text(&o)
+    );
     edit_text_config(&mtp, |t| {
         t.insert("num_nextn_predict_layers".into(), 1.into());
     });

@@ -31,12 +31,12 @@ fn lock() -> MutexGuard<'static, ()> {
     L.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Scratch directory in the target dir (on disk; a fixed name so repeated test runs
-/// reuse the fixture instead of piling up copies).
+/// This process's scratch directory in the target dir (on disk; unique to this test
+/// binary run, removed at exit). The tests name distinct subdirectories in it.
 fn scratch() -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("sweep-tests");
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    static D: OnceLock<PathBuf> = OnceLock::new();
+    D.get_or_init(|| memdial_testkit::until_exit(memdial_testkit::scratch!("sweep-tests")))
+        .clone()
 }
 
 /// The tiny-k3 fixture, generated once per test binary.
@@ -44,18 +44,16 @@ fn model() -> &'static Path {
     static M: OnceLock<PathBuf> = OnceLock::new();
     M.get_or_init(|| {
         let out = scratch().join("tiny-k3");
-        if !out.join("config.json").exists() {
-            let o = Command::new(BIN)
-                .args(["fixture", "--preset", "tiny-k3", "--out"])
-                .arg(&out)
-                .output()
-                .unwrap();
-            assert!(
-                o.status.success(),
-                "fixture: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
+        let o = Command::new(BIN)
+            .args(["fixture", "--preset", "tiny-k3", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "fixture: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         out
     })
 }

@@ -5,20 +5,16 @@
 #![allow(dead_code)]
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use memdial::checkpoint::Checkpoint;
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 use serde_json::Value;
 
-/// A fresh, empty scratch directory unique to this test process and `tag`.
-pub fn scratch(tag: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("conformance-{tag}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh, empty scratch directory unique to the caller (removed when the guard drops).
+pub fn scratch(tag: &str) -> memdial_testkit::Scratch {
+    memdial_testkit::scratch!(&format!("conformance-{tag}"))
 }
 
 /// Generates fixture `preset` (seed 0, with tokenizer files) into `out` (must not exist).
