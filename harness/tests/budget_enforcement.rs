@@ -3,13 +3,15 @@
 //! cache while it runs, marks unenforced runs that went over as `over_budget`, and
 //! turns an OOM kill into a failed run with a hint naming the slack.
 //!
-//! Tests that need a memory cgroup print `SKIPPED: …` with the reason and return
-//! when this machine cannot make one (not root, no memory controller); under
-//! `CI=true` that is a failure instead.
+//! Tests that need a memory cgroup are reported as `ignored, REASON` when this
+//! machine cannot make one (not root, no memory controller), and fail under CI
+//! (libtest-mimic, `harness = false`).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, ExitCode, Output};
 use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use memdial_testkit as testkit;
 
 const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
@@ -94,27 +96,22 @@ fn u(r: &serde_json::Value, k: &str) -> u64 {
         .unwrap_or_else(|| panic!("{k} missing in {r:#}"))
 }
 
-/// Returns the reason when the row ran unenforced (and prints the visible skip).
-fn skipped(test: &str, r: &serde_json::Value) -> bool {
-    if r["cgroup_enforced"] == true {
-        return false;
-    }
-    let why = r["cgroup_reason"].as_str().unwrap_or("?");
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{test}: no memory cgroup under CI=true: {why}"
-    );
-    eprintln!("SKIPPED {test}: no memory cgroup on this machine: {why}");
-    true
+/// The skip of a test whose run was not in a memory cgroup.
+fn unenforced(r: &serde_json::Value) -> Option<testkit::Outcome> {
+    (r["cgroup_enforced"] != true).then(|| {
+        testkit::skip(format!(
+            "no memory cgroup on this machine: {}",
+            r["cgroup_reason"].as_str().unwrap_or("?")
+        ))
+    })
 }
 
-#[test]
-fn buffered_floor_run_is_held_by_the_cgroup() {
+fn buffered_floor_run_is_held_by_the_cgroup() -> testkit::Outcome {
     let _g = lock();
     let (o, out) = sweep(&spec("held", "buffered", "32MiB"), "held", &["--check"]);
     let r = only_row(&out);
-    if skipped("buffered_floor_run_is_held_by_the_cgroup", &r) {
-        return;
+    if let Some(skip) = unenforced(&r) {
+        return skip;
     }
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(r["status"], "ok");
@@ -140,16 +137,16 @@ fn buffered_floor_run_is_held_by_the_cgroup() {
     let meta: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
     assert!(meta["cgroup"].as_str().unwrap().starts_with("enforced"));
+    Ok(testkit::Completion::Completed)
 }
 
-#[test]
-fn oom_kill_is_a_failed_run_naming_the_slack() {
+fn oom_kill_is_a_failed_run_naming_the_slack() -> testkit::Outcome {
     let _g = lock();
     // 1 MiB above the floor cannot hold the process itself (binary, stacks: ~16 MiB).
     let (o, out) = sweep(&spec("oom", "direct", "1MiB"), "oom", &["--check"]);
     let r = only_row(&out);
-    if skipped("oom_kill_is_a_failed_run_naming_the_slack", &r) {
-        return;
+    if let Some(skip) = unenforced(&r) {
+        return skip;
     }
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert_eq!(r["status"], "failed");
@@ -159,9 +156,9 @@ fn oom_kill_is_a_failed_run_naming_the_slack() {
         e.contains("OOM-killed") && e.contains("cgroup_slack"),
         "{e}"
     );
+    Ok(testkit::Completion::Completed)
 }
 
-#[test]
 fn unenforced_run_over_budget_is_marked_not_failed() {
     let _g = lock();
     // No slack: the process's own memory (binary, stacks) already exceeds the floor.
@@ -191,7 +188,6 @@ fn unenforced_run_over_budget_is_marked_not_failed() {
     assert_eq!(v["over_budget"].as_array().unwrap().len(), 1);
 }
 
-#[test]
 fn cgroup_flags_conflict() {
     let _g = lock();
     let (o, _) = sweep(
@@ -202,8 +198,7 @@ fn cgroup_flags_conflict() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
 
-#[test]
-fn direct_run_leaves_no_shard_pages_in_the_page_cache() {
+fn direct_run_leaves_no_shard_pages_in_the_page_cache() -> testkit::Outcome {
     let _g = lock();
     let m = model();
     let shards: Vec<PathBuf> = std::fs::read_dir(m)
@@ -221,8 +216,9 @@ fn direct_run_leaves_no_shard_pages_in_the_page_cache() {
         .sum();
     if cold != 0 {
         // tmpfs or a filesystem that ignores DONTNEED: nothing to measure.
-        eprintln!("SKIPPED direct_run_leaves_no_shard_pages_in_the_page_cache: {cold} bytes stay cached after eviction (tmpfs?)");
-        return;
+        return testkit::skip(format!(
+            "{cold} bytes of the shards stay cached after eviction (tmpfs?)"
+        ));
     }
     let o = Command::new(BIN)
         .args(["run", "--model"])
@@ -241,4 +237,30 @@ fn direct_run_leaves_no_shard_pages_in_the_page_cache() {
             s.display()
         );
     }
+    Ok(testkit::Completion::Completed)
+}
+
+fn main() -> ExitCode {
+    testkit::main(
+        include_str!("budget_enforcement.rs"),
+        vec![
+            testkit::ignorable(
+                "buffered_floor_run_is_held_by_the_cgroup",
+                buffered_floor_run_is_held_by_the_cgroup,
+            ),
+            testkit::ignorable(
+                "oom_kill_is_a_failed_run_naming_the_slack",
+                oom_kill_is_a_failed_run_naming_the_slack,
+            ),
+            testkit::ignorable(
+                "direct_run_leaves_no_shard_pages_in_the_page_cache",
+                direct_run_leaves_no_shard_pages_in_the_page_cache,
+            ),
+            testkit::test(
+                "unenforced_run_over_budget_is_marked_not_failed",
+                unenforced_run_over_budget_is_marked_not_failed,
+            ),
+            testkit::test("cgroup_flags_conflict", cgroup_flags_conflict),
+        ],
+    )
 }
