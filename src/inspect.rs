@@ -6,7 +6,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::checkpoint::Checkpoint;
-use crate::config::{load_config, AttnKind, MlpKind, ModelConfig};
+use crate::config::{AttnKind, MlpKind, ModelConfig};
 use crate::schema::{expected_tensors, Role, TensorSpec};
 
 /// Byte and parameter accounting of a model (from the config's tensor table).
@@ -120,10 +120,15 @@ pub fn summarize(cfg: &ModelConfig) -> Summary {
 /// shape, ranges outside their file, overlaps. Unknown extra tensors are reported
 /// as problems too (a strict loader would refuse them). Empty = valid.
 pub fn validate(cfg: &ModelConfig, ck: &Checkpoint) -> Vec<String> {
+    validate_specs(ck, &expected_tensors(cfg))
+}
+
+/// [`validate`] against an expected-tensor table computed by the caller
+/// (`specs` = [`expected_tensors`]`(cfg)`).
+pub fn validate_specs(ck: &Checkpoint, specs: &[TensorSpec]) -> Vec<String> {
     let mut problems = ck.structural_problems();
-    let specs = expected_tensors(cfg);
     let mut seen = std::collections::HashSet::new();
-    for s in &specs {
+    for s in specs {
         let found = std::iter::once(&s.name)
             .chain(s.aliases.iter())
             .find_map(|n| ck.get(n).map(|t| (n, t)));
@@ -173,11 +178,10 @@ pub fn validate(cfg: &ModelConfig, ck: &Checkpoint) -> Vec<String> {
 
 /// Loads config + checkpoint and returns (summary, problems).
 pub fn inspect_dir(dir: &Path) -> Result<(ModelConfig, Summary, Vec<String>)> {
-    let cfg = load_config(dir)?;
-    let ck = Checkpoint::open(dir)?;
-    let summary = summarize(&cfg);
-    let problems = validate(&cfg, &ck);
-    Ok((cfg, summary, problems))
+    let c = crate::loader::Checkpointed::read(dir)?;
+    let summary = summarize(&c.cfg);
+    let problems = c.problems();
+    Ok((c.cfg, summary, problems))
 }
 
 /// Human-readable layer pattern, e.g. `KKKM KKKM` with D/E suffix per MLP kind.
