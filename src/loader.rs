@@ -50,7 +50,7 @@ impl Checkpointed {
     /// Problems of the checkpoint against its config (empty = valid); see
     /// [`crate::inspect::validate`].
     pub fn problems(&self) -> Vec<String> {
-        crate::inspect::validate_specs(&self.ck, &self.specs)
+        crate::inspect::validate_specs(&self.cfg, &self.ck, &self.specs)
     }
 
     /// Refuses a checkpoint with problems, listing them.

@@ -10,7 +10,10 @@ use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
 use crate::checkpoint::Checkpoint;
+use crate::config::ModelConfig;
+use crate::error::UsageError;
 use crate::fixture::hex;
+use crate::store::plan::Plan;
 
 /// Reads `tensors.sha256` of `dir` as tensor name (without `prefix`) → SHA-256 hex.
 ///
@@ -38,6 +41,78 @@ pub fn load_manifest(dir: &Path, prefix: &str) -> Result<HashMap<String, String>
             name.strip_prefix(prefix).unwrap_or(name).to_string(),
             sum.to_string(),
         );
+    }
+    Ok(m)
+}
+
+/// The manifest a run that verifies its reads checks against: `tensors.sha256` keyed by
+/// canonical tensor names (without the weight prefix; an entry under an alias name,
+/// e.g. the transformers form, also serves its canonical name).
+///
+/// Errors: a missing, empty or incomplete manifest is a [`UsageError::Invalid`] (exit 2
+/// in `memdial`) naming `memdial checksum --model DIR`, which writes it; for an
+/// incomplete one, the first tensor of the read plan (pinned tensors, layer trunks by
+/// layer, routed experts by layer and expert) that has no entry is named, with the
+/// count. A malformed line is an ordinary error.
+pub fn manifest_for_run(
+    dir: &Path,
+    cfg: &ModelConfig,
+    plan: &Plan,
+) -> Result<HashMap<String, String>> {
+    let p = dir.join("tensors.sha256");
+    let fix = format!("write it with `memdial checksum --model {}`", dir.display());
+    if !p.exists() {
+        return Err(
+            UsageError::Invalid(format!("verifying reads needs {} ({fix})", p.display())).into(),
+        );
+    }
+    let mut m = load_manifest(dir, &cfg.weight_prefix)?;
+    if m.is_empty() {
+        return Err(UsageError::Invalid(format!(
+            "verifying reads: {} is empty, so it would verify nothing ({fix})",
+            p.display()
+        ))
+        .into());
+    }
+    let strip = |n: &str| n.strip_prefix(&cfg.weight_prefix).unwrap_or(n).to_string();
+    for spec in crate::schema::expected_tensors(cfg) {
+        let key = strip(&spec.name);
+        if !m.contains_key(&key) {
+            if let Some(sum) = spec.aliases.iter().find_map(|a| m.get(&strip(a)).cloned()) {
+                m.insert(key, sum);
+            }
+        }
+    }
+    let read = plan
+        .pinned_keys
+        .iter()
+        .chain(
+            plan.layer_groups
+                .iter()
+                .flatten()
+                .flat_map(|g| g.members.iter().map(|x| &x.key)),
+        )
+        .chain(
+            plan.expert_groups
+                .values()
+                .flat_map(|g| g.members.iter().map(|x| &x.key)),
+        );
+    let (mut missing, mut total, mut first) = (0usize, 0usize, None);
+    for key in read {
+        total += 1;
+        if !m.contains_key(key) {
+            missing += 1;
+            first.get_or_insert_with(|| key.clone());
+        }
+    }
+    if let Some(first) = first {
+        return Err(UsageError::Invalid(format!(
+            "verifying reads: {} has no entry for tensor {}{first} ({missing} of the {total} \
+             tensors this run reads are missing; {fix})",
+            p.display(),
+            cfg.weight_prefix
+        ))
+        .into());
     }
     Ok(m)
 }

@@ -51,7 +51,9 @@ pub struct RunArgs {
     /// Prompt as token ids, comma-separated (e.g. 1,2,3).
     #[arg(long, value_delimiter = ',')]
     pub prompt_ids: Option<Vec<u32>>,
-    /// Wrap the text prompt in the chat template (user turn + assistant header).
+    /// Wrap the text prompt in the checkpoint's own chat_template (tokenizer_config.json or
+    /// chat_template.jinja, rendered as transformers does), or the built-in Kimi format when
+    /// it has none: user turn + generation prompt.
     #[arg(long)]
     pub chat: bool,
     /// System message for --chat.
@@ -116,6 +118,10 @@ pub struct RunArgs {
     /// Check every streamed read against tensors.sha256 (see `memdial checksum`).
     #[arg(long)]
     pub verify_reads: bool,
+    /// Debug: check the hidden state for NaN/Inf after every layer and name the first
+    /// layer that produced one (the logits are always checked).
+    #[arg(long)]
+    pub check_hidden: bool,
     /// Test-only: add +1000 to this token's logit at every step (forces a different output).
     #[arg(long, hide = true)]
     pub perturb_logit: Option<u32>,
@@ -126,16 +132,17 @@ fn encode_prompt(dir: &Path, text: &str, chat: bool, system: Option<&str>) -> Re
     let tok = Tokenizer::from_dir(dir)
         .context("text prompts need the tokenizer (or pass --prompt-ids)")?;
     if chat {
-        tok.try_chat_prompt(text, system)
+        memdial::chat::chat_prompt_ids(dir, &tok, text, system)
     } else {
         Ok(tok.encode(text, true))
     }
 }
 
-/// Ids → text with the model directory's tokenizer; `None` when it has none.
-fn decode_ids(dir: &Path, ids: &[u32]) -> Option<String> {
+/// Ids → text with the model directory's tokenizer; `None` when it has none. Ids of a
+/// padded vocabulary (`vocab_size` > tokenizer ids) decode to "" (`decode_padded`).
+fn decode_ids(dir: &Path, ids: &[u32], vocab_size: usize) -> Option<String> {
     let tok = Tokenizer::from_dir(dir).ok()?;
-    tok.decode(ids).ok()
+    tok.decode_padded(ids, vocab_size).ok()
 }
 
 /// Writes `data` `[rows, cols]` as a little-endian float32 `.npy` (format 1.0).
@@ -254,6 +261,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         streaming,
     } = Model::open(&a.model, store, a.threads)?;
     let ck = &checkpoint.ck;
+    let model = model.with_hidden_checks(a.check_hidden);
     let load_s = t_load.elapsed().as_secs_f64();
     mem.sample();
 
@@ -291,7 +299,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     if let (Some(path), Some(l)) = (&a.logits_out, &out.logits) {
         write_logits(path, l, cfg.vocab_size)?;
     }
-    let text = decode_ids(&a.model, &out.output_ids);
+    let text = decode_ids(&a.model, &out.output_ids, cfg.vocab_size);
     let ids_str = out
         .output_ids
         .iter()
@@ -305,7 +313,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         let first_m = at_first.clone().unwrap_or_default();
         let decode_bytes = m.bytes_read.saturating_sub(first_m.bytes_read);
         let steps = out.decode_s.len();
-        let model_bytes = ck.total_bytes();
+        let model_bytes = memdial::inspect::model_bytes(&cfg, &ck);
         let page_cache = match &streaming {
             Some(s) => s.page_cache_resident_bytes(),
             None => ck

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -17,11 +17,12 @@ use memdial::store::plan::{fmt_bytes, parse_size, plan_unchecked, Prefetch};
 
 use crate::args::{as_usage, usage};
 use crate::sweep::baseline;
-use crate::sweep::cgroup::{self, Support};
+use crate::sweep::cgroup::{self, RunCgroup, Support};
+use crate::sweep::coldcache::make_cold;
 use crate::sweep::host::Host;
 use crate::sweep::report::{write_all, Baseline, Meta};
 use crate::sweep::row::{self, Row};
-use crate::sweep::runner::{base_row, run_binary, run_slot, RunCtx};
+use crate::sweep::runner::{run_binary, RunRequest};
 use crate::sweep::spec::{
     BudgetExpr, Point, PromptSpec, RunSlot, Shard, Spec, DEFAULT_PLAN_CONTEXT, DEFAULT_SPEC,
 };
@@ -62,10 +63,17 @@ pub struct SweepArgs {
     /// combine the slices with `memdial report merge`.
     #[arg(long)]
     pub shard: Option<String>,
-    /// Run each child in a memory cgroup limited to the budget, swap off (root; cgroup
-    /// v2 or v1 auto-detected; reported as "not enforced" when unavailable).
-    #[arg(long)]
+    /// Require memory-cgroup enforcement: exit 2 when no memory cgroup can be made.
+    /// (By default every child runs in a memory cgroup limited to its budget plus the
+    /// spec's `cgroup_slack`, swap off, whenever one can be made: cgroup v1 nested in
+    /// our own memory cgroup, cgroup v2, or systemd-run; otherwise runs go on
+    /// unenforced and `cgroup_reason` says why.)
+    #[arg(long, conflicts_with = "no_cgroup")]
     pub cgroup: bool,
+    /// Do not use memory cgroups (runs are unenforced; `over_budget` marks runs whose
+    /// anon + page-cache memory exceeded budget + slack).
+    #[arg(long)]
+    pub no_cgroup: bool,
     /// Bytes read by each cold bandwidth probe (direct and buffered).
     #[arg(long, default_value = "256MiB")]
     pub bandwidth_probe: String,
@@ -169,7 +177,7 @@ fn resolve_points(spec: &Spec, model: &Path) -> Result<(Vec<Resolved>, u64, Vec<
             floor_bytes: floor,
         });
     }
-    let model_bytes = ck.total_bytes();
+    let model_bytes = memdial::inspect::model_bytes(&cfg, &ck);
     let files = ck.shards.iter().map(|s| s.path.clone()).collect();
     Ok((out, model_bytes, files))
 }
@@ -178,18 +186,8 @@ fn run_order_key(r: &Row) -> (bool, u32, usize) {
     (!r.warmup, r.repeat, r.point_index)
 }
 
-/// Everything the sweep needs before it touches the run directory.
-struct Inputs {
-    spec: Spec,
-    spec_text: String,
-    shard: Option<Shard>,
-    base: Option<Baseline>,
-    probe_bytes: u64,
-    model: PathBuf,
-}
-
-/// Step 1: the spec, shard, baseline and model (generated when the default is missing).
-fn read_inputs(a: &SweepArgs) -> Result<Inputs> {
+fn sweep(a: &SweepArgs) -> Result<ExitCode> {
+    let t_start = Instant::now();
     let (spec, spec_text) = load_spec(a)?;
     let shard = a
         .shard
@@ -200,14 +198,6 @@ fn read_inputs(a: &SweepArgs) -> Result<Inputs> {
     let tolerance = baseline::parse_tolerance(&a.max_regression).map_err(as_usage)?;
     let probe_bytes =
         parse_size(&a.bandwidth_probe).map_err(|e| usage(format!("--bandwidth-probe: {e:#}")))?;
-    let base = match &a.baseline {
-        Some(p) => Some(Baseline {
-            path: p.clone(),
-            medians: baseline::load(p).map_err(as_usage)?,
-            tolerance,
-        }),
-        None => None,
-    };
     let model = match &a.model {
         Some(m) => {
             if !m.is_dir() {
@@ -227,130 +217,40 @@ fn read_inputs(a: &SweepArgs) -> Result<Inputs> {
         }
     };
     let model = std::fs::canonicalize(&model)?;
-    Ok(Inputs {
-        spec,
-        spec_text,
-        shard,
-        base,
-        probe_bytes,
-        model,
-    })
-}
-
-/// `--out`, or a fresh `reports/<UTC time>` (with `-2`, `-3`, … on a clash).
-fn choose_out(a: &SweepArgs) -> PathBuf {
-    match &a.out {
-        Some(o) => o.clone(),
-        None => {
-            let base = PathBuf::from(DEFAULT_REPORTS).join(utc_now_dirname());
-            let mut o = base.clone();
-            let mut n = 2;
-            while o.exists() {
-                o = PathBuf::from(format!("{}-{n}", base.display()));
-                n += 1;
-            }
-            o
-        }
-    }
-}
-
-/// Step 2: the run directory's metadata and rows: resumed when `out` holds the same
-/// sweep, new (with host facts and a bandwidth probe) when it is empty.
-fn open_run_dir(
-    inp: &Inputs,
-    out: &Path,
-    model_bytes: u64,
-    points_total: usize,
-    shard_files: &[PathBuf],
-) -> Result<(Meta, Vec<Row>)> {
-    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let model_str = inp.model.display().to_string();
-    let spec = &inp.spec;
-    if out.join("sweep.json").exists() {
-        let mut m = Meta::load(out).map_err(as_usage)?;
-        if m.spec_sha256 != spec.hash() || m.shard != inp.shard || m.model_dir != model_str {
-            return Err(usage(format!(
-                "{} holds a different sweep (spec, shard or model differ); choose another --out",
-                out.display()
-            )));
-        }
-        let rows = row::load(out)?;
-        m.command = command;
-        return Ok((m, rows));
-    }
-    if std::fs::read_dir(out)?.next().is_some() {
+    let cg_support = if a.no_cgroup {
+        None
+    } else {
+        Some(cgroup::detect())
+    };
+    if let (true, Some(Support::Unavailable(r))) = (a.cgroup, &cg_support) {
         return Err(usage(format!(
-            "{} exists, is not empty and holds no sweep",
-            out.display()
+            "--cgroup: the budget cannot be enforced on this machine: {r}"
         )));
     }
-    let mut host = Host::collect(&inp.model);
-    if let Some(big) = shard_files
-        .iter()
-        .max_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
-    {
-        host.probe_bandwidth(big, inp.probe_bytes);
-    }
-    let meta = Meta {
-        format: 1,
-        spec_name: spec.name.clone(),
-        spec_sha256: spec.hash(),
-        model_dir: model_str,
-        model_bytes,
-        max_tokens: spec.max_tokens,
-        created_utc: utc_now_rfc3339(),
-        shard: inp.shard,
-        merged_from: vec![],
-        points_total,
-        runs_planned: 0,
-        host,
-        cgroup: String::new(),
-        memdial_version: env!("CARGO_PKG_VERSION").to_string(),
-        command,
+    let (resolved, model_bytes, shard_files) = resolve_points(&spec, &model)?;
+    let content_hash = Checkpoint::open(&model)
+        .and_then(|ck| memdial::checkpoint::model_content_hash(&ck))
+        .map_err(|e| usage(format!("{e:#}")))?;
+    let spec_hash = spec.hash();
+    let base = match &a.baseline {
+        Some(p) => {
+            let me = baseline::Identity {
+                spec_name: spec.name.as_deref(),
+                spec_sha256: &spec_hash,
+                model_content_hash: &content_hash,
+            };
+            Some(Baseline {
+                path: p.clone(),
+                runs: baseline::load(p, &me).map_err(|e| usage(format!("{e:#}")))?,
+                tolerance,
+            })
+        }
+        None => None,
     };
-    Ok((meta, vec![]))
-}
-
-/// `p3 25% direct/none lru 2t r0`: the progress label of a run.
-fn run_label(slot: &RunSlot, budget_bytes: u64) -> String {
-    format!(
-        "p{} {} {}/{} {} {}t {}{}",
-        slot.point.index,
-        crate::sweep::spec::budget_label(&slot.point.budget_spec, budget_bytes),
-        slot.point.io,
-        slot.point.prefetch,
-        slot.point.cache,
-        slot.point.threads,
-        if slot.warmup { "w" } else { "r" },
-        slot.repeat
-    )
-}
-
-fn progress_bar(a: &SweepArgs, runs: usize) -> ProgressBar {
-    let pb = if a.check {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(runs as u64)
-    };
-    pb.set_style(
-        ProgressStyle::with_template("{prefix} [{bar:24}] {pos}/{len} eta {eta} | {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    pb.set_prefix("sweep");
-    pb
-}
-
-fn sweep(a: &SweepArgs) -> Result<ExitCode> {
-    let t_start = Instant::now();
-    let inp = read_inputs(a)?;
-    let spec = &inp.spec;
-    let (resolved, model_bytes, shard_files) = resolve_points(spec, &inp.model)?;
     let points_total = resolved.len();
     let selected: Vec<&Resolved> = resolved
         .iter()
-        .filter(|r| inp.shard.map(|s| s.contains(r.point.index)).unwrap_or(true))
+        .filter(|r| shard.map(|s| s.contains(r.point.index)).unwrap_or(true))
         .collect();
     if let Some(p) = a.test_perturb_point {
         if p >= points_total {
@@ -369,11 +269,75 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     let slots: Vec<RunSlot> = spec.runs(&runnable);
 
     // --- run directory
-    let out = choose_out(a);
-    let (mut meta, mut rows) = open_run_dir(&inp, &out, model_bytes, points_total, &shard_files)?;
-    let cg_support = a.cgroup.then(cgroup::detect);
+    let default_out = a.out.is_none();
+    let out = match &a.out {
+        Some(o) => o.clone(),
+        None => {
+            let base = PathBuf::from(DEFAULT_REPORTS).join(utc_now_dirname());
+            let mut o = base.clone();
+            let mut n = 2;
+            while o.exists() {
+                o = PathBuf::from(format!("{}-{n}", base.display()));
+                n += 1;
+            }
+            o
+        }
+    };
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let model_str = model.display().to_string();
+    let mut rows: Vec<Row>;
+    let meta = if out.join("sweep.json").exists() {
+        let mut m = Meta::load(&out).map_err(as_usage)?;
+        if m.spec_sha256 != spec.hash() || m.shard != shard || m.model_dir != model_str {
+            return Err(usage(format!(
+                "{} holds a different sweep (spec, shard or model differ); choose another --out",
+                out.display()
+            )));
+        }
+        rows = row::load(&out)?;
+        m.command = command;
+        m
+    } else {
+        if std::fs::read_dir(&out)?.next().is_some() {
+            return Err(usage(format!(
+                "{} exists, is not empty and holds no sweep",
+                out.display()
+            )));
+        }
+        rows = vec![];
+        let mut host = Host::collect(&model);
+        if let Some(big) = shard_files
+            .iter()
+            .max_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        {
+            host.probe_bandwidth(big, probe_bytes);
+        }
+        Meta {
+            format: 1,
+            spec_name: spec.name.clone(),
+            spec_sha256: spec.hash(),
+            model_dir: model_str.clone(),
+            model_bytes,
+            max_tokens: spec.max_tokens,
+            created_utc: utc_now_rfc3339(),
+            shard,
+            merged_from: vec![],
+            points_total,
+            runs_planned: 0,
+            host,
+            cgroup: String::new(),
+            memdial_version: env!("CARGO_PKG_VERSION").to_string(),
+            command,
+            results_schema: None,
+            model_content_hash: None,
+        }
+    };
+    let mut meta = meta;
+    meta.results_schema = Some(row::RESULTS_SCHEMA);
+    meta.model_content_hash = Some(content_hash.clone());
     meta.cgroup = match &cg_support {
-        None => "off (engine accounting only; run with --cgroup as root to enforce)".into(),
+        None => "off (--no-cgroup: engine accounting only, page cache unchecked)".into(),
         Some(s) => s.describe(),
     };
     let below: Vec<&Resolved> = selected
@@ -383,27 +347,61 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         .collect();
     meta.runs_planned = slots.len() + below.len();
     if !out.join("spec.toml").exists() {
-        crate::sweep::util::write_atomic(&out.join("spec.toml"), inp.spec_text.as_bytes())?;
+        crate::sweep::util::write_atomic(&out.join("spec.toml"), spec_text.as_bytes())?;
     }
     meta.save(&out)?;
-    if a.out.is_none() {
+    if default_out {
         crate::export::update_latest(Path::new(DEFAULT_REPORTS), "latest", &out);
     }
     let cg_mode = match &cg_support {
-        Some(Support::Available(m)) => Some(m.clone()),
+        Some(Support::Available(m)) => {
+            let n = cgroup::clean_stale(m);
+            if n > 0 && !a.check {
+                eprintln!("note: removed {n} stale memory cgroup(s) of earlier sweeps");
+            }
+            Some(m.clone())
+        }
         Some(Support::Unavailable(r)) => {
             if !a.check {
-                eprintln!("note: --cgroup: not enforced: {r}");
+                eprintln!("note: memory cgroup: not enforced: {r}");
             }
             None
         }
         None => None,
     };
+    let no_cg_reason = match &cg_support {
+        Some(Support::Unavailable(r)) => r.clone(),
+        _ => "--no-cgroup".to_string(),
+    };
+    let slack = parse_size(&spec.cgroup_slack)?;
     let host = meta.host.clone();
+    let base_row = |p: &Point, budget: u64, floor: u64| Row {
+        point_index: p.index,
+        point_key: p.key(),
+        budget_spec: p.budget_spec.clone(),
+        budget_bytes: budget,
+        io: p.io.clone(),
+        prefetch: p.prefetch.clone(),
+        cache: p.cache.clone(),
+        threads: p.threads,
+        prompt_index: p.prompt_index,
+        max_tokens: spec.max_tokens,
+        planned_floor_bytes: floor,
+        host_name: host.host_name.clone(),
+        cpu_model: host.cpu_model.clone(),
+        cpu_cores: host.cpu_cores,
+        ram_bytes: host.ram_bytes,
+        kernel: host.kernel.clone(),
+        model_fs: host.model_fs.clone(),
+        model_device: host.model_device.clone(),
+        memdial_version: env!("CARGO_PKG_VERSION").to_string(),
+        started_utc: utc_now_rfc3339(),
+        ..Default::default()
+    };
     for r in &below {
         let id = format!("{}#skip", r.point.key());
         if !rows.iter().any(|x| x.run_id == id) {
-            let mut row = base_row(spec, &host, &r.point, r.budget_bytes, r.floor_bytes);
+            let mut row = base_row(&r.point, r.budget_bytes, r.floor_bytes);
             row.run_id = id;
             row.status = "below_floor".into();
             row.error = Some(format!(
@@ -425,44 +423,153 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         .filter(|s| !finished.contains(&s.run_id()))
         .collect();
     rows.sort_by_key(run_order_key);
-    write_all(&out, &meta, &rows, inp.base.as_ref())?;
+    write_all(&out, &meta, &rows, base.as_ref())?;
 
-    // --- the runs
     let bin = run_binary()?;
-    let ctx = RunCtx {
-        a,
-        spec,
-        host: &host,
-        bin: &bin,
-        model: &inp.model,
-        out: &out,
-        shard_files: &shard_files,
-        cg_mode: cg_mode.as_ref(),
-        slack: parse_size(&spec.cgroup_slack)?,
-    };
     let tty = std::io::stderr().is_terminal();
-    let pb = progress_bar(a, todo.len());
+    let pb = if a.check {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(todo.len() as u64)
+    };
+    pb.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:24}] {pos}/{len} eta {eta} | {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    pb.set_prefix("sweep");
     if !a.check {
         eprintln!(
             "sweep: {} points ({} in this run{}), {} runs to do ({} already finished) → {}",
             points_total,
             selected.len(),
-            inp.shard
-                .map(|s| format!(", shard {s}"))
-                .unwrap_or_default(),
+            shard.map(|s| format!(", shard {s}")).unwrap_or_default(),
             todo.len(),
             slots.len() - todo.len(),
             out.display()
         );
     }
+    let timeout = Duration::from_secs_f64(spec.timeout_s);
     let mut last = String::from("–");
     let mut executed = 0usize;
     let mut stopped = false;
     for slot in todo {
         let r = by_index[&slot.point.index];
-        let label = run_label(slot, r.budget_bytes);
+        let label = format!(
+            "p{} {} {}/{} {} {}t {}{}",
+            slot.point.index,
+            crate::sweep::spec::budget_label(&slot.point.budget_spec, r.budget_bytes),
+            slot.point.io,
+            slot.point.prefetch,
+            slot.point.cache,
+            slot.point.threads,
+            if slot.warmup { "w" } else { "r" },
+            slot.repeat
+        );
         pb.set_message(format!("{label} | last {last}"));
-        let row = run_slot(&ctx, slot, r.budget_bytes, r.floor_bytes)?;
+        let mut row = base_row(&slot.point, r.budget_bytes, r.floor_bytes);
+        row.run_id = slot.run_id();
+        row.repeat = slot.repeat;
+        row.warmup = slot.warmup;
+        let cold = make_cold(&shard_files)?;
+        row.model_files = cold.files;
+        row.resident_before_bytes = cold.resident_bytes;
+        row.cold_verified = cold.verified();
+        row.cgroup_reason = Some(no_cg_reason.clone());
+        let cg = match &cg_mode {
+            Some(m) => {
+                match RunCgroup::create(m, &slot.dir_name(), r.budget_bytes + slack) {
+                    Ok(c) => {
+                        row.cgroup_reason = None;
+                        Some(c)
+                    }
+                    Err(e) if a.cgroup => {
+                        return Err(e.context("--cgroup: cannot create a memory cgroup"))
+                    }
+                    Err(e) => {
+                        eprintln!("warning: cannot create a memory cgroup ({e:#}); this run is not enforced");
+                        row.cgroup_reason = Some(format!("{e:#}"));
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        let prompt = &spec.prompts[slot.point.prompt_index];
+        let run_dir = out.join("runs").join(slot.dir_name());
+        let req = RunRequest {
+            bin: &bin,
+            model: &model,
+            point: &slot.point,
+            budget_bytes: r.budget_bytes,
+            prompt,
+            max_tokens: spec.max_tokens,
+            max_context: spec.max_context,
+            extra_args: &spec.extra_args,
+            perturb_logit: (a.test_perturb_point == Some(slot.point.index))
+                .then_some(a.test_perturb_logit),
+            run_dir: &run_dir,
+            timeout,
+            cgroup: cg.as_ref(),
+            watch_files: &shard_files,
+        };
+        row.started_utc = utc_now_rfc3339();
+        let o = req.execute()?;
+        row.wall_s = Some(o.wall_s);
+        row.exit_code = o.exit_code;
+        if let Some(c) = &cg {
+            row.cgroup_enforced = true;
+            row.cgroup_limit_bytes = Some(c.limit_bytes);
+            row.cgroup_peak_bytes = c.peak_bytes();
+            row.cgroup_oom_kills = c.oom_kills();
+        }
+        drop(cg);
+        let oom_killed = row.cgroup_oom_kills.unwrap_or(0) > 0
+            || (row.cgroup_enforced && o.mem.cgroup_oom_kills.unwrap_or(0) > 0);
+        let why = || {
+            if oom_killed {
+                format!(
+                    "{}{}",
+                    cgroup::oom_hint(r.budget_bytes, slack),
+                    if o.stderr_tail.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (stderr: {})", o.stderr_tail)
+                    }
+                )
+            } else if !o.stderr_tail.is_empty() {
+                o.stderr_tail.clone()
+            } else if let Some(sig) = o.signal {
+                format!("killed by signal {sig}")
+            } else {
+                o.metrics_error.clone().unwrap_or_default()
+            }
+        };
+        row.status = if o.timed_out {
+            row.error = Some(format!("timed out after {:.0} s", spec.timeout_s));
+            "timeout".into()
+        } else if o.exit_code == Some(0) {
+            match &o.metrics {
+                Some(m) => match row.fill_metrics(m) {
+                    Ok(()) => "ok".into(),
+                    Err(e) => {
+                        row.error = Some(format!("{e:#}"));
+                        "failed".into()
+                    }
+                },
+                None => {
+                    row.error = o.metrics_error.clone();
+                    "failed".into()
+                }
+            }
+        } else if o.exit_code == Some(2) {
+            row.error = Some(why());
+            "refused".into()
+        } else {
+            row.error = Some(why());
+            "failed".into()
+        };
+        row.fill_memory(&o.mem, slack);
         last = match (row.status.as_str(), row.decode_s_per_token_median) {
             ("ok", Some(s)) => format!("{s:.4} s/token"),
             ("ok", None) => "ok".into(),
@@ -478,7 +585,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         rows.retain(|x| x.run_id != row.run_id);
         rows.push(row);
         rows.sort_by_key(run_order_key);
-        write_all(&out, &meta, &rows, inp.base.as_ref())?;
+        write_all(&out, &meta, &rows, base.as_ref())?;
         pb.inc(1);
         executed += 1;
         if a.test_stop_after == Some(executed) {
@@ -487,33 +594,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         }
     }
     pb.finish_and_clear();
-    finish(
-        a,
-        &out,
-        &meta,
-        &rows,
-        &slots,
-        inp.base.as_ref(),
-        executed,
-        stopped,
-        t_start,
-    )
-}
-
-/// Step 4: the final report, the verdict line and the exit code.
-#[allow(clippy::too_many_arguments)]
-fn finish(
-    a: &SweepArgs,
-    out: &Path,
-    meta: &Meta,
-    rows: &[Row],
-    slots: &[RunSlot],
-    base: Option<&Baseline>,
-    executed: usize,
-    stopped: bool,
-    t_start: Instant,
-) -> Result<ExitCode> {
-    let (v, cmp) = write_all(out, meta, rows, base)?;
+    let (v, cmp) = write_all(&out, &meta, &rows, base.as_ref())?;
     let finished_runs = rows.iter().filter(|r| r.status == "ok").count();
     let complete = slots
         .iter()
@@ -533,8 +614,10 @@ fn finish(
     if !complete {
         line += &format!("; incomplete: {} of {} runs", finished_runs, slots.len());
     }
-    println!("{line}");
-    if !a.check {
+    if a.check {
+        println!("{line}");
+    } else {
+        println!("{line}");
         println!("report: {}", out.join("report.md").display());
         println!(
             "{} runs in {:.1} s{}",

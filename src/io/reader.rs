@@ -2,7 +2,7 @@
 //!
 //! - `direct`: `O_DIRECT`. Offsets, lengths and the buffer address must be aligned
 //!   to the file's direct-IO alignment, taken from `statx(STATX_DIOALIGN)` and never
-//!   below 4096 (rust-notes §4: `st_blksize` is not the DIO rule). A tensor range is
+//!   below 4096 (docs/io.md §2: `st_blksize` is not the DIO rule). A tensor range is
 //!   over-read to aligned bounds and sliced. If the filesystem does not support
 //!   direct IO we fail with [`UsageError::DirectIoRefused`] (buffered IO works): never a silent
 //!   fallback, since reports must say what was measured.

@@ -2,7 +2,7 @@
 //!
 //! - `lru`: evict the least recently used expert (the reference engine's choice);
 //! - `lfru`: evict the least frequently used, recency breaking ties (WASTE's LFRU,
-//!   shared/context/peers.md).
+//!   docs/io.md §6).
 //!
 //! Both are deterministic: ties on every key fall back to the (layer, expert) id.
 

@@ -389,7 +389,8 @@ pub fn plan_unchecked(
     let act = activation_estimate(cfg);
     let base = global + small + state + act;
     let floor = base + min_slots as u64 * slot_bytes + min_exp as u64 * expert_buffer_bytes;
-    let model_bytes = ck.total_bytes();
+    // Tensors the model uses (present-and-unused MTP layers excluded).
+    let model_bytes = crate::inspect::model_bytes(cfg, ck);
 
     // Allocate: pin layer trunks in order, then experts.
     let mut left = budget.saturating_sub(floor);

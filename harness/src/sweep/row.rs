@@ -12,6 +12,11 @@ use memdial::metrics::{MetricsFile, RunMetrics, Source};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// Version of the results schema (the columns of [`COLUMNS`] and their meaning),
+/// recorded in `sweep.json` as `results_schema`. 2: memory columns from
+/// `cgroup_reason` on, and baselines checked against it.
+pub const RESULTS_SCHEMA: u32 = 2;
+
 /// One run. Engine metrics are `None` (empty in CSV, `null` in JSON) when the run
 /// failed or the engine reported `null`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -96,6 +101,27 @@ pub struct Row {
     pub model_device: String,
     /// memdial version.
     pub memdial_version: String,
+    // --- memory as the budget sees it (appended after the columns above; never renamed)
+    /// Why the run was not in a memory cgroup (`None` when `cgroup_enforced`).
+    pub cgroup_reason: Option<String>,
+    /// `cgroup_slack` of the spec, bytes: what a run may hold above its budget.
+    pub cgroup_slack_bytes: Option<u64>,
+    /// Memory samples the harness took while the child ran (every 100 ms; 10 ms in
+    /// the first second).
+    pub memory_samples: Option<u64>,
+    /// Peak `RssAnon` of the child over the harness's samples, bytes.
+    pub rss_anon_peak_sampled_bytes: Option<u64>,
+    /// Peak page-cache residency of the model's shard files over the samples, bytes.
+    pub page_cache_resident_bytes_peak: Option<u64>,
+    /// Peak over the samples of `RssAnon + page-cache residency of the model`
+    /// (same instant), bytes: the memory the budget has to hold.
+    pub anon_plus_page_cache_peak_bytes: Option<u64>,
+    /// Unenforced run whose memory (the largest of `anon_plus_page_cache_peak_bytes`,
+    /// `peak_rss_anon_bytes + page_cache_resident_bytes_end` and `peak_rss_anon_bytes`)
+    /// exceeded `budget_bytes + cgroup_slack_bytes`: its speed is not comparable with
+    /// runs held to the budget.
+    #[serde(default)]
+    pub over_budget: bool,
 }
 
 /// The schema: every column of `results.csv`, in order (same keys as each object of
@@ -177,6 +203,13 @@ pub const COLUMNS: &[&str] = &[
     "expert_prefetch_hits",
     "rss_anon_bytes",
     "metric_sources",
+    "cgroup_reason",
+    "cgroup_slack_bytes",
+    "memory_samples",
+    "rss_anon_peak_sampled_bytes",
+    "page_cache_resident_bytes_peak",
+    "anon_plus_page_cache_peak_bytes",
+    "over_budget",
 ];
 
 /// A row reads as its engine figures: `row.ttft_s` is `row.metrics.ttft_s`.
@@ -218,6 +251,37 @@ impl Row {
         self.output_ids_sha256.clone().or_else(|| {
             (self.status == "ok").then(|| memdial::generate::ids_sha256(&self.output_ids))
         })
+    }
+
+    /// Records the harness's memory samples and decides `over_budget` (call after
+    /// [`Row::fill_metrics`], so the engine's anonymous peak is known).
+    pub fn fill_memory(&mut self, m: &super::memwatch::MemSamples, slack: u64) {
+        self.cgroup_slack_bytes = Some(slack);
+        self.memory_samples = Some(m.samples);
+        self.rss_anon_peak_sampled_bytes = Some(m.anon_peak_bytes);
+        self.page_cache_resident_bytes_peak = Some(m.page_cache_peak_bytes);
+        self.anon_plus_page_cache_peak_bytes = Some(m.anon_plus_page_cache_peak_bytes);
+        if self.cgroup_enforced && self.cgroup_peak_bytes.is_none() {
+            self.cgroup_peak_bytes = m.cgroup_usage_peak_bytes;
+        }
+        if self.cgroup_enforced && self.cgroup_oom_kills.is_none() {
+            self.cgroup_oom_kills = m.cgroup_oom_kills;
+        }
+        let engine_end = self
+            .peak_rss_anon_bytes
+            .zip(self.page_cache_resident_bytes_end)
+            .map(|(a, p)| a + p);
+        self.over_budget = self.status == "ok"
+            && super::memwatch::over_budget(
+                self.cgroup_enforced,
+                &[
+                    self.anon_plus_page_cache_peak_bytes,
+                    engine_end,
+                    self.peak_rss_anon_bytes,
+                ],
+                self.budget_bytes,
+                slack,
+            );
     }
 
     /// True for measured (non-warm-up) runs that finished.

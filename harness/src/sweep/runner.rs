@@ -8,13 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-use super::cgroup::{self, RunCgroup};
-use super::coldcache::make_cold;
-use super::host::Host;
-use super::row::Row;
-use super::spec::{Point, PromptSpec, RunSlot, Spec};
-use super::util::utc_now_rfc3339;
-use crate::cmd_sweep::SweepArgs;
+use super::cgroup::RunCgroup;
+use super::memwatch::{interval_at, MemSamples};
+use super::spec::{Point, PromptSpec};
 
 /// Environment variable naming the binary used for child runs instead of this
 /// executable (for tests of the harness against a stand-in).
@@ -47,6 +43,8 @@ pub struct RunRequest<'a> {
     pub timeout: Duration,
     /// Memory cgroup to start the child in.
     pub cgroup: Option<&'a RunCgroup>,
+    /// Model shard files whose page-cache residency is sampled during the run.
+    pub watch_files: &'a [PathBuf],
 }
 
 /// What a child run produced.
@@ -66,6 +64,8 @@ pub struct RunOutcome {
     pub metrics_error: Option<String>,
     /// Last non-empty stderr line (for error messages).
     pub stderr_tail: String,
+    /// Memory sampled while the child ran.
+    pub mem: MemSamples,
 }
 
 impl RunRequest<'_> {
@@ -130,16 +130,7 @@ impl RunRequest<'_> {
         let _ = std::fs::remove_file(&final_metrics);
         let args = self.args(&attempt);
         let mut cmd = match self.cgroup {
-            Some(cg) => {
-                // Join the cgroup before exec, so every allocation of the engine is charged.
-                let mut c = Command::new("/bin/sh");
-                c.arg("-c")
-                    .arg("echo $$ > \"$0\" && exec \"$@\"")
-                    .arg(cg.procs_file())
-                    .arg(self.bin)
-                    .args(&args);
-                c
-            }
+            Some(cg) => cg.command(self.bin, &args),
             None => {
                 let mut c = Command::new(self.bin);
                 c.args(&args);
@@ -162,7 +153,13 @@ impl RunRequest<'_> {
             .spawn()
             .with_context(|| format!("cannot start {}", self.bin.display()))?;
         let mut timed_out = false;
+        let mut mem = MemSamples::default();
+        let mut next_sample = Instant::now();
         let status = loop {
+            if Instant::now() >= next_sample {
+                mem.sample(Some(child.id()), self.watch_files, self.cgroup);
+                next_sample = Instant::now() + interval_at(t0.elapsed());
+            }
             if let Some(s) = child.try_wait()? {
                 break s;
             }
@@ -174,6 +171,8 @@ impl RunRequest<'_> {
             std::thread::sleep(Duration::from_millis(10));
         };
         let wall_s = t0.elapsed().as_secs_f64();
+        // What the run left in the page cache counts too.
+        mem.sample(None, self.watch_files, None);
         let stderr = std::fs::read_to_string(self.run_dir.join("stderr.txt")).unwrap_or_default();
         let stderr_tail = stderr
             .lines()
@@ -202,6 +201,7 @@ impl RunRequest<'_> {
             metrics,
             metrics_error,
             stderr_tail,
+            mem,
         })
     }
 }
@@ -219,131 +219,4 @@ pub fn run_binary() -> Result<PathBuf> {
         return Ok(PathBuf::from(p));
     }
     std::env::current_exe().context("cannot locate the memdial executable")
-}
-
-/// The fields every row of point `p` shares (axes, floor, host), before the run.
-pub fn base_row(spec: &Spec, host: &Host, p: &Point, budget: u64, floor: u64) -> Row {
-    Row {
-        point_index: p.index,
-        point_key: p.key(),
-        budget_spec: p.budget_spec.clone(),
-        budget_bytes: budget,
-        io: p.io.clone(),
-        prefetch: p.prefetch.clone(),
-        cache: p.cache.clone(),
-        threads: p.threads,
-        prompt_index: p.prompt_index,
-        max_tokens: spec.max_tokens,
-        planned_floor_bytes: floor,
-        host_name: host.host_name.clone(),
-        cpu_model: host.cpu_model.clone(),
-        cpu_cores: host.cpu_cores,
-        ram_bytes: host.ram_bytes,
-        kernel: host.kernel.clone(),
-        model_fs: host.model_fs.clone(),
-        model_device: host.model_device.clone(),
-        memdial_version: env!("CARGO_PKG_VERSION").to_string(),
-        started_utc: utc_now_rfc3339(),
-        ..Default::default()
-    }
-}
-
-/// What one run needs besides its slot and budget.
-pub struct RunCtx<'a> {
-    pub a: &'a SweepArgs,
-    pub spec: &'a Spec,
-    pub host: &'a Host,
-    pub bin: &'a Path,
-    pub model: &'a Path,
-    pub out: &'a Path,
-    pub shard_files: &'a [PathBuf],
-    pub cg_mode: Option<&'a cgroup::Mode>,
-    pub slack: u64,
-}
-
-/// Step 3 (per run): cold cache, optional cgroup, the child `memdial run`, and its
-/// row with a status (`ok`, `failed`, `refused`, `timeout`).
-pub fn run_slot(c: &RunCtx, slot: &RunSlot, budget_bytes: u64, floor_bytes: u64) -> Result<Row> {
-    let mut row = base_row(c.spec, c.host, &slot.point, budget_bytes, floor_bytes);
-    row.run_id = slot.run_id();
-    row.repeat = slot.repeat;
-    row.warmup = slot.warmup;
-    let cold = make_cold(c.shard_files)?;
-    row.model_files = cold.files;
-    row.resident_before_bytes = cold.resident_bytes;
-    row.cold_verified = cold.verified();
-    let cg = match c.cg_mode {
-        Some(m) => match RunCgroup::create(m, &slot.dir_name(), budget_bytes + c.slack) {
-            Ok(cg) => Some(cg),
-            Err(e) => {
-                eprintln!(
-                    "warning: cannot create a memory cgroup ({e:#}); this run is not enforced"
-                );
-                None
-            }
-        },
-        None => None,
-    };
-    let prompt = &c.spec.prompts[slot.point.prompt_index];
-    let run_dir = c.out.join("runs").join(slot.dir_name());
-    let req = RunRequest {
-        bin: c.bin,
-        model: c.model,
-        point: &slot.point,
-        budget_bytes: budget_bytes,
-        prompt,
-        max_tokens: c.spec.max_tokens,
-        max_context: c.spec.max_context,
-        extra_args: &c.spec.extra_args,
-        perturb_logit: (c.a.test_perturb_point == Some(slot.point.index))
-            .then_some(c.a.test_perturb_logit),
-        run_dir: &run_dir,
-        timeout: Duration::from_secs_f64(c.spec.timeout_s),
-        cgroup: cg.as_ref(),
-    };
-    row.started_utc = utc_now_rfc3339();
-    let o = req.execute()?;
-    row.wall_s = Some(o.wall_s);
-    row.exit_code = o.exit_code;
-    if let Some(cg) = &cg {
-        row.cgroup_enforced = true;
-        row.cgroup_limit_bytes = Some(cg.limit_bytes);
-        row.cgroup_peak_bytes = cg.peak_bytes();
-        row.cgroup_oom_kills = cg.oom_kills();
-    }
-    drop(cg);
-    let why = || {
-        if !o.stderr_tail.is_empty() {
-            o.stderr_tail.clone()
-        } else if let Some(sig) = o.signal {
-            format!("killed by signal {sig}")
-        } else {
-            o.metrics_error.clone().unwrap_or_default()
-        }
-    };
-    row.status = if o.timed_out {
-        row.error = Some(format!("timed out after {:.0} s", c.spec.timeout_s));
-        "timeout".into()
-    } else if o.exit_code == Some(0) {
-        match &o.metrics {
-            Some(m) => match row.fill_metrics(m) {
-                Ok(()) => "ok".into(),
-                Err(e) => {
-                    row.error = Some(format!("{e:#}"));
-                    "failed".into()
-                }
-            },
-            None => {
-                row.error = o.metrics_error.clone();
-                "failed".into()
-            }
-        }
-    } else if o.exit_code == Some(2) {
-        row.error = Some(why());
-        "refused".into()
-    } else {
-        row.error = Some(why());
-        "failed".into()
-    };
-    Ok(row)
 }

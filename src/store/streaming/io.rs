@@ -199,6 +199,28 @@ impl Shared {
         Ok(n)
     }
 
+    /// Refuses E8M0 NaN scales (0xFF) in a routed expert just read
+    /// ([`crate::integrity::check_e8m0`]; its scales are in memory now).
+    pub(super) fn check_scales(&self, key: Key, loaded: &Loaded) -> Result<()> {
+        if !matches!(key, Key::Expert(..)) {
+            return Ok(());
+        }
+        let g = self.group(key);
+        for m in g
+            .members
+            .iter()
+            .filter(|m| m.key.ends_with(".weight_scale"))
+        {
+            let p = loaded.range_pos[m.range] + m.offset as usize;
+            let bytes: &[u8] = match &loaded.data {
+                LoadedData::Buf(b) => b.as_ref(),
+                LoadedData::Maps(maps) => &maps[m.range][..],
+            };
+            crate::integrity::check_e8m0(&m.key, &bytes[p..p + m.len as usize])?;
+        }
+        Ok(())
+    }
+
     /// Drops an mmap range from memory (mapping and page cache) so mapped-resident
     /// bytes stay within the plan.
     pub(super) fn mmap_release(&self, key: Key) {
@@ -248,6 +270,7 @@ pub(super) fn worker(shared: Arc<Shared>) {
         let group = shared.group(job.key);
         let res = read_group(&shared, group, job.buf).and_then(|(l, n)| {
             let v = shared.verify(job.key, &l)?;
+            shared.check_scales(job.key, &l)?;
             Ok((l, n, v))
         });
         let mut g = lock(&shared);

@@ -20,6 +20,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use sha2::{Digest, Sha256};
 
 use self::caches::{Entry, ExpertMeta, Inner, Key, Req};
 use self::io::{lock, read_group, worker, Loaded, Shared};
@@ -30,6 +31,7 @@ use super::trace::{self, TraceRecord};
 use super::{Bytes, ExpertMat, ExpertWeights, WeightStore};
 use crate::checkpoint::Checkpoint;
 use crate::config::{ExpertFormat, ModelConfig};
+use crate::fixture::hex;
 use crate::io::{AlignedBuf, IoMode, ShardFile};
 use crate::schema::layer_name;
 
@@ -96,7 +98,7 @@ impl StreamingStore {
             .map(|s| ShardFile::open(&s.path, opts.io))
             .collect::<Result<Vec<_>>>()?;
         let manifest = if opts.verify_reads {
-            Some(crate::manifest::load_manifest(&ck.dir, &cfg.weight_prefix)?)
+            Some(crate::manifest::manifest_for_run(&ck.dir, cfg, &plan)?)
         } else {
             None
         };
@@ -135,6 +137,17 @@ impl StreamingStore {
                 let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(b);
                 Bytes::new(owner, d, loc.len as usize)
             };
+            if let Some(man) = &shared.manifest {
+                let got = hex(&Sha256::digest(&bytes[..]));
+                if man.get(key) != Some(&got) {
+                    bail!(
+                        "verifying reads: tensor {full} read from {} at offset {} has sha256 {got}, manifest says {}",
+                        f.path.display(),
+                        loc.offset,
+                        man.get(key).map_or("nothing", |s| s.as_str())
+                    );
+                }
+            }
             pinned_bytes += loc.len;
             pinned.insert(key.clone(), bytes);
         }
