@@ -123,10 +123,15 @@ pub fn summarize(cfg: &ModelConfig) -> Summary {
 /// multi-token-prediction layers the config declares (`num_nextn_predict_layers`,
 /// see [`mtp_layer_of`]), which are present-and-unused. Empty = valid.
 pub fn validate(cfg: &ModelConfig, ck: &Checkpoint) -> Vec<String> {
+    validate_specs(cfg, ck, &expected_tensors(cfg))
+}
+
+/// [`validate`] against an expected-tensor table computed by the caller
+/// (`specs` = [`expected_tensors`]`(cfg)`).
+pub fn validate_specs(cfg: &ModelConfig, ck: &Checkpoint, specs: &[TensorSpec]) -> Vec<String> {
     let mut problems = ck.structural_problems();
-    let specs = expected_tensors(cfg);
     let mut seen = std::collections::HashSet::new();
-    for s in &specs {
+    for s in specs {
         let found = std::iter::once(&s.name)
             .chain(s.aliases.iter())
             .find_map(|n| ck.get(n).map(|t| (n, t)));

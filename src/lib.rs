@@ -16,6 +16,7 @@
 //! - [`io`]: aligned direct / buffered / mmap reads and page-cache control;
 //! - [`store`]: the weight store interface, resident and streaming stores;
 //! - [`iobench`]: the IO benchmark (the engine's read requests, each IO mode, fio beside).
+//! - [`loader`]: the one loader, [`model::Model::open`] (config → checkpoint → validation → store → model);
 //! - [`model`]: the forward pass (KDA, MLA, MoE, AttnRes) over a [`store::WeightStore`];
 //! - [`ops`]: the kernel API the model calls (reference implementations);
 //! - [`sampler`], [`generate`]: token selection and the prefill/decode loop;
@@ -35,6 +36,7 @@ pub mod integrity;
 pub mod io;
 pub mod iobench;
 pub mod kernels;
+pub mod loader;
 pub mod manifest;
 pub mod metrics;
 pub mod model;

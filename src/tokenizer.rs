@@ -19,12 +19,11 @@
 //! `tiktoken-rs`); [`check_bpe_prefix`] proves such a prefix is a valid BPE vocabulary.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
 use base64::Engine as _;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 use tiktoken_rs::CoreBPE;
 
 /// File name of the BPE ranks inside a checkpoint / tokenizer directory.
@@ -148,73 +147,6 @@ pub fn o200k_token_bytes(n: u32) -> Result<Vec<Vec<u8>>> {
                 .map_err(|e| anyhow!("o200k_base rank {r} missing: {e:?}"))
         })
         .collect()
-}
-
-/// Writes `tiktoken.model` (o200k_base ranks `0..n_base`) and a Kimi-style
-/// `tokenizer_config.json` (specials at `n_base..n_base+256`, see [`KIMI_NAMED_SPECIALS`],
-/// bos `[BOS]`, eos `<|im_end|>`, pad `[PAD]`, unk `[UNK]`, [`KIMI_CHAT_TEMPLATE`]) into `dir`
-/// (created if missing). Output is byte-for-byte deterministic for a given `n_base`.
-///
-/// eos is `<|im_end|>` (= `eos_token_id` of Kimi's `config.json`, what generation stops on);
-/// the published K2 `tokenizer_config.json` says `[EOS]` instead.
-///
-/// Errors: `n_base` < 256 or > [`O200K_BASE_LEN`], or I/O failure (file named).
-pub fn write_tokenizer_files(dir: &Path, n_base: u32) -> Result<()> {
-    if n_base < 256 {
-        bail!("n_base must be >= 256 (all single bytes), got {n_base}");
-    }
-    let tokens = o200k_token_bytes(n_base)?;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-
-    let mut model = String::with_capacity(tokens.len() * 16);
-    let b64 = base64::engine::general_purpose::STANDARD;
-    for (rank, tok) in tokens.iter().enumerate() {
-        writeln!(model, "{} {}", b64.encode(tok), rank).expect("write to String");
-    }
-    let model_path = dir.join(TIKTOKEN_FILE);
-    std::fs::write(&model_path, model)
-        .with_context(|| format!("writing {}", model_path.display()))?;
-
-    let config = tokenizer_config_json(n_base);
-    let mut text = serde_json::to_string_pretty(&config).expect("serialize config");
-    text.push('\n');
-    let cfg_path = dir.join(TOKENIZER_CONFIG_FILE);
-    std::fs::write(&cfg_path, text).with_context(|| format!("writing {}", cfg_path.display()))?;
-    Ok(())
-}
-
-/// The `tokenizer_config.json` value written by [`write_tokenizer_files`].
-pub fn tokenizer_config_json(n_base: u32) -> Value {
-    let mut added = Map::new();
-    for &(off, content, special) in KIMI_NAMED_SPECIALS {
-        added.insert(
-            (n_base + off).to_string(),
-            json!({
-                "content": content,
-                "lstrip": false,
-                "normalized": false,
-                "rstrip": false,
-                "single_word": false,
-                "special": special,
-            }),
-        );
-    }
-    json!({
-        "added_tokens_decoder": added,
-        "additional_special_tokens": [
-            "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|start_header_id|>",
-            "<|end_header_id|>", "[EOT]", "<|im_system|>", "<|im_middle|>"
-        ],
-        "bos_token": "[BOS]",
-        "chat_template": KIMI_CHAT_TEMPLATE,
-        "clean_up_tokenization_spaces": false,
-        "eos_token": "<|im_end|>",
-        "extra_special_tokens": {},
-        "model_max_length": KIMI_MODEL_MAX_LENGTH,
-        "pad_token": "[PAD]",
-        "tokenizer_class": "TikTokenTokenizer",
-        "unk_token": "[UNK]",
-    })
 }
 
 // ---------------------------------------------------------------------------------------------

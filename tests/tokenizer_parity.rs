@@ -4,7 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use memdial::tokenizer::{write_tokenizer_files, Tokenizer, KIMI_PAT_STR};
+use memdial::fixture::vocab::write_tokenizer_files;
+use memdial::tokenizer::{Tokenizer, KIMI_PAT_STR};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 

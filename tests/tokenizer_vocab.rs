@@ -3,9 +3,10 @@
 use memdial_testkit as testkit;
 use std::time::Instant;
 
+use memdial::fixture::vocab::write_tokenizer_files;
 use memdial::tokenizer::{
-    check_bpe_prefix, check_bpe_vocab, o200k_token_bytes, special_token_names,
-    write_tokenizer_files, BpeDefect, Tokenizer, KIMI_N_BASE, NUM_SPECIAL_TOKENS, O200K_BASE_LEN,
+    check_bpe_prefix, check_bpe_vocab, o200k_token_bytes, special_token_names, BpeDefect,
+    Tokenizer, KIMI_N_BASE, NUM_SPECIAL_TOKENS, O200K_BASE_LEN,
 };
 
 /// An empty scratch directory unique to the caller, removed when the guard drops.

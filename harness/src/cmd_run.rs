@@ -6,23 +6,21 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use memdial::checkpoint::Checkpoint;
 use memdial::config::load_config;
 use memdial::error::UsageError;
 use memdial::fixture::hex;
 use memdial::generate::{generate, GenerateParams};
 use memdial::io::IoMode;
+use memdial::loader::{Opened, StoreOptions};
 use memdial::metrics::{MetricsFile, RunMetrics, Source, SCHEMA_VERSION};
 use memdial::model::Model;
 use memdial::sampler::SamplerConfig;
 use memdial::store::cache::CachePolicy;
 use memdial::store::plan::{parse_size, Prefetch};
-use memdial::store::streaming::{StreamOptions, StreamingStore};
-use memdial::store::WeightStore;
+use memdial::store::streaming::StreamOptions;
 use memdial::sysmem::PeakTracker;
 use memdial::tokenizer::Tokenizer;
 use sha2::{Digest, Sha256};
-use std::sync::Arc;
 
 use crate::args::{usage, CacheArg, IoArg, PrefetchArg};
 
@@ -243,40 +241,27 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         .max(prompt.len() + a.max_tokens);
 
     // Load: validate the checkpoint, then open the store.
-    let ck = Checkpoint::open(&a.model)?;
-    let problems = memdial::inspect::validate(&cfg, &ck);
-    if !problems.is_empty() {
-        bail!(
-            "{} does not match its config.json:\n  {}",
-            a.model.display(),
-            problems.join("\n  ")
-        );
-    }
-    let hints = Model::dtype_hints(&cfg, &ck);
-    let streaming: Option<Arc<StreamingStore>> = match budget {
-        Some(b) => {
-            let opts = StreamOptions {
-                budget: b,
-                io,
-                prefetch,
-                cache,
-                max_context,
-                io_threads: a.io_threads.max(1),
-                record_trace: a.record_trace.clone(),
-                trace: a.trace.clone(),
-                verify_reads: a.verify_reads,
-            };
-            Some(Arc::new(StreamingStore::open(&cfg, &ck, opts)?))
-        }
-        None => None,
+    let store = match budget {
+        Some(b) => StoreOptions::Streaming(StreamOptions {
+            budget: b,
+            io,
+            prefetch,
+            cache,
+            max_context,
+            io_threads: a.io_threads.max(1),
+            record_trace: a.record_trace.clone(),
+            trace: a.trace.clone(),
+            verify_reads: a.verify_reads,
+        }),
+        None => StoreOptions::Resident,
     };
-    let store: Arc<dyn WeightStore> = match &streaming {
-        Some(s) => s.clone(),
-        None => Arc::new(memdial::store::resident::ResidentStore::open(&cfg, &ck)?),
-    };
-    let model = Model::new(cfg.clone(), store, memdial::ops::Par::new(a.threads))?
-        .with_dtype_hints(hints)
-        .with_hidden_checks(a.check_hidden);
+    let Opened {
+        model,
+        checkpoint,
+        streaming,
+    } = Model::open(&a.model, store, a.threads)?;
+    let ck = &checkpoint.ck;
+    let model = model.with_hidden_checks(a.check_hidden);
     let load_s = t_load.elapsed().as_secs_f64();
     mem.sample();
 

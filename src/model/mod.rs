@@ -25,16 +25,14 @@ pub mod state;
 pub mod weights;
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 
 use crate::checkpoint::Checkpoint;
-use crate::config::{load_config, AttnKind, MlpKind, ModelConfig};
+use crate::config::{AttnKind, MlpKind, ModelConfig};
 use crate::ops::Par;
 use crate::schema::Dtype;
-use crate::store::resident::ResidentStore;
 use crate::store::WeightStore;
 
 use attn_res::Blocks;
@@ -65,7 +63,8 @@ pub struct Model {
 impl Model {
     /// A model reading its weights from `store`. Shapes are checked when tensors are
     /// first read (errors name the tensor); validate the checkpoint beforehand with
-    /// [`crate::inspect::validate`] to refuse bad checkpoints up front (as [`Model::load`] does).
+    /// [`crate::inspect::validate`] to refuse bad checkpoints up front (as `Model::open` in
+    /// [`crate::loader`] does).
     pub fn new(cfg: ModelConfig, store: Arc<dyn WeightStore>, par: Par) -> Result<Model> {
         if cfg.hidden_size == 0 || cfg.vocab_size == 0 {
             bail!("hidden_size and vocab_size must be > 0");
@@ -113,26 +112,6 @@ impl Model {
                 Dtype::parse(&loc.dtype).map(|d| (key.to_string(), d))
             })
             .collect()
-    }
-
-    /// Loads `dir` (config.json + safetensors) fully resident with `threads` kernel
-    /// threads, after validating every tensor against the config
-    /// ([`crate::inspect::validate`]); refuses with the list of problems.
-    pub fn load(dir: &Path, threads: usize) -> Result<Model> {
-        let cfg = load_config(dir)?;
-        let ck = Checkpoint::open(dir)?;
-        let problems = crate::inspect::validate(&cfg, &ck);
-        if !problems.is_empty() {
-            bail!(
-                "checkpoint {} does not match its config.json ({} problem(s)):\n  - {}",
-                dir.display(),
-                problems.len(),
-                problems.join("\n  - ")
-            );
-        }
-        let store = ResidentStore::open(&cfg, &ck)?;
-        let hints = Self::dtype_hints(&cfg, &ck);
-        Ok(Model::new(cfg, Arc::new(store), Par::new(threads))?.with_dtype_hints(hints))
     }
 
     /// The configuration.

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use super::{Bytes, ExpertMat, ExpertWeights, WeightStore};
 use crate::checkpoint::Checkpoint;
 use crate::config::{ExpertFormat, ModelConfig};
-use crate::schema::{expected_tensors, layer_name};
+use crate::schema::{expected_tensors, layer_name, TensorSpec};
 
 /// Every tensor of the model in RAM (one allocation per shard).
 pub struct ResidentStore {
@@ -28,10 +28,15 @@ impl ResidentStore {
     /// Reads every tensor the config implies (aliases resolved) into memory.
     /// Errors: a missing tensor, or IO failure naming file and offset.
     pub fn open(cfg: &ModelConfig, ck: &Checkpoint) -> Result<Self> {
+        Self::open_specs(cfg, ck, &expected_tensors(cfg))
+    }
+
+    /// [`ResidentStore::open`] with the expected-tensor table computed by the caller.
+    pub fn open_specs(cfg: &ModelConfig, ck: &Checkpoint, specs: &[TensorSpec]) -> Result<Self> {
         let mut shards: Vec<Option<Arc<Vec<u8>>>> = vec![None; ck.shards.len()];
         let mut tensors = HashMap::new();
         let mut resident = 0u64;
-        for spec in expected_tensors(cfg) {
+        for spec in specs {
             let Some((name, loc)) = std::iter::once(&spec.name)
                 .chain(spec.aliases.iter())
                 .find_map(|n| ck.get(n).map(|l| (n, l)))
