@@ -207,8 +207,7 @@ fn the_table_lists_every_key_read() {
 /// Errors name the file as well as the key.
 #[test]
 fn refusals_name_key_and_file() {
-    let d = std::env::temp_dir().join(format!("memdial-config-keys-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
+    let d = memdial_testkit::scratch!("config-keys");
     let cfg = with(&base("linear"), "topk_group", Some(json!("2")));
     std::fs::write(d.join("config.json"), cfg.to_string()).unwrap();
     let e = format!("{:#}", memdial::config::load_config(&d).unwrap_err());
