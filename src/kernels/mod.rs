@@ -28,6 +28,7 @@
 
 pub mod bandwidth;
 pub mod dense;
+mod matmul;
 pub mod mla_attend;
 pub mod mxfp4;
 pub mod par;
