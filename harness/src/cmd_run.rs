@@ -77,7 +77,11 @@ pub struct RunArgs {
     /// token i+1) as float32 [positions, vocab]: `.npy`, or JSON for any other extension.
     #[arg(long)]
     pub logits_out: Option<PathBuf>,
-    /// Prompt tokens per prefill forward call (0 = whole prompt at once).
+    /// Prompt tokens per prefill forward call (0 = whole prompt at once). Each MoE
+    /// layer fetches every routed expert the chunk needs once per chunk, so larger
+    /// chunks read fewer bytes; activations cost about 140 KB per chunk token on
+    /// `mini` (estimate: `plan::chunk_activation_estimate`). Under `--budget` the plan
+    /// reserves min(max-context, 256) tokens and larger chunks are capped there.
     #[arg(long, default_value_t = 256)]
     pub prefill_chunk: usize,
     /// Do not stop on the config's eos token ids.
@@ -301,6 +305,25 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     mem.sample();
 
     let mut state = model.new_state(max_context);
+    // Under a budget the plan reserves activations for at most this many prefill
+    // tokens per forward; larger chunks are cut to it (same output, bounded memory).
+    let prefill_chunk = match budget {
+        Some(_) => {
+            let cap = memdial::store::plan::planned_prefill_chunk(max_context);
+            let want = if a.prefill_chunk == 0 {
+                prompt.len()
+            } else {
+                a.prefill_chunk
+            };
+            if want > cap {
+                eprintln!(
+                    "note: --prefill-chunk {want} capped at {cap} (the plan's activation reserve)"
+                );
+            }
+            want.min(cap)
+        }
+        None => a.prefill_chunk,
+    };
     let params = GenerateParams {
         max_tokens: a.max_tokens,
         sampler: SamplerConfig {
@@ -314,7 +337,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             cfg.eos_token_ids.clone()
         },
         keep_logits: a.logits_out.is_some(),
-        prefill_chunk: a.prefill_chunk,
+        prefill_chunk,
         perturb_logit: a.perturb_logit,
     };
     // Store counters when the first token was chosen (decode figures start there).
