@@ -3,7 +3,7 @@
 //!
 //! Headers are parsed by deserializing `safetensors::tensor::Metadata` from bytes
 //! `[8, 8+n)` of each shard (the crate's `read_metadata` wants the whole file, see
-//! rust-notes §0.2). The absolute offset of a tensor is `8 + n + data_offsets.0`.
+//! docs/io.md §1). The absolute offset of a tensor is `8 + n + data_offsets.0`.
 //! Multi-shard checkpoints are found through `model.safetensors.index.json`
 //! (`weight_map`), single-file ones through `model.safetensors`.
 
@@ -203,4 +203,61 @@ pub fn dtype_size(dtype: &str) -> Option<u64> {
         "F64" | "I64" | "U64" => 8,
         _ => return None,
     })
+}
+
+/// The model content hash, defined once for the project: SHA-256 (lower-case hex)
+/// over every shard in [`Checkpoint::shards`] order (sorted file names) of
+/// `file name bytes ‖ 0x00 ‖ file size (u64 LE) ‖ the shard's first 8 + n bytes`
+/// (the safetensors length prefix and JSON header, which name every tensor with its
+/// dtype, shape and byte range). It identifies a checkpoint by its layout and sizes
+/// without reading the tensor data, so it works for any checkpoint in milliseconds;
+/// two checkpoints with equal headers and sizes but different weights hash alike
+/// (use `checksums.sha256` for the data). Errors: a shard that cannot be read.
+pub fn model_content_hash(ck: &Checkpoint) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for s in &ck.shards {
+        let name = s
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        h.update(name.as_bytes());
+        h.update([0u8]);
+        h.update(s.size.to_le_bytes());
+        let mut f =
+            File::open(&s.path).with_context(|| format!("cannot open {}", s.path.display()))?;
+        let mut head = vec![0u8; s.data_start as usize];
+        f.read_exact(&mut head)
+            .with_context(|| format!("{}: cannot read header", s.path.display()))?;
+        h.update(&head);
+    }
+    Ok(h.finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>())
+}
+
+#[cfg(test)]
+mod content_hash_tests {
+    use super::*;
+
+    #[test]
+    fn content_hash_matches_python_hashlib() {
+        // Expected from Python: hashlib.sha256(b"model.safetensors" + b"\0"
+        //   + struct.pack("<Q", 66) + file[:62]).hexdigest()
+        let d = std::env::temp_dir().join(format!("content-hash-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let hdr = br#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#;
+        let mut bytes = (hdr.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(hdr);
+        bytes.extend_from_slice(&1.0f32.to_le_bytes());
+        std::fs::write(d.join("model.safetensors"), &bytes).unwrap();
+        let ck = Checkpoint::open(&d).unwrap();
+        assert_eq!(
+            model_content_hash(&ck).unwrap(),
+            "3c268a2cf07b54333ce9000fa73578442cf1b2d01399fb2a24246bb171a3c914"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 }

@@ -11,7 +11,7 @@
 //! Field names are exactly the Hugging Face config keys. Semantics follow
 //! mlx-lm `models/kimi_k3.py` / `kimi_linear.py` and transformers
 //! `models/kimi_linear/configuration_kimi_linear.py` (see
-//! `shared/context/k3-architecture.md` §4 and §6).
+//! docs/architecture.md §1, §9 and docs/config-keys.md).
 
 use std::path::Path;
 
@@ -122,6 +122,9 @@ struct RawText {
     latent_moe_use_norm: bool,
     #[serde(default)]
     tie_word_embeddings: bool,
+    /// DeepSeek-V3 multi-token-prediction layers stored after the decoder layers.
+    #[serde(default)]
+    num_nextn_predict_layers: usize,
     #[serde(default)]
     bos_token_id: Option<u32>,
     #[serde(default)]
@@ -255,6 +258,12 @@ pub struct ModelConfig {
     pub attn_kinds: Vec<AttnKind>,
     /// Per-layer MLP kind (0-indexed).
     pub mlp_kinds: Vec<MlpKind>,
+    /// `num_nextn_predict_layers` (DeepSeek-V3 multi-token prediction; default 0): that many
+    /// MTP layers may be stored at layer indices `num_hidden_layers..num_hidden_layers + N`
+    /// (`enorm`, `hnorm`, `eh_proj`, `shared_head.*` plus a decoder layer). Plain decoding
+    /// does not use them: they are recognised, never loaded, and not counted in the model
+    /// size (as mlx-lm `kimi_k3.py` `sanitize`, vLLM and llama.cpp skip them).
+    pub num_nextn_predict_layers: usize,
 }
 
 impl ModelConfig {
@@ -271,15 +280,30 @@ impl ModelConfig {
     /// Parses a `config.json` text in any of the accepted forms.
     pub fn from_json_str(text: &str) -> Result<Self> {
         let root: Value = serde_json::from_str(text).context("not valid JSON")?;
+        if let Some(v) = root
+            .get("model_type")
+            .filter(|v| !v.is_string() && !v.is_null())
+        {
+            bail!("`model_type` must be a string, got {v}");
+        }
         let model_type = root
             .get("model_type")
             .and_then(Value::as_str)
             .unwrap_or("kimi_linear")
             .to_string();
-        let (text_value, prefix) = match root.get("text_config") {
+        let (mut text_value, prefix) = match root.get("text_config") {
             Some(tc) => (tc.clone(), "language_model.".to_string()),
             None => (root.clone(), String::new()),
         };
+        let form = if model_type == "kimi_k3" {
+            crate::config_keys::Form::KimiK3
+        } else {
+            crate::config_keys::Form::KimiLinear
+        };
+        match text_value.as_object_mut() {
+            Some(m) => crate::config_keys::normalize(m, form)?,
+            None => bail!("text_config must be an object"),
+        }
         let raw: RawText = serde_json::from_value(text_value).context("text config")?;
         if let Some(mt) = &raw.model_type {
             if mt != "kimi_linear" && mt != "kimi_k3" {
@@ -359,18 +383,7 @@ impl ModelConfig {
                     );
                 }
                 let k = raw.num_experts_per_token;
-                if k == 0 || k > e {
-                    bail!("num_experts_per_token {k} must be in 1..={e}");
-                }
-                if raw.num_expert_group == 0 || e % raw.num_expert_group != 0 {
-                    bail!(
-                        "num_experts {e} not divisible by num_expert_group {}",
-                        raw.num_expert_group
-                    );
-                }
-                if raw.topk_group == 0 || raw.topk_group > raw.num_expert_group {
-                    bail!("topk_group must be in 1..=num_expert_group");
-                }
+                check_moe_layout(e, k, raw.num_expert_group, raw.topk_group)?;
                 Some(MoeConfig {
                     num_experts: e,
                     num_experts_per_token: k,
@@ -482,6 +495,7 @@ impl ModelConfig {
             eos_token_ids,
             attn_kinds,
             mlp_kinds,
+            num_nextn_predict_layers: raw.num_nextn_predict_layers,
         })
     }
 
@@ -523,7 +537,7 @@ impl ModelConfig {
     }
 
     /// Bytes of one KDA layer's recurrent state per sequence: fp32 H·K·V state plus
-    /// fp32 conv state (W−1)·3P (k3-architecture.md §1.3, conv kept in f32 here).
+    /// fp32 conv state (W−1)·3P (docs/architecture.md §2, conv kept in f32 here).
     pub fn kda_state_bytes(&self) -> usize {
         let h = self.kda.num_heads;
         let k = self.kda.head_dim;
@@ -535,6 +549,59 @@ impl ModelConfig {
     pub fn mla_cache_bytes_per_position(&self) -> usize {
         self.mla.latent_dim() * 4
     }
+}
+
+/// Checks that a routed-expert layout can be routed by group-limited top-k
+/// (DeepSeek-V3 `noaux_tc`, see [`crate::model::moe::route`]):
+/// - `1 ≤ num_experts_per_token ≤ num_experts`;
+/// - `num_experts` (`n_routed_experts`) divisible by `num_expert_group` (`n_group`);
+/// - `1 ≤ topk_group ≤ num_expert_group`;
+/// - with more than one group, every group holds at least 2 experts (a group's score is
+///   the sum of its top-2 biased scores);
+/// - `num_experts_per_token ≤ topk_group · num_experts / num_expert_group` (otherwise the
+///   top-k would have to take experts from dropped groups).
+///
+/// Errors name the config keys and their values. Called at load (so `run`, `plan`,
+/// `inspect` and the model loader all refuse such a config).
+pub fn check_moe_layout(
+    num_experts: usize,
+    num_experts_per_token: usize,
+    num_expert_group: usize,
+    topk_group: usize,
+) -> Result<()> {
+    let (e, k, ng, tg) = (
+        num_experts,
+        num_experts_per_token,
+        num_expert_group,
+        topk_group,
+    );
+    if k == 0 || k > e {
+        bail!("num_experts_per_token {k} must be in 1..=num_experts ({e})");
+    }
+    if ng == 0 || e % ng != 0 {
+        bail!(
+            "num_experts (n_routed_experts) {e} is not divisible by num_expert_group (n_group) {ng}"
+        );
+    }
+    if tg == 0 || tg > ng {
+        bail!("topk_group {tg} must be in 1..=num_expert_group ({ng})");
+    }
+    let per_group = e / ng;
+    if ng > 1 && per_group < 2 {
+        bail!(
+            "num_experts {e} / num_expert_group {ng} leaves {per_group} expert per group, but a \
+             group's score sums its top-2 experts: need at least 2 experts per group"
+        );
+    }
+    if k > tg * per_group {
+        bail!(
+            "num_experts_per_token {k} exceeds topk_group {tg} × {per_group} experts per group \
+             (num_experts {e} / num_expert_group {ng}) = {}: the top-k cannot be taken from \
+             the kept groups",
+            tg * per_group
+        );
+    }
+    Ok(())
 }
 
 /// Loads `config.json` including its `quantization_config`.
@@ -556,7 +623,7 @@ mod tests {
 
     #[test]
     fn k3_published_layer_pattern_is_1_indexed() {
-        // K3: full_attn_layers = [4, 8, …, 92, 93] (k3-architecture.md §4).
+        // K3: full_attn_layers = [4, 8, …, 92, 93] (docs/architecture.md §9).
         let mut full: Vec<usize> = (1..=23).map(|i| 4 * i).collect();
         full.push(93);
         let kda: Vec<usize> = (1..=93).filter(|i| !full.contains(i)).collect();

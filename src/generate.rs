@@ -59,7 +59,22 @@ pub struct GenerateOutput {
     pub stopped: bool,
 }
 
+/// SHA-256 (lower-case hex) of token ids encoded as u32 little-endian, concatenated:
+/// the `output_ids_sha256` that `run` reports and the sweep compares across budgets.
+pub fn ids_sha256(ids: &[u32]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for id in ids {
+        h.update(id.to_le_bytes());
+    }
+    crate::fixture::hex(&h.finalize())
+}
+
 impl GenerateOutput {
+    /// [`ids_sha256`] of `output_ids`.
+    pub fn output_ids_sha256(&self) -> String {
+        ids_sha256(&self.output_ids)
+    }
     /// Median of `decode_s` (0 when no decode step ran).
     pub fn decode_median_s(&self) -> f64 {
         if self.decode_s.is_empty() {

@@ -7,7 +7,8 @@ use serde::Serialize;
 
 use crate::checkpoint::Checkpoint;
 use crate::config::{load_config, AttnKind, MlpKind, ModelConfig};
-use crate::schema::{expected_tensors, Role, TensorSpec};
+use crate::schema::{expected_tensors, mtp_layer_of, Role, TensorSpec};
+use crate::tokenizer::Tokenizer;
 
 /// Byte and parameter accounting of a model (from the config's tensor table).
 #[derive(Debug, Clone, Serialize)]
@@ -118,7 +119,9 @@ pub fn summarize(cfg: &ModelConfig) -> Summary {
 
 /// Problems of a checkpoint against its config: missing tensors, wrong dtype or
 /// shape, ranges outside their file, overlaps. Unknown extra tensors are reported
-/// as problems too (a strict loader would refuse them). Empty = valid.
+/// as problems too (a strict loader would refuse them), except the tensors of the
+/// multi-token-prediction layers the config declares (`num_nextn_predict_layers`,
+/// see [`mtp_layer_of`]), which are present-and-unused. Empty = valid.
 pub fn validate(cfg: &ModelConfig, ck: &Checkpoint) -> Vec<String> {
     let mut problems = ck.structural_problems();
     let specs = expected_tensors(cfg);
@@ -161,7 +164,11 @@ pub fn validate(cfg: &ModelConfig, ck: &Checkpoint) -> Vec<String> {
             ));
         }
     }
-    let mut extra: Vec<&String> = ck.tensors.keys().filter(|k| !seen.contains(*k)).collect();
+    let mut extra: Vec<&String> = ck
+        .tensors
+        .keys()
+        .filter(|k| !seen.contains(*k) && mtp_layer_of(cfg, k).is_none())
+        .collect();
     extra.sort();
     for k in extra {
         problems.push(format!(
@@ -171,12 +178,110 @@ pub fn validate(cfg: &ModelConfig, ck: &Checkpoint) -> Vec<String> {
     problems
 }
 
+/// What `inspect` found besides problems: tensors present but unused, and how the
+/// tokenizer's ids relate to `vocab_size`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Findings {
+    /// Multi-token-prediction layer indices present in the checkpoint (unused).
+    pub mtp_layers: Vec<usize>,
+    /// Number of present-and-unused tensors (those of `mtp_layers`).
+    pub unused_tensors: usize,
+    /// Bytes of those tensors (excluded from the model size).
+    pub unused_bytes: u64,
+    /// Ids of the directory's tokenizer (`n_base` + specials), if it has one.
+    pub tokenizer_ids: Option<u32>,
+    /// One human-readable line per finding.
+    pub notes: Vec<String>,
+}
+
+/// Bytes of the checkpoint's tensors that the model uses: every tensor except the
+/// present-and-unused multi-token-prediction layers. This is the "model size" of
+/// `plan`, `run --metrics-json` and `sweep` budget fractions.
+pub fn model_bytes(cfg: &ModelConfig, ck: &Checkpoint) -> u64 {
+    ck.tensors
+        .iter()
+        .filter(|(k, _)| mtp_layer_of(cfg, k).is_none())
+        .map(|(_, t)| t.len)
+        .sum()
+}
+
+/// Findings of a checkpoint directory: MTP layers present-and-unused, tokenizer ids
+/// vs `vocab_size` (a padded vocabulary has `vocab_size` > tokenizer ids; the gap ids
+/// decode to "" — [`Tokenizer::decode_padded`]).
+pub fn findings(dir: &Path, cfg: &ModelConfig, ck: &Checkpoint) -> Findings {
+    let mut f = Findings::default();
+    let mut layers = std::collections::BTreeSet::new();
+    for (name, t) in &ck.tensors {
+        if let Some(l) = mtp_layer_of(cfg, name) {
+            layers.insert(l);
+            f.unused_tensors += 1;
+            f.unused_bytes += t.len;
+        }
+    }
+    f.mtp_layers = layers.into_iter().collect();
+    if cfg.num_nextn_predict_layers == 0 {
+        // Layers past the decoder that the config does not declare: they stay problems
+        // ("unexpected tensor"), but say what they probably are.
+        let n = cfg.num_hidden_layers;
+        let beyond: std::collections::BTreeSet<usize> = ck
+            .tensors
+            .keys()
+            .filter_map(|k| {
+                let rest = k
+                    .strip_prefix(cfg.weight_prefix.as_str())?
+                    .strip_prefix("model.layers.")?;
+                rest.split_once('.')?.0.parse::<usize>().ok()
+            })
+            .filter(|&l| l >= n)
+            .collect();
+        if !beyond.is_empty() {
+            let beyond: Vec<usize> = beyond.into_iter().collect();
+            f.notes.push(format!(
+                "tensors at layer index(es) {beyond:?} >= num_hidden_layers {n}: if they are \
+                 multi-token-prediction layers, config.json must declare num_nextn_predict_layers"
+            ));
+        }
+    }
+    if cfg.num_nextn_predict_layers > 0 {
+        f.notes.push(format!(
+            "num_nextn_predict_layers {}: multi-token-prediction layer(s) {:?} present and unused \
+             ({} tensors, {} bytes; not loaded, not counted in the model size)",
+            cfg.num_nextn_predict_layers, f.mtp_layers, f.unused_tensors, f.unused_bytes
+        ));
+    }
+    match Tokenizer::from_dir(dir) {
+        Ok(tok) => {
+            let n = tok.n_vocab();
+            f.tokenizer_ids = Some(n);
+            let v = cfg.vocab_size as u64;
+            if v > n as u64 {
+                f.notes.push(format!(
+                    "vocab_size {v} > {n} tokenizer ids: ids {n}..{} are padding (embedding rows \
+                     without a token; they decode to \"\")",
+                    v - 1
+                ));
+            } else if v < n as u64 {
+                f.notes.push(format!(
+                    "vocab_size {v} < {n} tokenizer ids: tokenizer ids {v}..{} have no embedding row \
+                     (prompts containing them are refused)",
+                    n - 1
+                ));
+            }
+        }
+        Err(e) => f.notes.push(format!(
+            "no usable tokenizer ({e:#}); text needs --prompt-ids"
+        )),
+    }
+    f
+}
+
 /// Loads config + checkpoint and returns (summary, problems).
 pub fn inspect_dir(dir: &Path) -> Result<(ModelConfig, Summary, Vec<String>)> {
     let cfg = load_config(dir)?;
     let ck = Checkpoint::open(dir)?;
     let summary = summarize(&cfg);
-    let problems = validate(&cfg, &ck);
+    let mut problems = validate(&cfg, &ck);
+    problems.extend(crate::integrity::scan_e8m0(&ck)?);
     Ok((cfg, summary, problems))
 }
 

@@ -5,24 +5,38 @@
 //!
 //! Modules:
 //! - [`config`]: `config.json` in Moonshot's and transformers' forms;
+//! - [`config_keys`]: key-by-key defaults, null and type rules of the reference config classes;
 //! - [`schema`]: the tensor table a config implies (names, dtypes, shapes);
 //! - [`checkpoint`]: safetensors shard headers and tensor locations;
+//! - [`manifest`]: the per-tensor checksum manifest `tensors.sha256`;
 //! - [`inspect`]: architecture summary and checkpoint validation;
 //! - [`fixture`]: deterministic fixture checkpoints in the published layout;
 //! - [`tokenizer`]: the Kimi tiktoken tokenizer and chat template;
+//! - [`chat`]: chat prompts from the checkpoint's own Jinja `chat_template`;
 //! - [`io`]: aligned direct / buffered / mmap reads and page-cache control;
-//! - [`store`]: the weight store interface, resident and streaming stores.
+//! - [`store`]: the weight store interface, resident and streaming stores;
+//! - [`iobench`]: the IO benchmark (the engine's read requests, each IO mode, fio beside).
 //! - [`model`]: the forward pass (KDA, MLA, MoE, AttnRes) over a [`store::WeightStore`];
 //! - [`ops`]: the kernel API the model calls (reference implementations);
-//! - [`sampler`], [`generate`]: token selection and the prefill/decode loop.
+//! - [`sampler`], [`generate`]: token selection and the prefill/decode loop;
+//! - [`metrics`]: [`metrics::RunMetrics`], the figures of one run (`--metrics-json`, `results.csv`);
+//! - [`error`]: typed usage-class errors ([`error::UsageError`]);
+//! - [`units`]: byte sizes (`512MiB`) parsed and printed.
 
+pub mod chat;
 pub mod checkpoint;
 pub mod config;
+pub mod config_keys;
+pub mod error;
 pub mod fixture;
 pub mod generate;
 pub mod inspect;
+pub mod integrity;
 pub mod io;
+pub mod iobench;
 pub mod kernels;
+pub mod manifest;
+pub mod metrics;
 pub mod model;
 pub mod ops;
 pub mod rng;
@@ -31,3 +45,4 @@ pub mod schema;
 pub mod store;
 pub mod sysmem;
 pub mod tokenizer;
+pub mod units;

@@ -4,7 +4,7 @@
 //! One table serves three users: `memdial fixture` writes exactly these tensors,
 //! `memdial inspect` validates a checkpoint against them, and the model loader
 //! checks them before the first forward pass. Names follow the published
-//! Kimi-Linear-48B / Kimi K3 checkpoints (k3-architecture.md §1.1, §2.1, §3, §4).
+//! Kimi-Linear-48B / Kimi K3 checkpoints (docs/architecture.md §2–§5, quirks in §7).
 
 use crate::config::{AttnKind, ExpertFormat, MlpKind, ModelConfig};
 
@@ -476,4 +476,19 @@ pub fn expected_tensors(cfg: &ModelConfig) -> Vec<TensorSpec> {
         );
     }
     b.out
+}
+
+/// The multi-token-prediction layer a checkpoint tensor belongs to, if any: `name` (with the
+/// model's weight prefix) is `model.layers.{L}.…` with
+/// `num_hidden_layers ≤ L < num_hidden_layers + num_nextn_predict_layers`.
+/// Such tensors (`enorm`, `hnorm`, `eh_proj`, `shared_head.*` and a whole decoder layer in
+/// DeepSeek-V3-style checkpoints) are present but unused: never loaded, not model bytes.
+pub fn mtp_layer_of(cfg: &ModelConfig, name: &str) -> Option<usize> {
+    let rest = name
+        .strip_prefix(cfg.weight_prefix.as_str())?
+        .strip_prefix("model.layers.")?;
+    let (idx, _) = rest.split_once('.')?;
+    let l: usize = idx.parse().ok()?;
+    let n = cfg.num_hidden_layers;
+    (l >= n && l < n + cfg.num_nextn_predict_layers).then_some(l)
 }

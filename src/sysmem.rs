@@ -1,7 +1,7 @@
 //! Process memory as the kernel reports it (`/proc/self/status`, via the procfs crate).
 //!
 //! `VmRSS`/`VmHWM` include mapped file pages, so anonymous and file-backed resident
-//! memory are reported separately (rust-notes §0.3).
+//! memory are reported separately (docs/io.md §3).
 
 use serde::Serialize;
 

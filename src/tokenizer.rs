@@ -577,6 +577,26 @@ impl Tokenizer {
         })
     }
 
+    /// Decodes ids of a model whose `vocab_size` may exceed the tokenizer's ids (a padded
+    /// vocabulary, e.g. rounded up to a multiple of 64): ids in `n_vocab..vocab_size` are
+    /// embedding rows without a token and decode to "" (they are skipped); every other id
+    /// keeps its text. Errors on an id ≥ `max(n_vocab, vocab_size)`.
+    pub fn decode_padded(&self, ids: &[u32], vocab_size: usize) -> Result<String> {
+        let limit = (self.n_vocab as u64).max(vocab_size as u64);
+        if let Some(&bad) = ids.iter().find(|&&id| id as u64 >= limit) {
+            bail!(
+                "unknown token id {bad} (vocab_size {vocab_size}, tokenizer has {} ids)",
+                self.n_vocab
+            );
+        }
+        let kept: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|&id| id < self.n_vocab)
+            .collect();
+        self.decode(&kept)
+    }
+
     /// Token ids of a single-turn Kimi chat prompt ending in the generation prompt:
     /// `[<|im_system|>system<|im_middle|>{system}<|im_end|>]<|im_user|>user<|im_middle|>{user}<|im_end|><|im_assistant|>assistant<|im_middle|>`.
     ///

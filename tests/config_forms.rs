@@ -9,21 +9,23 @@ use std::path::PathBuf;
 
 use memdial::checkpoint::Checkpoint;
 use memdial::model::{LogitsMode, Model};
+use memdial_testkit as testkit;
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 
-fn tmp(tag: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("forms-{tag}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&d);
-    d
+/// `SCRATCH/model`, in a scratch directory unique to the caller (removed when the
+/// returned guard drops).
+fn tmp(tag: &str) -> (testkit::Scratch, PathBuf) {
+    let s = testkit::scratch!(&format!("forms-{tag}"));
+    let d = s.join("model");
+    (s, d)
 }
 
 #[test]
 fn transformers_saved_form_gives_identical_logits() {
-    let src = tmp("src");
+    let (_src_scratch, src) = tmp("src");
     memdial::fixture::generate("tiny-linear", 0, &src, false, None, &mut |_, _| {}).unwrap();
-    let dst = tmp("hf");
+    let (_dst_scratch, dst) = tmp("hf");
     fs::create_dir_all(&dst).unwrap();
 
     // config.json as transformers writes it.

@@ -2,11 +2,12 @@
 //!
 //! What runs where:
 //! - **Live (mlx-lm)**: `tiny_k3_matches_mlx_lm_live`, `tiny_linear_matches_mlx_lm_live` generate
-//!   the fixture checkpoint (seed 0) into `CARGO_TARGET_TMPDIR`, run
-//!   `fixtures/oracle/mlx_logits.py DIR --out PREFIX` with the oracle venv's python
-//!   (`fixtures/oracle/.venv`, made by `bash fixtures/oracle/setup.sh`, ≈ 6 s per model) and compare
-//!   the engine with its output. Without the venv these fail under CI (`CI` set) and are skipped
-//!   with a printed message otherwise.
+//!   the fixture checkpoint (seed 0) into a scratch directory of their own under
+//!   `CARGO_TARGET_TMPDIR`, run `fixtures/oracle/mlx_logits.py DIR --out PREFIX` with the oracle
+//!   venv's python (`fixtures/oracle/.venv`, created on first use by `testkit::oracle` running
+//!   `bash fixtures/oracle/setup.sh --torch`; ≈ 6 s per model) and compare the engine with its
+//!   output. If the venv cannot be created they are reported as `ignored, REASON` (this binary
+//!   runs on libtest-mimic, `harness = false`), and fail under CI (`CI` set).
 //! - **Committed goldens** (no Python at test time): `tiny_linear_matches_transformers_golden`
 //!   (transformers `KimiLinearForCausalLM`; torch is too heavy to run per test) and
 //!   `tiny_k3_and_tiny_linear_match_mlx_goldens` compare against `fixtures/golden/*.{json,logits.npy}`,
@@ -37,6 +38,7 @@ use memdial::config::{load_config, MlpKind};
 use memdial::generate::{generate, GenerateParams};
 use memdial::model::{LogitsMode, Model};
 use memdial::sampler::SamplerConfig;
+use memdial_testkit as testkit;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -60,7 +62,6 @@ fn fixed_ids(vocab: usize, n: usize) -> Vec<u32> {
         .collect()
 }
 
-#[test]
 fn fixed_ids_match_common_py() {
     // First value by the rule in u64 arithmetic: x1 = (1664525·x0 + 1013904223) mod 2^32.
     let x1 = (1_664_525u64 * 0x4D45_4D44 + 1_013_904_223) % (1u64 << 32);
@@ -81,16 +82,17 @@ fn fixed_ids_match_common_py() {
 // ---------------------------------------------------------------------------------------------
 // Fixture checkpoints, oracle venv, oracle outputs.
 
-/// A fixture checkpoint in `CARGO_TARGET_TMPDIR`, removed on drop.
+/// A fixture checkpoint in a scratch directory of its own under `CARGO_TARGET_TMPDIR`
+/// (unique to the calling test), removed on drop.
 struct TmpFixture {
+    _scratch: testkit::Scratch,
     dir: PathBuf,
 }
 
 impl TmpFixture {
     fn new(preset: &str, tag: &str) -> TmpFixture {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("oracle-{tag}-{preset}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch = testkit::scratch!(&format!("oracle-{tag}-{preset}"));
+        let dir = scratch.path().join(preset);
         memdial::fixture::generate(
             preset,
             0,
@@ -100,13 +102,10 @@ impl TmpFixture {
             &mut |_, _| {},
         )
         .unwrap_or_else(|e| panic!("generate {preset}: {e:#}"));
-        TmpFixture { dir }
-    }
-}
-
-impl Drop for TmpFixture {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        TmpFixture {
+            _scratch: scratch,
+            dir,
+        }
     }
 }
 
@@ -118,22 +117,10 @@ fn golden_dir() -> PathBuf {
     root().join("fixtures/golden")
 }
 
-fn venv_python() -> Option<PathBuf> {
-    let p = root().join("fixtures/oracle/.venv/bin/python");
-    if p.exists() {
-        Some(p)
-    } else if std::env::var_os("CI").is_some() {
-        panic!(
-            "oracle venv missing at {}: run `bash fixtures/oracle/setup.sh`",
-            p.display()
-        );
-    } else {
-        eprintln!(
-            "SKIPPED: oracle venv missing ({}); run `bash fixtures/oracle/setup.sh`",
-            p.display()
-        );
-        None
-    }
+/// The oracle venv's python (created on first use, see `testkit::oracle`), or the
+/// reason it cannot be had.
+fn venv_python() -> Result<PathBuf, String> {
+    testkit::oracle::python(root())
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -218,10 +205,13 @@ fn json_ids(j: &Value, key: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Runs `mlx_logits.py` on `dir`; returns the output prefix.
+/// Runs `mlx_logits.py` on `dir`; returns the output prefix (`PARENT_OF_DIR/oracle-out-NAME`,
+/// inside the caller's scratch directory).
 fn run_mlx_oracle(py: &Path, dir: &Path, name: &str) -> PathBuf {
-    let prefix = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("oracle-out-{name}-{}", std::process::id()));
+    let prefix = dir
+        .parent()
+        .expect("fixture dir has a parent")
+        .join(format!("oracle-out-{name}"));
     let t = Instant::now();
     let out = Command::new(py)
         .arg(root().join("fixtures/oracle/mlx_logits.py"))
@@ -376,8 +366,11 @@ fn check_against_oracle(dir: &Path, prefix: &Path, label: &str) -> f64 {
     worst_rel
 }
 
-fn live_mlx(preset: &str) {
-    let Some(py) = venv_python() else { return };
+fn live_mlx(preset: &str) -> testkit::Outcome {
+    let py = match venv_python() {
+        Ok(py) => py,
+        Err(why) => return testkit::skip(format!("mlx-lm oracle not checked: {why}")),
+    };
     let fx = TmpFixture::new(preset, "live");
     let out = OracleOut(run_mlx_oracle(&py, &fx.dir, preset));
     let prefix = &out.0;
@@ -394,16 +387,15 @@ fn live_mlx(preset: &str) {
     );
     assert_eq!(j["oracle"].as_str(), Some("mlx-lm"));
     check_against_oracle(&fx.dir, prefix, &format!("{preset} vs mlx-lm (live)"));
+    Ok(testkit::Completion::Completed)
 }
 
-#[test]
-fn tiny_k3_matches_mlx_lm_live() {
-    live_mlx("tiny-k3");
+fn tiny_k3_matches_mlx_lm_live() -> testkit::Outcome {
+    live_mlx("tiny-k3")
 }
 
-#[test]
-fn tiny_linear_matches_mlx_lm_live() {
-    live_mlx("tiny-linear");
+fn tiny_linear_matches_mlx_lm_live() -> testkit::Outcome {
+    live_mlx("tiny-linear")
 }
 
 /// Compares the engine on a fresh `preset` checkpoint with the committed golden `name`.
@@ -437,12 +429,10 @@ fn golden(preset: &str, name: &str) -> f64 {
     )
 }
 
-#[test]
 fn tiny_linear_matches_transformers_golden() {
     golden("tiny-linear", "tiny-linear.hf");
 }
 
-#[test]
 fn tiny_k3_and_tiny_linear_match_mlx_goldens() {
     golden("tiny-k3", "tiny-k3.mlx");
     golden("tiny-linear", "tiny-linear.mlx");
@@ -488,7 +478,6 @@ fn ref_dequant(packed: &[u8], scale: &[u8], rows: usize, cols: usize) -> Vec<f32
     w
 }
 
-#[test]
 fn independent_mxfp4_decoder_is_the_spec() {
     let table = [
         0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
@@ -503,7 +492,6 @@ fn independent_mxfp4_decoder_is_the_spec() {
     assert_eq!(e8m0(127), 1.0);
 }
 
-#[test]
 fn mxfp4_dequant_bit_identical_for_every_routed_expert() {
     use memdial::ops::{dequant_mxfp4, matvec_mxfp4, Par};
     use safetensors::SafeTensors;
@@ -620,4 +608,23 @@ fn mxfp4_dequant_bit_identical_for_every_routed_expert() {
          {n_elems} weights) dequantized bit-identically; matvec_mxfp4 worst |err|/Σ|w·x| {worst_mv:.2e}",
         moe.num_experts
     );
+}
+
+fn main() -> std::process::ExitCode {
+    let mut trials = testkit::trials![
+        fixed_ids_match_common_py,
+        tiny_linear_matches_transformers_golden,
+        tiny_k3_and_tiny_linear_match_mlx_goldens,
+        independent_mxfp4_decoder_is_the_spec,
+        mxfp4_dequant_bit_identical_for_every_routed_expert,
+    ];
+    trials.push(testkit::ignorable(
+        "tiny_k3_matches_mlx_lm_live",
+        tiny_k3_matches_mlx_lm_live,
+    ));
+    trials.push(testkit::ignorable(
+        "tiny_linear_matches_mlx_lm_live",
+        tiny_linear_matches_mlx_lm_live,
+    ));
+    testkit::main(include_str!("engine_oracles.rs"), trials)
 }

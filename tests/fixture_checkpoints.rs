@@ -1,19 +1,18 @@
 //! Fixture generator: determinism, pinned checksums, validation by `inspect`.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use memdial::checkpoint::Checkpoint;
 use memdial::config::load_config;
 use memdial::fixture::{self, hex};
 use memdial::inspect::{inspect_dir, validate};
+use memdial_testkit as testkit;
 use sha2::{Digest, Sha256};
 
-fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("memdial-test-{tag}-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
-    d
+/// An empty scratch directory unique to the caller, removed when the guard drops.
+fn tmpdir(tag: &str) -> testkit::Scratch {
+    testkit::scratch!(&format!("fixture-{tag}"))
 }
 
 fn gen(preset: &str, seed: u64, out: &Path) {

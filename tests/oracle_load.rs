@@ -2,28 +2,18 @@
 //! (`kimi_k3`, `kimi_linear`) and transformers (`KimiLinearForCausalLM`) report no
 //! missing or unexpected keys (fixtures/oracle/load_check.py).
 //!
-//! Needs the oracle venv (`bash fixtures/oracle/setup.sh --torch`, done by `.ci/run`).
-//! Without it the test fails under CI (`CI` set) and is skipped with a message otherwise.
+//! Needs the oracle venv, created on first use by `testkit::oracle` (`bash
+//! fixtures/oracle/setup.sh --torch` under a lock). If it cannot be created the tests are
+//! reported as `ignored, REASON` (libtest-mimic, `harness = false`), and fail under CI
+//! (`CI` set).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn venv_python() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/oracle/.venv/bin/python");
-    if p.exists() {
-        Some(p)
-    } else if std::env::var_os("CI").is_some() {
-        panic!(
-            "oracle venv missing at {}: run `bash fixtures/oracle/setup.sh --torch`",
-            p.display()
-        );
-    } else {
-        eprintln!(
-            "SKIPPED: oracle venv missing ({}); run `bash fixtures/oracle/setup.sh --torch`",
-            p.display()
-        );
-        None
-    }
+use memdial_testkit as testkit;
+
+fn venv_python() -> Result<PathBuf, String> {
+    testkit::oracle::python(Path::new(env!("CARGO_MANIFEST_DIR")))
 }
 
 fn has_torch(py: &Path) -> bool {
@@ -35,9 +25,8 @@ fn has_torch(py: &Path) -> bool {
 }
 
 fn load_check(py: &Path, preset: &str, transformers: bool) {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("oracle-load-{preset}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
+    let scratch = testkit::scratch!(&format!("oracle-load-{preset}"));
+    let d = scratch.path().join(preset);
     memdial::fixture::generate(
         preset,
         0,
@@ -56,7 +45,7 @@ fn load_check(py: &Path, preset: &str, transformers: bool) {
     let out = cmd.output().expect("run load_check.py");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    std::fs::remove_dir_all(&d).unwrap();
+    drop(scratch);
     assert!(
         out.status.success(),
         "{preset}: load_check failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
@@ -74,22 +63,44 @@ fn load_check(py: &Path, preset: &str, transformers: bool) {
     println!("{preset}: {}", stdout.trim());
 }
 
-#[test]
-fn mlx_lm_strictly_loads_tiny_k3() {
-    if let Some(py) = venv_python() {
-        load_check(&py, "tiny-k3", false);
+fn mlx_lm_strictly_loads_tiny_k3() -> testkit::Outcome {
+    match venv_python() {
+        Ok(py) => load_check(&py, "tiny-k3", false),
+        Err(why) => return testkit::skip(format!("mlx-lm load check not done: {why}")),
     }
+    Ok(testkit::Completion::Completed)
 }
 
-#[test]
-fn mlx_lm_and_transformers_strictly_load_tiny_linear() {
-    if let Some(py) = venv_python() {
-        let torch = has_torch(&py);
-        if !torch && std::env::var_os("CI").is_some() {
-            panic!(
-                "torch missing from the oracle venv: run `bash fixtures/oracle/setup.sh --torch`"
-            );
+fn mlx_lm_and_transformers_strictly_load_tiny_linear() -> testkit::Outcome {
+    let py = match venv_python() {
+        Ok(py) => py,
+        Err(why) => {
+            return testkit::skip(format!("mlx-lm/transformers load check not done: {why}"))
         }
-        load_check(&py, "tiny-linear", torch);
+    };
+    let torch = has_torch(&py);
+    load_check(&py, "tiny-linear", torch);
+    if !torch {
+        return testkit::skip(
+            "torch missing from the oracle venv (run `bash fixtures/oracle/setup.sh --torch`): \
+             mlx-lm checked, transformers load check not done",
+        );
     }
+    Ok(testkit::Completion::Completed)
+}
+
+fn main() -> std::process::ExitCode {
+    testkit::main(
+        include_str!("oracle_load.rs"),
+        vec![
+            testkit::ignorable(
+                "mlx_lm_strictly_loads_tiny_k3",
+                mlx_lm_strictly_loads_tiny_k3,
+            ),
+            testkit::ignorable(
+                "mlx_lm_and_transformers_strictly_load_tiny_linear",
+                mlx_lm_and_transformers_strictly_load_tiny_linear,
+            ),
+        ],
+    )
 }

@@ -15,14 +15,14 @@ use memdial::store::plan::{plan_unchecked, Prefetch};
 use memdial::store::resident::ResidentStore;
 use memdial::store::streaming::{StreamOptions, StreamingStore};
 use memdial::store::{ExpertMat, WeightStore};
+use memdial_testkit as testkit;
 
-/// tiny-k3 generated once per test binary, on disk (not tmpfs: direct IO needs a real fs).
+/// tiny-k3 generated once per test binary (shared read-only by its tests, removed at
+/// exit), on disk (not tmpfs: direct IO needs a real fs).
 fn tiny() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("stream-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
+        let d = testkit::until_exit(testkit::scratch!("stream")).join("tiny-k3");
         memdial::fixture::generate(
             "tiny-k3",
             0,
@@ -193,37 +193,19 @@ fn budget_under_floor_is_refused_with_the_floor() {
     let msg = format!("{err:#}");
     assert!(msg.contains("below the floor"), "{msg}");
     assert!(msg.contains("trunk slot"), "{msg}");
-}
-
-#[test]
-fn direct_io_on_tmpfs_is_refused_with_a_hint() {
-    let shm = Path::new("/dev/shm");
-    if !shm.is_dir() {
-        eprintln!("no /dev/shm; skipped");
-        return;
-    }
-    let d = shm.join(format!("memdial-dio-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&d);
-    memdial::fixture::generate("tiny-k3", 0, &d, false, None, &mut |_, _| {}).unwrap();
-    let cfg = load_config(&d).unwrap();
-    let ck = Checkpoint::open(&d).unwrap();
-    let res = StreamingStore::open(
-        &cfg,
-        &ck,
-        opts(1 << 30, IoMode::Direct, Prefetch::None, CachePolicy::Lru),
+    assert!(
+        matches!(
+            memdial::error::usage_error(&err),
+            Some(memdial::error::UsageError::BelowFloor { .. })
+        ),
+        "{msg}"
     );
-    fs::remove_dir_all(&d).unwrap();
-    let msg = format!("{:#}", res.expect_err("tmpfs must not pass for direct IO"));
-    assert!(msg.contains("--io buffered"), "{msg}");
 }
 
 #[test]
 fn corrupted_bytes_are_caught_by_verify_reads_and_truncation_names_file_and_offset() {
     let src = tiny();
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("stream-fault-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&d);
-    fs::create_dir_all(&d).unwrap();
+    let d = testkit::scratch!("stream-fault");
     for e in fs::read_dir(src).unwrap() {
         let e = e.unwrap();
         fs::copy(e.path(), d.join(e.file_name())).unwrap();

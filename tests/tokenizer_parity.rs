@@ -41,8 +41,7 @@ fn parity_with_python_tiktoken() {
         "pattern drift"
     );
 
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("tok-parity-{}", std::process::id()));
+    let dir = memdial_testkit::scratch!("tok-parity");
     write_tokenizer_files(&dir, n_base).unwrap();
     assert_eq!(
         sha256_hex(&dir.join("tiktoken.model")),

@@ -1,6 +1,6 @@
 //! Vocabulary tests: o200k prefix BPE validity, deterministic writer output, loader errors.
 
-use std::path::PathBuf;
+use memdial_testkit as testkit;
 use std::time::Instant;
 
 use memdial::tokenizer::{
@@ -8,12 +8,9 @@ use memdial::tokenizer::{
     write_tokenizer_files, BpeDefect, Tokenizer, KIMI_N_BASE, NUM_SPECIAL_TOKENS, O200K_BASE_LEN,
 };
 
-fn scratch(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("tok-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// An empty scratch directory unique to the caller, removed when the guard drops.
+fn scratch(name: &str) -> testkit::Scratch {
+    testkit::scratch!(&format!("tok-{name}"))
 }
 
 /// The first 163 584 o200k ranks (the real K3 base count) form a prefix-closed valid BPE
@@ -94,7 +91,7 @@ fn check_reports_out_of_range_and_bad_vocab() {
     assert!(check_bpe_vocab(&toks).is_err());
 }
 
-fn write_dir(name: &str, n_base: u32) -> PathBuf {
+fn write_dir(name: &str, n_base: u32) -> testkit::Scratch {
     let d = scratch(name);
     write_tokenizer_files(&d, n_base).unwrap();
     d

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
+use memdial::error::UsageError;
 use memdial::fixture::{self, PRESET_NAMES};
 
 /// Arguments of `memdial fixture`.
@@ -27,12 +28,7 @@ pub struct FixtureArgs {
 
 pub fn run(a: &FixtureArgs) -> Result<ExitCode> {
     if fixture::preset(&a.preset).is_none() {
-        eprintln!(
-            "error: unknown preset {:?}; available: {}",
-            a.preset,
-            PRESET_NAMES.join(", ")
-        );
-        return Ok(ExitCode::from(2));
+        return Err(UsageError::unknown("preset", &a.preset, &PRESET_NAMES).into());
     }
     let t0 = Instant::now();
     let g = generate_with_progress(&a.preset, a.seed, &a.out, a.force)?;

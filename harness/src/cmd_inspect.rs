@@ -4,7 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use memdial::inspect::{inspect_dir, layer_pattern};
+use memdial::checkpoint::Checkpoint;
+use memdial::inspect::{findings, inspect_dir, layer_pattern};
 
 /// Arguments of `memdial inspect`.
 #[derive(clap::Args)]
@@ -27,9 +28,10 @@ fn gb(b: u64) -> String {
 
 pub fn run(a: &InspectArgs) -> Result<ExitCode> {
     let (cfg, s, problems) = inspect_dir(&a.model)?;
+    let found = findings(&a.model, &cfg, &Checkpoint::open(&a.model)?);
     if a.json {
-        let v =
-            serde_json::json!({"summary": s, "problems": problems, "valid": problems.is_empty()});
+        let v = serde_json::json!({"summary": s, "findings": found, "problems": problems,
+            "valid": problems.is_empty()});
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!("model        {} ({})", a.model.display(), s.model_type);
@@ -39,8 +41,18 @@ pub fn run(a: &InspectArgs) -> Result<ExitCode> {
         );
         println!("pattern      {}", layer_pattern(&cfg));
         println!(
-            "experts      {} per MoE layer, {} active per token",
-            s.num_experts, s.experts_per_token
+            "experts      {} per MoE layer, {} active per token{}",
+            s.num_experts,
+            s.experts_per_token,
+            match &cfg.moe {
+                Some(m) if m.num_expert_group > 1 => format!(
+                    "; {} groups of {}, top {} groups kept",
+                    m.num_expert_group,
+                    m.num_experts / m.num_expert_group,
+                    m.topk_group
+                ),
+                _ => String::new(),
+            }
         );
         println!(
             "params       {:.3} B total, {:.3} B active per token",
@@ -64,6 +76,9 @@ pub fn run(a: &InspectArgs) -> Result<ExitCode> {
             "MLA cache    {} bytes per position per layer",
             s.mla_cache_bytes_per_position
         );
+        for n in &found.notes {
+            println!("note         {n}");
+        }
         if problems.is_empty() {
             println!("validation   OK: every tensor present with the right dtype and shape, ranges inside files, no overlaps");
         } else {

@@ -9,6 +9,8 @@ use memdial::config::load_config;
 use memdial::io::IoMode;
 use memdial::store::plan::{describe, parse_size, plan_unchecked, Prefetch};
 
+use crate::args::{IoArg, PrefetchArg};
+
 /// Arguments of `memdial plan`.
 #[derive(clap::Args)]
 pub struct PlanArgs {
@@ -16,36 +18,24 @@ pub struct PlanArgs {
     #[arg(long)]
     pub model: PathBuf,
     /// Memory budget, e.g. 512MiB, 2GiB, 8GB (decimal units are powers of 1000).
-    #[arg(long)]
-    pub budget: String,
+    #[arg(long, value_parser = parse_size)]
+    pub budget: u64,
     /// Positions the MLA latent cache must hold.
     #[arg(long, default_value_t = 4096)]
     pub max_context: usize,
-    /// IO mode: direct, buffered, mmap (direct adds alignment slack).
-    #[arg(long, default_value = "direct")]
-    pub io: String,
-    /// Prefetch policy: none, next-layer, lookahead, oracle (prefetch needs more slots).
-    #[arg(long, default_value = "none")]
-    pub prefetch: String,
+    /// IO mode (direct adds alignment slack).
+    #[arg(long, value_enum, default_value_t = IoArg(IoMode::Direct))]
+    pub io: IoArg,
+    /// Prefetch policy (prefetch needs more slots).
+    #[arg(long, value_enum, default_value_t = PrefetchArg(Prefetch::None))]
+    pub prefetch: PrefetchArg,
     /// Print the plan as JSON.
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn run(a: &PlanArgs) -> Result<ExitCode> {
-    let (budget, io, prefetch) = match (
-        parse_size(&a.budget),
-        IoMode::parse(&a.io),
-        Prefetch::parse(&a.prefetch),
-    ) {
-        (Ok(b), Ok(i), Ok(p)) => (b, i, p),
-        (b, i, p) => {
-            for e in [b.err(), i.err(), p.err()].into_iter().flatten() {
-                eprintln!("error: {e:#}");
-            }
-            return Ok(ExitCode::from(2));
-        }
-    };
+    let (budget, io, prefetch) = (a.budget, a.io.0, a.prefetch.0);
     let cfg = load_config(&a.model)?;
     let ck = Checkpoint::open(&a.model)?;
     let p = plan_unchecked(&cfg, &ck, budget, io, prefetch, a.max_context)?;
@@ -58,11 +48,8 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
         print!("{}", describe(&p, &cfg));
     }
     if below {
-        // Same refusal text as `memdial run`.
-        let err =
-            memdial::store::plan::plan(&cfg, &ck, budget, io, prefetch, a.max_context).unwrap_err();
-        eprintln!("error: {err:#}");
-        return Ok(ExitCode::from(2));
+        // Same refusal as `memdial run` (a usage error: exit 2).
+        memdial::store::plan::plan(&cfg, &ck, budget, io, prefetch, a.max_context)?;
     }
     Ok(ExitCode::SUCCESS)
 }

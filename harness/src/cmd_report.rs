@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
-use crate::cmd_sweep::{exit_on_usage, Usage};
+use crate::args::{as_usage, usage};
 use crate::sweep::merge::{copy_spec, merge};
 use crate::sweep::report::write_all;
 
@@ -41,21 +41,20 @@ pub struct MergeArgs {
 /// Runs `memdial report …`.
 pub fn run(a: &ReportArgs) -> Result<ExitCode> {
     match &a.command {
-        ReportCommand::Merge(m) => exit_on_usage(run_merge(m)),
+        ReportCommand::Merge(m) => run_merge(m),
     }
 }
 
 fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
     for d in &a.dirs {
         if !d.join("sweep.json").exists() {
-            return Err(anyhow::Error::new(Usage(format!(
+            return Err(usage(format!(
                 "{} is not a sweep run directory (no sweep.json)",
                 d.display()
-            ))));
+            )));
         }
     }
-    let (meta, rows, missing) =
-        merge(&a.dirs).map_err(|e| anyhow::Error::new(Usage(format!("{e:#}"))))?;
+    let (meta, rows, missing) = merge(&a.dirs).map_err(as_usage)?;
     let out = a.out.clone().unwrap_or_else(|| {
         PathBuf::from(crate::cmd_sweep::DEFAULT_REPORTS)
             .join(format!("{}-merged", crate::sweep::util::utc_now_dirname()))
@@ -64,10 +63,10 @@ fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
     // or an earlier merge (which holds merged_from in its sweep.json) is written to.
     let canon = |p: &PathBuf| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
     if a.dirs.iter().any(|d| canon(d) == canon(&out)) {
-        return Err(anyhow::Error::new(Usage(format!(
+        return Err(usage(format!(
             "--out {} is one of the directories being merged",
             out.display()
-        ))));
+        )));
     }
     if out.is_dir() && std::fs::read_dir(&out)?.next().is_some() {
         let earlier_merge = std::fs::read_to_string(out.join("sweep.json"))
@@ -80,10 +79,10 @@ fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
             })
             .unwrap_or(false);
         if !earlier_merge {
-            return Err(anyhow::Error::new(Usage(format!(
+            return Err(usage(format!(
                 "--out {} exists and is not an earlier merge: choose a new directory",
                 out.display()
-            ))));
+            )));
         }
     }
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;

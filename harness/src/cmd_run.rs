@@ -8,9 +8,11 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use memdial::checkpoint::Checkpoint;
 use memdial::config::load_config;
+use memdial::error::UsageError;
 use memdial::fixture::hex;
 use memdial::generate::{generate, GenerateParams};
 use memdial::io::IoMode;
+use memdial::metrics::{MetricsFile, RunMetrics, Source, SCHEMA_VERSION};
 use memdial::model::Model;
 use memdial::sampler::SamplerConfig;
 use memdial::store::cache::CachePolicy;
@@ -21,6 +23,8 @@ use memdial::sysmem::PeakTracker;
 use memdial::tokenizer::Tokenizer;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
+
+use crate::args::{usage, CacheArg, IoArg, PrefetchArg};
 
 /// Output format of `memdial run`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -49,7 +53,9 @@ pub struct RunArgs {
     /// Prompt as token ids, comma-separated (e.g. 1,2,3).
     #[arg(long, value_delimiter = ',')]
     pub prompt_ids: Option<Vec<u32>>,
-    /// Wrap the text prompt in the chat template (user turn + assistant header).
+    /// Wrap the text prompt in the checkpoint's own chat_template (tokenizer_config.json or
+    /// chat_template.jinja, rendered as transformers does), or the built-in Kimi format when
+    /// it has none: user turn + generation prompt.
     #[arg(long)]
     pub chat: bool,
     /// System message for --chat.
@@ -89,17 +95,17 @@ pub struct RunArgs {
     pub ignore_eos: bool,
     /// Memory budget (e.g. 512MiB, 2GiB, 8GB): stream weights through the budgeted
     /// store. Without it every weight is read into RAM at load (full residency).
-    #[arg(long)]
-    pub budget: Option<String>,
+    #[arg(long, value_parser = parse_size)]
+    pub budget: Option<u64>,
     /// IO mode of the streaming store: direct (O_DIRECT), buffered (pread), mmap.
-    #[arg(long, default_value = "direct")]
-    pub io: String,
-    /// Prefetch policy: none, next-layer, lookahead, oracle (oracle needs --trace).
-    #[arg(long, default_value = "none")]
-    pub prefetch: String,
-    /// Expert-cache replacement policy: lru, lfru.
-    #[arg(long, default_value = "lru")]
-    pub cache: String,
+    #[arg(long, value_enum, default_value_t = IoArg(IoMode::Direct))]
+    pub io: IoArg,
+    /// Prefetch policy (oracle needs --trace).
+    #[arg(long, value_enum, default_value_t = PrefetchArg(Prefetch::None))]
+    pub prefetch: PrefetchArg,
+    /// Expert-cache replacement policy.
+    #[arg(long, value_enum, default_value_t = CacheArg(CachePolicy::Lru))]
+    pub cache: CacheArg,
     /// Background IO threads of the streaming store (queue depth).
     #[arg(long, default_value_t = 4)]
     pub io_threads: usize,
@@ -118,6 +124,10 @@ pub struct RunArgs {
     /// Check every streamed read against tensors.sha256 (see `memdial checksum`).
     #[arg(long)]
     pub verify_reads: bool,
+    /// Debug: check the hidden state for NaN/Inf after every layer and name the first
+    /// layer that produced one (the logits are always checked).
+    #[arg(long)]
+    pub check_hidden: bool,
     /// Test-only: add +1000 to this token's logit at every step (forces a different output).
     #[arg(long, hide = true)]
     pub perturb_logit: Option<u32>,
@@ -128,16 +138,17 @@ fn encode_prompt(dir: &Path, text: &str, chat: bool, system: Option<&str>) -> Re
     let tok = Tokenizer::from_dir(dir)
         .context("text prompts need the tokenizer (or pass --prompt-ids)")?;
     if chat {
-        tok.try_chat_prompt(text, system)
+        memdial::chat::chat_prompt_ids(dir, &tok, text, system)
     } else {
         Ok(tok.encode(text, true))
     }
 }
 
-/// Ids → text with the model directory's tokenizer; `None` when it has none.
-fn decode_ids(dir: &Path, ids: &[u32]) -> Option<String> {
+/// Ids → text with the model directory's tokenizer; `None` when it has none. Ids of a
+/// padded vocabulary (`vocab_size` > tokenizer ids) decode to "" (`decode_padded`).
+fn decode_ids(dir: &Path, ids: &[u32], vocab_size: usize) -> Option<String> {
     let tok = Tokenizer::from_dir(dir).ok()?;
-    tok.decode(ids).ok()
+    tok.decode_padded(ids, vocab_size).ok()
 }
 
 /// Writes `data` `[rows, cols]` as a little-endian float32 `.npy` (format 1.0).
@@ -169,11 +180,6 @@ fn write_logits(path: &Path, data: &[f32], vocab: usize) -> Result<()> {
     }
 }
 
-fn usage(msg: String) -> Result<ExitCode> {
-    eprintln!("error: {msg}");
-    Ok(ExitCode::from(2))
-}
-
 fn percentile(v: &[f64], q: f64) -> Option<f64> {
     if v.is_empty() {
         return None;
@@ -188,27 +194,12 @@ fn percentile(v: &[f64], q: f64) -> Option<f64> {
 pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let t_load = Instant::now();
     let mut mem = PeakTracker::default();
-    let io = match IoMode::parse(&a.io) {
-        Ok(v) => v,
-        Err(e) => return usage(format!("{e:#}")),
-    };
-    let prefetch = match Prefetch::parse(&a.prefetch) {
-        Ok(v) => v,
-        Err(e) => return usage(format!("{e:#}")),
-    };
-    let cache = match CachePolicy::parse(&a.cache) {
-        Ok(v) => v,
-        Err(e) => return usage(format!("{e:#}")),
-    };
-    let budget = match a.budget.as_deref().map(parse_size).transpose() {
-        Ok(v) => v,
-        Err(e) => return usage(format!("{e:#}")),
-    };
+    let (io, prefetch, cache, budget) = (a.io.0, a.prefetch.0, a.cache.0, a.budget);
     if a.max_tokens == 0 {
-        return usage("--max-tokens must be ≥ 1".into());
+        return Err(usage("--max-tokens must be ≥ 1"));
     }
     if !(a.top_p > 0.0 && a.top_p <= 1.0) {
-        return usage("--top-p must be in (0, 1]".into());
+        return Err(usage("--top-p must be in (0, 1]"));
     }
     if budget.is_none()
         && (a.record_trace.is_some()
@@ -218,18 +209,15 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             || io != IoMode::Direct
             || cache != CachePolicy::Lru)
     {
-        return usage(
-            "--io, --prefetch, --cache, --trace, --record-trace and --verify-reads need --budget (the streaming store)"
-                .into(),
-        );
+        return Err(usage(
+            "--io, --prefetch, --cache, --trace, --record-trace and --verify-reads need --budget (the streaming store)",
+        ));
     }
     if a.threads == 0 {
-        return usage("--threads must be ≥ 1".into());
+        return Err(usage("--threads must be ≥ 1"));
     }
     if prefetch == Prefetch::Oracle && a.trace.is_none() {
-        return usage(
-            "--prefetch oracle needs --trace FILE (record one with --record-trace)".into(),
-        );
+        return Err(UsageError::OracleNeedsTrace.into());
     }
 
     let cfg = load_config(&a.model)?;
@@ -245,13 +233,13 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         encode_prompt(&a.model, &text, a.chat, a.system.as_deref())?
     };
     if prompt.is_empty() {
-        return usage("the prompt is empty".into());
+        return Err(usage("the prompt is empty"));
     }
     if let Some(bad) = prompt.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-        return usage(format!(
+        return Err(usage(format!(
             "prompt token id {bad} is out of range (vocab_size {})",
             cfg.vocab_size
-        ));
+        )));
     }
     let max_context = a
         .max_context
@@ -282,16 +270,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
                 trace: a.trace.clone(),
                 verify_reads: a.verify_reads,
             };
-            match StreamingStore::open(&cfg, &ck, opts) {
-                Ok(s) => Some(Arc::new(s)),
-                Err(e) => {
-                    let msg = format!("{e:#}");
-                    if msg.contains("below the floor") || msg.contains("use --io buffered") {
-                        return usage(msg);
-                    }
-                    return Err(e);
-                }
-            }
+            Some(Arc::new(StreamingStore::open(&cfg, &ck, opts)?))
         }
         None => None,
     };
@@ -299,8 +278,9 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         Some(s) => s.clone(),
         None => Arc::new(memdial::store::resident::ResidentStore::open(&cfg, &ck)?),
     };
-    let model =
-        Model::new(cfg.clone(), store, memdial::ops::Par::new(a.threads))?.with_dtype_hints(hints);
+    let model = Model::new(cfg.clone(), store, memdial::ops::Par::new(a.threads))?
+        .with_dtype_hints(hints)
+        .with_hidden_checks(a.check_hidden);
     let load_s = t_load.elapsed().as_secs_f64();
     mem.sample();
 
@@ -357,7 +337,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     if let (Some(path), Some(l)) = (&a.logits_out, &out.logits) {
         write_logits(path, l, cfg.vocab_size)?;
     }
-    let text = decode_ids(&a.model, &out.output_ids);
+    let text = decode_ids(&a.model, &out.output_ids, cfg.vocab_size);
     let ids_str = out
         .output_ids
         .iter()
@@ -366,17 +346,12 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         .join(",");
 
     if let Some(path) = &a.metrics_json {
-        let ids_bytes: Vec<u8> = out
-            .output_ids
-            .iter()
-            .flat_map(|t| t.to_le_bytes())
-            .collect();
         let m = streaming.as_ref().map(|s| s.metrics()).unwrap_or_default();
         let decode_total: f64 = out.decode_s.iter().sum();
         let first_m = at_first.clone().unwrap_or_default();
         let decode_bytes = m.bytes_read.saturating_sub(first_m.bytes_read);
         let steps = out.decode_s.len();
-        let model_bytes = ck.total_bytes();
+        let model_bytes = memdial::inspect::model_bytes(&cfg, &ck);
         let page_cache = match &streaming {
             Some(s) => s.page_cache_resident_bytes(),
             None => ck
@@ -386,55 +361,88 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
                 .sum(),
         };
         let plan = streaming.as_ref().map(|s| s.plan().clone());
-        let v = serde_json::json!({
-            "schema_version": 1,
-            "model": a.model.display().to_string(),
-            "model_bytes": model_bytes,
-            "budget_bytes": budget,
-            "floor_bytes": plan.as_ref().map(|p| p.floor_bytes),
-            "io": if streaming.is_some() { Some(io.as_str()) } else { None },
-            "prefetch": prefetch.as_str(),
-            "cache": cache.as_str(),
-            "threads": a.threads,
-            "io_threads": a.io_threads,
-            "max_context": max_context,
-            "pinned_layers": plan.as_ref().map(|p| p.pinned_layers),
-            "expert_cache_experts": plan.as_ref().map(|p| p.expert_cache_experts),
-            "prompt_tokens": prompt.len(),
-            "generated_tokens": out.output_ids.len(),
-            "load_s": load_s,
-            "ttft_s": out.ttft_s,
-            "prefill_s": out.prefill_s,
-            "decode_s_per_token": out.decode_s,
-            "decode_s_per_token_median": if steps > 0 { Some(out.decode_median_s()) } else { None },
-            "decode_s_per_token_p90": percentile(&out.decode_s, 0.9),
-            "tokens_per_s": if decode_total > 0.0 { Some(steps as f64 / decode_total) } else { None },
-            "bytes_read_total": if streaming.is_some() { m.bytes_read + m.load_bytes_read } else { model_bytes },
-            "bytes_read_load": if streaming.is_some() { m.load_bytes_read } else { model_bytes },
-            "bytes_read_per_token": if steps > 0 && streaming.is_some() { Some(decode_bytes as f64 / steps as f64) } else { None },
-            "read_throughput_decode_bytes_per_s": if decode_total > 0.0 && streaming.is_some() { Some(decode_bytes as f64 / decode_total) } else { None },
-            "io_wait_s": m.io_wait_s,
-            "io_wait_fraction": if gen_wall > 0.0 { m.io_wait_s / gen_wall } else { 0.0 },
-            "trunk_hit_rate": streaming.as_ref().map(|_| m.trunk_hit_rate()),
-            "predicted_trunk_hit_rate": plan.as_ref().map(|p| p.predicted_trunk_hit_rate),
-            "expert_hit_rate": streaming.as_ref().map(|_| m.expert_hit_rate()),
-            "expert_prefetch_hits": m.expert_prefetch_hits,
-            "expert_hit_rate_per_layer": m.expert_layer.iter().map(|(r, h)| if *r > 0 { Some(*h as f64 / *r as f64) } else { None }).collect::<Vec<_>>(),
-            "lookahead_precision": m.lookahead_precision(),
-            "lookahead_recall": m.lookahead_recall(),
-            "peak_rss_bytes": mem.last.vm_hwm_bytes,
-            "peak_rss_anon_bytes": mem.peak_rss_anon_bytes,
-            "rss_anon_bytes": mem.last.rss_anon_bytes,
-            "rss_file_bytes": mem.last.rss_file_bytes,
-            "peak_accounted_bytes": streaming.as_ref().map(|_| m.peak_accounted_bytes),
-            "budget_overflows": m.budget_overflows,
-            "page_cache_resident_bytes_end": page_cache,
-            "output_ids": out.output_ids,
-            "output_ids_sha256": hex(&Sha256::digest(&ids_bytes)),
-            "output_text_sha256": text.as_ref().map(|t| hex(&Sha256::digest(t.as_bytes()))),
-        });
+        let streamed = streaming.is_some();
+        let mut rm = RunMetrics {
+            model: Some(a.model.display().to_string()),
+            model_bytes: Some(model_bytes),
+            floor_bytes: plan.as_ref().map(|p| p.floor_bytes),
+            io_threads: Some(a.io_threads as u64),
+            max_context: Some(max_context as u64),
+            prompt_tokens: Some(prompt.len() as u64),
+            generated_tokens: Some(out.output_ids.len() as u64),
+            load_s: Some(load_s),
+            ttft_s: Some(out.ttft_s),
+            decode_s_per_token: out.decode_s.clone(),
+            decode_s_per_token_median: (steps > 0).then(|| out.decode_median_s()),
+            decode_s_per_token_p90: percentile(&out.decode_s, 0.9),
+            tokens_per_s: (decode_total > 0.0).then(|| steps as f64 / decode_total),
+            bytes_read_total: Some(if streamed {
+                (m.bytes_read + m.load_bytes_read) as f64
+            } else {
+                model_bytes as f64
+            }),
+            bytes_read_per_token: (steps > 0 && streamed)
+                .then(|| decode_bytes as f64 / steps as f64),
+            read_throughput_decode_bytes_per_s: (decode_total > 0.0 && streamed)
+                .then(|| decode_bytes as f64 / decode_total),
+            io_wait_fraction: Some(if gen_wall > 0.0 {
+                m.io_wait_s / gen_wall
+            } else {
+                0.0
+            }),
+            trunk_hit_rate: streamed.then(|| m.trunk_hit_rate()),
+            expert_hit_rate: streamed.then(|| m.expert_hit_rate()),
+            expert_hit_rate_per_layer: m
+                .expert_layer
+                .iter()
+                .map(|(r, h)| (*r > 0).then(|| *h as f64 / *r as f64))
+                .collect(),
+            lookahead_precision: m.lookahead_precision(),
+            lookahead_recall: m.lookahead_recall(),
+            peak_rss_bytes: Some(mem.last.vm_hwm_bytes),
+            peak_rss_anon_bytes: Some(mem.peak_rss_anon_bytes),
+            rss_file_bytes: Some(mem.last.rss_file_bytes),
+            peak_accounted_bytes: streamed.then_some(m.peak_accounted_bytes),
+            budget_overflows: Some(m.budget_overflows),
+            page_cache_resident_bytes_end: Some(page_cache),
+            output_ids: out.output_ids.clone(),
+            output_ids_sha256: Some(out.output_ids_sha256()),
+            output_text_sha256: text.as_ref().map(|t| hex(&Sha256::digest(t.as_bytes()))),
+            pinned_layers: plan.as_ref().map(|p| p.pinned_layers as u64),
+            expert_cache_experts: plan.as_ref().map(|p| p.expert_cache_experts as u64),
+            prefill_s: Some(out.prefill_s),
+            bytes_read_load: Some(if streamed {
+                m.load_bytes_read as f64
+            } else {
+                model_bytes as f64
+            }),
+            io_wait_s: Some(m.io_wait_s),
+            predicted_trunk_hit_rate: plan.as_ref().map(|p| p.predicted_trunk_hit_rate),
+            expert_prefetch_hits: Some(m.expert_prefetch_hits),
+            rss_anon_bytes: Some(mem.last.rss_anon_bytes),
+            metric_sources: Default::default(),
+        };
+        for k in [
+            "peak_rss_bytes",
+            "peak_rss_anon_bytes",
+            "rss_file_bytes",
+            "rss_anon_bytes",
+            "page_cache_resident_bytes_end",
+        ] {
+            rm.metric_sources.insert(k.into(), Source::Os);
+        }
+        rm.fill_sources(Source::Engine);
+        let file = MetricsFile {
+            schema_version: Some(SCHEMA_VERSION),
+            budget_bytes: budget,
+            io: streamed.then(|| io.as_str().to_string()),
+            prefetch: Some(prefetch.as_str().to_string()),
+            cache: Some(cache.as_str().to_string()),
+            threads: Some(a.threads as u64),
+            metrics: rm,
+        };
         let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_string_pretty(&v)? + "\n")
+        std::fs::write(&tmp, serde_json::to_string_pretty(&file)? + "\n")
             .with_context(|| format!("cannot write {}", tmp.display()))?;
         std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
     }

@@ -15,6 +15,7 @@ use memdial::checkpoint::Checkpoint;
 use memdial::io::IoMode;
 use memdial::store::plan::{fmt_bytes, parse_size, plan_unchecked, Prefetch};
 
+use crate::args::{as_usage, usage};
 use crate::sweep::baseline;
 use crate::sweep::cgroup::{self, RunCgroup, Support};
 use crate::sweep::coldcache::make_cold;
@@ -62,10 +63,17 @@ pub struct SweepArgs {
     /// combine the slices with `memdial report merge`.
     #[arg(long)]
     pub shard: Option<String>,
-    /// Run each child in a memory cgroup limited to the budget, swap off (root; cgroup
-    /// v2 or v1 auto-detected; reported as "not enforced" when unavailable).
-    #[arg(long)]
+    /// Require memory-cgroup enforcement: exit 2 when no memory cgroup can be made.
+    /// (By default every child runs in a memory cgroup limited to its budget plus the
+    /// spec's `cgroup_slack`, swap off, whenever one can be made: cgroup v1 nested in
+    /// our own memory cgroup, cgroup v2, or systemd-run; otherwise runs go on
+    /// unenforced and `cgroup_reason` says why.)
+    #[arg(long, conflicts_with = "no_cgroup")]
     pub cgroup: bool,
+    /// Do not use memory cgroups (runs are unenforced; `over_budget` marks runs whose
+    /// anon + page-cache memory exceeded budget + slack).
+    #[arg(long)]
+    pub no_cgroup: bool,
     /// Bytes read by each cold bandwidth probe (direct and buffered).
     #[arg(long, default_value = "256MiB")]
     pub bandwidth_probe: String,
@@ -80,35 +88,9 @@ pub struct SweepArgs {
     pub test_stop_after: Option<usize>,
 }
 
-/// A usage error (exit code 2).
-#[derive(Debug)]
-pub struct Usage(pub String);
-
-impl std::fmt::Display for Usage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-impl std::error::Error for Usage {}
-
-fn usage(e: impl std::fmt::Display) -> anyhow::Error {
-    anyhow::Error::new(Usage(e.to_string()))
-}
-
-/// Maps usage errors to exit code 2; other errors propagate (exit 1).
-pub fn exit_on_usage(r: Result<ExitCode>) -> Result<ExitCode> {
-    match r {
-        Err(e) if e.chain().any(|c| c.is::<Usage>()) => {
-            eprintln!("error: {e:#}");
-            Ok(ExitCode::from(2))
-        }
-        other => other,
-    }
-}
-
 /// Runs `memdial sweep`.
 pub fn run(a: &SweepArgs) -> Result<ExitCode> {
-    exit_on_usage(sweep(a))
+    sweep(a)
 }
 
 fn load_spec(a: &SweepArgs) -> Result<(Spec, String)> {
@@ -116,16 +98,16 @@ fn load_spec(a: &SweepArgs) -> Result<(Spec, String)> {
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .map_err(|e| usage(format!("cannot read spec {}: {e}", p.display())))?;
-            let s = Spec::load(p).map_err(|e| usage(format!("{e:#}")))?;
+            let s = Spec::load(p).map_err(as_usage)?;
             Ok((s, text))
         }
         None if Path::new(DEFAULT_SPEC_PATH).exists() => {
             let p = Path::new(DEFAULT_SPEC_PATH);
             let text = std::fs::read_to_string(p)?;
-            Ok((Spec::load(p).map_err(|e| usage(format!("{e:#}")))?, text))
+            Ok((Spec::load(p).map_err(as_usage)?, text))
         }
         None => Ok((
-            Spec::parse(DEFAULT_SPEC, Path::new(".")).map_err(|e| usage(format!("{e:#}")))?,
+            Spec::parse(DEFAULT_SPEC, Path::new(".")).map_err(as_usage)?,
             DEFAULT_SPEC.to_string(),
         )),
     }
@@ -149,8 +131,8 @@ struct Resolved {
 }
 
 fn resolve_points(spec: &Spec, model: &Path) -> Result<(Vec<Resolved>, u64, Vec<PathBuf>)> {
-    let ck = Checkpoint::open(model).map_err(|e| usage(format!("{e:#}")))?;
-    let cfg = memdial::config::load_config(model).map_err(|e| usage(format!("{e:#}")))?;
+    let ck = Checkpoint::open(model).map_err(as_usage)?;
+    let cfg = memdial::config::load_config(model).map_err(as_usage)?;
     // The context the engine plans for: max(--max-context, prompt + max_tokens).
     let tok = memdial::tokenizer::Tokenizer::from_dir(model).ok();
     let contexts: Vec<usize> = spec
@@ -195,30 +177,9 @@ fn resolve_points(spec: &Spec, model: &Path) -> Result<(Vec<Resolved>, u64, Vec<
             floor_bytes: floor,
         });
     }
-    let model_bytes = ck.total_bytes();
+    let model_bytes = memdial::inspect::model_bytes(&cfg, &ck);
     let files = ck.shards.iter().map(|s| s.path.clone()).collect();
     Ok((out, model_bytes, files))
-}
-
-/// Points `reports/latest` at `target` (a sibling directory), atomically.
-fn update_latest(parent: &Path, target: &Path) {
-    let link = parent.join("latest");
-    if link.exists() && !link.is_symlink() {
-        eprintln!(
-            "warning: {} exists and is not a symlink; not updated",
-            link.display()
-        );
-        return;
-    }
-    let name = target
-        .file_name()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| target.to_path_buf());
-    let tmp = parent.join(format!(".latest.tmp{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    if std::os::unix::fs::symlink(&name, &tmp).is_ok() && std::fs::rename(&tmp, &link).is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
 }
 
 fn run_order_key(r: &Row) -> (bool, u32, usize) {
@@ -233,19 +194,10 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         .as_deref()
         .map(Shard::parse)
         .transpose()
-        .map_err(|e| usage(format!("{e:#}")))?;
-    let tolerance =
-        baseline::parse_tolerance(&a.max_regression).map_err(|e| usage(format!("{e:#}")))?;
+        .map_err(as_usage)?;
+    let tolerance = baseline::parse_tolerance(&a.max_regression).map_err(as_usage)?;
     let probe_bytes =
         parse_size(&a.bandwidth_probe).map_err(|e| usage(format!("--bandwidth-probe: {e:#}")))?;
-    let base = match &a.baseline {
-        Some(p) => Some(Baseline {
-            path: p.clone(),
-            medians: baseline::load(p).map_err(|e| usage(format!("{e:#}")))?,
-            tolerance,
-        }),
-        None => None,
-    };
     let model = match &a.model {
         Some(m) => {
             if !m.is_dir() {
@@ -265,7 +217,36 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         }
     };
     let model = std::fs::canonicalize(&model)?;
+    let cg_support = if a.no_cgroup {
+        None
+    } else {
+        Some(cgroup::detect())
+    };
+    if let (true, Some(Support::Unavailable(r))) = (a.cgroup, &cg_support) {
+        return Err(usage(format!(
+            "--cgroup: the budget cannot be enforced on this machine: {r}"
+        )));
+    }
     let (resolved, model_bytes, shard_files) = resolve_points(&spec, &model)?;
+    let content_hash = Checkpoint::open(&model)
+        .and_then(|ck| memdial::checkpoint::model_content_hash(&ck))
+        .map_err(|e| usage(format!("{e:#}")))?;
+    let spec_hash = spec.hash();
+    let base = match &a.baseline {
+        Some(p) => {
+            let me = baseline::Identity {
+                spec_name: spec.name.as_deref(),
+                spec_sha256: &spec_hash,
+                model_content_hash: &content_hash,
+            };
+            Some(Baseline {
+                path: p.clone(),
+                runs: baseline::load(p, &me).map_err(|e| usage(format!("{e:#}")))?,
+                tolerance,
+            })
+        }
+        None => None,
+    };
     let points_total = resolved.len();
     let selected: Vec<&Resolved> = resolved
         .iter()
@@ -307,7 +288,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     let model_str = model.display().to_string();
     let mut rows: Vec<Row>;
     let meta = if out.join("sweep.json").exists() {
-        let mut m = Meta::load(&out).map_err(|e| usage(format!("{e:#}")))?;
+        let mut m = Meta::load(&out).map_err(as_usage)?;
         if m.spec_sha256 != spec.hash() || m.shard != shard || m.model_dir != model_str {
             return Err(usage(format!(
                 "{} holds a different sweep (spec, shard or model differ); choose another --out",
@@ -348,16 +329,15 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
             cgroup: String::new(),
             memdial_version: env!("CARGO_PKG_VERSION").to_string(),
             command,
+            results_schema: None,
+            model_content_hash: None,
         }
     };
-    let cg_support = if a.cgroup {
-        Some(cgroup::detect())
-    } else {
-        None
-    };
     let mut meta = meta;
+    meta.results_schema = Some(row::RESULTS_SCHEMA);
+    meta.model_content_hash = Some(content_hash.clone());
     meta.cgroup = match &cg_support {
-        None => "off (engine accounting only; run with --cgroup as root to enforce)".into(),
+        None => "off (--no-cgroup: engine accounting only, page cache unchecked)".into(),
         Some(s) => s.describe(),
     };
     let below: Vec<&Resolved> = selected
@@ -371,17 +351,27 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     }
     meta.save(&out)?;
     if default_out {
-        update_latest(Path::new(DEFAULT_REPORTS), &out);
+        crate::export::update_latest(Path::new(DEFAULT_REPORTS), "latest", &out);
     }
     let cg_mode = match &cg_support {
-        Some(Support::Available(m)) => Some(m.clone()),
+        Some(Support::Available(m)) => {
+            let n = cgroup::clean_stale(m);
+            if n > 0 && !a.check {
+                eprintln!("note: removed {n} stale memory cgroup(s) of earlier sweeps");
+            }
+            Some(m.clone())
+        }
         Some(Support::Unavailable(r)) => {
             if !a.check {
-                eprintln!("note: --cgroup: not enforced: {r}");
+                eprintln!("note: memory cgroup: not enforced: {r}");
             }
             None
         }
         None => None,
+    };
+    let no_cg_reason = match &cg_support {
+        Some(Support::Unavailable(r)) => r.clone(),
+        _ => "--no-cgroup".to_string(),
     };
     let slack = parse_size(&spec.cgroup_slack)?;
     let host = meta.host.clone();
@@ -485,12 +475,20 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         row.model_files = cold.files;
         row.resident_before_bytes = cold.resident_bytes;
         row.cold_verified = cold.verified();
+        row.cgroup_reason = Some(no_cg_reason.clone());
         let cg = match &cg_mode {
             Some(m) => {
                 match RunCgroup::create(m, &slot.dir_name(), r.budget_bytes + slack) {
-                    Ok(c) => Some(c),
+                    Ok(c) => {
+                        row.cgroup_reason = None;
+                        Some(c)
+                    }
+                    Err(e) if a.cgroup => {
+                        return Err(e.context("--cgroup: cannot create a memory cgroup"))
+                    }
                     Err(e) => {
                         eprintln!("warning: cannot create a memory cgroup ({e:#}); this run is not enforced");
+                        row.cgroup_reason = Some(format!("{e:#}"));
                         None
                     }
                 }
@@ -513,6 +511,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
             run_dir: &run_dir,
             timeout,
             cgroup: cg.as_ref(),
+            watch_files: &shard_files,
         };
         row.started_utc = utc_now_rfc3339();
         let o = req.execute()?;
@@ -525,8 +524,20 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
             row.cgroup_oom_kills = c.oom_kills();
         }
         drop(cg);
+        let oom_killed = row.cgroup_oom_kills.unwrap_or(0) > 0
+            || (row.cgroup_enforced && o.mem.cgroup_oom_kills.unwrap_or(0) > 0);
         let why = || {
-            if !o.stderr_tail.is_empty() {
+            if oom_killed {
+                format!(
+                    "{}{}",
+                    cgroup::oom_hint(r.budget_bytes, slack),
+                    if o.stderr_tail.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (stderr: {})", o.stderr_tail)
+                    }
+                )
+            } else if !o.stderr_tail.is_empty() {
                 o.stderr_tail.clone()
             } else if let Some(sig) = o.signal {
                 format!("killed by signal {sig}")
@@ -558,6 +569,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
             row.error = Some(why());
             "failed".into()
         };
+        row.fill_memory(&o.mem, slack);
         last = match (row.status.as_str(), row.decode_s_per_token_median) {
             ("ok", Some(s)) => format!("{s:.4} s/token"),
             ("ok", None) => "ok".into(),

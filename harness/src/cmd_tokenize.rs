@@ -27,10 +27,18 @@ pub struct TokenizeArgs {
 }
 
 /// Runs the subcommand: prints a JSON array of ids (encode) or a JSON string (decode).
+///
+/// When `--model` also holds a `config.json`, decoding accepts every id below its
+/// `vocab_size`: ids of a padded vocabulary (past the tokenizer's ids) decode to "".
 pub fn run(args: &TokenizeArgs) -> Result<()> {
     let tok = Tokenizer::from_dir(&args.model)?;
     if let Some(ids) = &args.decode {
-        let text = tok.decode(ids)?;
+        let vocab_size = if args.model.join("config.json").exists() {
+            memdial::config::load_config(&args.model)?.vocab_size
+        } else {
+            tok.n_vocab() as usize
+        };
+        let text = tok.decode_padded(ids, vocab_size)?;
         println!("{}", serde_json::to_string(&text)?);
         return Ok(());
     }

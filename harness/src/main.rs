@@ -2,12 +2,15 @@
 //! `memdial`: the single user-facing binary.
 //!
 //! Exit codes: 0 success, 1 failure (invalid checkpoint, mismatch, IO error),
-//! 2 usage error (clap) or refused request.
+//! 2 usage error: clap's own, or a [`UsageError`] anywhere in a command's error
+//! chain (mapped in [`exit_code`], the one place exit codes of errors are chosen).
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use memdial::error::{usage_error, UsageError};
 
+mod args;
 mod cmd_checksum;
 mod cmd_fixture;
 mod cmd_inspect;
@@ -17,6 +20,8 @@ mod cmd_report;
 mod cmd_run;
 mod cmd_sweep;
 mod cmd_tokenize;
+mod export;
+mod iobench;
 mod sweep;
 
 /// Run giant MoE models in a memory budget, and measure the trade.
@@ -66,7 +71,30 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(1)
+            if let Some(h) = usage_error(&e).and_then(hint) {
+                eprintln!("hint: {h}");
+            }
+            ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+/// The exit code of a failed command: 2 for a [`UsageError`] in the chain, else 1.
+/// New error classes with their own code (e.g. integrity failures) are added here.
+fn exit_code(e: &anyhow::Error) -> u8 {
+    match usage_error(e) {
+        Some(_) => 2,
+        None => 1,
+    }
+}
+
+/// The flag to change for a usage error the library reports in its own words.
+fn hint(u: &UsageError) -> Option<&'static str> {
+    match u {
+        UsageError::DirectIoRefused { .. } => Some("use --io buffered (or --io mmap)"),
+        UsageError::OracleNeedsTrace => {
+            Some("pass --trace FILE, recorded by an earlier run with --record-trace FILE")
+        }
+        _ => None,
     }
 }

@@ -5,20 +5,22 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use memdial_testkit as testkit;
+
 const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
-fn fixture(preset: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("det-{preset}-{}", std::process::id()));
-    if !d.exists() {
-        let st = Command::new(BIN)
-            .args(["fixture", "--preset", preset, "--out"])
-            .arg(&d)
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-    d
+/// The fixture `preset`, generated for the calling test alone into `SCRATCH/PRESET`
+/// (SCRATCH is removed when the returned guard drops).
+fn fixture(preset: &str) -> (testkit::Scratch, PathBuf) {
+    let s = testkit::scratch!(&format!("det-{preset}"));
+    let d = s.join(preset);
+    let st = Command::new(BIN)
+        .args(["fixture", "--preset", preset, "--out"])
+        .arg(&d)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    (s, d)
 }
 
 fn plan_json(
@@ -52,11 +54,8 @@ struct RunOut {
 }
 
 fn run(model: &Path, extra: &[&str]) -> RunOut {
-    let mj = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "m-{}-{}.json",
-        std::process::id(),
-        rand_tag(extra)
-    ));
+    let scratch = testkit::scratch!("metrics");
+    let mj = scratch.join("metrics.json");
     let out = Command::new(BIN)
         .args([
             "run",
@@ -81,24 +80,16 @@ fn run(model: &Path, extra: &[&str]) -> RunOut {
         String::from_utf8_lossy(&out.stderr)
     );
     let metrics: serde_json::Value = serde_json::from_slice(&std::fs::read(&mj).unwrap()).unwrap();
-    std::fs::remove_file(&mj).unwrap();
+    drop(scratch);
     RunOut {
         sha: metrics["output_ids_sha256"].as_str().unwrap().to_string(),
         metrics,
     }
 }
 
-fn rand_tag(extra: &[&str]) -> String {
-    let mut h: u64 = 1469598103934665603;
-    for b in extra.join(" ").bytes() {
-        h = (h ^ b as u64).wrapping_mul(1099511628211);
-    }
-    format!("{h:x}")
-}
-
 #[test]
 fn tiny_k3_ids_identical_across_the_full_grid() {
-    let m = fixture("tiny-k3");
+    let (_scratch, m) = fixture("tiny-k3");
     let reference = run(&m, &[]); // full residency, resident store
     let model_bytes = reference.metrics["model_bytes"].as_u64().unwrap();
     let mut n = 0;
@@ -150,8 +141,8 @@ fn tiny_k3_ids_identical_across_the_full_grid() {
         .as_u64()
         .unwrap()
         .to_string();
-    let trace = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("trace-{}.jsonl", std::process::id()));
+    let trace_dir = testkit::scratch!("trace");
+    let trace = trace_dir.join("trace.jsonl");
     let tr = trace.to_str().unwrap();
     let r = run(
         &m,
@@ -186,13 +177,13 @@ fn tiny_k3_ids_identical_across_the_full_grid() {
         Some(1.0),
         "the oracle replays the true choices"
     );
-    std::fs::remove_file(&trace).unwrap();
+    assert!(trace.exists());
     assert_eq!(n, 90);
 }
 
 #[test]
 fn under_floor_budget_exits_2_with_one_line() {
-    let m = fixture("tiny-k3");
+    let (_scratch, m) = fixture("tiny-k3");
     let out = Command::new(BIN)
         .args([
             "run",
@@ -213,46 +204,11 @@ fn under_floor_budget_exits_2_with_one_line() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
-#[test]
-fn direct_io_on_tmpfs_exits_nonzero_with_hint() {
-    let shm = Path::new("/dev/shm");
-    if !shm.is_dir() {
-        return;
-    }
-    let d = shm.join(format!("memdial-run-dio-{}", std::process::id()));
-    let st = Command::new(BIN)
-        .args(["fixture", "--preset", "tiny-k3", "--out"])
-        .arg(&d)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let out = Command::new(BIN)
-        .args([
-            "run",
-            "--prompt-ids",
-            "1,2",
-            "--max-tokens",
-            "2",
-            "--budget",
-            "1GiB",
-            "--io",
-            "direct",
-            "--model",
-        ])
-        .arg(&d)
-        .output()
-        .unwrap();
-    std::fs::remove_dir_all(&d).unwrap();
-    assert_ne!(out.status.code(), Some(0));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--io buffered"), "{err}");
-}
-
 /// On `mini`: resident anonymous memory stays within budget + 64 MiB, and ids match
 /// full residency, at the floor, 25 % and 100 % of the model.
 #[test]
 fn mini_rss_within_budget_and_ids_identical() {
-    let m = fixture("mini");
+    let (_scratch, m) = fixture("mini");
     let reference = run(&m, &["--threads", "2"]);
     let model_bytes = reference.metrics["model_bytes"].as_u64().unwrap();
     for (io, prefetch) in [

@@ -10,26 +10,24 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use memdial::io::iobench::{
-    preload, run_cell, CacheState, CellSpec, Pattern, Workload, DEFAULT_SEED,
-};
 use memdial::io::pagecache::residency;
 use memdial::io::IoMode;
+use memdial::iobench::{preload, run_cell, CacheState, CellSpec, Pattern, Workload, DEFAULT_SEED};
 
 const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
-/// A fresh `tiny-k3` fixture in `CARGO_TARGET_TMPDIR/<name>-<pid>`.
-fn fixture(name: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("iobench-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
+/// A fresh `tiny-k3` fixture in `SCRATCH/tiny-k3`, where SCRATCH is a directory
+/// unique to the caller under `CARGO_TARGET_TMPDIR` (removed when the guard drops).
+fn fixture(name: &str) -> (memdial_testkit::Scratch, PathBuf) {
+    let s = memdial_testkit::scratch!(&format!("iobench-{name}"));
+    let d = s.join("tiny-k3");
     let st = Command::new(BIN)
         .args(["fixture", "--preset", "tiny-k3", "--out"])
         .arg(&d)
         .status()
         .unwrap();
     assert!(st.success(), "fixture generation failed");
-    d
+    (s, d)
 }
 
 /// Resident pages of every file of `w` (mincore, independently of iobench).
@@ -38,7 +36,7 @@ fn resident_pages(w: &Workload) -> u64 {
 }
 
 fn assert_evictable(w: &Workload) {
-    let left = memdial::io::iobench::evict_all(&w.files).unwrap();
+    let left = memdial::iobench::evict_all(&w.files).unwrap();
     assert_eq!(
         left,
         0,
@@ -49,7 +47,7 @@ fn assert_evictable(w: &Workload) {
 
 #[test]
 fn cold_cells_start_empty_and_direct_reads_leave_the_cache_empty() {
-    let dir = fixture("cold");
+    let (_scratch, dir) = fixture("cold");
     for pattern in [Pattern::Trunk, Pattern::Experts] {
         let w = Workload::from_model(&dir, &pattern, DEFAULT_SEED).unwrap();
         assert_evictable(&w);
@@ -100,7 +98,7 @@ fn cold_cells_start_empty_and_direct_reads_leave_the_cache_empty() {
 
 #[test]
 fn warm_cells_are_labelled_warm_and_direct_ignores_the_cache() {
-    let dir = fixture("warm");
+    let (_scratch, dir) = fixture("warm");
     let w = Workload::from_model(&dir, &Pattern::Trunk, DEFAULT_SEED).unwrap();
     assert_evictable(&w);
     for mode in [IoMode::Buffered, IoMode::Direct] {
@@ -142,7 +140,7 @@ fn csv_rows(path: &Path) -> Vec<std::collections::HashMap<String, String>> {
 
 #[test]
 fn cli_writes_the_report_and_replays_a_trace() {
-    let dir = fixture("cli");
+    let (_scratch, dir) = fixture("cli");
     let trace = dir.join("trace.jsonl");
     let st = Command::new(BIN)
         .args(["run", "--prompt-ids", "1,2,3,4", "--max-tokens", "3"])
@@ -200,7 +198,7 @@ fn cli_writes_the_report_and_replays_a_trace() {
     }
     assert!(ours.iter().any(|r| r["pattern"] == "trace:trace.jsonl"));
     let fio = rows.iter().filter(|r| r["tool"] == "fio").count();
-    if memdial::io::iobench::fio_version().is_some() {
+    if memdial::iobench::fio_version().is_some() {
         assert_eq!(fio, 24, "one fio row per cell when fio is installed");
     } else {
         assert_eq!(fio, 0);
@@ -218,7 +216,7 @@ fn cli_writes_the_report_and_replays_a_trace() {
 
 #[test]
 fn bad_arguments_exit_2() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let dir = memdial_testkit::scratch!("iobench-bad-args");
     for bad in [
         ["--modes", "direct,floppy"],
         ["--qd", "0"],
@@ -228,7 +226,7 @@ fn bad_arguments_exit_2() {
     ] {
         let o = Command::new(BIN)
             .args(["iobench", "--model"])
-            .arg(&dir)
+            .arg(dir.path())
             .args(bad)
             .output()
             .unwrap();

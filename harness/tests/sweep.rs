@@ -31,12 +31,12 @@ fn lock() -> MutexGuard<'static, ()> {
     L.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Scratch directory in the target dir (on disk; a fixed name so repeated test runs
-/// reuse the fixture instead of piling up copies).
+/// This process's scratch directory in the target dir (on disk; unique to this test
+/// binary run, removed at exit). The tests name distinct subdirectories in it.
 fn scratch() -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("sweep-tests");
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    static D: OnceLock<PathBuf> = OnceLock::new();
+    D.get_or_init(|| memdial_testkit::until_exit(memdial_testkit::scratch!("sweep-tests")))
+        .clone()
 }
 
 /// The tiny-k3 fixture, generated once per test binary.
@@ -44,18 +44,16 @@ fn model() -> &'static Path {
     static M: OnceLock<PathBuf> = OnceLock::new();
     M.get_or_init(|| {
         let out = scratch().join("tiny-k3");
-        if !out.join("config.json").exists() {
-            let o = Command::new(BIN)
-                .args(["fixture", "--preset", "tiny-k3", "--out"])
-                .arg(&out)
-                .output()
-                .unwrap();
-            assert!(
-                o.status.success(),
-                "fixture: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-        }
+        let o = Command::new(BIN)
+            .args(["fixture", "--preset", "tiny-k3", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "fixture: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         out
     })
 }
@@ -231,6 +229,17 @@ fn small_sweep_passes_and_writes_every_file() {
         serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
     assert_eq!(v["pass"], true);
     assert!(out.join("runs/p000-r0/metrics.json").exists());
+    // The recommendation comes first in report.md and is in verdict.json; the curve
+    // has one panel per IO mode.
+    let first = md.find("## ").unwrap();
+    assert!(md[first..].starts_with("## Recommendation"), "{md}");
+    let modes = v["recommendation"]["modes"].as_array().unwrap();
+    assert_eq!(modes.len(), 2);
+    assert_eq!(
+        v["recommendation"]["by_budget"].as_array().unwrap().len(),
+        2
+    );
+    assert!(svg.contains("io = direct") && svg.contains("io = buffered"));
     eprintln!("small sweep: {:.1} s", t0.elapsed().as_secs_f64());
 }
 
@@ -417,14 +426,19 @@ fn baseline_regression_gate() {
     let _g = lock();
     let full = full_run();
     let spec = spec_file("baseline.toml", SPEC);
-    // Rewrite the baseline as if every point had been 1000× faster.
-    let fast = scratch().join("fast-baseline.csv");
+    // Rewrite the baseline as if every point had been 1000× faster (medians and the
+    // per-token decode times), next to a copy of its sweep.json.
+    let fast_dir = fresh("fast-baseline");
+    std::fs::create_dir_all(&fast_dir).unwrap();
+    std::fs::copy(full.join("sweep.json"), fast_dir.join("sweep.json")).unwrap();
+    let fast = fast_dir.join("results.csv");
     let mut rd = csv::Reader::from_path(full.join("results.csv")).unwrap();
     let h = rd.headers().unwrap().clone();
     let c = h
         .iter()
         .position(|x| x == "decode_s_per_token_median")
         .unwrap();
+    let ct = h.iter().position(|x| x == "decode_s_per_token").unwrap();
     let mut w = csv::Writer::from_path(&fast).unwrap();
     w.write_record(&h).unwrap();
     for r in rd.records() {
@@ -436,6 +450,11 @@ fn baseline_regression_gate() {
             .map(|(i, x)| {
                 if i == c {
                     (v / 1000.0).to_string()
+                } else if i == ct {
+                    x.split(' ')
+                        .map(|t| (t.parse::<f64>().unwrap() / 1000.0).to_string())
+                        .collect::<Vec<_>>()
+                        .join(" ")
                 } else {
                     x.to_string()
                 }
@@ -510,4 +529,57 @@ fn usage_errors_exit_2() {
     );
     let o = sweep(&other, full, &["--check"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
+
+#[test]
+fn baseline_from_another_spec_or_without_sweep_json_is_refused() {
+    let _g = lock();
+    let full = full_run();
+    let other = spec_file(
+        "other-baseline.toml",
+        &SPEC.replace("max_tokens = 4", "max_tokens = 3"),
+    );
+    let base = full.join("results.csv");
+    let o = sweep(
+        &other,
+        &fresh("baseline-other"),
+        &["--check", "--baseline", base.to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("spec differs"), "{err}");
+    // A results.csv alone (no sweep.json next to it) is refused too.
+    let lone_dir = fresh("baseline-lone");
+    std::fs::create_dir_all(&lone_dir).unwrap();
+    std::fs::copy(&base, lone_dir.join("results.csv")).unwrap();
+    let o = sweep(
+        &spec_file("lone.toml", SPEC),
+        &fresh("baseline-lone-out"),
+        &[
+            "--check",
+            "--baseline",
+            lone_dir.join("results.csv").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no sweep.json"));
+    // A baseline written before the results schema existed names the reason.
+    let old_dir = fresh("baseline-old");
+    std::fs::create_dir_all(&old_dir).unwrap();
+    std::fs::copy(&base, old_dir.join("results.csv")).unwrap();
+    let mut meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(full.join("sweep.json")).unwrap()).unwrap();
+    meta.as_object_mut().unwrap().remove("results_schema");
+    std::fs::write(old_dir.join("sweep.json"), meta.to_string()).unwrap();
+    let o = sweep(
+        &spec_file("old.toml", SPEC),
+        &fresh("baseline-old-out"),
+        &[
+            "--check",
+            "--baseline",
+            old_dir.join("results.csv").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("before results schema"));
 }

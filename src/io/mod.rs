@@ -5,8 +5,6 @@
 //! Kept apart from model math: nothing here knows what a tensor means.
 
 pub mod aligned;
-pub mod bench;
-pub mod iobench;
 pub mod pagecache;
 pub mod reader;
 

@@ -3,7 +3,7 @@
 //! Residency: the file is mapped `PROT_READ` (mapping faults nothing in) and
 //! `mincore` reports which pages are in the page cache. Eviction: fsync, then
 //! `posix_fadvise(POSIX_FADV_DONTNEED)`; pages still mapped by a live mmap are not
-//! dropped (rust-notes §0.3), so callers unmap / `madvise(DONTNEED)` first.
+//! dropped (docs/io.md §3), so callers unmap / `madvise(DONTNEED)` first.
 
 use std::fs::File;
 use std::path::Path;

@@ -2,9 +2,9 @@
 //!
 //! - `direct`: `O_DIRECT`. Offsets, lengths and the buffer address must be aligned
 //!   to the file's direct-IO alignment, taken from `statx(STATX_DIOALIGN)` and never
-//!   below 4096 (rust-notes §4: `st_blksize` is not the DIO rule). A tensor range is
+//!   below 4096 (docs/io.md §2: `st_blksize` is not the DIO rule). A tensor range is
 //!   over-read to aligned bounds and sliced. If the filesystem does not support
-//!   direct IO we fail with an error suggesting `--io buffered`: never a silent
+//!   direct IO we fail with [`UsageError::DirectIoRefused`] (buffered IO works): never a silent
 //!   fallback, since reports must say what was measured.
 //! - `buffered`: `pread` through the page cache with the default `POSIX_FADV_NORMAL`
 //!   read-ahead. (`POSIX_FADV_RANDOM` would stop read-ahead past whole-record reads; an
@@ -26,6 +26,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 
 use super::aligned::{AlignedBuf, ALIGN};
+use crate::error::UsageError;
 
 /// How weights are read from disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -40,14 +41,16 @@ pub enum IoMode {
 }
 
 impl IoMode {
+    /// Every mode, in the order of the command line's help.
+    pub const ALL: [IoMode; 3] = [IoMode::Direct, IoMode::Buffered, IoMode::Mmap];
     /// Parses `direct|buffered|mmap`.
-    pub fn parse(s: &str) -> Result<Self> {
-        Ok(match s {
-            "direct" => IoMode::Direct,
-            "buffered" => IoMode::Buffered,
-            "mmap" => IoMode::Mmap,
-            _ => bail!("unknown IO mode {s:?} (direct, buffered, mmap)"),
-        })
+    ///
+    /// Errors: [`UsageError::UnknownName`] for any other text.
+    pub fn parse(s: &str) -> Result<Self, UsageError> {
+        Self::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| UsageError::unknown("IO mode", s, &Self::ALL.map(Self::as_str)))
     }
     /// Lower-case name.
     pub fn as_str(self) -> &'static str {
@@ -95,9 +98,9 @@ pub fn statx_dio_align(f: &File) -> Option<u64> {
 impl ShardFile {
     /// Opens `path` for reading in `mode`.
     ///
-    /// Errors: the file cannot be opened; in direct mode, the filesystem refuses
-    /// O_DIRECT or does not report direct-IO alignment (the message suggests
-    /// `--io buffered`).
+    /// Errors: the file cannot be opened; in direct mode,
+    /// [`UsageError::DirectIoRefused`] when the filesystem refuses O_DIRECT or does
+    /// not report direct-IO alignment.
     pub fn open(path: &Path, mode: IoMode) -> Result<Self> {
         let meta =
             std::fs::metadata(path).with_context(|| format!("cannot stat {}", path.display()))?;
@@ -107,17 +110,13 @@ impl ShardFile {
                     .read(true)
                     .custom_flags(libc::O_DIRECT)
                     .open(path)
-                    .map_err(|e| {
-                        anyhow::anyhow!(
-                            "{}: the filesystem refused O_DIRECT ({e}); use --io buffered",
-                            path.display()
-                        )
+                    .map_err(|e| UsageError::DirectIoRefused {
+                        path: path.to_path_buf(),
+                        reason: format!("the filesystem refused O_DIRECT ({e})"),
                     })?;
-                let align = statx_dio_align(&f).with_context(|| {
-                    format!(
-                        "{}: the filesystem does not support direct IO (statx reports no DIO alignment; tmpfs?); use --io buffered",
-                        path.display()
-                    )
+                let align = statx_dio_align(&f).ok_or_else(|| UsageError::DirectIoRefused {
+                    path: path.to_path_buf(),
+                    reason: "statx reports no direct-IO alignment (tmpfs?)".into(),
                 })?;
                 (f, align.max(ALIGN as u64))
             }

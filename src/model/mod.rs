@@ -4,7 +4,7 @@
 //!
 //! Reference: mlx-lm `models/kimi_k3.py` (`KimiK3TextModel`, `KimiK3DecoderLayer`) and
 //! `models/kimi_linear.py` (`KimiLinearModel`, `KimiDecoderLayer`); notes in
-//! `shared/context/k3-architecture.md`. All activations are f32; weights are read
+//! docs/architecture.md. All activations are f32; weights are read
 //! through the [`WeightStore`] and upcast on the fly.
 //!
 //! Processing order: a call to [`Model::forward`] with `n` tokens runs layer by layer
@@ -58,6 +58,8 @@ pub struct Model {
     cfg: ModelConfig,
     w: Weights,
     par: Par,
+    /// Debug: check the residual stream after every layer ([`Model::with_hidden_checks`]).
+    check_hidden: bool,
 }
 
 impl Model {
@@ -83,7 +85,16 @@ impl Model {
                 hints: HashMap::new(),
             },
             par,
+            check_hidden: false,
         })
+    }
+
+    /// Debug option: after every layer, check the residual stream for NaN/Inf and fail
+    /// naming the first layer that produced one ([`crate::integrity::check_hidden`]).
+    /// Costs one pass over `n × hidden_size` f32 per layer. The logits are always checked.
+    pub fn with_hidden_checks(mut self, on: bool) -> Self {
+        self.check_hidden = on;
+        self
     }
 
     /// Sets per-tensor dtype hints (names without the weight prefix, e.g.
@@ -159,7 +170,7 @@ impl Model {
     ///
     /// Returns logits per `mode`: `[vocab]` (Last), `[n, vocab]` (All) or empty.
     /// Errors: empty input, token id ≥ vocab, context overflow, missing or misshapen
-    /// tensors (named). After a tensor error the state is unusable (reset it).
+    /// tensors (named), a NaN/Inf logit (naming the position; [`crate::integrity`]). After a tensor error the state is unusable (reset it).
     pub fn forward(&self, state: &mut State, tokens: &[u32], mode: LogitsMode) -> Result<Vec<f32>> {
         let cfg = &self.cfg;
         let n = tokens.len();
@@ -205,6 +216,9 @@ impl Model {
             let r = self.layer(i, state, &mut hidden, &mut blocks, n);
             self.w.store.end_layer(i);
             r.with_context(|| format!("layer {i}"))?;
+            if self.check_hidden {
+                crate::integrity::check_hidden(&hidden, d, i, state.pos)?;
+            }
         }
 
         if mode == LogitsMode::None {
@@ -235,6 +249,7 @@ impl Model {
             xs.extend(rms_norm(&h, &norm_w, eps));
         }
         let logits = head.mm(par, &xs, rows.len());
+        crate::integrity::check_logits(&logits, cfg.vocab_size, &rows, state.pos)?;
         state.pos += n;
         Ok(logits)
     }

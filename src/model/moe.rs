@@ -2,11 +2,14 @@
 //! with K3's latent MoE and shared experts.
 //!
 //! mlx-lm `kimi_k3.py::KimiK3SparseMoE` / `_group_expert_select` (same routing in
-//! `kimi_linear.py`), k3-architecture.md §3, §4.2:
+//! `kimi_linear.py`), docs/architecture.md "MoE routing" and "Latent MoE":
 //! ```text
 //! s  = σ(W_gate x) (f32) ;  s' = s + e_score_correction_bias       (bias: selection only)
 //! n_group > 1: group score = sum of the top-2 s' of each group; the n_group − topk_group
-//!              lowest groups get s' := 0.0 (mlx masks with 0.0, not −inf)
+//!              lowest groups get s' := −∞ (excluded entirely, as DeepSeek-V3
+//!              `inference/model.py` `Gate.forward` and vLLM `grouped_topk` do; mlx-lm
+//!              masks with 0.0, which lets dropped groups win once every kept s' < 0,
+//!              see fixtures/oracle/README.md)
 //! I  = top-k of s' (ties → lower expert id; order = router rank)
 //! w_i = s_i ; if k > 1 and moe_renormalize: w_i /= Σ w + 1e-20 ; w_i *= routed_scaling_factor
 //! latent MoE: z = routed_expert_down_proj x ; y = Σ_{i∈I, rank order} w_i·Expert_i(z)
@@ -32,9 +35,13 @@ fn rank_cmp(a: (f32, usize), b: (f32, usize)) -> Ordering {
     b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
 }
 
-/// The router (mlx `_group_expert_select`): `logits: [E]` (= `W_gate x`), `bias: [E]`.
+/// The router (DeepSeek-V3 `noaux_tc`, mlx `_group_expert_select`): `logits: [E]`
+/// (= `W_gate x`), `bias: [E]`; returns `num_experts_per_token` `(expert, weight)` pairs.
 /// Deterministic: stable ranking with `total_cmp`, ties broken towards the lower
-/// expert (or group) id.
+/// expert (or group) id. Dropped groups are masked with −∞, so a uniform shift of
+/// `bias` never changes the selection. Needs a layout accepted by
+/// [`crate::config::check_moe_layout`] (at least 2 experts per group when grouped,
+/// `k ≤ topk_group · E/num_expert_group`).
 pub fn route(logits: &[f32], bias: &[f32], moe: &MoeConfig) -> Routing {
     let e = logits.len();
     let s: Vec<f32> = logits.iter().map(|l| sigmoid(*l)).collect();
@@ -51,7 +58,9 @@ pub fn route(logits: &[f32], bias: &[f32], moe: &MoeConfig) -> Routing {
             .collect();
         groups.sort_by(|a, b| rank_cmp(*a, *b));
         for &(_, g) in &groups[moe.topk_group.min(ng)..] {
-            sel[g * gs..(g + 1) * gs].iter_mut().for_each(|v| *v = 0.0);
+            sel[g * gs..(g + 1) * gs]
+                .iter_mut()
+                .for_each(|v| *v = f32::NEG_INFINITY);
         }
     }
     let mut order: Vec<(f32, usize)> = sel.iter().copied().zip(0..e).collect();

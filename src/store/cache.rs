@@ -2,11 +2,11 @@
 //!
 //! - `lru`: evict the least recently used expert (the reference engine's choice);
 //! - `lfru`: evict the least frequently used, recency breaking ties (WASTE's LFRU,
-//!   shared/context/peers.md).
+//!   docs/io.md §6).
 //!
 //! Both are deterministic: ties on every key fall back to the (layer, expert) id.
 
-use anyhow::{bail, Result};
+use crate::error::UsageError;
 
 /// Replacement policy of the expert cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -17,13 +17,16 @@ pub enum CachePolicy {
 }
 
 impl CachePolicy {
+    /// Every policy, in the order of the command line's help.
+    pub const ALL: [CachePolicy; 2] = [CachePolicy::Lru, CachePolicy::Lfru];
     /// Parses `lru|lfru`.
-    pub fn parse(s: &str) -> Result<Self> {
-        Ok(match s {
-            "lru" => CachePolicy::Lru,
-            "lfru" => CachePolicy::Lfru,
-            _ => bail!("unknown cache policy {s:?} (lru, lfru)"),
-        })
+    ///
+    /// Errors: [`UsageError::UnknownName`] for any other text.
+    pub fn parse(s: &str) -> Result<Self, UsageError> {
+        Self::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| UsageError::unknown("cache policy", s, &Self::ALL.map(Self::as_str)))
     }
     /// Name as on the command line.
     pub fn as_str(self) -> &'static str {

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod plan;
 pub mod resident;
 pub mod streaming;
+pub mod trace;
 
 use std::ops::Deref;
 use std::sync::Arc;

@@ -13,13 +13,15 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use serde::Serialize;
 
 use crate::checkpoint::Checkpoint;
 use crate::config::{AttnKind, ModelConfig};
+use crate::error::UsageError;
 use crate::io::IoMode;
 use crate::schema::{expected_tensors, Role, TensorSpec};
+pub use crate::units::{fmt_bytes, parse_size};
 
 /// Prefetch policy (cumulative: each policy does what the one before it does, plus more).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
@@ -36,15 +38,21 @@ pub enum Prefetch {
 }
 
 impl Prefetch {
+    /// Every policy, in the order of the command line's help.
+    pub const ALL: [Prefetch; 4] = [
+        Prefetch::None,
+        Prefetch::NextLayer,
+        Prefetch::Lookahead,
+        Prefetch::Oracle,
+    ];
     /// Parses `none|next-layer|lookahead|oracle`.
-    pub fn parse(s: &str) -> Result<Self> {
-        Ok(match s {
-            "none" => Prefetch::None,
-            "next-layer" => Prefetch::NextLayer,
-            "lookahead" => Prefetch::Lookahead,
-            "oracle" => Prefetch::Oracle,
-            _ => bail!("unknown prefetch policy {s:?} (none, next-layer, lookahead, oracle)"),
-        })
+    ///
+    /// Errors: [`UsageError::UnknownName`] for any other text.
+    pub fn parse(s: &str) -> Result<Self, UsageError> {
+        Self::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| UsageError::unknown("prefetch policy", s, &Self::ALL.map(Self::as_str)))
     }
     /// Name as on the command line.
     pub fn as_str(self) -> &'static str {
@@ -62,49 +70,6 @@ impl Prefetch {
     /// Whether experts are read ahead (needs room for a second layer's experts).
     pub fn experts_ahead(self) -> bool {
         matches!(self, Prefetch::Lookahead | Prefetch::Oracle)
-    }
-}
-
-/// Parses a size: `512MiB`, `2GiB`, `8GB`, `1.5G`, `1000000` (bytes).
-/// Decimal units (kB, MB, GB, TB) are powers of 1000; binary ones (KiB, MiB, GiB,
-/// TiB) and bare K/M/G/T are powers of 1024.
-pub fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let idx = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(idx);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| anyhow::anyhow!("invalid size {s:?} (examples: 512MiB, 2GiB, 8GB)"))?;
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tib" => 1024f64.powi(4),
-        _ => bail!("invalid size unit in {s:?} (B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)"),
-    };
-    Ok((v * mult).round() as u64)
-}
-
-/// Formats bytes with a binary unit, e.g. `1.50 GiB`.
-pub fn fmt_bytes(b: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < units.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.2} {}", units[u])
     }
 }
 
@@ -337,8 +302,10 @@ pub fn state_estimate(cfg: &ModelConfig, max_context: usize) -> u64 {
         + blocks as u64 * cfg.hidden_size as u64 * 4
 }
 
-/// Builds the plan for `budget` bytes. A budget below the floor is refused with the
-/// floor and what makes it up.
+/// Builds the plan for `budget` bytes.
+///
+/// Errors: [`UsageError::BelowFloor`] (with the floor and what makes it up) when
+/// `budget` is below the floor; checkpoint/config mismatches from [`plan_unchecked`].
 pub fn plan(
     cfg: &ModelConfig,
     ck: &Checkpoint,
@@ -349,24 +316,27 @@ pub fn plan(
 ) -> Result<Plan> {
     let p = plan_unchecked(cfg, ck, budget, io, prefetch, max_context)?;
     if budget < p.floor_bytes {
-        bail!(
-            "budget {} is below the floor of {} for --io {} --prefetch {} --max-context {}: \
-             pinned globals {} + pinned norms/routers {} + {} trunk slot(s) × {} + {} expert buffers × {} \
-             + state {} + activations {}",
-            fmt_bytes(budget),
-            fmt_bytes(p.floor_bytes),
-            io.as_str(),
-            prefetch.as_str(),
-            max_context,
-            fmt_bytes(p.pinned_global_bytes),
-            fmt_bytes(p.pinned_small_bytes),
-            p.min_slots(),
-            fmt_bytes(p.slot_bytes),
-            p.min_expert_buffers(cfg),
-            fmt_bytes(p.expert_buffer_bytes),
-            fmt_bytes(p.state_bytes),
-            fmt_bytes(p.activation_bytes)
-        );
+        return Err(UsageError::BelowFloor {
+            budget,
+            floor: p.floor_bytes,
+            detail: format!(
+                "IO mode {}, prefetch {}, max context {}: \
+                 pinned globals {} + pinned norms/routers {} + {} trunk slot(s) × {} + {} expert buffers × {} \
+                 + state {} + activations {}",
+                io.as_str(),
+                prefetch.as_str(),
+                max_context,
+                fmt_bytes(p.pinned_global_bytes),
+                fmt_bytes(p.pinned_small_bytes),
+                p.min_slots(),
+                fmt_bytes(p.slot_bytes),
+                p.min_expert_buffers(cfg),
+                fmt_bytes(p.expert_buffer_bytes),
+                fmt_bytes(p.state_bytes),
+                fmt_bytes(p.activation_bytes)
+            ),
+        }
+        .into());
     }
     Ok(p)
 }
@@ -468,7 +438,8 @@ pub fn plan_unchecked(
         + chunk_activation_estimate(cfg, planned_prefill_chunk(max_context));
     let base = global + small + state + act;
     let floor = base + min_slots as u64 * slot_bytes + min_exp as u64 * expert_buffer_bytes;
-    let model_bytes = ck.total_bytes();
+    // Tensors the model uses (present-and-unused MTP layers excluded).
+    let model_bytes = crate::inspect::model_bytes(cfg, ck);
 
     // Allocate: pin layer trunks in order, then experts.
     let mut left = budget.saturating_sub(floor);
@@ -645,19 +616,4 @@ pub fn describe(p: &Plan, cfg: &ModelConfig) -> String {
         );
     }
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
-        assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
-        assert_eq!(parse_size("8GB").unwrap(), 8_000_000_000);
-        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert!(parse_size("12 parsecs").is_err());
-        assert!(parse_size("").is_err());
-    }
 }

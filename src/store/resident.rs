@@ -1,9 +1,9 @@
 //! Fully resident store: every tensor read into memory at open.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
 
@@ -17,6 +17,9 @@ pub struct ResidentStore {
     prefix: String,
     tensors: HashMap<String, Bytes>,
     expert_format: Option<ExpertFormat>,
+    /// Routed experts whose scales were checked ([`crate::integrity::check_expert`]),
+    /// once each, when first handed out (not at open: no full scan).
+    checked: Mutex<HashSet<(usize, usize)>>,
     /// Bytes held.
     pub resident_bytes: u64,
 }
@@ -70,6 +73,7 @@ impl ResidentStore {
             prefix: cfg.weight_prefix.clone(),
             tensors,
             expert_format: cfg.moe.as_ref().map(|m| m.expert_format),
+            checked: Mutex::new(HashSet::new()),
             resident_bytes: resident,
         })
     }
@@ -106,10 +110,16 @@ impl WeightStore for ResidentStore {
                 },
             })
         };
-        Ok(ExpertWeights {
+        let w = ExpertWeights {
             w1: mat("w1")?,
             w2: mat("w2")?,
             w3: mat("w3")?,
-        })
+        };
+        let mut checked = self.checked.lock().unwrap_or_else(|p| p.into_inner());
+        if !checked.contains(&(layer, expert)) {
+            crate::integrity::check_expert(layer, expert, &w)?;
+            checked.insert((layer, expert));
+        }
+        Ok(w)
     }
 }

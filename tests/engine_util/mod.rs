@@ -13,7 +13,8 @@ use memdial::fixture::rng::Stream;
 use memdial::schema::{expected_tensors, layer_name, Dtype, Role};
 use memdial::store::{Bytes, ExpertMat, ExpertWeights, WeightStore};
 
-/// Generates fixture preset `name` once per test process; returns its directory.
+/// Generates fixture preset `name` once per test process (shared read-only by the tests of
+/// the binary; removed at exit); returns its directory.
 pub fn fixture(name: &'static str) -> PathBuf {
     static DIRS: OnceLock<Mutex<HashMap<&'static str, PathBuf>>> = OnceLock::new();
     let m = DIRS.get_or_init(|| Mutex::new(HashMap::new()));
@@ -21,8 +22,7 @@ pub fn fixture(name: &'static str) -> PathBuf {
     if let Some(p) = g.get(name) {
         return p.clone();
     }
-    let dir =
-        std::env::temp_dir().join(format!("memdial-engine-test-{}-{name}", std::process::id()));
+    let dir = memdial_testkit::until_exit(memdial_testkit::scratch!("engine-test")).join(name);
     memdial::fixture::generate(name, 0, &dir, true, None, &mut |_, _| {}).expect("fixture");
     g.insert(name, dir.clone());
     dir

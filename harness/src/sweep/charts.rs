@@ -13,7 +13,6 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::stats::PointStats;
-use super::util::write_atomic;
 
 static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 
@@ -50,12 +49,16 @@ fn pe<E: std::fmt::Debug>(e: E) -> anyhow::Error {
 #[derive(Debug, Clone)]
 struct Series {
     label: String,
+    /// IO mode (the curve's panel).
+    io: String,
+    /// The label without the IO mode (colour and marker within a panel).
+    rest: String,
     floor: f64,
     /// (budget bytes × dodge factor, stats)
     pts: Vec<(f64, PointStats)>,
 }
 
-fn series(stats: &[PointStats]) -> Vec<Series> {
+fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Series> {
     let distinct = |f: &dyn Fn(&PointStats) -> String| {
         let mut v: Vec<String> = stats.iter().map(f).collect();
         v.sort();
@@ -69,36 +72,50 @@ fn series(stats: &[PointStats]) -> Vec<Series> {
     );
     let mut out: Vec<Series> = vec![];
     for s in stats.iter().filter(|s| !s.below_floor && s.n > 0) {
-        let mut label = format!("{} / {}", s.io, s.prefetch);
+        let mut rest = s.prefetch.clone();
         if vc {
-            label += &format!(" / {}", s.cache);
+            rest += &format!(" / {}", s.cache);
         }
         if vt {
-            label += &format!(" / {}t", s.threads);
+            rest += &format!(" / {}t", s.threads);
         }
         if vp {
-            label += &format!(" / prompt {}", s.prompt_index);
+            rest += &format!(" / prompt {}", s.prompt_index);
         }
+        let label = format!("{} / {rest}", s.io);
         match out.iter_mut().find(|x| x.label == label) {
             Some(x) => x.pts.push((s.budget_bytes as f64, s.clone())),
             None => out.push(Series {
                 label,
+                io: s.io.clone(),
+                rest,
                 floor: s.floor_bytes as f64,
                 pts: vec![(s.budget_bytes as f64, s.clone())],
             }),
         }
     }
-    // Dodge: shift each line's points sideways by up to ±3 % so markers and whiskers
-    // of lines measured at the same budget do not hide each other.
-    let n = out.len();
+    // Dodge: within one IO mode, shift each line's points to the right by up to
+    // 5 % so markers and whiskers of lines measured at the same budget do not hide
+    // each other (to the right, so no marker sits left of its floor).
+    let ios: Vec<String> = out.iter().map(|s| s.io.clone()).collect();
     for (i, s) in out.iter_mut().enumerate() {
+        let same: Vec<usize> = (0..ios.len()).filter(|&j| ios[j] == s.io).collect();
+        let n = same.len();
+        let k = same.iter().position(|&j| j == i).unwrap_or(0);
         let f = if n > 1 {
-            1.0 + 0.06 * (i as f64 / (n - 1) as f64 - 0.5)
+            1.0 + 0.05 * k as f64 / (n - 1) as f64
         } else {
             1.0
         };
         for p in &mut s.pts {
+            let b = p.0;
             p.0 *= f;
+            // Never past the model-size line: mirror the shift to the left.
+            if let Some(m) = model_bytes.map(|m| m as f64) {
+                if b <= m && p.0 > m {
+                    p.0 = b / f;
+                }
+            }
         }
         s.pts.sort_by(|a, b| a.0.total_cmp(&b.0));
     }
@@ -142,16 +159,60 @@ fn empty<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str) -> Resu
     root.present().map_err(pe)
 }
 
-/// Draws the curve: s/token (log) against budget (log), one line per series,
-/// markers at the medians, min–max whiskers over repeats, floors (dashed, in the
-/// series colour) and the model size (solid black) as vertical lines.
+/// A point's whisker: its 95 % interval, else the min–max over repeats.
+fn whisker(p: &PointStats) -> Option<(f64, f64)> {
+    p.s_per_token_lo
+        .zip(p.s_per_token_hi)
+        .or(p.s_per_token_min.zip(p.s_per_token_max))
+}
+
+/// Draws one marker of shape `shape` (0 circle, 1 triangle, 2 square, 3 diamond-ish
+/// cross), filled or hollow.
+fn marker<DB: DrawingBackend>(
+    chart: &mut ChartContext<
+        '_,
+        DB,
+        Cartesian2d<LogCoord<f64>, plotters::coord::types::RangedCoordf64>,
+    >,
+    at: (f64, f64),
+    shape: usize,
+    c: RGBColor,
+    filled: bool,
+) -> Result<()> {
+    let st = if filled {
+        c.filled()
+    } else {
+        c.stroke_width(2)
+    };
+    match shape % 4 {
+        0 => chart.draw_series([Circle::new(at, 5, st)]).map(|_| ()),
+        1 => chart
+            .draw_series([TriangleMarker::new(at, 7, st)])
+            .map(|_| ()),
+        2 => chart
+            .draw_series([EmptyElement::at(at) + Rectangle::new([(-5, -5), (5, 5)], st)])
+            .map(|_| ()),
+        _ => chart
+            .draw_series([Cross::new(at, 6, c.stroke_width(2))])
+            .map(|_| ()),
+    }
+    .map_err(pe)
+}
+
+/// Draws the curve: one panel per IO mode (shared axes), one line per prefetch
+/// policy (colour and marker shape), s/token (log) against budget (log). Markers at
+/// the medians, filled when every run was held to its budget by a memory cgroup
+/// and hollow otherwise; whiskers are the 95 % intervals; floors are dashed
+/// vertical lines in the line's colour, the model size a solid black line. Lines at
+/// the same budget are shifted sideways by up to ±3 %, never past the model size.
+/// The y axis is drawn as log10 on a linear scale so tick labels span the range.
 fn draw_curve<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     stats: &[PointStats],
     model_bytes: Option<u64>,
     title: &str,
 ) -> Result<()> {
-    let ser: Vec<Series> = series(stats)
+    let ser: Vec<Series> = series(stats, model_bytes)
         .into_iter()
         .filter(|s| s.pts.iter().any(|p| p.1.s_per_token.is_some()))
         .collect();
@@ -159,12 +220,14 @@ fn draw_curve<DB: DrawingBackend>(
         return empty(&root, title);
     }
     root.fill(&WHITE).map_err(pe)?;
+    let root = root.titled(title, ("sans-serif", 22)).map_err(pe)?;
     let (x0, x1) = x_range(&ser, model_bytes);
     let mut y0 = f64::INFINITY;
     let mut y1 = 0f64;
     for s in &ser {
         for (_, p) in &s.pts {
-            for v in [p.s_per_token, p.s_per_token_min, p.s_per_token_max]
+            let w = whisker(p);
+            for v in [p.s_per_token, w.map(|w| w.0), w.map(|w| w.1)]
                 .into_iter()
                 .flatten()
             {
@@ -183,94 +246,126 @@ fn draw_curve<DB: DrawingBackend>(
         let c = (y0 * y1).sqrt();
         (c / 2.5, c * 2.5)
     } else {
-        (y0 / 1.4, y1 * 1.4)
+        (y0 / 1.3, y1 * 1.3)
     };
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
-        .margin(16)
-        .x_label_area_size(52)
-        .y_label_area_size(78)
-        .build_cartesian_2d((x0..x1).log_scale().base(2.0), (y0..y1).log_scale())
-        .map_err(pe)?;
-    chart
-        .configure_mesh()
-        .x_desc("memory budget (bytes, log scale)")
-        .y_desc("decode time (s/token, log scale)")
-        .x_labels(12)
-        .y_labels(12)
-        .x_label_formatter(&|v| fmt_bytes(*v as u64))
-        .y_label_formatter(&|v| format_secs(*v))
-        .label_style(("sans-serif", 13))
-        .axis_desc_style(("sans-serif", 15))
-        .draw()
-        .map_err(pe)?;
-    for (i, s) in ser.iter().enumerate() {
-        let c = COLORS[i % COLORS.len()];
-        if s.floor > 0.0 {
-            chart
-                .draw_series(DashedLineSeries::new(
-                    vec![(s.floor, y0), (s.floor, y1)],
-                    6,
-                    4,
-                    c.stroke_width(1),
-                ))
-                .map_err(pe)?;
+    let (ly0, ly1) = (y0.log10(), y1.log10());
+    // Panels by IO mode; colours and shapes by the rest of the label.
+    let mut ios: Vec<String> = vec![];
+    let mut rest: Vec<String> = vec![];
+    for s in &ser {
+        if !ios.contains(&s.io) {
+            ios.push(s.io.clone());
         }
-        let line: Vec<(f64, f64)> = s
-            .pts
-            .iter()
-            .filter_map(|(x, p)| p.s_per_token.map(|y| (*x, y)))
-            .collect();
-        chart
-            .draw_series(LineSeries::new(line.clone(), c.stroke_width(2)))
-            .map_err(pe)?
-            .label(s.label.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], c.stroke_width(2)));
-        chart
-            .draw_series(line.iter().map(|p| Circle::new(*p, 4, c.filled())))
+        if !rest.contains(&s.rest) {
+            rest.push(s.rest.clone());
+        }
+    }
+    let panels = root.split_evenly((1, ios.len()));
+    for (pi, (area, io)) in panels.iter().zip(&ios).enumerate() {
+        let mut chart = ChartBuilder::on(area)
+            .caption(format!("io = {io}"), ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(52)
+            .y_label_area_size(if pi == 0 { 78 } else { 52 })
+            .build_cartesian_2d((x0..x1).log_scale().base(2.0), ly0..ly1)
             .map_err(pe)?;
-        for (x, p) in &s.pts {
-            if let (Some(lo), Some(hi)) = (p.s_per_token_min, p.s_per_token_max) {
-                let (a, b) = (x / 1.025, x * 1.025);
+        chart
+            .configure_mesh()
+            .x_desc("memory budget (bytes, log scale)")
+            .y_desc(if pi == 0 {
+                "decode time (s/token, log scale)"
+            } else {
+                ""
+            })
+            .x_labels(6)
+            .y_labels(12)
+            .x_label_formatter(&|v| fmt_bytes(*v as u64))
+            .y_label_formatter(&|v| format_secs(10f64.powf(*v)))
+            .label_style(("sans-serif", 12))
+            .axis_desc_style(("sans-serif", 14))
+            .draw()
+            .map_err(pe)?;
+        for s in ser.iter().filter(|s| &s.io == io) {
+            let k = rest.iter().position(|r| *r == s.rest).unwrap_or(0);
+            let c = COLORS[k % COLORS.len()];
+            if s.floor > 0.0 {
                 chart
-                    .draw_series([
-                        PathElement::new(vec![(*x, lo), (*x, hi)], c.stroke_width(1)),
-                        PathElement::new(vec![(a, lo), (b, lo)], c.stroke_width(1)),
-                        PathElement::new(vec![(a, hi), (b, hi)], c.stroke_width(1)),
-                    ])
+                    .draw_series(DashedLineSeries::new(
+                        vec![(s.floor, ly0), (s.floor, ly1)],
+                        6,
+                        4,
+                        c.stroke_width(2),
+                    ))
                     .map_err(pe)?;
             }
+            let line: Vec<(f64, f64)> = s
+                .pts
+                .iter()
+                .filter_map(|(x, p)| p.s_per_token.map(|y| (*x, y.log10())))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(line.clone(), c.stroke_width(2)))
+                .map_err(pe)?
+                .label(s.label.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 22, y)], c.stroke_width(2))
+                });
+            for (x, p) in &s.pts {
+                let Some(y) = p.s_per_token else { continue };
+                if let Some((lo, hi)) = whisker(p) {
+                    let (a, b) = (x / 1.02, x * 1.02);
+                    let (lo, hi) = (lo.log10(), hi.log10());
+                    chart
+                        .draw_series([
+                            PathElement::new(vec![(*x, lo), (*x, hi)], c.stroke_width(1)),
+                            PathElement::new(vec![(a, lo), (b, lo)], c.stroke_width(1)),
+                            PathElement::new(vec![(a, hi), (b, hi)], c.stroke_width(1)),
+                        ])
+                        .map_err(pe)?;
+                }
+                let filled = p.unenforced == 0 && p.over_budget == 0;
+                marker(&mut chart, (*x, y.log10()), k, c, filled)?;
+            }
         }
-    }
-    chart
-        .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
-        .map_err(pe)?
-        .label("floor of each line (dashed)")
-        .legend(|(x, y)| {
-            PathElement::new(
-                vec![(x, y), (x + 6, y), (x + 10, y), (x + 16, y)],
-                BLACK.mix(0.5).stroke_width(1),
-            )
-        });
-    if let Some(m) = model_bytes {
-        let m = m as f64;
+        if let Some(m) = model_bytes {
+            let m = m as f64;
+            chart
+                .draw_series(LineSeries::new(
+                    vec![(m, ly0), (m, ly1)],
+                    BLACK.stroke_width(1),
+                ))
+                .map_err(pe)?
+                .label(format!("model size ({})", fmt_bytes(m as u64)))
+                .legend(|(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 22, y)], BLACK.stroke_width(1))
+                });
+        }
         chart
-            .draw_series(LineSeries::new(
-                vec![(m, y0), (m, y1)],
-                BLACK.stroke_width(1),
-            ))
+            .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
             .map_err(pe)?
-            .label(format!("model size ({})", fmt_bytes(m as u64)))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], BLACK.stroke_width(1)));
+            .label("floor (dashed)")
+            .legend(|(x, y)| {
+                PathElement::new(
+                    vec![(x, y), (x + 6, y), (x + 10, y), (x + 16, y)],
+                    BLACK.mix(0.5).stroke_width(1),
+                )
+            });
+        if stats.iter().any(|p| p.unenforced > 0 || p.over_budget > 0) {
+            chart
+                .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+                .map_err(pe)?
+                .label("hollow: not held by a cgroup")
+                .legend(|(x, y)| Circle::new((x + 8, y), 4, BLACK.stroke_width(2)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .label_font(("sans-serif", 12))
+            .draw()
+            .map_err(pe)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .label_font(("sans-serif", 13))
-        .draw()
-        .map_err(pe)?;
     root.present().map_err(pe)
 }
 
@@ -282,7 +377,7 @@ fn draw_io<DB: DrawingBackend>(
     model_bytes: Option<u64>,
     title: &str,
 ) -> Result<()> {
-    let ser = series(stats);
+    let ser = series(stats, model_bytes);
     if ser.is_empty() {
         return empty(&root, title);
     }
@@ -389,17 +484,13 @@ fn draw_io<DB: DrawingBackend>(
     root.present().map_err(pe)
 }
 
-/// Seconds with a sensible number of digits for a log axis.
+/// Seconds to two significant digits (ticks of a log axis: 0.0063, 0.079, 1.3, 16).
 fn format_secs(v: f64) -> String {
-    if v >= 10.0 {
-        format!("{v:.0}")
-    } else if v >= 1.0 {
-        format!("{v:.1}")
-    } else if v >= 0.01 {
-        format!("{v:.3}")
-    } else {
-        format!("{v:.1e}")
+    if !(v > 0.0) || !v.is_finite() {
+        return format!("{v}");
     }
+    let digits = (1 - v.log10().floor() as i32).max(0) as usize;
+    format!("{v:.digits$}")
 }
 
 /// Chart inputs shared by both output formats.
@@ -412,33 +503,25 @@ struct Job<'a> {
     title: String,
 }
 
-/// Renders one chart as `<stem>.svg` and `<stem>.png` with drawing function `$f`,
-/// each written to a temporary name and renamed into place. (A macro because the
-/// drawing functions are generic over the backend.)
+/// Renders one chart as `<stem>.svg` and `<stem>.png` with drawing function `$f`
+/// through [`crate::export::write_chart`]. (A macro because the drawing functions
+/// are generic over the backend.)
 macro_rules! render {
     ($j:expr, $f:ident) => {{
+        struct C<'a>(&'a Job<'a>);
+        impl crate::export::Chart for C<'_> {
+            fn draw<DB: DrawingBackend>(
+                &self,
+                root: DrawingArea<DB, plotters::coord::Shift>,
+            ) -> Result<()>
+            where
+                DB::ErrorType: 'static,
+            {
+                $f(root, self.0.stats, self.0.model_bytes, &self.0.title)
+            }
+        }
         let j: &Job = $j;
-        register_font();
-        let mut s = String::new();
-        $f(
-            SVGBackend::with_string(&mut s, j.size).into_drawing_area(),
-            j.stats,
-            j.model_bytes,
-            &j.title,
-        )?;
-        write_atomic(&j.dir.join(format!("{}.svg", j.stem)), s.as_bytes())?;
-        // The bitmap encoder picks the format from the extension, so the temporary
-        // file keeps `.png`.
-        let tmp = j
-            .dir
-            .join(format!(".{}.tmp{}.png", j.stem, std::process::id()));
-        $f(
-            BitMapBackend::new(&tmp, j.size).into_drawing_area(),
-            j.stats,
-            j.model_bytes,
-            &j.title,
-        )?;
-        std::fs::rename(&tmp, j.dir.join(format!("{}.png", j.stem)))?;
+        crate::export::write_chart(j.dir, j.stem, j.size, &C(j))?;
     }};
 }
 
@@ -458,7 +541,7 @@ pub fn write_charts(
         title: format!("{title}: {t}"),
     };
     render!(
-        &job("curve", (1100, 680), "decode time vs memory budget"),
+        &job("curve", (1500, 620), "decode time vs memory budget"),
         draw_curve
     );
     render!(

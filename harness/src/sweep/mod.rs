@@ -5,7 +5,8 @@
 //! - [`spec`]: the TOML spec and its expansion into points and runs;
 //! - [`runner`]: one child `memdial run --metrics-json` per run;
 //! - [`coldcache`]: eviction and mincore verification before each run;
-//! - [`cgroup`]: optional memory-cgroup enforcement of the budget;
+//! - [`cgroup`]: memory-cgroup enforcement of the budget (default on);
+//! - [`memwatch`]: anon + page-cache memory sampled while a run is alive;
 //! - [`row`]: the results schema (`results.csv` / `results.json`);
 //! - [`verdict`], [`stats`], [`baseline`]: what the rows mean;
 //! - [`report`], [`charts`]: `report.md`, `verdict.json`, `curve.*`, `io.*`;
@@ -13,11 +14,15 @@
 //! - [`host`]: machine and storage facts.
 
 pub mod baseline;
+pub mod bootstrap;
 pub mod cgroup;
 pub mod charts;
 pub mod coldcache;
+pub mod compare;
 pub mod host;
+pub mod memwatch;
 pub mod merge;
+pub mod recommend;
 pub mod report;
 pub mod row;
 pub mod runner;

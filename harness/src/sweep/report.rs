@@ -14,7 +14,7 @@ use super::host::Host;
 use super::row::Row;
 use super::spec::Shard;
 use super::stats::{per_point, PointStats};
-use super::util::{utc_now_rfc3339, write_atomic};
+use super::util::utc_now_rfc3339;
 use super::verdict::{short, verdict, Verdict};
 
 /// `sweep.json`: what a run directory holds.
@@ -51,6 +51,12 @@ pub struct Meta {
     pub memdial_version: String,
     /// Command line.
     pub command: String,
+    /// [`super::row::RESULTS_SCHEMA`] of the results (absent before version 2).
+    #[serde(default)]
+    pub results_schema: Option<u32>,
+    /// [`memdial::checkpoint::model_content_hash`] of the model.
+    #[serde(default)]
+    pub model_content_hash: Option<String>,
 }
 
 impl Meta {
@@ -63,10 +69,7 @@ impl Meta {
     }
     /// Writes `dir/sweep.json` atomically.
     pub fn save(&self, dir: &Path) -> Result<()> {
-        write_atomic(
-            &dir.join("sweep.json"),
-            serde_json::to_string_pretty(self)?.as_bytes(),
-        )
+        crate::export::write_json(&dir.join("sweep.json"), self)
     }
 }
 
@@ -82,12 +85,12 @@ fn bytes_f(v: Option<f64>) -> String {
     opt(v, |x| fmt_bytes(x.max(0.0).round() as u64))
 }
 
-/// A loaded baseline: its path, per-point medians (s/token) and the tolerance.
+/// A loaded baseline: its path, runs by match key and the tolerance.
 pub struct Baseline {
     /// The baseline `results.csv`.
     pub path: std::path::PathBuf,
     /// Median s/token per point key.
-    pub medians: std::collections::BTreeMap<String, f64>,
+    pub runs: super::baseline::Runs,
     /// Allowed slow-down (0.25 = 25 %).
     pub tolerance: f64,
 }
@@ -103,19 +106,21 @@ pub fn write_all(
     super::row::save(dir, rows)?;
     let v = verdict(rows);
     let stats = per_point(rows);
-    let cmp = baseline.map(|b| super::baseline::compare(&b.path, &b.medians, &stats, b.tolerance));
+    let cmp = baseline.map(|b| super::baseline::compare(&b.path, &b.runs, rows, b.tolerance));
     let baseline = cmp.as_ref();
-    write_atomic(
-        &dir.join("verdict.json"),
-        serde_json::to_string_pretty(&v)?.as_bytes(),
-    )?;
+    let rec = super::recommend::recommend(&stats, &super::stats::point_runs(rows));
+    let mut vj = serde_json::to_value(&v)?;
+    if let Some(o) = vj.as_object_mut() {
+        o.insert("recommendation".into(), serde_json::to_value(&rec)?);
+    }
+    crate::export::write_json(&dir.join("verdict.json"), &vj)?;
     let title = meta
         .spec_name
         .clone()
         .unwrap_or_else(|| "memdial sweep".into());
     let chart_err = super::charts::write_charts(dir, &stats, Some(meta.model_bytes), &title).err();
     let md = markdown(meta, rows, &v, &stats, baseline, chart_err.as_ref());
-    write_atomic(&dir.join("report.md"), md.as_bytes())?;
+    crate::export::write_text(&dir.join("report.md"), &md)?;
     Ok((v, cmp))
 }
 
@@ -159,6 +164,8 @@ pub fn markdown(
             "> **Partial report:** {done} of {planned_runs} runs finished. Re-run the same command with `--out` set to this directory to complete it.\n"
         );
     }
+    let rec = super::recommend::recommend(stats, &super::stats::point_runs(rows));
+    s += &rec.markdown(&|spec, bytes| super::spec::budget_label(spec, bytes));
     let _ = writeln!(s, "## Verdict\n\n**{}**\n", v.one_line());
     let diff = v.differing_points();
     if !diff.is_empty() {
@@ -248,12 +255,13 @@ pub fn markdown(
     let _ = writeln!(s, "## Medians per point\n");
     let _ = writeln!(
         s,
-        "s/token is the median over repeats of each run's median decode time (min–max over repeats in brackets). \
-         Read/token is bytes read from the model files per decoded token; IO wait is the share of generation time (prefill + decode) the compute thread spent waiting for reads.\n"
+        "s/token is the median over repeats of each run's median decode time, with its 95 % interval in brackets \
+         (two-level bootstrap over runs and the decode times within each run; see the README, \"Noise and signal\"). \
+         tok/s is 1 / s/token (the same figure). Read/token is bytes read from the model files per decoded token; IO wait is the share of generation time (prefill + decode) the compute thread spent waiting for reads.\n"
     );
     let _ = writeln!(
         s,
-        "| point | budget | io | prefetch | cache | threads | runs | s/token [min–max] | tok/s | TTFT s | read/token | IO wait | trunk hit | expert hit | peak RSS | peak anon | accounted |"
+        "| point | budget | io | prefetch | cache | threads | runs | s/token [95% CI] | tok/s | TTFT s | read/token | IO wait | trunk hit | expert hit | peak RSS | peak anon | accounted |"
     );
     let _ = writeln!(
         s,
@@ -276,7 +284,7 @@ pub fn markdown(
         }
         let _ = writeln!(
             s,
-            "| p{} | {budget} | {} | {} | {} | {} | {}{}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| p{} | {budget} | {} | {} | {} | {} | {}{}{}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             p.point_index,
             p.io,
             p.prefetch,
@@ -284,9 +292,14 @@ pub fn markdown(
             p.threads,
             p.n,
             if p.failed > 0 { format!(" ({} failed)", p.failed) } else { String::new() },
+            if p.over_budget > 0 { format!(" ({} over budget†)", p.over_budget) } else if p.unenforced > 0 { "*".into() } else { String::new() },
             if p.cold_verified { "" } else { " (not cold)" },
-            match (p.s_per_token, p.s_per_token_min, p.s_per_token_max) {
-                (Some(m), Some(a), Some(b)) => format!("{m:.4} [{a:.4}–{b:.4}]"),
+            match (p.s_per_token, p.s_per_token_lo, p.s_per_token_hi) {
+                (Some(m), Some(a), Some(b)) => format!(
+                    "{m:.4} [{a:.4}–{b:.4}]{}",
+                    if p.high_variance { " high variance‡" } else { "" }
+                ),
+                (Some(m), _, _) => format!("{m:.4} (insufficient repeats)"),
                 _ => "–".into(),
             },
             opt(p.tokens_per_s, |x| format!("{x:.2}")),
@@ -298,6 +311,24 @@ pub fn markdown(
             bytes_f(p.peak_rss_bytes),
             bytes_f(p.peak_rss_anon_bytes),
             bytes_f(p.peak_accounted_bytes),
+        );
+    }
+    if stats.iter().any(|p| p.high_variance) {
+        let _ = writeln!(
+            s,
+            "\n‡ high variance: the 95 % interval is wider than ±10 % of the median. More repeats (`repeats` in the spec) or a quieter machine (no other load on the CPUs or the disk) narrow it."
+        );
+    }
+    if stats.iter().any(|p| p.unenforced > 0) {
+        let _ = writeln!(
+            s,
+            "\n\\* not held to its budget by a memory cgroup (see `cgroup_reason` in results.csv); its memory was sampled (anon + model page cache) instead."
+        );
+    }
+    if stats.iter().any(|p| p.over_budget > 0) {
+        let _ = writeln!(
+            s,
+            "\n† over budget: the run's anonymous memory plus the model's page-cache residency (sampled every 100 ms) exceeded budget + `cgroup_slack`; it borrowed memory the budget does not count, so its speed is not comparable with runs held to their budget."
         );
     }
     s.push('\n');
@@ -315,22 +346,60 @@ pub fn markdown(
         if !b.compared.is_empty() {
             let _ = writeln!(
                 s,
-                "| point | baseline s/token | now s/token | change | |\n|---|---|---|---|---|"
+                "| point | baseline s/token | now s/token | change | now / baseline [95% CI] | |\n|---|---|---|---|---|---|"
             );
             for c in &b.compared {
                 let _ = writeln!(
                     s,
-                    "| p{} `{}` | {:.4} | {:.4} | {:+.1}% | {} |",
+                    "| p{} `{}` | {:.4} | {:.4} | {:+.1}% | {} | {} |",
                     c.point_index,
                     c.point_key,
                     c.old_s_per_token,
                     c.new_s_per_token,
                     c.change * 100.0,
-                    if c.regressed { "**regressed**" } else { "ok" }
+                    c.ratio.describe(),
+                    if c.regressed {
+                        "**regressed**"
+                    } else if c.change > b.tolerance {
+                        "slower, not significant"
+                    } else {
+                        "ok"
+                    }
                 );
             }
             s.push('\n');
         }
+    }
+
+    let runs = super::stats::point_runs(rows);
+    let cmps = super::compare::same_budget(stats, &runs);
+    if !cmps.is_empty() {
+        let _ = writeln!(
+            s,
+            "## Same-budget comparisons\n\nAt each budget, each IO mode against `direct` (same prefetch policy) and each prefetch policy against `none` (same IO mode): \
+             the ratio of s/token with its 95 % interval; significant when the interval excludes 1 (same bootstrap as the intervals above). \
+             Points with over-budget runs are left out.\n"
+        );
+        let _ = writeln!(
+            s,
+            "| budget | compared | s/token ratio [95% CI] | verdict |\n|---|---|---|---|"
+        );
+        for c in &cmps {
+            let _ = writeln!(
+                s,
+                "| {} | p{} {} / p{} {} ({} {}) | {} | {} |",
+                c.budget_spec,
+                c.a_point,
+                c.a,
+                c.b_point,
+                c.b,
+                if c.axis == "io" { "prefetch" } else { "io" },
+                c.fixed,
+                c.ratio.describe(),
+                c.verdict()
+            );
+        }
+        s.push('\n');
     }
 
     let _ = writeln!(s, "## Charts\n");
@@ -340,8 +409,9 @@ pub fn markdown(
     let _ = writeln!(
         s,
         "![decode time vs budget](curve.svg)\n\n\
-         How to read it: each line is one IO mode × prefetch policy; a marker is the median s/token of a point, \
-         the whisker its min–max over repeats (lines measured at the same budget are shifted sideways by up to ±3 % so they do not hide each other). Both axes are logarithmic. The dashed vertical line in a line's colour is \
+         How to read it: one panel per IO mode (same axes), one line per prefetch policy (colour and marker shape); a marker is the median s/token of a point, \
+         the whisker its 95 % interval (min–max over repeats when there are too few for one); a hollow marker was not held to its budget by a memory cgroup. \
+         Lines measured at the same budget are shifted right by up to 5 % so they do not hide each other (never past the model size). Both axes are logarithmic. The dashed vertical line in a line's colour is \
          its floor (the smallest budget that runs); the black line is the model size. Moving right trades memory for \
          speed; a flat stretch means extra memory buys nothing, a steep one means the budget is the bottleneck.\n"
     );

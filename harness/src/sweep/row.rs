@@ -8,10 +8,14 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use memdial::metrics::{MetricsFile, RunMetrics, Source};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::util::write_atomic;
+/// Version of the results schema (the columns of [`COLUMNS`] and their meaning),
+/// recorded in `sweep.json` as `results_schema`. 2: memory columns from
+/// `cgroup_reason` on, and baselines checked against it.
+pub const RESULTS_SCHEMA: u32 = 2;
 
 /// One run. Engine metrics are `None` (empty in CSV, `null` in JSON) when the run
 /// failed or the engine reported `null`.
@@ -77,68 +81,9 @@ pub struct Row {
     // --- engine metrics (`memdial run --metrics-json`)
     /// Engine metrics schema version.
     pub engine_schema_version: Option<u64>,
-    /// Model as reported by the engine.
-    pub model: Option<String>,
-    /// Tensor bytes of the model.
-    pub model_bytes: Option<u64>,
-    /// Floor reported by the engine, bytes.
-    pub floor_bytes: Option<u64>,
-    /// IO threads used by the engine.
-    pub io_threads: Option<u64>,
-    /// Context length the engine planned for, tokens.
-    pub max_context: Option<u64>,
-    /// Prompt length, tokens.
-    pub prompt_tokens: Option<u64>,
-    /// Generated tokens.
-    pub generated_tokens: Option<u64>,
-    /// Model load time, seconds.
-    pub load_s: Option<f64>,
-    /// Time to first token (prefill + first sample), seconds.
-    pub ttft_s: Option<f64>,
-    /// Decode time of every generated token after the first, seconds (CSV: space-separated).
-    pub decode_s_per_token: Vec<f64>,
-    /// Median decode time per token, seconds.
-    pub decode_s_per_token_median: Option<f64>,
-    /// 90th percentile decode time per token, seconds.
-    pub decode_s_per_token_p90: Option<f64>,
-    /// Decode tokens per second.
-    pub tokens_per_s: Option<f64>,
-    /// Bytes read from the model files during the run.
-    pub bytes_read_total: Option<f64>,
-    /// Bytes read per decoded token.
-    pub bytes_read_per_token: Option<f64>,
-    /// Read throughput during decode, bytes per second.
-    pub read_throughput_decode_bytes_per_s: Option<f64>,
-    /// Share of decode wall time the compute waited on IO, [0, 1].
-    pub io_wait_fraction: Option<f64>,
-    /// Trunk bytes served from memory / trunk bytes needed, [0, 1].
-    pub trunk_hit_rate: Option<f64>,
-    /// Expert cache hit rate, [0, 1].
-    pub expert_hit_rate: Option<f64>,
-    /// Expert cache hit rate per layer (CSV: space-separated, `null` for dense layers).
-    pub expert_hit_rate_per_layer: Vec<Option<f64>>,
-    /// Look-ahead prefetch precision, [0, 1].
-    pub lookahead_precision: Option<f64>,
-    /// Look-ahead prefetch recall, [0, 1].
-    pub lookahead_recall: Option<f64>,
-    /// Peak resident set (VmHWM, includes mapped file pages), bytes.
-    pub peak_rss_bytes: Option<u64>,
-    /// Peak anonymous resident memory, bytes.
-    pub peak_rss_anon_bytes: Option<u64>,
-    /// File-backed resident memory (mapped model pages), bytes.
-    pub rss_file_bytes: Option<u64>,
-    /// Peak of the engine's own accounting (what `--budget` limits), bytes.
-    pub peak_accounted_bytes: Option<u64>,
-    /// Times the accounting exceeded the budget.
-    pub budget_overflows: Option<u64>,
-    /// Page-cache residency of the model files at the end of the run, bytes.
-    pub page_cache_resident_bytes_end: Option<u64>,
-    /// Generated token ids (CSV: space-separated).
-    pub output_ids: Vec<u32>,
-    /// SHA-256 (hex) of the output ids as u32 little-endian.
-    pub output_ids_sha256: Option<String>,
-    /// SHA-256 (hex) of the output text.
-    pub output_text_sha256: Option<String>,
+    /// The engine's figures (`memdial run --metrics-json`), one column per field.
+    #[serde(flatten)]
+    pub metrics: RunMetrics,
     // --- host
     /// Host name.
     pub host_name: String,
@@ -156,6 +101,27 @@ pub struct Row {
     pub model_device: String,
     /// memdial version.
     pub memdial_version: String,
+    // --- memory as the budget sees it (appended after the columns above; never renamed)
+    /// Why the run was not in a memory cgroup (`None` when `cgroup_enforced`).
+    pub cgroup_reason: Option<String>,
+    /// `cgroup_slack` of the spec, bytes: what a run may hold above its budget.
+    pub cgroup_slack_bytes: Option<u64>,
+    /// Memory samples the harness took while the child ran (every 100 ms; 10 ms in
+    /// the first second).
+    pub memory_samples: Option<u64>,
+    /// Peak `RssAnon` of the child over the harness's samples, bytes.
+    pub rss_anon_peak_sampled_bytes: Option<u64>,
+    /// Peak page-cache residency of the model's shard files over the samples, bytes.
+    pub page_cache_resident_bytes_peak: Option<u64>,
+    /// Peak over the samples of `RssAnon + page-cache residency of the model`
+    /// (same instant), bytes: the memory the budget has to hold.
+    pub anon_plus_page_cache_peak_bytes: Option<u64>,
+    /// Unenforced run whose memory (the largest of `anon_plus_page_cache_peak_bytes`,
+    /// `peak_rss_anon_bytes + page_cache_resident_bytes_end` and `peak_rss_anon_bytes`)
+    /// exceeded `budget_bytes + cgroup_slack_bytes`: its speed is not comparable with
+    /// runs held to the budget.
+    #[serde(default)]
+    pub over_budget: bool,
 }
 
 /// The schema: every column of `results.csv`, in order (same keys as each object of
@@ -227,82 +193,54 @@ pub const COLUMNS: &[&str] = &[
     "model_fs",
     "model_device",
     "memdial_version",
+    // RunMetrics fields added after the first schema (appended, in struct order).
+    "pinned_layers",
+    "expert_cache_experts",
+    "prefill_s",
+    "bytes_read_load",
+    "io_wait_s",
+    "predicted_trunk_hit_rate",
+    "expert_prefetch_hits",
+    "rss_anon_bytes",
+    "metric_sources",
+    "cgroup_reason",
+    "cgroup_slack_bytes",
+    "memory_samples",
+    "rss_anon_peak_sampled_bytes",
+    "page_cache_resident_bytes_peak",
+    "anon_plus_page_cache_peak_bytes",
+    "over_budget",
 ];
 
-fn f(v: &Value, k: &str) -> Option<f64> {
-    v.get(k).and_then(Value::as_f64).filter(|x| x.is_finite())
+/// A row reads as its engine figures: `row.ttft_s` is `row.metrics.ttft_s`.
+impl std::ops::Deref for Row {
+    type Target = RunMetrics;
+    fn deref(&self) -> &RunMetrics {
+        &self.metrics
+    }
 }
-fn u(v: &Value, k: &str) -> Option<u64> {
-    let x = v.get(k)?;
-    x.as_u64()
-        .or_else(|| x.as_f64().filter(|f| *f >= 0.0).map(|f| f.round() as u64))
-}
-fn s(v: &Value, k: &str) -> Option<String> {
-    v.get(k).and_then(|x| match x {
-        Value::String(s) => Some(s.clone()),
-        Value::Null => None,
-        other => Some(other.to_string()),
-    })
+
+impl std::ops::DerefMut for Row {
+    fn deref_mut(&mut self) -> &mut RunMetrics {
+        &mut self.metrics
+    }
 }
 
 impl Row {
-    /// Copies the engine's `--metrics-json` object into the row. Unknown keys are
-    /// ignored; missing ones stay `None`. Errors when `output_ids` is not an array of
-    /// token ids.
+    /// Reads the engine's `--metrics-json` object ([`MetricsFile`]) into the row.
+    /// Unknown keys are ignored; missing ones stay `None`. A median the engine did
+    /// not report is computed here (its source recorded as the harness).
+    ///
+    /// Errors: the object does not have the [`MetricsFile`] types (e.g. `output_ids`
+    /// is not an array of u32 token ids).
     pub fn fill_metrics(&mut self, m: &Value) -> Result<()> {
-        self.engine_schema_version = u(m, "schema_version");
-        self.model = s(m, "model");
-        self.model_bytes = u(m, "model_bytes");
-        self.floor_bytes = u(m, "floor_bytes");
-        self.io_threads = u(m, "io_threads");
-        self.max_context = u(m, "max_context");
-        self.prompt_tokens = u(m, "prompt_tokens");
-        self.generated_tokens = u(m, "generated_tokens");
-        self.load_s = f(m, "load_s");
-        self.ttft_s = f(m, "ttft_s");
-        self.decode_s_per_token = m
-            .get("decode_s_per_token")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_f64).collect())
-            .unwrap_or_default();
-        self.decode_s_per_token_median = f(m, "decode_s_per_token_median");
-        self.decode_s_per_token_p90 = f(m, "decode_s_per_token_p90");
-        self.tokens_per_s = f(m, "tokens_per_s");
-        self.bytes_read_total = f(m, "bytes_read_total");
-        self.bytes_read_per_token = f(m, "bytes_read_per_token");
-        self.read_throughput_decode_bytes_per_s = f(m, "read_throughput_decode_bytes_per_s");
-        self.io_wait_fraction = f(m, "io_wait_fraction");
-        self.trunk_hit_rate = f(m, "trunk_hit_rate");
-        self.expert_hit_rate = f(m, "expert_hit_rate");
-        self.expert_hit_rate_per_layer = m
-            .get("expert_hit_rate_per_layer")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().map(Value::as_f64).collect())
-            .unwrap_or_default();
-        self.lookahead_precision = f(m, "lookahead_precision");
-        self.lookahead_recall = f(m, "lookahead_recall");
-        self.peak_rss_bytes = u(m, "peak_rss_bytes");
-        self.peak_rss_anon_bytes = u(m, "peak_rss_anon_bytes");
-        self.rss_file_bytes = u(m, "rss_file_bytes");
-        self.peak_accounted_bytes = u(m, "peak_accounted_bytes");
-        self.budget_overflows = u(m, "budget_overflows");
-        self.page_cache_resident_bytes_end = u(m, "page_cache_resident_bytes_end");
-        self.output_ids = match m.get("output_ids") {
-            None | Some(Value::Null) => vec![],
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|x| {
-                    x.as_u64()
-                        .and_then(|v| u32::try_from(v).ok())
-                        .context("output_ids holds a value that is not a u32")
-                })
-                .collect::<Result<_>>()?,
-            Some(_) => anyhow::bail!("output_ids is not an array"),
-        };
-        self.output_ids_sha256 = s(m, "output_ids_sha256");
-        self.output_text_sha256 = s(m, "output_text_sha256");
+        let f = MetricsFile::deserialize(m).context("engine metrics do not match the schema")?;
+        self.engine_schema_version = f.schema_version;
+        self.metrics = f.metrics;
         if self.decode_s_per_token_median.is_none() && !self.decode_s_per_token.is_empty() {
-            self.decode_s_per_token_median = super::util::median(&self.decode_s_per_token);
+            self.metrics.decode_s_per_token_median = super::util::median(&self.decode_s_per_token);
+            self.metric_sources
+                .insert("decode_s_per_token_median".into(), Source::Harness);
         }
         Ok(())
     }
@@ -310,9 +248,40 @@ impl Row {
     /// The hash the verdict compares: the engine's `output_ids_sha256`, or the hash
     /// of `output_ids` when the engine gave none.
     pub fn ids_hash(&self) -> Option<String> {
-        self.output_ids_sha256
-            .clone()
-            .or_else(|| (self.status == "ok").then(|| super::util::ids_sha256(&self.output_ids)))
+        self.output_ids_sha256.clone().or_else(|| {
+            (self.status == "ok").then(|| memdial::generate::ids_sha256(&self.output_ids))
+        })
+    }
+
+    /// Records the harness's memory samples and decides `over_budget` (call after
+    /// [`Row::fill_metrics`], so the engine's anonymous peak is known).
+    pub fn fill_memory(&mut self, m: &super::memwatch::MemSamples, slack: u64) {
+        self.cgroup_slack_bytes = Some(slack);
+        self.memory_samples = Some(m.samples);
+        self.rss_anon_peak_sampled_bytes = Some(m.anon_peak_bytes);
+        self.page_cache_resident_bytes_peak = Some(m.page_cache_peak_bytes);
+        self.anon_plus_page_cache_peak_bytes = Some(m.anon_plus_page_cache_peak_bytes);
+        if self.cgroup_enforced && self.cgroup_peak_bytes.is_none() {
+            self.cgroup_peak_bytes = m.cgroup_usage_peak_bytes;
+        }
+        if self.cgroup_enforced && self.cgroup_oom_kills.is_none() {
+            self.cgroup_oom_kills = m.cgroup_oom_kills;
+        }
+        let engine_end = self
+            .peak_rss_anon_bytes
+            .zip(self.page_cache_resident_bytes_end)
+            .map(|(a, p)| a + p);
+        self.over_budget = self.status == "ok"
+            && super::memwatch::over_budget(
+                self.cgroup_enforced,
+                &[
+                    self.anon_plus_page_cache_peak_bytes,
+                    engine_end,
+                    self.peak_rss_anon_bytes,
+                ],
+                self.budget_bytes,
+                slack,
+            );
     }
 
     /// True for measured (non-warm-up) runs that finished.
@@ -355,11 +324,7 @@ pub fn to_csv(rows: &[Row]) -> Result<Vec<u8>> {
 
 /// Writes `results.json` and `results.csv` atomically.
 pub fn save(dir: &Path, rows: &[Row]) -> Result<()> {
-    write_atomic(
-        &dir.join("results.json"),
-        serde_json::to_string_pretty(rows)?.as_bytes(),
-    )?;
-    write_atomic(&dir.join("results.csv"), &to_csv(rows)?)
+    crate::export::write_table(dir, rows, &to_csv(rows)?)
 }
 
 /// Reads `results.json` of a run directory (empty when it does not exist yet).
@@ -385,6 +350,36 @@ mod tests {
         let cols: std::collections::BTreeSet<&str> = COLUMNS.iter().copied().collect();
         assert_eq!(keys, cols);
         assert_eq!(COLUMNS.len(), cols.len(), "duplicate column");
+    }
+
+    /// Every field of the engine's metrics gets a non-empty `results.csv` cell under
+    /// its own name when the engine reports it.
+    #[test]
+    fn every_run_metric_reaches_results_csv() {
+        // A metrics object with every key set to a value of its type.
+        let empty = serde_json::to_value(RunMetrics::default()).unwrap();
+        let mut m = serde_json::Map::new();
+        for (k, v) in empty.as_object().unwrap() {
+            let x = match (k.as_str(), v) {
+                ("model" | "output_ids_sha256" | "output_text_sha256", _) => serde_json::json!("x"),
+                ("expert_hit_rate_per_layer", _) => serde_json::json!([0.5]),
+                ("metric_sources", _) => serde_json::json!({"load_s": "engine"}),
+                (_, Value::Array(_)) => serde_json::json!([3]),
+                _ => serde_json::json!(3),
+            };
+            m.insert(k.clone(), x);
+        }
+        let mut r = Row::default();
+        r.fill_metrics(&Value::Object(m.clone())).unwrap();
+        let csv = String::from_utf8(to_csv(&[r]).unwrap()).unwrap();
+        let mut rd = csv::Reader::from_reader(csv.as_bytes());
+        let h = rd.headers().unwrap().clone();
+        let rec = rd.records().next().unwrap().unwrap();
+        for k in m.keys() {
+            let i = h.iter().position(|x| x == k);
+            assert!(i.is_some(), "{k} is not a results.csv column");
+            assert!(!rec[i.unwrap()].is_empty(), "{k} is empty in results.csv");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 
 use super::cgroup::RunCgroup;
+use super::memwatch::{interval_at, MemSamples};
 use super::spec::{Point, PromptSpec};
 
 /// Environment variable naming the binary used for child runs instead of this
@@ -42,6 +43,8 @@ pub struct RunRequest<'a> {
     pub timeout: Duration,
     /// Memory cgroup to start the child in.
     pub cgroup: Option<&'a RunCgroup>,
+    /// Model shard files whose page-cache residency is sampled during the run.
+    pub watch_files: &'a [PathBuf],
 }
 
 /// What a child run produced.
@@ -61,6 +64,8 @@ pub struct RunOutcome {
     pub metrics_error: Option<String>,
     /// Last non-empty stderr line (for error messages).
     pub stderr_tail: String,
+    /// Memory sampled while the child ran.
+    pub mem: MemSamples,
 }
 
 impl RunRequest<'_> {
@@ -125,16 +130,7 @@ impl RunRequest<'_> {
         let _ = std::fs::remove_file(&final_metrics);
         let args = self.args(&attempt);
         let mut cmd = match self.cgroup {
-            Some(cg) => {
-                // Join the cgroup before exec, so every allocation of the engine is charged.
-                let mut c = Command::new("/bin/sh");
-                c.arg("-c")
-                    .arg("echo $$ > \"$0\" && exec \"$@\"")
-                    .arg(cg.procs_file())
-                    .arg(self.bin)
-                    .args(&args);
-                c
-            }
+            Some(cg) => cg.command(self.bin, &args),
             None => {
                 let mut c = Command::new(self.bin);
                 c.args(&args);
@@ -157,7 +153,13 @@ impl RunRequest<'_> {
             .spawn()
             .with_context(|| format!("cannot start {}", self.bin.display()))?;
         let mut timed_out = false;
+        let mut mem = MemSamples::default();
+        let mut next_sample = Instant::now();
         let status = loop {
+            if Instant::now() >= next_sample {
+                mem.sample(Some(child.id()), self.watch_files, self.cgroup);
+                next_sample = Instant::now() + interval_at(t0.elapsed());
+            }
             if let Some(s) = child.try_wait()? {
                 break s;
             }
@@ -169,6 +171,8 @@ impl RunRequest<'_> {
             std::thread::sleep(Duration::from_millis(10));
         };
         let wall_s = t0.elapsed().as_secs_f64();
+        // What the run left in the page cache counts too.
+        mem.sample(None, self.watch_files, None);
         let stderr = std::fs::read_to_string(self.run_dir.join("stderr.txt")).unwrap_or_default();
         let stderr_tail = stderr
             .lines()
@@ -197,6 +201,7 @@ impl RunRequest<'_> {
             metrics,
             metrics_error,
             stderr_tail,
+            mem,
         })
     }
 }

@@ -331,9 +331,7 @@ impl Spec {
             }
         }
         for c in &self.cache {
-            if c != "lru" && c != "lfru" {
-                bail!("unknown cache policy {c:?} (lru, lfru)");
-            }
+            memdial::store::cache::CachePolicy::parse(c)?;
         }
         if self.threads.contains(&0) {
             bail!("threads must be ≥ 1");

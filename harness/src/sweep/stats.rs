@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::bootstrap::{interval, Run};
 use super::row::Row;
 use super::util::{median, min_max};
 
@@ -42,7 +43,9 @@ pub struct PointStats {
     pub s_per_token_min: Option<f64>,
     /// Maximum over runs of the per-run median decode time, seconds per token.
     pub s_per_token_max: Option<f64>,
-    /// Median decode tokens per second.
+    /// Decode tokens per second from the same figure as `s_per_token`:
+    /// `1 / s_per_token` (the engine's per-run `tokens_per_s`, generated tokens over
+    /// total decode time, is a mean and stays in `results.csv`).
     pub tokens_per_s: Option<f64>,
     /// Median time to first token, seconds.
     pub ttft_s: Option<f64>,
@@ -62,6 +65,34 @@ pub struct PointStats {
     pub peak_accounted_bytes: Option<f64>,
     /// Whether the point was skipped as below the floor.
     pub below_floor: bool,
+    /// Measured runs not held to the budget by a memory cgroup.
+    pub unenforced: usize,
+    /// Measured runs marked `over_budget`.
+    pub over_budget: usize,
+    /// 95 % interval of `s_per_token`, low end (hierarchical bootstrap, see
+    /// [`super::bootstrap`]); `None` when insufficient repeats.
+    pub s_per_token_lo: Option<f64>,
+    /// 95 % interval of `s_per_token`, high end.
+    pub s_per_token_hi: Option<f64>,
+    /// The interval is wider than ±10 % of the median.
+    pub high_variance: bool,
+    /// Too few runs (or decode tokens) for an interval.
+    pub insufficient_repeats: bool,
+}
+
+/// Per-token decode times of each measured finished run of every point (a run with
+/// only a median contributes that one value).
+pub fn point_runs(rows: &[Row]) -> BTreeMap<usize, Vec<Run>> {
+    let mut by: BTreeMap<usize, Vec<Run>> = BTreeMap::new();
+    for r in rows.iter().filter(|r| r.is_measured_ok()) {
+        let run: Run = if r.decode_s_per_token.is_empty() {
+            r.decode_s_per_token_median.into_iter().collect()
+        } else {
+            r.decode_s_per_token.clone()
+        };
+        by.entry(r.point_index).or_default().push(run);
+    }
+    by
 }
 
 fn med(rs: &[&Row], f: impl Fn(&Row) -> Option<f64>) -> Option<f64> {
@@ -74,6 +105,7 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
     for r in rows {
         by.entry(r.point_index).or_default().push(r);
     }
+    let runs = point_runs(rows);
     by.into_values()
         .map(|all| {
             let first = all[0];
@@ -83,6 +115,9 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                 .filter_map(|r| r.decode_s_per_token_median)
                 .collect();
             let mm = min_max(&spt);
+            let iv = runs
+                .get(&first.point_index)
+                .and_then(|r| interval(r, first.point_index as u64));
             PointStats {
                 point_index: first.point_index,
                 point_key: first.point_key.clone(),
@@ -106,7 +141,7 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                 s_per_token: median(&spt),
                 s_per_token_min: mm.map(|m| m.0),
                 s_per_token_max: mm.map(|m| m.1),
-                tokens_per_s: med(&ok, |r| r.tokens_per_s),
+                tokens_per_s: median(&spt).filter(|s| *s > 0.0).map(|s| 1.0 / s),
                 ttft_s: med(&ok, |r| r.ttft_s),
                 bytes_read_per_token: med(&ok, |r| r.bytes_read_per_token),
                 io_wait_fraction: med(&ok, |r| r.io_wait_fraction),
@@ -116,6 +151,12 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                 peak_rss_anon_bytes: med(&ok, |r| r.peak_rss_anon_bytes.map(|x| x as f64)),
                 peak_accounted_bytes: med(&ok, |r| r.peak_accounted_bytes.map(|x| x as f64)),
                 below_floor: all.iter().any(|r| r.status == "below_floor"),
+                unenforced: ok.iter().filter(|r| !r.cgroup_enforced).count(),
+                over_budget: ok.iter().filter(|r| r.over_budget).count(),
+                s_per_token_lo: iv.as_ref().and_then(|i| i.lo),
+                s_per_token_hi: iv.as_ref().and_then(|i| i.hi),
+                high_variance: iv.as_ref().is_some_and(|i| i.high_variance),
+                insufficient_repeats: iv.as_ref().is_some_and(|i| i.insufficient),
             }
         })
         .collect()

@@ -34,15 +34,8 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     memdial::fixture::hex(&Sha256::digest(bytes))
 }
 
-/// SHA-256 (hex) of token ids encoded as u32 little-endian, as the engine computes
-/// `output_ids_sha256`.
-pub fn ids_sha256(ids: &[u32]) -> String {
-    let mut b = Vec::with_capacity(ids.len() * 4);
-    for id in ids {
-        b.extend_from_slice(&id.to_le_bytes());
-    }
-    sha256_hex(&b)
-}
+/// The engine's hash of output ids (defined beside the generate output).
+pub use memdial::generate::ids_sha256;
 
 /// Civil date (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's algorithm).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {

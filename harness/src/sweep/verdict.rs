@@ -67,6 +67,10 @@ pub struct Verdict {
     pub runs_compared: usize,
     /// Distinct points with at least one finished run.
     pub points: usize,
+    /// Finished runs marked `over_budget` (unenforced, anon + page cache above budget
+    /// + slack): their speed is not comparable. Does not affect `pass`.
+    #[serde(default)]
+    pub over_budget: Vec<String>,
 }
 
 /// Position where `a` and `b` first differ (`None` when equal).
@@ -84,6 +88,11 @@ pub fn verdict(rows: &[Row]) -> Verdict {
     let mut below_floor = vec![];
     let mut hash_inconsistent = vec![];
     let mut points = std::collections::BTreeSet::new();
+    let over_budget: Vec<String> = rows
+        .iter()
+        .filter(|r| r.status == "ok" && r.over_budget)
+        .map(|r| r.run_id.clone())
+        .collect();
     for r in rows {
         match r.status.as_str() {
             "ok" => {
@@ -161,6 +170,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
         hash_inconsistent,
         runs_compared,
         points: points.len(),
+        over_budget,
     }
 }
 
@@ -184,6 +194,17 @@ impl Verdict {
     /// One line: `PASS: 30 runs at 10 points, output ids sha256 3f2a9c…` or
     /// `FAIL: …` naming the differing points, the first differing position and ids.
     pub fn one_line(&self) -> String {
+        let mut l = self.ids_line();
+        if !self.over_budget.is_empty() {
+            l += &format!(
+                "; {} run(s) exceeded their budget through the page cache; their speed is not comparable",
+                self.over_budget.len()
+            );
+        }
+        l
+    }
+
+    fn ids_line(&self) -> String {
         if self.runs_compared == 0 && self.failed.is_empty() {
             return "FAIL: no finished runs".into();
         }
@@ -277,8 +298,11 @@ mod tests {
             repeat: rep,
             status: "ok".into(),
             max_tokens: 4,
-            output_ids: ids.to_vec(),
-            output_ids_sha256: Some(ids_sha256(ids)),
+            metrics: memdial::metrics::RunMetrics {
+                output_ids: ids.to_vec(),
+                output_ids_sha256: Some(ids_sha256(ids)),
+                ..Default::default()
+            },
             ..Default::default()
         }
     }

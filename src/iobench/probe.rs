@@ -1,7 +1,7 @@
 //! Cold sequential read bandwidth of a file, with and without the page cache.
 //!
 //! Used by `memdial sweep` (its report's environment section). Thin wrappers of
-//! [`super::iobench::sequential_cold_read`], the same code `memdial iobench` runs:
+//! [`super::sequential_cold_read`], the same code `memdial iobench` runs:
 //! the file is evicted from the page cache (fsync, then `posix_fadvise(DONTNEED)`)
 //! and the eviction verified with mincore, then read sequentially from offset 0 in
 //! 4 MiB requests at queue depth 1 up to `max_bytes`, and evicted again afterwards
@@ -13,8 +13,8 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::iobench::{sequential_cold_read, SEQUENTIAL_REQUEST_BYTES};
-use super::IoMode;
+use super::{sequential_cold_read, SEQUENTIAL_REQUEST_BYTES};
+use crate::io::IoMode;
 
 /// Request size of the bandwidth probes, bytes.
 pub const CHUNK_BYTES: usize = SEQUENTIAL_REQUEST_BYTES as usize;

@@ -1,0 +1,55 @@
+//! Command-line value types shared by the subcommands, and the usage-error helper.
+//!
+//! The library's name sets ([`IoMode`], [`Prefetch`], [`CachePolicy`]) stay free of
+//! clap: each has `ALL` and `as_str`, and [`value_enum!`] wraps it here in a
+//! [`clap::ValueEnum`] newtype, so clap lists the accepted values in `--help` and
+//! refuses others with exit 2.
+
+use memdial::error::UsageError;
+use memdial::io::IoMode;
+use memdial::store::cache::CachePolicy;
+use memdial::store::plan::Prefetch;
+
+/// Declares `$wrap($lib)`: a [`clap::ValueEnum`] over `$lib::ALL`, named by `as_str`.
+macro_rules! value_enum {
+    ($(#[$m:meta])* $wrap:ident($lib:ty)) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct $wrap(pub $lib);
+
+        impl clap::ValueEnum for $wrap {
+            fn value_variants<'a>() -> &'a [Self] {
+                static ALL: std::sync::LazyLock<Vec<$wrap>> =
+                    std::sync::LazyLock::new(|| <$lib>::ALL.iter().map(|&v| $wrap(v)).collect());
+                &ALL
+            }
+            fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+                Some(clap::builder::PossibleValue::new(self.0.as_str()))
+            }
+        }
+    };
+}
+
+value_enum!(
+    /// `--io`: how the streaming store reads weights.
+    IoArg(IoMode)
+);
+value_enum!(
+    /// `--prefetch`: what the streaming store reads ahead.
+    PrefetchArg(Prefetch)
+);
+value_enum!(
+    /// `--cache`: the expert cache's replacement policy.
+    CacheArg(CachePolicy)
+);
+
+/// A usage error (exit 2) with `msg` as its text; for refusals the harness finds
+/// itself (flag combinations, bad spec files, …).
+pub fn usage(msg: impl std::fmt::Display) -> anyhow::Error {
+    UsageError::Invalid(msg.to_string()).into()
+}
+
+/// `e` (with its context chain flattened into one message) as a usage error.
+pub fn as_usage(e: anyhow::Error) -> anyhow::Error {
+    usage(format!("{e:#}"))
+}

@@ -1,0 +1,82 @@
+//! The one seam through which the sweep and the IO benchmark write their run
+//! directories: tables (`results.json` + `results.csv`), JSON documents, text
+//! (Markdown), charts (SVG and PNG from one drawing function) and the `latest`
+//! symlink. Every file is written to a temporary name and renamed into place, so a
+//! reader (or an interrupted run) sees the old file or the new one, never a torn one.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use serde::Serialize;
+
+pub use crate::sweep::util::write_atomic;
+
+/// Writes `value` as pretty JSON to `path`.
+pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
+    write_atomic(path, serde_json::to_string_pretty(value)?.as_bytes())
+}
+
+/// Writes `text` (e.g. a Markdown report) to `path`.
+pub fn write_text(path: &Path, text: &str) -> Result<()> {
+    write_atomic(path, text.as_bytes())
+}
+
+/// Writes a result table: `rows` as `dir/results.json` and `csv` (the same rows,
+/// already laid out by the caller's column list) as `dir/results.csv`.
+pub fn write_table<T: Serialize>(dir: &Path, rows: &[T], csv: &[u8]) -> Result<()> {
+    write_json(&dir.join("results.json"), rows)?;
+    write_atomic(&dir.join("results.csv"), csv)
+}
+
+/// A chart drawn the same way on any plotters backend.
+pub trait Chart {
+    /// Draws the whole chart on `root`.
+    fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<()>
+    where
+        DB::ErrorType: 'static;
+}
+
+/// Writes `chart` as `dir/<stem>.svg` and `dir/<stem>.png`, `size` pixels.
+pub fn write_chart(dir: &Path, stem: &str, size: (u32, u32), chart: &impl Chart) -> Result<()> {
+    crate::sweep::charts::register_font();
+    let mut s = String::new();
+    {
+        let root = SVGBackend::with_string(&mut s, size).into_drawing_area();
+        chart.draw(root.clone())?;
+        root.present().map_err(|e| anyhow!("chart: {e:?}"))?;
+    }
+    write_atomic(&dir.join(format!("{stem}.svg")), s.as_bytes())?;
+    // The bitmap encoder picks the format from the extension, so the temporary file
+    // keeps `.png`.
+    let tmp = dir.join(format!(".{stem}.tmp{}.png", std::process::id()));
+    {
+        let root = BitMapBackend::new(&tmp, size).into_drawing_area();
+        chart.draw(root.clone())?;
+        root.present().map_err(|e| anyhow!("chart: {e:?}"))?;
+    }
+    std::fs::rename(&tmp, dir.join(format!("{stem}.png")))?;
+    Ok(())
+}
+
+/// Points `parent/<link>` at `target` (a sibling directory), atomically. Leaves a
+/// `link` that exists and is not a symlink alone (with a warning).
+pub fn update_latest(parent: &Path, link: &str, target: &Path) {
+    let path = parent.join(link);
+    if path.exists() && !path.is_symlink() {
+        eprintln!(
+            "warning: {} exists and is not a symlink; not updated",
+            path.display()
+        );
+        return;
+    }
+    let Some(name) = target.file_name() else {
+        return;
+    };
+    let tmp = parent.join(format!(".{link}.tmp{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    if std::os::unix::fs::symlink(name, &tmp).is_ok() && std::fs::rename(&tmp, &path).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+}

@@ -1,0 +1,352 @@
+//! The answer to "which budget, which IO mode?": per IO mode the Pareto frontier of
+//! budget vs s/token and its knee, and per budget the winning mode, by how much and
+//! whether significantly ([`super::bootstrap`]). Points with `over_budget` runs are
+//! left out (their speed was bought with memory the budget does not count).
+//!
+//! Definitions:
+//! - a mode's point at a budget is its fastest prefetch policy there (lowest median
+//!   s/token);
+//! - **Pareto frontier** of a mode: its points, by increasing budget, that are faster
+//!   than every point of that mode at a smaller budget;
+//! - **knee**: the smallest budget whose s/token is within 10 % of the mode's best.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::bootstrap::{ratio, Ratio, Run};
+use super::stats::PointStats;
+
+/// Knee: within this fraction of the mode's best s/token.
+pub const KNEE_WITHIN: f64 = 0.10;
+
+/// One point on a frontier.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Pick {
+    /// Point index.
+    pub point_index: usize,
+    /// Budget as written.
+    pub budget_spec: String,
+    /// Budget, bytes.
+    pub budget_bytes: u64,
+    /// Prefetch policy of the point.
+    pub prefetch: String,
+    /// Median s/token.
+    pub s_per_token: f64,
+    /// 95 % interval, when decidable.
+    pub lo: Option<f64>,
+    /// 95 % interval, when decidable.
+    pub hi: Option<f64>,
+}
+
+/// One IO mode's frontier and knee.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Mode {
+    /// IO mode.
+    pub io: String,
+    /// Pareto frontier, by increasing budget.
+    pub frontier: Vec<Pick>,
+    /// Smallest budget within 10 % of the best.
+    pub knee: Option<Pick>,
+    /// The fastest point.
+    pub best: Option<Pick>,
+}
+
+/// The winner at one budget.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Winner {
+    /// Budget as written.
+    pub budget_spec: String,
+    /// Winning IO mode and its point.
+    pub winner: Pick,
+    /// IO mode of the winner.
+    pub io: String,
+    /// The next-fastest mode at this budget and its point.
+    pub runner_up: Option<(String, Pick)>,
+    /// s/token of the runner-up over the winner's, with interval and significance.
+    pub margin: Option<Ratio>,
+}
+
+/// The recommendation.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Recommendation {
+    /// Per IO mode.
+    pub modes: Vec<Mode>,
+    /// Per budget, in spec order.
+    pub by_budget: Vec<Winner>,
+    /// Points left out because runs went over budget.
+    pub excluded_over_budget: Vec<usize>,
+}
+
+fn pick(p: &PointStats) -> Option<Pick> {
+    Some(Pick {
+        point_index: p.point_index,
+        budget_spec: p.budget_spec.clone(),
+        budget_bytes: p.budget_bytes,
+        prefetch: p.prefetch.clone(),
+        s_per_token: p.s_per_token?,
+        lo: p.s_per_token_lo,
+        hi: p.s_per_token_hi,
+    })
+}
+
+/// Computes the recommendation from the per-point statistics and their runs.
+pub fn recommend(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Recommendation {
+    let excluded_over_budget: Vec<usize> = stats
+        .iter()
+        .filter(|p| p.over_budget > 0)
+        .map(|p| p.point_index)
+        .collect();
+    let ok: Vec<&PointStats> = stats
+        .iter()
+        .filter(|p| !p.below_floor && p.n > 0 && p.over_budget == 0 && p.s_per_token.is_some())
+        .collect();
+    let mut ios: Vec<String> = vec![];
+    let mut budgets: Vec<String> = vec![];
+    for p in stats {
+        if !ios.contains(&p.io) {
+            ios.push(p.io.clone());
+        }
+        if !budgets.contains(&p.budget_spec) {
+            budgets.push(p.budget_spec.clone());
+        }
+    }
+    // Fastest point of `io` at `budget`.
+    let best_at = |io: &str, budget: &str| -> Option<Pick> {
+        ok.iter()
+            .filter(|p| p.io == io && p.budget_spec == budget)
+            .min_by(|a, b| a.s_per_token.unwrap().total_cmp(&b.s_per_token.unwrap()))
+            .and_then(|p| pick(p))
+    };
+    let mut modes = vec![];
+    for io in &ios {
+        let mut pts: Vec<Pick> = budgets.iter().filter_map(|b| best_at(io, b)).collect();
+        pts.sort_by_key(|p| p.budget_bytes);
+        let best = pts
+            .iter()
+            .min_by(|a, b| a.s_per_token.total_cmp(&b.s_per_token))
+            .cloned();
+        let mut frontier: Vec<Pick> = vec![];
+        for p in &pts {
+            if frontier
+                .last()
+                .is_none_or(|l| p.s_per_token < l.s_per_token)
+            {
+                frontier.push(p.clone());
+            }
+        }
+        let knee = best.as_ref().and_then(|b| {
+            pts.iter()
+                .find(|p| p.s_per_token <= b.s_per_token * (1.0 + KNEE_WITHIN))
+                .cloned()
+        });
+        modes.push(Mode {
+            io: io.clone(),
+            frontier,
+            knee,
+            best,
+        });
+    }
+    let mut by_budget = vec![];
+    for b in &budgets {
+        let mut cands: Vec<(String, Pick)> = ios
+            .iter()
+            .filter_map(|io| best_at(io, b).map(|p| (io.clone(), p)))
+            .collect();
+        cands.sort_by(|x, y| x.1.s_per_token.total_cmp(&y.1.s_per_token));
+        let mut it = cands.into_iter();
+        let Some((io, winner)) = it.next() else {
+            continue;
+        };
+        let runner_up = it.next();
+        let margin = runner_up.as_ref().and_then(|(_, r)| {
+            let (ra, rb) = (runs.get(&r.point_index)?, runs.get(&winner.point_index)?);
+            ratio(
+                ra,
+                rb,
+                ((r.point_index as u64) << 32) | winner.point_index as u64,
+            )
+        });
+        by_budget.push(Winner {
+            budget_spec: b.clone(),
+            winner,
+            io,
+            runner_up,
+            margin,
+        });
+    }
+    Recommendation {
+        modes,
+        by_budget,
+        excluded_over_budget,
+    }
+}
+
+impl Recommendation {
+    /// The Markdown section (`## Recommendation`).
+    pub fn markdown(&self, label: &dyn Fn(&str, u64) -> String) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::from("## Recommendation\n\n");
+        if self.modes.iter().all(|m| m.best.is_none()) {
+            s += "No finished runs to recommend from yet.\n\n";
+            return s;
+        }
+        let ci = |p: &Pick| match (p.lo, p.hi) {
+            (Some(l), Some(h)) => format!("{:.4} [{l:.4}–{h:.4}]", p.s_per_token),
+            _ => format!("{:.4} (insufficient repeats)", p.s_per_token),
+        };
+        let _ = writeln!(
+            s,
+            "| IO mode | knee (smallest budget within 10 % of its best) | best | Pareto frontier (budget → s/token) |\n|---|---|---|---|"
+        );
+        for m in &self.modes {
+            let f = |p: &Pick| {
+                format!(
+                    "{} → {:.4} ({})",
+                    label(&p.budget_spec, p.budget_bytes),
+                    p.s_per_token,
+                    p.prefetch
+                )
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} |",
+                m.io,
+                m.knee
+                    .as_ref()
+                    .map(|k| format!(
+                        "**{}**, {} s/token ({})",
+                        label(&k.budget_spec, k.budget_bytes),
+                        ci(k),
+                        k.prefetch
+                    ))
+                    .unwrap_or_else(|| "–".into()),
+                m.best
+                    .as_ref()
+                    .map(|b| format!(
+                        "{} s/token at {}",
+                        ci(b),
+                        label(&b.budget_spec, b.budget_bytes)
+                    ))
+                    .unwrap_or_else(|| "–".into()),
+                m.frontier.iter().map(f).collect::<Vec<_>>().join("; ")
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\n| budget | fastest IO mode | s/token [95% CI] | next | margin (next / fastest) [95% CI] |\n|---|---|---|---|---|"
+        );
+        for w in &self.by_budget {
+            let (next, margin) = match (&w.runner_up, &w.margin) {
+                (Some((io, p)), Some(r)) => (
+                    format!("{io} ({:.4}, {})", p.s_per_token, p.prefetch),
+                    r.describe(),
+                ),
+                (Some((io, p)), None) => (format!("{io} ({:.4})", p.s_per_token), "–".into()),
+                _ => ("–".into(), "–".into()),
+            };
+            let _ = writeln!(
+                s,
+                "| {} | **{}** ({}) | {} | {} | {} |",
+                label(&w.budget_spec, w.winner.budget_bytes),
+                w.io,
+                w.winner.prefetch,
+                ci(&w.winner),
+                next,
+                margin
+            );
+        }
+        s.push('\n');
+        if self.excluded_over_budget.is_empty() {
+            s += "Every point counted was held to its budget or stayed within budget + slack.\n\n";
+        } else {
+            let _ = writeln!(
+                s,
+                "Left out: {} point(s) with runs over budget (page cache not charged to the budget): {}.\n",
+                self.excluded_over_budget.len(),
+                self.excluded_over_budget
+                    .iter()
+                    .map(|i| format!("p{i}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(i: usize, io: &str, budget: &str, bytes: u64, spt: f64) -> PointStats {
+        PointStats {
+            point_index: i,
+            point_key: format!("k{i}"),
+            budget_spec: budget.into(),
+            budget_bytes: bytes,
+            io: io.into(),
+            prefetch: "none".into(),
+            cache: "lru".into(),
+            threads: 1,
+            prompt_index: 0,
+            floor_bytes: 0,
+            n: 3,
+            failed: 0,
+            cold_verified: true,
+            s_per_token: Some(spt),
+            s_per_token_min: None,
+            s_per_token_max: None,
+            tokens_per_s: None,
+            ttft_s: None,
+            bytes_read_per_token: None,
+            io_wait_fraction: None,
+            trunk_hit_rate: None,
+            expert_hit_rate: None,
+            peak_rss_bytes: None,
+            peak_rss_anon_bytes: None,
+            peak_accounted_bytes: None,
+            below_floor: false,
+            unenforced: 0,
+            over_budget: 0,
+            s_per_token_lo: None,
+            s_per_token_hi: None,
+            high_variance: false,
+            insufficient_repeats: false,
+        }
+    }
+
+    #[test]
+    fn frontier_knee_and_winners_by_hand() {
+        // direct: 1.0 @100, 0.5 @200, 0.46 @400, 0.45 @800 → best 0.45, knee = 200
+        // (0.5 ≤ 0.495? no → 400: 0.46 ≤ 0.495 yes). mmap: 2.0, 0.6, 0.7 (not on
+        // the frontier), 0.40; its 800 point went over budget and is left out.
+        let mut s = vec![
+            p(0, "direct", "a", 100, 1.0),
+            p(1, "mmap", "a", 100, 2.0),
+            p(2, "direct", "b", 200, 0.5),
+            p(3, "mmap", "b", 200, 0.6),
+            p(4, "direct", "c", 400, 0.46),
+            p(5, "mmap", "c", 400, 0.7),
+            p(6, "direct", "d", 800, 0.45),
+            p(7, "mmap", "d", 800, 0.40),
+        ];
+        s[7].over_budget = 1;
+        let r = recommend(&s, &BTreeMap::new());
+        let d = &r.modes[0];
+        assert_eq!(d.io, "direct");
+        let fr: Vec<usize> = d.frontier.iter().map(|x| x.point_index).collect();
+        assert_eq!(fr, [0, 2, 4, 6]);
+        assert_eq!(d.knee.as_ref().unwrap().point_index, 4);
+        let m = &r.modes[1];
+        let fr: Vec<usize> = m.frontier.iter().map(|x| x.point_index).collect();
+        assert_eq!(fr, [1, 3]);
+        assert_eq!(m.best.as_ref().unwrap().point_index, 3);
+        let w: Vec<&str> = r.by_budget.iter().map(|w| w.io.as_str()).collect();
+        assert_eq!(w, ["direct", "direct", "direct", "direct"]);
+        assert_eq!(r.excluded_over_budget, [7]);
+        let md = r.markdown(&|s, _| s.to_string());
+        assert!(md.starts_with("## Recommendation"));
+        assert!(md.contains("Left out: 1 point(s)"));
+    }
+}

@@ -1,0 +1,407 @@
+//! The bad-input corpus (issue #10): one table of inputs → exit code + message fragment,
+//! never a panic, never a silent exit 0 — plus a sweep on a NaN-producing checkpoint,
+//! which must be FAIL (exit 1), not PASS on identical garbage.
+//!
+//! Each case copies the `tiny-k3` fixture into a scratch directory of its own and
+//! corrupts it in one place (the expected fragment follows from that place: the tensor,
+//! block or layer poked, the position of the last prompt token).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use memdial::checkpoint::Checkpoint;
+use memdial_testkit as testkit;
+
+const BIN: &str = env!("CARGO_BIN_EXE_memdial");
+/// The prompt of every run: 3 tokens, so the last prompt position is 2.
+const PROMPT: &str = "1,2,3";
+
+/// The clean tiny-k3 fixture, generated once per test binary (read-only; removed at exit).
+fn clean() -> &'static Path {
+    static D: OnceLock<PathBuf> = OnceLock::new();
+    D.get_or_init(|| {
+        let d = testkit::until_exit(testkit::scratch!("bad-input-clean")).join("tiny-k3");
+        let o = memdial(&[
+            "fixture",
+            "--preset",
+            "tiny-k3",
+            "--out",
+            d.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        d
+    })
+}
+
+fn memdial(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A copy of the clean fixture in `SCRATCH/model`.
+fn copy(tag: &str) -> (testkit::Scratch, PathBuf) {
+    let s = testkit::scratch!(tag);
+    let d = s.join("model");
+    std::fs::create_dir_all(&d).unwrap();
+    for e in std::fs::read_dir(clean()).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), d.join(e.file_name())).unwrap();
+    }
+    (s, d)
+}
+
+/// Overwrites bytes `at..` of tensor `name` (full checkpoint name) with `bytes`.
+fn poke(dir: &Path, name: &str, at: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let ck = Checkpoint::open(dir).unwrap();
+    let loc = ck.get(name).unwrap_or_else(|| panic!("no tensor {name}"));
+    assert!(at + bytes.len() as u64 <= loc.len);
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&ck.shards[loc.shard].path)
+        .unwrap();
+    f.write_all_at(bytes, loc.offset + at).unwrap();
+}
+
+/// The first routed expert the router picks at position 0 in the first MoE layer, for
+/// PROMPT on the clean fixture (read from a `--record-trace` of a clean run), as
+/// `(layer, expert)`: an expert the run certainly uses.
+fn used_expert() -> (usize, usize) {
+    static E: OnceLock<(usize, usize)> = OnceLock::new();
+    *E.get_or_init(|| {
+        let s = testkit::scratch!("bad-input-trace");
+        let tr = s.join("trace.jsonl");
+        let o = memdial(&[
+            "run",
+            "--model",
+            clean().to_str().unwrap(),
+            "--prompt-ids",
+            PROMPT,
+            "--max-tokens",
+            "1",
+            "--budget",
+            "1GiB",
+            "--io",
+            "buffered",
+            "--record-trace",
+            tr.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let t = std::fs::read_to_string(&tr).unwrap();
+        let first: serde_json::Value = serde_json::from_str(t.lines().next().unwrap()).unwrap();
+        (
+            first["layer"].as_u64().unwrap() as usize,
+            first["experts"][0].as_u64().unwrap() as usize,
+        )
+    })
+}
+
+/// The w2 scale tensor of the used expert, and the same with the weight prefix.
+fn used_scale() -> (String, String) {
+    let (l, e) = used_expert();
+    let short = format!("model.layers.{l}.block_sparse_moe.experts.{e}.w2.weight_scale");
+    (short.clone(), format!("language_model.{short}"))
+}
+
+/// A model corrupted one way.
+#[derive(Clone, Copy, Debug)]
+enum Model {
+    /// E8M0 scale byte 5 of the used expert's w2 set to 0xFF (NaN).
+    E8m0Nan,
+    /// BF16 element 5 of layer 2's `self_attn.o_proj.weight` set to NaN (0x7FC0).
+    Bf16Nan,
+    /// BF16 element 0 of the final `model.norm.weight` set to +Inf (0x7F80).
+    Bf16Inf,
+    /// `rms_norm_eps: -1` in config.json.
+    NegativeEps,
+    /// One byte of the final `model.norm.weight` (a pinned tensor, read at open) changed;
+    /// `tensors.sha256` still has the clean checksums.
+    PinnedFlip,
+    /// `tensors.sha256` present but empty.
+    EmptyManifest,
+    /// `tensors.sha256` without the entries of the used expert's w2 scale.
+    PartialManifest,
+}
+
+fn make(m: Model) -> (testkit::Scratch, PathBuf) {
+    let (s, d) = copy(&format!("bad-input-{m:?}"));
+    match m {
+        Model::E8m0Nan => poke(&d, &used_scale().1, 5, &[0xFF]),
+        Model::Bf16Nan => poke(
+            &d,
+            "language_model.model.layers.2.self_attn.o_proj.weight",
+            10,
+            &0x7FC0u16.to_le_bytes(),
+        ),
+        Model::Bf16Inf => poke(
+            &d,
+            "language_model.model.norm.weight",
+            0,
+            &0x7F80u16.to_le_bytes(),
+        ),
+        Model::NegativeEps => {
+            let p = d.join("config.json");
+            let mut v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            let tc = if v.get("text_config").is_some() {
+                &mut v["text_config"]
+            } else {
+                &mut v
+            };
+            tc["rms_norm_eps"] = serde_json::json!(-1);
+            std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        }
+        Model::PinnedFlip => poke(&d, "language_model.model.norm.weight", 1, &[0x00]),
+        Model::EmptyManifest => std::fs::write(d.join("tensors.sha256"), "").unwrap(),
+        Model::PartialManifest => {
+            let p = d.join("tensors.sha256");
+            let drop = used_scale().1;
+            let kept: String = std::fs::read_to_string(&p)
+                .unwrap()
+                .lines()
+                .filter(|l| !l.ends_with(&format!("  {drop}")))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            std::fs::write(&p, kept).unwrap();
+        }
+    }
+    (s, d)
+}
+
+/// One row of the corpus.
+struct Case {
+    model: Model,
+    /// `memdial` arguments; `{M}` is replaced by the model directory.
+    args: &'static [&'static str],
+    code: i32,
+    /// Fragments the stderr (or, for `inspect`, stdout) must contain; `{SCALE}` is the
+    /// used expert's w2 scale tensor without the weight prefix, `{FULL_SCALE}` with it.
+    expect: &'static [&'static str],
+}
+
+const RUN: &[&str] = &[
+    "run",
+    "--model",
+    "{M}",
+    "--prompt-ids",
+    PROMPT,
+    "--max-tokens",
+    "2",
+];
+
+fn cases() -> Vec<Case> {
+    let streamed = |io: &'static str| -> &'static [&'static str] {
+        match io {
+            "direct" => &["--budget", "1GiB", "--io", "direct"],
+            "buffered" => &["--budget", "1GiB", "--io", "buffered"],
+            _ => &["--budget", "1GiB", "--io", "mmap"],
+        }
+    };
+    let mut v = vec![
+        // E8M0 NaN scale: refused by the resident store and by every IO mode of the
+        // streaming store when the expert is read, naming tensor and block.
+        Case {
+            model: Model::E8m0Nan,
+            args: &[],
+            code: 1,
+            expect: &["{SCALE}", "block 5 is 0xFF"],
+        },
+        // ... and by inspect's full scan (block 5 = weights 160..192).
+        Case {
+            model: Model::E8m0Nan,
+            args: &["inspect", "--model", "{M}"],
+            code: 1,
+            expect: &[
+                "{FULL_SCALE}: E8M0 scale of block 5 is 0xFF",
+                "weights 160..192",
+            ],
+        },
+        // NaN / Inf in a BF16 weight: the logits of the last prompt position (2) are
+        // checked; --check-hidden names the first layer that went non-finite.
+        Case {
+            model: Model::Bf16Nan,
+            args: &[],
+            code: 1,
+            expect: &["non-finite logits at position 2"],
+        },
+        Case {
+            model: Model::Bf16Nan,
+            args: &["--check-hidden"],
+            code: 1,
+            expect: &["layer 2 produced a non-finite hidden state"],
+        },
+        Case {
+            model: Model::Bf16Inf,
+            args: &[],
+            code: 1,
+            expect: &["non-finite logits at position 2"],
+        },
+        Case {
+            model: Model::NegativeEps,
+            args: &[],
+            code: 1,
+            expect: &["non-finite logits"],
+        },
+        // --verify-reads with a manifest that would not verify everything: refused (2).
+        Case {
+            model: Model::EmptyManifest,
+            args: &["--budget", "1GiB", "--io", "buffered", "--verify-reads"],
+            code: 2,
+            expect: &["tensors.sha256 is empty", "memdial checksum --model"],
+        },
+        // ... and verifies the pinned tensors it reads at open, too.
+        Case {
+            model: Model::PinnedFlip,
+            args: &["--budget", "1GiB", "--io", "buffered", "--verify-reads"],
+            code: 1,
+            expect: &["verifying reads: tensor language_model.model.norm.weight read from"],
+        },
+        Case {
+            model: Model::PartialManifest,
+            args: &["--budget", "1GiB", "--io", "buffered", "--verify-reads"],
+            code: 2,
+            expect: &[
+                "has no entry for tensor {FULL_SCALE}",
+                "memdial checksum --model",
+            ],
+        },
+    ];
+    for io in ["direct", "buffered", "mmap"] {
+        v.push(Case {
+            model: Model::E8m0Nan,
+            args: streamed(io),
+            code: 1,
+            expect: &["{SCALE}", "block 5 is 0xFF"],
+        });
+    }
+    v
+}
+
+fn bad_inputs_give_the_right_exit_code_and_message() {
+    let (scale, full_scale) = used_scale();
+    let mut failures = Vec::new();
+    let mut n = 0;
+    for c in cases() {
+        let (_s, dir) = make(c.model);
+        let m = dir.to_str().unwrap();
+        // Extra arguments are appended to `memdial run …`, unless they name a command.
+        let args: Vec<String> = if c.args.first().is_some_and(|a| !a.starts_with("--")) {
+            c.args.iter().map(|a| a.replace("{M}", m)).collect()
+        } else {
+            RUN.iter()
+                .chain(c.args)
+                .map(|a| a.replace("{M}", m))
+                .collect()
+        };
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = memdial(&argv);
+        let out = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stderr),
+            String::from_utf8_lossy(&o.stdout)
+        );
+        let mut bad = Vec::new();
+        if o.status.code() != Some(c.code) {
+            bad.push(format!("exit {:?}, want {}", o.status.code(), c.code));
+        }
+        if out.contains("panicked") {
+            bad.push("panicked".into());
+        }
+        for f in c.expect {
+            let f = f
+                .replace("{FULL_SCALE}", &full_scale)
+                .replace("{SCALE}", &scale);
+            if !out.contains(&f) {
+                bad.push(format!("no {f:?}"));
+            }
+        }
+        if !bad.is_empty() {
+            failures.push(format!(
+                "{:?} memdial {}: {}\n{}",
+                c.model,
+                argv.join(" "),
+                bad.join("; "),
+                text(&o)
+            ));
+        }
+        n += 1;
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {n} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    println!("{n} bad inputs: right exit code and message, no panic");
+}
+
+/// A sweep over budgets × IO modes on a checkpoint with one E8M0 NaN scale in a used
+/// expert: every run fails, so the verdict is FAIL and the exit code 1.
+fn sweep_on_nan_checkpoint_is_fail() {
+    let (s, dir) = make(Model::E8m0Nan);
+    let spec = s.join("spec.toml");
+    std::fs::write(
+        &spec,
+        r#"
+name = "nan"
+budgets = ["floor", "3x floor"]
+io = ["direct", "buffered", "mmap"]
+prefetch = ["none"]
+cache = ["lru"]
+threads = [1]
+prompts = [{ ids = [1, 2, 3] }]
+max_tokens = 2
+repeats = 1
+"#,
+    )
+    .unwrap();
+    let out = s.join("sweep");
+    let o = Command::new(BIN)
+        .args(["sweep", "--check", "--bandwidth-probe", "4MiB", "--model"])
+        .arg(&dir)
+        .arg("--spec")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("FAIL") && !stdout.contains("PASS"),
+        "{}",
+        text(&o)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
+    assert_eq!(v["pass"], serde_json::json!(false), "{v}");
+    // Every run's own stderr names the bad scale.
+    let (scale, _) = used_scale();
+    let mut runs = 0;
+    for e in std::fs::read_dir(out.join("runs")).unwrap() {
+        let e = e.unwrap().path();
+        let err = std::fs::read_to_string(e.join("stderr.txt")).unwrap();
+        assert!(err.contains(&scale), "{}: {err}", e.display());
+        runs += 1;
+    }
+    assert_eq!(runs, 6, "2 budgets × 3 IO modes, 1 repeat");
+}
+
+fn main() -> std::process::ExitCode {
+    testkit::main(
+        include_str!("bad_input.rs"),
+        testkit::trials![
+            bad_inputs_give_the_right_exit_code_and_message,
+            sweep_on_nan_checkpoint_is_fail
+        ],
+    )
+}

@@ -1,0 +1,292 @@
+//! What the streaming store holds and what it reads next: the entries of trunk
+//! slots and the expert cache, their buffers and accounting, eviction (one helper
+//! for both kinds) and the one blocking helper that counts IO wait.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, MutexGuard};
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+
+use super::io::{Job, Loaded, LoadedData};
+use super::StreamingStore;
+use crate::io::{AlignedBuf, IoMode};
+use crate::store::metrics::StoreMetrics;
+use crate::store::trace::TraceRecord;
+
+/// Outcome of [`StreamingStore::request`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Req {
+    /// The entry exists or its read was queued.
+    Queued,
+    /// An optional read found no evictable buffer and was dropped.
+    Skipped,
+    /// A required read must wait for an in-flight read to free a buffer.
+    Wait,
+}
+
+/// What an entry holds: a streamed layer's trunk, or one routed expert (layer, expert).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(super) enum Key {
+    Layer(usize),
+    Expert(usize, usize),
+}
+
+/// State of an entry.
+pub(super) enum Entry {
+    Loading,
+    Ready(Arc<Loaded>),
+    Failed(String),
+}
+
+/// Use counts of an expert for the replacement policy.
+pub(super) struct ExpertMeta {
+    pub(super) freq: u64,
+    pub(super) last: u64,
+}
+
+/// Everything behind the store's mutex.
+#[derive(Default)]
+pub(super) struct Inner {
+    pub(super) entries: HashMap<Key, Entry>,
+    /// Layers currently occupying trunk slots (loading or ready), oldest first.
+    pub(super) slot_layers: VecDeque<usize>,
+    /// Experts currently occupying cache buffers.
+    pub(super) cached_experts: HashSet<(usize, usize)>,
+    pub(super) meta: HashMap<(usize, usize), ExpertMeta>,
+    /// Experts that must not be evicted now (selected for the current layer, or guessed).
+    pub(super) protected: HashSet<(usize, usize)>,
+    pub(super) free_slot_bufs: Vec<AlignedBuf>,
+    pub(super) free_expert_bufs: Vec<AlignedBuf>,
+    pub(super) allocated_slot_bufs: usize,
+    pub(super) allocated_expert_bufs: usize,
+    pub(super) queue: VecDeque<Job>,
+    pub(super) shutdown: bool,
+    pub(super) tick: u64,
+    pub(super) token: usize,
+    /// Router calls per layer in the current forward (a prefill forward routes several tokens).
+    pub(super) layer_calls: HashMap<usize, usize>,
+    /// Guesses per layer for the current token (lookahead / oracle).
+    pub(super) guesses: HashMap<usize, Vec<usize>>,
+    pub(super) metrics: StoreMetrics,
+    pub(super) trace_out: Vec<TraceRecord>,
+}
+
+impl Inner {
+    /// Whether `key`'s buffer can be given to another entry now: ready and referenced
+    /// by nobody else, or failed.
+    fn evictable(&self, key: Key) -> bool {
+        match self.entries.get(&key) {
+            Some(Entry::Ready(a)) => Arc::strong_count(a) == 1,
+            Some(Entry::Failed(_)) => true,
+            _ => false,
+        }
+    }
+}
+
+impl StreamingStore {
+    /// Self-accounted resident bytes right now: pinned + allocated slot and expert
+    /// buffers + state + activation estimate.
+    fn accounted(&self, g: &Inner) -> u64 {
+        let p = &self.shared.plan;
+        self.pinned_bytes
+            + g.allocated_slot_bufs as u64 * p.slot_bytes
+            + g.allocated_expert_bufs as u64 * p.expert_buffer_bytes
+            + p.state_bytes
+            + p.activation_bytes
+    }
+
+    /// Raises `peak_accounted_bytes` to the current accounting.
+    pub(super) fn update_peak(&self, g: &mut Inner) {
+        let a = self.accounted(g);
+        if a > g.metrics.peak_accounted_bytes {
+            g.metrics.peak_accounted_bytes = a;
+        }
+    }
+
+    /// Removes `victim`'s entry (already taken out of its slot list or cache set),
+    /// drops its mapped pages, and recycles its buffer into the free list of its kind.
+    fn evict(&self, g: &mut Inner, victim: Key) {
+        if let Some(Entry::Ready(a)) = g.entries.remove(&victim) {
+            self.shared.mmap_release(victim);
+            if let Ok(loaded) = Arc::try_unwrap(a) {
+                if let LoadedData::Buf(b) = loaded.data {
+                    match victim {
+                        Key::Layer(_) => g.free_slot_bufs.push(b),
+                        Key::Expert(..) => g.free_expert_bufs.push(b),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Makes room for one more entry of `key`'s kind when its slots or cache are
+    /// full: evicts the oldest evictable slot layer, or the expert the cache policy
+    /// ranks lowest among unprotected evictable ones. `None` when there is room
+    /// (possibly counted as a budget overflow), else `Skipped` / `Wait` for the caller.
+    fn make_room(&self, g: &mut Inner, key: Key, optional: bool) -> Option<Req> {
+        let plan = &self.shared.plan;
+        let full = match key {
+            Key::Layer(_) => g.slot_layers.len() >= plan.trunk_slots.max(1),
+            Key::Expert(..) => g.cached_experts.len() >= plan.expert_cache_experts.max(1),
+        };
+        if !full {
+            return None;
+        }
+        let victim = match key {
+            Key::Layer(_) => g
+                .slot_layers
+                .iter()
+                .find(|&&ol| g.evictable(Key::Layer(ol)))
+                .map(|&ol| Key::Layer(ol)),
+            Key::Expert(..) => {
+                let policy = self.opts.cache;
+                g.cached_experts
+                    .iter()
+                    .filter(|id| !g.protected.contains(id) && g.evictable(Key::Expert(id.0, id.1)))
+                    .min_by_key(|id| {
+                        let m = g.meta.get(id).map(|m| (m.freq, m.last)).unwrap_or((0, 0));
+                        policy.key(m.0, m.1, **id)
+                    })
+                    .map(|id| Key::Expert(id.0, id.1))
+            }
+        };
+        match victim {
+            Some(v) => {
+                match v {
+                    Key::Layer(ol) => g.slot_layers.retain(|&x| x != ol),
+                    Key::Expert(l, e) => {
+                        g.cached_experts.remove(&(l, e));
+                    }
+                }
+                self.evict(g, v);
+                None
+            }
+            None if optional => Some(Req::Skipped),
+            None => {
+                let loading = |k: Key| matches!(g.entries.get(&k), Some(Entry::Loading));
+                let in_flight = match key {
+                    Key::Layer(_) => g.slot_layers.iter().any(|&ol| loading(Key::Layer(ol))),
+                    Key::Expert(..) => g
+                        .cached_experts
+                        .iter()
+                        .any(|id| !g.protected.contains(id) && loading(Key::Expert(id.0, id.1))),
+                };
+                if in_flight {
+                    return Some(Req::Wait);
+                }
+                g.metrics.budget_overflows += 1;
+                None
+            }
+        }
+    }
+
+    /// Queues a load of `key` unless present. Returns `Skipped` if no buffer can be
+    /// had without evicting something protected (only for optional prefetches), and
+    /// `Wait` when a required load must wait for an in-flight read to finish before
+    /// its buffer can be reused (the caller waits on the condvar and retries).
+    pub(super) fn request(&self, g: &mut Inner, key: Key, optional: bool) -> Req {
+        if g.entries.contains_key(&key) {
+            return Req::Queued;
+        }
+        if let Some(r) = self.make_room(g, key, optional) {
+            return r;
+        }
+        let buf = match key {
+            Key::Layer(l) => {
+                g.slot_layers.push_back(l);
+                self.take_buf(g, true)
+            }
+            Key::Expert(l, e) => {
+                g.cached_experts.insert((l, e));
+                self.take_buf(g, false)
+            }
+        };
+        g.entries.insert(key, Entry::Loading);
+        g.queue.push_back(Job { key, buf });
+        self.update_peak(g);
+        self.shared.cv.notify_all();
+        Req::Queued
+    }
+
+    fn take_buf(&self, g: &mut Inner, slot: bool) -> Option<AlignedBuf> {
+        if self.shared.io == IoMode::Mmap {
+            // mmap: the "buffer" is the mapping; account the resident range instead.
+            if slot {
+                g.allocated_slot_bufs = g.allocated_slot_bufs.max(g.slot_layers.len());
+            } else {
+                g.allocated_expert_bufs = g.allocated_expert_bufs.max(g.cached_experts.len());
+            }
+            return None;
+        }
+        let plan = &self.shared.plan;
+        if slot {
+            if let Some(b) = g.free_slot_bufs.pop() {
+                return Some(b);
+            }
+            g.allocated_slot_bufs += 1;
+            Some(AlignedBuf::new(plan.slot_bytes as usize))
+        } else {
+            if let Some(b) = g.free_expert_bufs.pop() {
+                return Some(b);
+            }
+            g.allocated_expert_bufs += 1;
+            Some(AlignedBuf::new(plan.expert_buffer_bytes as usize))
+        }
+    }
+
+    /// Runs `step` under the lock until it returns `Some`, sleeping on the condvar
+    /// between tries; the time from the first sleep on counts as IO wait (`io_wait_s`).
+    pub(super) fn block_on<'a, T>(
+        &'a self,
+        mut g: MutexGuard<'a, Inner>,
+        mut step: impl FnMut(&mut Inner) -> Option<T>,
+    ) -> (MutexGuard<'a, Inner>, T) {
+        let t0 = Instant::now();
+        let mut waited = false;
+        loop {
+            if let Some(v) = step(&mut g) {
+                if waited {
+                    g.metrics.io_wait_s += t0.elapsed().as_secs_f64();
+                }
+                return (g, v);
+            }
+            waited = true;
+            g = self.shared.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Queues a required load of `key`, waiting while its buffer is held by an
+    /// in-flight read.
+    pub(super) fn request_blocking<'a>(
+        &'a self,
+        g: MutexGuard<'a, Inner>,
+        key: Key,
+    ) -> MutexGuard<'a, Inner> {
+        self.block_on(g, |g| {
+            (self.request(g, key, false) != Req::Wait).then_some(())
+        })
+        .0
+    }
+
+    /// Blocks until `key` is loaded (requesting it if needed).
+    pub(super) fn wait(&self, g: MutexGuard<'_, Inner>, key: Key) -> Result<Arc<Loaded>> {
+        let (_g, r) = self.block_on(g, |g| match g.entries.get(&key) {
+            Some(Entry::Ready(a)) => Some(Ok(a.clone())),
+            Some(Entry::Failed(e)) => Some(Err(e.clone())),
+            Some(Entry::Loading) => None,
+            None => {
+                // Queued: the next look finds it loading; Wait: sleep, then retry.
+                self.request(g, key, false);
+                match g.entries.get(&key) {
+                    Some(Entry::Ready(a)) => Some(Ok(a.clone())),
+                    _ => None,
+                }
+            }
+        });
+        match r {
+            Ok(a) => Ok(a),
+            Err(e) => bail!("{e}"),
+        }
+    }
+}

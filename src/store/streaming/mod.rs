@@ -1,0 +1,513 @@
+//! The streaming store: resident memory stays under `--budget`; everything else is
+//! read from disk when needed (or ahead of time, by the prefetch policy).
+//!
+//! Layout of memory (see [`super::plan`]): pinned globals and small per-layer
+//! tensors, the trunk of a prefix of layers, rotating trunk slots for the other
+//! layers, and an expert cache with `lru` or `lfru` replacement. Reads run on
+//! background IO threads; the compute thread blocks only when the bytes it needs
+//! are not there yet (that time is `io_wait_s`).
+//!
+//! Determinism: the bytes handed to the model are the bytes on disk, whatever was
+//! cached or prefetched; the model accumulates experts in router order.
+
+mod caches;
+mod io;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use sha2::{Digest, Sha256};
+
+use self::caches::{Entry, ExpertMeta, Inner, Key, Req};
+use self::io::{lock, read_group, worker, Loaded, Shared};
+use super::cache::CachePolicy;
+use super::metrics::StoreMetrics;
+use super::plan::{plan, Plan, Prefetch};
+use super::trace::{self, TraceRecord};
+use super::{Bytes, ExpertMat, ExpertWeights, WeightStore};
+use crate::checkpoint::Checkpoint;
+use crate::config::{ExpertFormat, ModelConfig};
+use crate::fixture::hex;
+use crate::io::{AlignedBuf, IoMode, ShardFile};
+use crate::schema::layer_name;
+
+/// Settings of a streaming store.
+#[derive(Debug, Clone)]
+pub struct StreamOptions {
+    pub budget: u64,
+    pub io: IoMode,
+    pub prefetch: Prefetch,
+    pub cache: CachePolicy,
+    pub max_context: usize,
+    /// Background IO threads (queue depth).
+    pub io_threads: usize,
+    /// Write the router's expert choices per (token, layer) to this file (JSON lines).
+    pub record_trace: Option<PathBuf>,
+    /// Expert trace of an earlier run, for `--prefetch oracle`.
+    pub trace: Option<PathBuf>,
+    /// Check every read against `tensors.sha256`.
+    pub verify_reads: bool,
+}
+
+/// A [`WeightStore`] that keeps resident memory under a budget.
+pub struct StreamingStore {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    pinned: HashMap<String, Bytes>,
+    prefix: String,
+    expert_format: Option<ExpertFormat>,
+    opts: StreamOptions,
+    /// First layer index that is not pinned (== number of layers when all are).
+    first_streamed: usize,
+    num_layers: usize,
+    moe_layers: Vec<usize>,
+    trace_in: HashMap<(usize, usize), Vec<usize>>,
+    /// Bytes pinned at open.
+    pub pinned_bytes: u64,
+    /// Seconds spent opening (reading the pinned set).
+    pub load_s: f64,
+}
+
+impl StreamingStore {
+    /// Plans the budget (refusing one under the floor), opens the shards in the
+    /// chosen IO mode, reads the pinned set and starts the IO threads.
+    pub fn open(cfg: &ModelConfig, ck: &Checkpoint, opts: StreamOptions) -> Result<Self> {
+        let t0 = Instant::now();
+        let plan = plan(
+            cfg,
+            ck,
+            opts.budget,
+            opts.io,
+            opts.prefetch,
+            opts.max_context,
+        )?;
+        if opts.prefetch == Prefetch::Oracle && opts.trace.is_none() {
+            return Err(crate::error::UsageError::OracleNeedsTrace.into());
+        }
+        let trace_in = match &opts.trace {
+            Some(p) => trace::by_token_layer(trace::read(p)?),
+            None => HashMap::new(),
+        };
+        let files = ck
+            .shards
+            .iter()
+            .map(|s| ShardFile::open(&s.path, opts.io))
+            .collect::<Result<Vec<_>>>()?;
+        let manifest = if opts.verify_reads {
+            Some(crate::manifest::manifest_for_run(&ck.dir, cfg, &plan)?)
+        } else {
+            None
+        };
+        let first_streamed = plan.pinned_layers;
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner::default()),
+            cv: Condvar::new(),
+            files,
+            plan,
+            io: opts.io,
+            manifest,
+        });
+        // Pinned small tensors and globals: read each tensor.
+        let mut pinned = HashMap::new();
+        let mut pinned_bytes = 0u64;
+        let mut load_read = 0u64;
+        for key in &shared.plan.pinned_keys {
+            let full = format!("{}{}", cfg.weight_prefix, key);
+            let loc = ck
+                .get(&full)
+                .or_else(|| {
+                    crate::schema::expected_tensors(cfg)
+                        .into_iter()
+                        .find(|s| s.name == full)
+                        .and_then(|s| s.aliases.iter().find_map(|a| ck.get(a)))
+                })
+                .with_context(|| format!("tensor {full} is missing from {}", ck.dir.display()))?;
+            let f = &shared.files[loc.shard];
+            let bytes = if opts.io == IoMode::Mmap {
+                let map = f.map().unwrap().clone();
+                Bytes::new(map, loc.offset as usize, loc.len as usize)
+            } else {
+                let mut b = AlignedBuf::new(f.buffer_len_for(loc.offset, loc.len));
+                let d = f.read_into(loc.offset, loc.len, &mut b)?;
+                load_read += b.len() as u64;
+                let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(b);
+                Bytes::new(owner, d, loc.len as usize)
+            };
+            if let Some(man) = &shared.manifest {
+                let got = hex(&Sha256::digest(&bytes[..]));
+                if man.get(key) != Some(&got) {
+                    bail!(
+                        "verifying reads: tensor {full} read from {} at offset {} has sha256 {got}, manifest says {}",
+                        f.path.display(),
+                        loc.offset,
+                        man.get(key).map_or("nothing", |s| s.as_str())
+                    );
+                }
+            }
+            pinned_bytes += loc.len;
+            pinned.insert(key.clone(), bytes);
+        }
+        // Pinned trunk prefix: read each layer group into its own buffer.
+        for l in 0..first_streamed {
+            if let Some(g) = shared.plan.layer_groups[l].as_ref() {
+                let (loaded, n) = read_group(&shared, g, None)?;
+                shared.verify(Key::Layer(l), &loaded)?;
+                load_read += n;
+                pinned_bytes += g.buffer_bytes;
+                let loaded = Arc::new(loaded);
+                for m in &g.members {
+                    let (owner, p) = loaded.locate(m.range, m.offset);
+                    pinned.insert(m.key.clone(), Bytes::new(owner, p, m.len as usize));
+                }
+            }
+        }
+        {
+            let mut g = lock(&shared);
+            g.metrics.load_bytes_read = load_read;
+            g.metrics.expert_layer = vec![(0, 0); cfg.num_hidden_layers];
+        }
+        let workers = (0..opts.io_threads.max(1))
+            .map(|i| {
+                let s = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("memdial-io-{i}"))
+                    .spawn(move || worker(s))
+                    .expect("spawn IO thread")
+            })
+            .collect();
+        let moe_layers = cfg
+            .mlp_kinds
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| **k == crate::config::MlpKind::Moe)
+            .map(|(i, _)| i)
+            .collect();
+        let store = StreamingStore {
+            shared,
+            workers,
+            pinned,
+            prefix: cfg.weight_prefix.clone(),
+            expert_format: cfg.moe.as_ref().map(|m| m.expert_format),
+            opts,
+            first_streamed,
+            num_layers: cfg.num_hidden_layers,
+            moe_layers,
+            trace_in,
+            pinned_bytes,
+            load_s: t0.elapsed().as_secs_f64(),
+        };
+        store.update_peak(&mut lock(&store.shared));
+        Ok(store)
+    }
+
+    /// The plan in force.
+    pub fn plan(&self) -> &Plan {
+        &self.shared.plan
+    }
+
+    /// A snapshot of the counters.
+    pub fn metrics(&self) -> StoreMetrics {
+        lock(&self.shared).metrics.clone()
+    }
+
+    /// Writes the recorded expert trace (if `record_trace` was set). Call after generation.
+    pub fn finish(&self) -> Result<()> {
+        if let Some(p) = &self.opts.record_trace {
+            trace::write(p, &lock(&self.shared).trace_out)?;
+        }
+        Ok(())
+    }
+
+    /// Page-cache-resident bytes of the model's shard files (mincore).
+    pub fn page_cache_resident_bytes(&self) -> u64 {
+        self.shared
+            .files
+            .iter()
+            .map(|f| crate::io::pagecache::resident_bytes(&f.path).unwrap_or(0))
+            .sum()
+    }
+
+    fn view(&self, key: Key, loaded: &Arc<Loaded>, member_key: &str) -> Result<Bytes> {
+        let g = self.shared.group(key);
+        let m = g
+            .members
+            .iter()
+            .find(|m| m.key == member_key)
+            .with_context(|| {
+                format!(
+                    "tensor {}{member_key} is not in this read group",
+                    self.prefix
+                )
+            })?;
+        let (owner, p) = loaded.locate(m.range, m.offset);
+        Ok(Bytes::new(owner, p, m.len as usize))
+    }
+
+    /// The streamed layer read after layer `l`: the next one in this token, else the
+    /// first streamed layer of the next token; `num_layers` when nothing streams.
+    fn next_streamed_layer(&self, l: usize) -> usize {
+        let n = self.num_layers;
+        let streamed =
+            |c: &usize| *c >= self.first_streamed && self.shared.plan.layer_groups[*c].is_some();
+        (l + 1..n)
+            .chain(self.first_streamed..=l.min(n - 1))
+            .find(streamed)
+            .unwrap_or(n)
+    }
+}
+
+impl std::fmt::Debug for StreamingStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamingStore")
+            .field("io", &self.opts.io)
+            .field("prefetch", &self.opts.prefetch)
+            .field("budget", &self.opts.budget)
+            .finish()
+    }
+}
+
+impl Drop for StreamingStore {
+    fn drop(&mut self) {
+        {
+            let mut g = lock(&self.shared);
+            g.shutdown = true;
+        }
+        self.shared.cv.notify_all();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+impl WeightStore for StreamingStore {
+    fn tensor(&self, layer: Option<usize>, name: &str) -> Result<Bytes> {
+        let key = match layer {
+            Some(l) => layer_name(l, name),
+            None => name.to_string(),
+        };
+        if let Some(b) = self.pinned.get(&key) {
+            return Ok(b.clone());
+        }
+        let Some(l) = layer else {
+            bail!("tensor {}{key} is not in the checkpoint", self.prefix);
+        };
+        if l >= self.num_layers || self.shared.plan.layer_groups[l].is_none() {
+            bail!("tensor {}{key} is not in the checkpoint", self.prefix);
+        }
+        let g = lock(&self.shared);
+        let loaded = self.wait(g, Key::Layer(l))?;
+        self.view(Key::Layer(l), &loaded, &key)
+    }
+
+    fn expert(&self, layer: usize, expert: usize) -> Result<ExpertWeights> {
+        let fmt = self.expert_format.context("model has no routed experts")?;
+        let key = Key::Expert(layer, expert);
+        if !self
+            .shared
+            .plan
+            .expert_groups
+            .contains_key(&(layer, expert))
+        {
+            bail!("expert {expert} of layer {layer} is not in the checkpoint");
+        }
+        let loaded = {
+            let mut g = lock(&self.shared);
+            g.tick += 1;
+            let t = g.tick;
+            let m = g
+                .meta
+                .entry((layer, expert))
+                .or_insert(ExpertMeta { freq: 0, last: 0 });
+            m.freq += 1;
+            m.last = t;
+            self.wait(g, key)?
+        };
+        let mat = |m: &str| -> Result<ExpertMat> {
+            let base = layer_name(layer, &format!("block_sparse_moe.experts.{expert}.{m}"));
+            Ok(match fmt {
+                ExpertFormat::Bf16 => {
+                    ExpertMat::Bf16(self.view(key, &loaded, &format!("{base}.weight"))?)
+                }
+                ExpertFormat::Mxfp4 => ExpertMat::Mxfp4 {
+                    packed: self.view(key, &loaded, &format!("{base}.weight_packed"))?,
+                    scale: self.view(key, &loaded, &format!("{base}.weight_scale"))?,
+                },
+            })
+        };
+        Ok(ExpertWeights {
+            w1: mat("w1")?,
+            w2: mat("w2")?,
+            w3: mat("w3")?,
+        })
+    }
+
+    fn begin_token(&self, pos: usize) {
+        let mut g = lock(&self.shared);
+        g.token = pos;
+        g.guesses.clear();
+        g.protected.clear();
+        g.layer_calls.clear();
+    }
+
+    fn wants_lookahead(&self) -> bool {
+        self.opts.prefetch == Prefetch::Lookahead
+    }
+
+    fn prefetch_experts(&self, layer: usize, guesses: &[usize]) {
+        let mut g = lock(&self.shared);
+        self.issue_guesses(&mut g, layer, guesses);
+    }
+
+    fn begin_layer(&self, layer: usize) {
+        let mut g = lock(&self.shared);
+        if layer >= self.first_streamed {
+            // A streamed layer is a miss even when prefetched: its bytes were read again.
+            g.metrics.trunk_request_bytes += self.shared.plan.layer_groups[layer]
+                .as_ref()
+                .map_or(0, |x| x.tensor_bytes);
+            g = self.request_blocking(g, Key::Layer(layer));
+        } else if let Some(grp) = self.shared.plan.layer_groups[layer].as_ref() {
+            g.metrics.trunk_request_bytes += grp.tensor_bytes;
+            g.metrics.trunk_hit_bytes += grp.tensor_bytes;
+        }
+        if self.opts.prefetch.trunk_ahead() {
+            let nl = self.next_streamed_layer(layer);
+            if nl < self.num_layers && nl != layer {
+                self.request(&mut g, Key::Layer(nl), true);
+            }
+        }
+        if self.opts.prefetch == Prefetch::Oracle {
+            // Replay the trace: experts of the next MoE layer of this token (or the first of the next token).
+            let next = self.moe_layers.iter().copied().find(|&m| m > layer);
+            let (t, nl) = match next {
+                Some(m) => (g.token, m),
+                None => (g.token + 1, self.moe_layers.first().copied().unwrap_or(0)),
+            };
+            if let Some(ex) = self.trace_in.get(&(t, nl)).cloned() {
+                if t == g.token {
+                    self.issue_guesses(&mut g, nl, &ex);
+                }
+            }
+            // Also the current layer if it was not guessed yet (first layer of a token).
+            if !g.guesses.contains_key(&layer) {
+                if let Some(ex) = self.trace_in.get(&(g.token, layer)).cloned() {
+                    self.issue_guesses(&mut g, layer, &ex);
+                }
+            }
+        }
+    }
+
+    fn experts_selected(&self, layer: usize, experts: &[usize]) {
+        let mut g = lock(&self.shared);
+        let sub = {
+            let c = g.layer_calls.entry(layer).or_insert(0);
+            *c += 1;
+            *c - 1
+        };
+        let token = g.token + sub;
+        if self.opts.record_trace.is_some() {
+            g.trace_out.push(TraceRecord {
+                token,
+                layer,
+                experts: experts.to_vec(),
+            });
+        }
+        if let Some(gs) = g.guesses.get(&layer).cloned().filter(|_| sub == 0) {
+            g.metrics.lookahead_actual += experts.len() as u64;
+            g.metrics.lookahead_correct += experts.iter().filter(|e| gs.contains(e)).count() as u64;
+        }
+        g.protected.retain(|(l, _)| *l > layer);
+        for &e in experts {
+            g.protected.insert((layer, e));
+        }
+        for &e in experts {
+            let key = Key::Expert(layer, e);
+            g.metrics.expert_requests += 1;
+            if layer < g.metrics.expert_layer.len() {
+                g.metrics.expert_layer[layer].0 += 1;
+            }
+            let present = g.entries.contains_key(&key);
+            if present {
+                g.metrics.expert_hits += 1;
+                if matches!(g.entries.get(&key), Some(Entry::Loading)) {
+                    g.metrics.expert_prefetch_hits += 1;
+                }
+                if layer < g.metrics.expert_layer.len() {
+                    g.metrics.expert_layer[layer].1 += 1;
+                }
+            }
+            g = self.request_blocking(g, key);
+        }
+    }
+
+    fn groups_chunk_experts(&self) -> bool {
+        true
+    }
+
+    fn chunk_experts_selected(&self, layer: usize, per_token: &[Vec<usize>], order: &[usize]) {
+        // Same trace rows and per-token request counts as one `experts_selected` per
+        // token; the loads happen in `expert` (each distinct expert once, in `order`).
+        let mut g = lock(&self.shared);
+        for experts in per_token {
+            let sub = {
+                let c = g.layer_calls.entry(layer).or_insert(0);
+                *c += 1;
+                *c - 1
+            };
+            let token = g.token + sub;
+            if self.opts.record_trace.is_some() {
+                g.trace_out.push(TraceRecord {
+                    token,
+                    layer,
+                    experts: experts.clone(),
+                });
+            }
+            if let Some(gs) = g.guesses.get(&layer).cloned().filter(|_| sub == 0) {
+                g.metrics.lookahead_actual += experts.len() as u64;
+                g.metrics.lookahead_correct +=
+                    experts.iter().filter(|e| gs.contains(e)).count() as u64;
+            }
+            g.metrics.expert_requests += experts.len() as u64;
+            if layer < g.metrics.expert_layer.len() {
+                g.metrics.expert_layer[layer].0 += experts.len() as u64;
+            }
+        }
+        // A request is a hit unless it is the one fetch of an expert not resident now.
+        let total: u64 = per_token.iter().map(|e| e.len() as u64).sum();
+        let misses = order
+            .iter()
+            .filter(|&&e| !g.entries.contains_key(&Key::Expert(layer, e)))
+            .count() as u64;
+        let hits = total - misses.min(total);
+        g.metrics.expert_hits += hits;
+        if layer < g.metrics.expert_layer.len() {
+            g.metrics.expert_layer[layer].1 += hits;
+        }
+        g.protected.retain(|(l, _)| *l > layer);
+        g.metrics.prefill_expert_fetches += order.len() as u64;
+    }
+
+    fn end_layer(&self, _layer: usize) {}
+}
+
+impl StreamingStore {
+    fn issue_guesses(&self, g: &mut Inner, layer: usize, guesses: &[usize]) {
+        if g.guesses.contains_key(&layer) {
+            return;
+        }
+        g.guesses.insert(layer, guesses.to_vec());
+        g.metrics.lookahead_guesses += guesses.len() as u64;
+        for &e in guesses {
+            if !self.shared.plan.expert_groups.contains_key(&(layer, e)) {
+                continue;
+            }
+            if self.request(g, Key::Expert(layer, e), true) == Req::Queued {
+                g.protected.insert((layer, e));
+            }
+        }
+    }
+}

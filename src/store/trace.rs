@@ -1,0 +1,89 @@
+//! Expert traces: the router's choices per (token, layer), one JSON object per line
+//! (`{"token": t, "layer": l, "experts": [e, …]}`, experts in router rank order).
+//!
+//! Written by the streaming store (`record_trace`), replayed by oracle prefetch,
+//! and read by the IO benchmark's `trace:` pattern.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+/// One line of a trace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceRecord {
+    /// Position of the token in the sequence (prompt tokens first).
+    pub token: usize,
+    /// Layer index.
+    pub layer: usize,
+    /// Routed experts the router selected, in rank order.
+    pub experts: Vec<usize>,
+}
+
+/// Reads every record of `path`, in file order (blank lines skipped).
+///
+/// Errors: unreadable file; a line that is not a `{"token", "layer", "experts"}`
+/// object of non-negative integers (file and line named).
+pub fn read(path: &Path) -> Result<Vec<TraceRecord>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read trace {}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(i, line)| {
+            serde_json::from_str(line).with_context(|| {
+                format!(
+                    "{}:{}: expected {{\"token\", \"layer\", \"experts\"}} with integer values",
+                    path.display(),
+                    i + 1
+                )
+            })
+        })
+        .collect()
+}
+
+/// Writes `records` to `path`, one JSON object per line.
+pub fn write(path: &Path, records: &[TraceRecord]) -> Result<()> {
+    let mut f = std::io::BufWriter::new(
+        std::fs::File::create(path)
+            .with_context(|| format!("cannot create trace {}", path.display()))?,
+    );
+    for r in records {
+        serde_json::to_writer(&mut f, r)?;
+        f.write_all(b"\n")?;
+    }
+    f.flush()
+        .with_context(|| format!("cannot write trace {}", path.display()))
+}
+
+/// The records keyed by (token, layer) (a later line for the same key wins).
+pub fn by_token_layer(records: Vec<TraceRecord>) -> HashMap<(usize, usize), Vec<usize>> {
+    records
+        .into_iter()
+        .map(|r| ((r.token, r.layer), r.experts))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_keeps_the_line_format() {
+        let d = std::env::temp_dir().join(format!("memdial-trace-{}", std::process::id()));
+        let recs = vec![TraceRecord {
+            token: 3,
+            layer: 1,
+            experts: vec![5, 2],
+        }];
+        write(&d, &recs).unwrap();
+        let text = std::fs::read_to_string(&d).unwrap();
+        assert_eq!(text, "{\"token\":3,\"layer\":1,\"experts\":[5,2]}\n");
+        assert_eq!(read(&d).unwrap(), recs);
+        std::fs::write(&d, "{\"layer\":1}\n").unwrap();
+        assert!(format!("{:#}", read(&d).unwrap_err()).contains(":1:"));
+        std::fs::remove_file(&d).unwrap();
+    }
+}

@@ -1,0 +1,228 @@
+//! Test support shared by memdial's test binaries (a dev-dependency only).
+//!
+//! - [`scratch_in`] / [`scratch!`]: a scratch directory unique to the calling test
+//!   (created with `O_EXCL` semantics by `tempfile`, so two tests — or two processes —
+//!   can never share one), removed when dropped; [`until_exit`] keeps one for the whole
+//!   process (a fixture shared read-only by the tests of one binary) and removes it at exit.
+//! - [`main`], [`test`], [`ignorable`], [`skip`]: test binaries with `harness = false`
+//!   run on `libtest-mimic`, whose "ignored" outcome is decided at run time. A check that
+//!   cannot run here (no oracle venv, no tmpfs, not root) is reported as
+//!   `test NAME ... ignored, REASON` and counted in the `N ignored` of the summary line —
+//!   and is a failure when `CI` is set (`CI=true`), so CI never passes a check it skipped.
+//! - [`oracle`]: the Python oracle venv, created on first use under a file lock.
+
+use std::fmt::Display;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::{Mutex, Once};
+
+pub use libtest_mimic::{Completion, Failed, Trial};
+use tempfile::TempDir;
+
+pub mod oracle;
+
+/// A scratch directory unique to one test, removed (recursively) on drop. Derefs to
+/// its [`Path`], so `dir.join("x")` and `&dir` (as `&Path`) work as on a `PathBuf`.
+pub struct Scratch(TempDir);
+
+impl Scratch {
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+/// A fresh, empty directory `BASE/TAG-XXXXXX` that no other test or process can be
+/// handed (`tempfile` creates it exclusively), removed (recursively) when the returned
+/// guard is dropped. `BASE` is created if missing.
+///
+/// Panics (failing the test) if the directory cannot be created.
+pub fn scratch_in(base: impl AsRef<Path>, tag: &str) -> Scratch {
+    let base = base.as_ref();
+    try_scratch_in(base, tag)
+        .unwrap_or_else(|e| panic!("create scratch dir {tag}-* in {}: {e}", base.display()))
+}
+
+/// [`scratch_in`] that returns the error instead of panicking (for a test that skips
+/// when, e.g., a tmpfs is not writable).
+pub fn try_scratch_in(base: impl AsRef<Path>, tag: &str) -> std::io::Result<Scratch> {
+    let base = base.as_ref();
+    std::fs::create_dir_all(base)?;
+    Ok(Scratch(
+        tempfile::Builder::new()
+            .prefix(&format!("{tag}-"))
+            .tempdir_in(base)?,
+    ))
+}
+
+/// `scratch!("tag")`: [`scratch_in`] under the calling test crate's
+/// `CARGO_TARGET_TMPDIR` (on disk in the target directory, not tmpfs).
+#[macro_export]
+macro_rules! scratch {
+    ($tag:expr) => {
+        $crate::scratch_in(env!("CARGO_TARGET_TMPDIR"), $tag)
+    };
+}
+
+static AT_EXIT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+extern "C" fn remove_registered() {
+    if let Ok(dirs) = AT_EXIT.lock() {
+        for d in dirs.iter() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// Keeps `dir` until the process exits (then removes it, from an `atexit` handler):
+/// for a fixture that the tests of one binary share read-only, created once (e.g. in a
+/// `OnceLock`). Returns its path.
+pub fn until_exit(dir: Scratch) -> PathBuf {
+    static REGISTER: Once = Once::new();
+    REGISTER.call_once(|| {
+        // SAFETY: `remove_registered` is a plain `extern "C" fn()` that never unwinds
+        // across the boundary (it ignores every error).
+        unsafe {
+            libc::atexit(remove_registered);
+        }
+    });
+    let p = dir.0.keep();
+    AT_EXIT
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(p.clone());
+    p
+}
+
+/// Whether this is a CI run: `CI` set to anything but empty, `0` or `false`.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
+}
+
+/// The result of a trial that may be skipped at run time.
+pub type Outcome = Result<Completion, Failed>;
+
+/// A check that cannot run here: reported as `ignored, REASON` in the `cargo test`
+/// output (and counted as ignored in the summary line), or a failure naming the reason
+/// under CI ([`ci`]).
+pub fn skip(reason: impl Display) -> Outcome {
+    if ci() {
+        Err(format!("CI is set, so this check may not be skipped: {reason}").into())
+    } else {
+        Ok(Completion::ignored_with(reason))
+    }
+}
+
+/// A trial that always runs: `f` passes unless it panics.
+pub fn test(name: &str, f: fn()) -> Trial {
+    Trial::test(name, move || {
+        f();
+        Ok(())
+    })
+}
+
+/// A trial that may be skipped at run time: `f` returns [`skip`]`(…)` when it cannot
+/// run, `Ok(Completion::Completed)` when it checked everything.
+pub fn ignorable(name: &str, f: fn() -> Outcome) -> Trial {
+    Trial::ignorable_test(name, f)
+}
+
+/// `trials![f, g]`: [`test`] trials named after the functions.
+#[macro_export]
+macro_rules! trials {
+    ($($f:ident),* $(,)?) => {
+        vec![$($crate::test(stringify!($f), $f)),*]
+    };
+}
+
+/// `main` of a `harness = false` test binary: refuses a source that still holds
+/// libtest `#[test]` attributes (which would silently not run without the libtest
+/// harness), then runs `trials` with the command-line arguments `cargo test` passes
+/// (filters, `--ignored`, `--test-threads`, …).
+///
+/// `own_source` is the binary's source text: `include_str!("this_file.rs")`.
+pub fn main(own_source: &str, trials: Vec<Trial>) -> ExitCode {
+    let attr = concat!("#[", "test]");
+    if let Some((n, _)) = own_source
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.trim_start().starts_with(attr))
+    {
+        eprintln!(
+            "line {}: {attr} does not run in a harness = false test binary; list the function in main() instead",
+            n + 1
+        );
+        return ExitCode::from(101);
+    }
+    libtest_mimic::run(&libtest_mimic::Arguments::from_args(), trials).exit_code()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scratch_dirs_are_unique_and_removed_on_drop() {
+        let base = std::env::temp_dir().join(format!("memdial-testkit-{}", std::process::id()));
+        let a = scratch_in(&base, "same");
+        let b = scratch_in(&base, "same");
+        assert_ne!(a.path(), b.path());
+        assert!(a.path().is_dir() && b.path().is_dir());
+        let pa = a.path().to_path_buf();
+        drop(a);
+        assert!(!pa.exists());
+        drop(b);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    /// No test of the workspace builds a scratch path by hand from the process id or
+    /// in the shared system temp dir: two tests of one binary get the same pid, and such
+    /// names were once shared by two tests that deleted each other's fixture.
+    #[test]
+    fn no_test_names_its_scratch_dir_by_hand() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let mut files = Vec::new();
+        let mut dirs = vec![root.join("tests"), root.join("harness/tests")];
+        while let Some(dir) = dirs.pop() {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    files.push(p);
+                }
+            }
+        }
+        assert!(files.len() >= 10, "found only {files:?}");
+        let mut bad = Vec::new();
+        for f in &files {
+            let text = std::fs::read_to_string(f).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                for pat in ["process::id()", "temp_dir()"] {
+                    if code.contains(pat) {
+                        bad.push(format!("{}:{}: {pat}", f.display(), n + 1));
+                    }
+                }
+            }
+        }
+        assert!(
+            bad.is_empty(),
+            "use memdial_testkit::scratch!(TAG) (unique per call) instead:\n{}",
+            bad.join("\n")
+        );
+    }
+}
