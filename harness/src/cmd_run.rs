@@ -420,6 +420,10 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             predicted_trunk_hit_rate: plan.as_ref().map(|p| p.predicted_trunk_hit_rate),
             expert_prefetch_hits: Some(m.expert_prefetch_hits),
             rss_anon_bytes: Some(mem.last.rss_anon_bytes),
+            prefill_tokens_per_s: (out.prefill_s > 0.0)
+                .then(|| prompt.len() as f64 / out.prefill_s),
+            prefill_bytes_read: streamed.then_some(first_m.bytes_read),
+            prefill_expert_fetches: streamed.then_some(first_m.prefill_expert_fetches),
             metric_sources: Default::default(),
         };
         for k in [
