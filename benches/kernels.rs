@@ -1,7 +1,9 @@
 //! Kernel benchmarks: `cargo bench -p memdial --bench kernels`.
 //!
-//! Throughput is weight bytes consumed per second, in decimal GB/s
-//! (criterion `Throughput::BytesDecimal`). "cold" benches rotate through
+//! Matvec throughput is weight bytes consumed per second, in decimal GB/s
+//! (criterion `Throughput::BytesDecimal`); prefill matmul throughput is
+//! FLOPs (`Throughput::Elements`, 2·rows·cols·n), compared with the f32
+//! mul+add peak (`f32_peak_flops`, printed first). "cold" benches rotate through
 //! copies of the matrix totalling >= 1 GiB (more than the last-level cache),
 //! so every call streams its weights from RAM, as decode does; "hot" benches
 //! reuse one matrix (MXFP4 expert: 5.8 MB, cache-resident).
@@ -12,7 +14,7 @@
 //!   threads 1 only. It is immune to preemption by other processes, which
 //!   dominates wall-clock numbers on a shared 2-core machine.
 //!
-//! The RAM read-bandwidth probe (`ram_read_bandwidth`, median of 7 passes
+//! The f32 peak probe and the RAM read-bandwidth probe (`ram_read_bandwidth`, median of 7 passes
 //! over 1 GiB) is printed first. `MEMDIAL_BENCH_QUICK=1` shortens the run.
 
 use std::hint::black_box;
@@ -21,7 +23,8 @@ use std::time::Duration;
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use memdial::kernels::{
-    matmul_bf16, matmul_mxfp4, matvec_bf16, matvec_mxfp4, ram_read_bandwidth, Isa, Par,
+    f32_peak_flops, matmul_bf16, matmul_mxfp4, matvec_bf16, matvec_mxfp4, ram_read_bandwidth, Isa,
+    Par,
 };
 
 const GIB: usize = 1 << 30;
@@ -132,7 +135,15 @@ fn isa_name(i: Isa) -> &'static str {
     }
 }
 
-fn ram_probe(_c: &mut Criterion) {
+fn probes(_c: &mut Criterion) {
+    for t in [1usize, 2] {
+        let par = Par::new(t);
+        let peak = f32_peak_flops(&par, 20_000_000, 5);
+        eprintln!(
+            "f32_peak_flops threads={t}: {:.1} GFLOP/s (mul+add, thread CPU time, median of 5)",
+            peak / 1e9
+        );
+    }
     for t in [1usize, 2] {
         let par = Par::new(t);
         let bw = ram_read_bandwidth(&par, GIB, 7);
@@ -207,22 +218,6 @@ fn bf16_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &[u
         }
     }
     g.finish();
-
-    // Prefill: 16 vectors through a [3584, 7168] matrix (hot).
-    let mut g = c.benchmark_group(format!("{prefix}/matmul_bf16_n16"));
-    let (rows, cols, n) = (3584usize, 7168usize, 16usize);
-    let w = bf16_matrix(&mut rng, rows * cols);
-    let xs: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
-    let mut ys = vec![0f32; n * rows];
-    g.throughput(Throughput::BytesDecimal((rows * cols * 2) as u64));
-    for &t in threads {
-        let par = Par::new(t);
-        g.bench_function(
-            BenchmarkId::new(format!("{rows}x{cols}"), format!("t{t}")),
-            |b| b.iter(|| matmul_bf16(&par, &w, rows, cols, &xs, n, &mut ys)),
-        );
-    }
-    g.finish();
 }
 
 fn mxfp4_data(rng: &mut Rng, rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
@@ -269,17 +264,41 @@ fn mxfp4_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &[
             }
             g.finish();
         }
-        // Prefill: 16 vectors (hot).
-        let n = 16;
+    }
+}
+
+/// Prefill matmuls (hot: the same matrix every call), n = 16 and 64 tokens.
+/// Throughput is in elements = FLOPs (2·rows·cols·n: one multiply and one
+/// add per weight and token), so `Gelem/s` reads as GFLOP/s; compare with
+/// the f32 peak printed by `probes`.
+fn matmul_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &[usize]) {
+    let mut rng = Rng(memdial::rng::SplitMix64::new(3));
+    let (rows, cols) = (3584usize, 7168usize);
+    let w = bf16_matrix(&mut rng, rows * cols);
+    // K3 routed expert w1/w3 shape.
+    let (mr, mc) = (3072usize, 3584usize);
+    let (p, s) = mxfp4_data(&mut rng, mr, mc);
+    for n in [16usize, 64] {
         let xs: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
         let mut ys = vec![0f32; n * rows];
-        let mut g = c.benchmark_group(format!("{prefix}/matmul_mxfp4_n16"));
-        g.throughput(Throughput::BytesDecimal(bytes as u64));
+        let mut g = c.benchmark_group(format!("{prefix}/matmul_bf16_n{n}"));
+        g.throughput(Throughput::Elements((2 * rows * cols * n) as u64));
         for &t in threads {
             let par = Par::new(t);
             g.bench_function(
                 BenchmarkId::new(format!("{rows}x{cols}"), format!("t{t}")),
-                |b| b.iter(|| matmul_mxfp4(&par, &p, &s, rows, cols, &xs, n, &mut ys)),
+                |b| b.iter(|| matmul_bf16(&par, &w, rows, cols, &xs, n, &mut ys)),
+            );
+        }
+        g.finish();
+        let mut ys = vec![0f32; n * mr];
+        let mut g = c.benchmark_group(format!("{prefix}/matmul_mxfp4_n{n}"));
+        g.throughput(Throughput::Elements((2 * mr * mc * n) as u64));
+        for &t in threads {
+            let par = Par::new(t);
+            g.bench_function(
+                BenchmarkId::new(format!("{mr}x{mc}"), format!("t{t}")),
+                |b| b.iter(|| matmul_mxfp4(&par, &p, &s, mr, mc, &xs[..n * mc], n, &mut ys)),
             );
         }
         g.finish();
@@ -289,11 +308,13 @@ fn mxfp4_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &[
 fn wall_kernels(c: &mut Criterion) {
     bf16_benches(c, "wall", &[1, 2]);
     mxfp4_benches(c, "wall", &[1, 2]);
+    matmul_benches(c, "wall", &[1, 2]);
 }
 
 fn cpu_kernels(c: &mut Criterion<ThreadCpu>) {
     bf16_benches(c, "cpu", &[1]);
     mxfp4_benches(c, "cpu", &[1]);
+    matmul_benches(c, "cpu", &[1]);
 }
 
 fn times() -> (Duration, Duration) {
@@ -326,7 +347,7 @@ fn cpu_config() -> Criterion<ThreadCpu> {
 criterion_group! {
     name = wall;
     config = wall_config();
-    targets = ram_probe, overhead, wall_kernels
+    targets = probes, overhead, wall_kernels
 }
 criterion_group! {
     name = cpu;

@@ -4,12 +4,19 @@
 //!   96·128·128·4 = 6 MiB, read and written once per token.
 //! - `mla_step`: one decode token's absorbed attention over the latent cache for all
 //!   96 MLA heads (kv_lora 512 + rope 64 = 576-wide latents, f32) at several context
-//!   lengths; each head reads the whole cache.
+//!   lengths: `k3_96_heads` is the reference (one head at a time, each head reads the
+//!   whole cache), `batched_t{1,2}` is `kernels::attend_latent_heads` (each latent read
+//!   once for all heads, bit-identical) at 1 and 2 threads. Throughput is in elements =
+//!   FLOPs (`2·H·len·(r+dr+r)` multiplies and adds), so criterion's `elem/s` is FLOP/s.
 //!
-//! Throughput is bytes of state / cache touched per second.
+//! The f32 mul+add peak ([`memdial::kernels::f32_peak_flops`]) is printed first,
+//! the yardstick for the FLOP/s figures.
+//!
+//! `kda_step` throughput is bytes of state touched per second.
 //! Run: `cargo bench -p memdial --bench model_steps`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use memdial::kernels::{attend_latent_heads, f32_peak_flops, Par};
 use memdial::model::kda::{decay, delta_rule_step};
 use memdial::model::mla::attend_latent;
 use memdial::model::MlaCache;
@@ -56,6 +63,13 @@ fn kda_step(c: &mut Criterion) {
 }
 
 fn mla_step(c: &mut Criterion) {
+    for threads in [1usize, 2] {
+        let peak = f32_peak_flops(&Par::new(threads), 20_000_000, 5);
+        println!(
+            "f32 mul+add peak (thread CPU time, median of 5): {:.1} GFLOP/s at {threads} thread(s)",
+            peak / 1e9
+        );
+    }
     let (r, dr) = (512usize, 64usize);
     let tau = 1.0 / ((128 + 64) as f32).sqrt();
     let mut g = c.benchmark_group("mla_step");
@@ -66,7 +80,7 @@ fn mla_step(c: &mut Criterion) {
         };
         let qh: Vec<f32> = (0..H * r).map(|i| pseudo(i + 3)).collect();
         let qpe: Vec<f32> = (0..H * dr).map(|i| pseudo(i + 5)).collect();
-        g.throughput(Throughput::Bytes((H * ctx * (r + dr) * 4) as u64));
+        g.throughput(Throughput::Elements((2 * H * ctx * (2 * r + dr)) as u64));
         g.bench_with_input(BenchmarkId::new("k3_96_heads", ctx), &ctx, |b, _| {
             b.iter(|| {
                 for h in 0..H {
@@ -81,6 +95,31 @@ fn mla_step(c: &mut Criterion) {
                 }
             })
         });
+        for threads in [1usize, 2] {
+            let par = Par::new(threads);
+            let mut out = vec![0f32; H * r];
+            g.bench_with_input(
+                BenchmarkId::new(format!("batched_t{threads}"), ctx),
+                &ctx,
+                |b, _| {
+                    b.iter(|| {
+                        attend_latent_heads(
+                            &par,
+                            &cache.latents,
+                            ctx,
+                            r,
+                            dr,
+                            H,
+                            &qh,
+                            &qpe,
+                            tau,
+                            &mut out,
+                        );
+                        black_box(&out);
+                    })
+                },
+            );
+        }
     }
     g.finish();
 }

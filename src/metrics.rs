@@ -173,6 +173,16 @@ pub struct RunMetrics {
     /// Anonymous resident memory at the end (RssAnon), bytes.
     #[serde(deserialize_with = "lenient_u64")]
     pub rss_anon_bytes: Option<u64>,
+    /// Prompt tokens per second of prefill (`prompt_tokens / prefill_s`).
+    #[serde(deserialize_with = "finite_f64")]
+    pub prefill_tokens_per_s: Option<f64>,
+    /// Bytes read from the model files between load and the first token (streamed runs).
+    #[serde(deserialize_with = "lenient_u64")]
+    pub prefill_bytes_read: Option<u64>,
+    /// Routed-expert fetches of the expert-grouped prefill (one per distinct expert,
+    /// chunk and MoE layer; streamed runs).
+    #[serde(deserialize_with = "lenient_u64")]
+    pub prefill_expert_fetches: Option<u64>,
     /// Who measured each figure present (field name → source).
     pub metric_sources: BTreeMap<String, Source>,
 }

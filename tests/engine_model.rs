@@ -28,6 +28,45 @@ fn threads_1_and_2_are_bit_identical() {
     }
 }
 
+/// The scalar kernels (MLA attention one head at a time: the pre-batching
+/// reference) and the SIMD kernels (heads batched per position) give
+/// bit-identical logits over a 12-token prefill and 4 decode steps.
+#[test]
+fn scalar_and_simd_kernels_are_bit_identical() {
+    use memdial::checkpoint::Checkpoint;
+    use memdial::kernels::Isa;
+    use memdial::store::resident::ResidentStore;
+    for name in ["tiny-k3", "tiny-linear"] {
+        let dir = fixture(name);
+        let run = |isa: Isa, threads: usize| {
+            let cfg = load_config(&dir).unwrap();
+            let ck = Checkpoint::open(&dir).unwrap();
+            let store = ResidentStore::open(&cfg, &ck).unwrap();
+            let model = Model::new(cfg, Arc::new(store), Par::with_isa(threads, isa)).unwrap();
+            let mut st = model.new_state(64);
+            let mut out = model.forward(&mut st, &PROMPT, LogitsMode::All).unwrap();
+            for t in [7u32, 1500, 33, 2] {
+                out.extend(model.forward(&mut st, &[t], LogitsMode::All).unwrap());
+            }
+            out
+        };
+        let want = run(Isa::Scalar, 1);
+        for isa in [Isa::Avx2, Isa::Avx512] {
+            if !isa.is_supported() {
+                eprintln!("SKIP {name} {isa:?}: not supported on this CPU");
+                continue;
+            }
+            for threads in [1, 2] {
+                let got = run(isa, threads);
+                assert!(
+                    bits_eq(&want, &got),
+                    "{name}: scalar vs {isa:?} t{threads} differ"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn prefill_then_decode_equals_one_by_one() {
     for name in ["tiny-k3", "tiny-linear"] {
@@ -229,4 +268,97 @@ fn generate_is_chunking_invariant_and_stops_on_eos() {
     let c = run(0, vec![a.output_ids[2]]);
     assert_eq!(c.output_ids, a.output_ids[..3].to_vec());
     assert!(c.stopped);
+}
+
+/// A store that accepts expert-grouped chunks and records the chunk hints and fetches.
+struct Grouping {
+    inner: MemStore,
+    hints: Mutex<Vec<(usize, Vec<Vec<usize>>, Vec<usize>)>>,
+    fetches: Mutex<Vec<(usize, usize)>>,
+}
+
+impl memdial::store::WeightStore for Grouping {
+    fn tensor(&self, layer: Option<usize>, name: &str) -> anyhow::Result<memdial::store::Bytes> {
+        self.inner.tensor(layer, name)
+    }
+    fn expert(&self, layer: usize, e: usize) -> anyhow::Result<memdial::store::ExpertWeights> {
+        self.fetches.lock().unwrap().push((layer, e));
+        self.inner.expert(layer, e)
+    }
+    fn groups_chunk_experts(&self) -> bool {
+        true
+    }
+    fn chunk_experts_selected(&self, layer: usize, per_token: &[Vec<usize>], order: &[usize]) {
+        self.hints
+            .lock()
+            .unwrap()
+            .push((layer, per_token.to_vec(), order.to_vec()));
+    }
+}
+
+/// Expert-grouped prefill on the mini-like config (MXFP4 latent experts): per MoE
+/// layer one chunk hint listing each token's k experts, then each distinct expert
+/// fetched exactly once in first-use order; logits bit-identical to the
+/// token-by-token protocol (a store without grouping) and to one token per forward.
+#[test]
+fn grouped_prefill_fetches_each_expert_once_and_is_bit_identical() {
+    let cfg = mini_like_config();
+    let k = cfg.moe.as_ref().unwrap().num_experts_per_token;
+    let prompt: Vec<u32> = (0..9u32).map(|i| (i * 37 + 5) % 512).collect();
+    let grouped = Arc::new(Grouping {
+        inner: MemStore::new(&cfg, 3),
+        hints: Mutex::new(Vec::new()),
+        fetches: Mutex::new(Vec::new()),
+    });
+    let model = Model::new(cfg.clone(), grouped.clone(), Par::new(2)).unwrap();
+    let mut st = model.new_state(32);
+    let got = model.forward(&mut st, &prompt, LogitsMode::All).unwrap();
+
+    let plain = Model::new(cfg.clone(), Arc::new(MemStore::new(&cfg, 3)), Par::new(1)).unwrap();
+    let mut st2 = plain.new_state(32);
+    let chunked = plain.forward(&mut st2, &prompt, LogitsMode::All).unwrap();
+    assert!(
+        bits_eq(&got, &chunked),
+        "grouped vs token-by-token protocol"
+    );
+    let mut st3 = plain.new_state(32);
+    let mut one: Vec<f32> = Vec::new();
+    for &t in &prompt {
+        one.extend(plain.forward(&mut st3, &[t], LogitsMode::All).unwrap());
+    }
+    assert!(
+        bits_eq(&got, &one),
+        "grouped chunk vs one token per forward"
+    );
+
+    let hints = grouped.hints.lock().unwrap().clone();
+    let fetches = grouped.fetches.lock().unwrap().clone();
+    let moe_layers: Vec<usize> = (0..cfg.num_hidden_layers)
+        .filter(|&l| cfg.mlp_kinds[l] == memdial::config::MlpKind::Moe)
+        .collect();
+    assert_eq!(
+        hints.iter().map(|h| h.0).collect::<Vec<_>>(),
+        moe_layers,
+        "one hint per MoE layer"
+    );
+    let mut expected_fetches = Vec::new();
+    for (layer, per_token, order) in &hints {
+        assert_eq!(per_token.len(), prompt.len());
+        assert!(per_token.iter().all(|ids| ids.len() == k));
+        // order = distinct experts in first-use order (token order, then rank).
+        let mut want: Vec<usize> = Vec::new();
+        for ids in per_token {
+            for &e in ids {
+                if !want.contains(&e) {
+                    want.push(e);
+                }
+            }
+        }
+        assert_eq!(order, &want, "layer {layer}");
+        expected_fetches.extend(want.iter().map(|&e| (*layer, e)));
+    }
+    assert_eq!(
+        fetches, expected_fetches,
+        "each distinct expert fetched once, in order"
+    );
 }

@@ -178,12 +178,12 @@ fn bit_identical_across_threads_isas_and_alignment() {
 #[test]
 fn matmul_equals_repeated_matvec_bitwise() {
     let mut rng = Rng(memdial::rng::SplitMix64::new(4));
-    for &(rows, cols) in &[(300usize, 515usize), (64, 7168), (9, 40)] {
+    for &(rows, cols) in &[(300usize, 515usize), (64, 7168), (9, 40), (37, 96)] {
         let (wb, _) = rand_bf16(&mut rng, rows * cols);
         let wf32: Vec<u8> = (0..rows * cols)
             .flat_map(|_| rng.f32().to_le_bytes())
             .collect();
-        for n in [1usize, 3, 5] {
+        for n in [1usize, 3, 5, 16, 17] {
             let xs = rand_vec(&mut rng, n * cols);
             for isa in isas() {
                 for t in [1usize, 2, 3] {

@@ -157,14 +157,22 @@ fn matvec_matches_f64_reference() {
 #[test]
 fn bit_identical_across_threads_isas_and_prefill() {
     let mut rng = Rng(memdial::rng::SplitMix64::new(13));
-    for &(rows, cols) in &[(3072usize, 256usize), (40, 3584), (7, 64)] {
-        let (p, s) = rand_mx(&mut rng, rows, cols, 110, 140);
+    // (rows, cols, tokens, scale byte range); the last covers the whole E8M0
+    // range (subnormal and overflowing products, NaN excluded).
+    for &(rows, cols, n, smin, smax) in &[
+        (3072usize, 256usize, 3usize, 110u8, 140u8),
+        (40, 3584, 3, 110, 140),
+        (7, 64, 3, 110, 140),
+        (37, 2080, 16, 110, 140),
+        (19, 96, 17, 110, 140),
+        (21, 64, 16, 0, 254),
+    ] {
+        let (p, s) = rand_mx(&mut rng, rows, cols, smin, smax);
         // Same bytes at odd addresses.
         let mut ps = vec![0u8; p.len() + 1];
         ps[1..].copy_from_slice(&p);
         let mut ss = vec![0u8; s.len() + 3];
         ss[3..].copy_from_slice(&s);
-        let n = 3;
         let xs: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
         let mut want: Option<Vec<u32>> = None;
         for isa in isas() {

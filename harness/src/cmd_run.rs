@@ -81,7 +81,11 @@ pub struct RunArgs {
     /// token i+1) as float32 [positions, vocab]: `.npy`, or JSON for any other extension.
     #[arg(long)]
     pub logits_out: Option<PathBuf>,
-    /// Prompt tokens per prefill forward call (0 = whole prompt at once).
+    /// Prompt tokens per prefill forward call (0 = whole prompt at once). Each MoE
+    /// layer fetches every routed expert the chunk needs once per chunk, so larger
+    /// chunks read fewer bytes; activations cost about 140 KB per chunk token on
+    /// `mini` (estimate: `plan::chunk_activation_estimate`). Under `--budget` the plan
+    /// reserves min(max-context, 256) tokens and larger chunks are capped there.
     #[arg(long, default_value_t = 256)]
     pub prefill_chunk: usize,
     /// Do not stop on the config's eos token ids.
@@ -266,6 +270,25 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     mem.sample();
 
     let mut state = model.new_state(max_context);
+    // Under a budget the plan reserves activations for at most this many prefill
+    // tokens per forward; larger chunks are cut to it (same output, bounded memory).
+    let prefill_chunk = match budget {
+        Some(_) => {
+            let cap = memdial::store::plan::planned_prefill_chunk(max_context);
+            let want = if a.prefill_chunk == 0 {
+                prompt.len()
+            } else {
+                a.prefill_chunk
+            };
+            if want > cap {
+                eprintln!(
+                    "note: --prefill-chunk {want} capped at {cap} (the plan's activation reserve)"
+                );
+            }
+            want.min(cap)
+        }
+        None => a.prefill_chunk,
+    };
     let params = GenerateParams {
         max_tokens: a.max_tokens,
         sampler: SamplerConfig {
@@ -279,7 +302,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             cfg.eos_token_ids.clone()
         },
         keep_logits: a.logits_out.is_some(),
-        prefill_chunk: a.prefill_chunk,
+        prefill_chunk,
         perturb_logit: a.perturb_logit,
     };
     // Store counters when the first token was chosen (decode figures start there).
@@ -382,6 +405,10 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             predicted_trunk_hit_rate: plan.as_ref().map(|p| p.predicted_trunk_hit_rate),
             expert_prefetch_hits: Some(m.expert_prefetch_hits),
             rss_anon_bytes: Some(mem.last.rss_anon_bytes),
+            prefill_tokens_per_s: (out.prefill_s > 0.0)
+                .then(|| prompt.len() as f64 / out.prefill_s),
+            prefill_bytes_read: streamed.then_some(first_m.bytes_read),
+            prefill_expert_fetches: streamed.then_some(first_m.prefill_expert_fetches),
             metric_sources: Default::default(),
         };
         for k in [

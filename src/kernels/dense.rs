@@ -192,6 +192,10 @@ fn matmul(
         return;
     }
     let isa = par.isa();
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        return super::matmul::dense(par, dt == Dtype::Bf16, w, rows, cols, xs, n, ys);
+    }
     let rb = cols * dt.size();
     let out = OutPtr::new(ys);
     par.for_ranges(rows, ROW_ALIGN, rows * cols * n, PAR_MIN_ELEMS, &|range| {

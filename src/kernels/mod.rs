@@ -1,4 +1,5 @@
-//! CPU compute kernels: BF16 / F32 / MXFP4 matrix–vector products.
+//! CPU compute kernels: BF16 / F32 / MXFP4 matrix–vector products and MLA
+//! decode attention ([`mla_attend`]).
 //!
 //! # Layouts
 //! Weights are raw little-endian bytes exactly as stored in safetensors,
@@ -27,13 +28,18 @@
 
 pub mod bandwidth;
 pub mod dense;
+mod matmul;
+pub mod mla_attend;
 pub mod mxfp4;
 pub mod par;
+pub mod peak;
 
 pub use bandwidth::ram_read_bandwidth;
 pub use dense::{bf16_to_f32, matmul_bf16, matmul_f32, matvec_bf16, matvec_f32};
+pub use mla_attend::{attend_latent_heads, attend_latent_ref};
 pub use mxfp4::{dequant_mxfp4, matmul_mxfp4, matvec_mxfp4};
 pub use par::Par;
+pub use peak::f32_peak_flops;
 
 /// Instruction-set path used by the kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -53,7 +53,7 @@ pub const E2M1_VALUES: [f32; 16] = [
 ];
 
 /// Twice the E2M1 value, as small integers (code 8 → 0).
-const E2M1_X2: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+pub(super) const E2M1_X2: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
 /// `2^k` as f32 for `k` in the f32 normal or subnormal range (-149..=127).
 const fn pow2(k: i32) -> f32 {
@@ -79,7 +79,7 @@ const fn scale_table(bias: i32) -> [f32; 256] {
 pub const E8M0_SCALE: [f32; 256] = scale_table(127);
 
 /// Half the E8M0 value, `2^(s−128)` (pairs with the doubled E2M1 codes).
-const HALF_SCALE: [f32; 256] = scale_table(128);
+pub(super) const HALF_SCALE: [f32; 256] = scale_table(128);
 
 /// Byte → (even element, odd element), doubled values.
 const BYTE_X2: [[f32; 2]; 256] = {
@@ -214,6 +214,10 @@ pub fn matmul_mxfp4(
         .chunks_exact(cols)
         .flat_map(permute_block_order)
         .collect();
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Scalar {
+        return super::matmul::mxfp4(par, packed, scales, rows, cols, &xq, n, ys);
+    }
     let out = OutPtr::new(ys);
     par.for_ranges(rows, 16, rows * cols * n, PAR_MIN_ELEMS, &|range| {
         let mut wf = vec![0f32; cols];

@@ -373,6 +373,12 @@ impl OutPtr {
         OutPtr(y.as_mut_ptr(), y.len())
     }
 
+    /// The raw base pointer and length, for kernels whose threads own
+    /// interleaved (non-contiguous) elements; writes must stay disjoint.
+    pub(crate) fn raw(&self) -> (*mut f32, usize) {
+        (self.0, self.1)
+    }
+
     /// Mutable view of `y[range]`.
     ///
     /// # Safety

@@ -21,6 +21,7 @@ use super::norm::{rms_norm, rms_norm_inplace, sigmoid};
 use super::state::MlaCache;
 use super::weights::{Mat, Weights};
 use crate::config::ModelConfig;
+use crate::kernels::{attend_latent_heads, attend_latent_ref};
 use crate::ops::Par;
 
 /// Query projection of an MLA layer.
@@ -104,7 +105,9 @@ impl MlaWeights {
 }
 
 /// Attention of one head over the cache: `q̂: [r]`, `q_pe: [dr]`, returns the
-/// attention-weighted latent `Σ_s p_s c_s` `[r]` (before `W_UV`).
+/// attention-weighted latent `Σ_s p_s c_s` `[r]` (before `W_UV`). The reference
+/// (one head at a time, the cache scanned per head); the forward pass uses
+/// [`crate::kernels::attend_latent_heads`], bit-identical to this per head.
 pub fn attend_latent(
     cache: &MlaCache,
     r: usize,
@@ -113,29 +116,7 @@ pub fn attend_latent(
     q_pe: &[f32],
     tau: f32,
 ) -> Vec<f32> {
-    let ld = r + dr;
-    let mut scores = Vec::with_capacity(cache.len);
-    for s in 0..cache.len {
-        let lat = &cache.latents[s * ld..(s + 1) * ld];
-        let a: f32 = qh.iter().zip(&lat[..r]).map(|(x, y)| x * y).sum();
-        let b: f32 = q_pe.iter().zip(&lat[r..]).map(|(x, y)| x * y).sum();
-        scores.push(tau * a + tau * b);
-    }
-    let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0f32;
-    for sc in scores.iter_mut() {
-        *sc = (*sc - m).exp();
-        sum += *sc;
-    }
-    let mut ctx = vec![0f32; r];
-    for (s, p) in scores.iter().enumerate() {
-        let p = p / sum;
-        let lat = &cache.latents[s * ld..s * ld + r];
-        for (c, l) in ctx.iter_mut().zip(lat) {
-            *c += p * l;
-        }
-    }
-    ctx
+    attend_latent_ref(&cache.latents, cache.len, r, dr, qh, q_pe, tau)
 }
 
 /// MLA sub-layer over `n` consecutive tokens `xs: [n, D]` (after `input_layernorm`),
@@ -177,6 +158,7 @@ pub fn mla_forward(
     let kv_eps = kv_norm_eps(cfg);
 
     let mut outs = vec![0f32; n * h * dv];
+    let (mut q_abs, mut q_pe, mut ctx) = (vec![0f32; h * r], vec![0f32; h * dr], vec![0f32; h * r]);
     for t in 0..n {
         let kv = &kvs[t * ld..(t + 1) * ld];
         let c = rms_norm(&kv[..r], &w.kv_norm, kv_eps);
@@ -187,10 +169,27 @@ pub fn mla_forward(
         for hh in 0..h {
             let qh = &q[hh * qhd..(hh + 1) * qhd];
             let base = hh * (dn + dv);
-            let q_abs = w.kv_b.row_block(base, dn).tmv(&qh[..dn]);
-            let ctx = attend_latent(cache, r, dr, &q_abs, &qh[dn..], tau);
+            q_abs[hh * r..(hh + 1) * r].copy_from_slice(&w.kv_b.row_block(base, dn).tmv(&qh[..dn]));
+            q_pe[hh * dr..(hh + 1) * dr].copy_from_slice(&qh[dn..]);
+        }
+        attend_latent_heads(
+            par,
+            &cache.latents,
+            cache.len,
+            r,
+            dr,
+            h,
+            &q_abs,
+            &q_pe,
+            tau,
+            &mut ctx,
+        );
+        for hh in 0..h {
+            let base = hh * (dn + dv);
             let o = &mut outs[(t * h + hh) * dv..(t * h + hh + 1) * dv];
-            w.kv_b.row_block(base + dn, dv).mv_into(par, &ctx, o);
+            w.kv_b
+                .row_block(base + dn, dv)
+                .mv_into(par, &ctx[hh * r..(hh + 1) * r], o);
         }
         if let Some(g) = &gates {
             let o = &mut outs[t * h * dv..(t + 1) * h * dv];

@@ -21,7 +21,7 @@ use std::cmp::Ordering;
 
 use anyhow::{Context, Result};
 
-use super::mlp::{gated_act, GatedMlp};
+use super::mlp::GatedMlp;
 use super::norm::{rms_norm_inplace, sigmoid};
 use super::weights::{Mat, Weights};
 use crate::config::{Activation, ModelConfig, MoeConfig};
@@ -144,9 +144,12 @@ pub fn load_expert(w: &Weights, layer: usize, e: usize, ed: usize, fi: usize) ->
 }
 
 /// MoE sub-layer over `n` tokens `xs: [n, D]` (after `post_attention_layernorm`).
-/// Returns `[n, D]`. For each token: route, report the selection to the store
-/// (`experts_selected`, router-rank order), fetch the experts and accumulate their
-/// weighted outputs in router-rank order.
+/// Returns `[n, D]`. Each token is routed; one token (decode) reports its selection
+/// to the store ([`WeightStore::experts_selected`](crate::store::WeightStore::experts_selected))
+/// and runs its experts one by one; a chunk of tokens (prefill) runs each distinct
+/// expert once over all the tokens that picked it ([`grouped_experts`]). Either
+/// way each token's expert outputs are summed in its router-rank order, so a
+/// token's result is bit-identical whatever the chunk size.
 #[allow(clippy::too_many_arguments)]
 pub fn moe_forward(
     par: &Par,
@@ -161,7 +164,6 @@ pub fn moe_forward(
     let d = cfg.hidden_size;
     let e = moe.num_experts;
     let ed = moe.expert_dim(d);
-    let fi = moe.moe_intermediate_size;
     let act: Activation = cfg.activation;
 
     let logits = mw.gate.mm(par, xs, n);
@@ -169,24 +171,16 @@ pub fn moe_forward(
         Some((down, _)) => down.mm(par, xs, n),
         None => xs.to_vec(),
     };
-    let mut ys = vec![0f32; n * ed];
-    for t in 0..n {
-        let routing = route(&logits[t * e..(t + 1) * e], &mw.bias, moe);
-        let ids: Vec<usize> = routing.iter().map(|r| r.0).collect();
-        w.store.experts_selected(layer, &ids);
-        let z = &zs[t * ed..(t + 1) * ed];
-        let y = &mut ys[t * ed..(t + 1) * ed];
-        for &(eid, wt) in &routing {
-            let ex = load_expert(w, layer, eid, ed, fi)?;
-            let g = ex.gate.mv(par, z);
-            let u = ex.up.mv(par, z);
-            let hdn = gated_act(act, &g, &u);
-            let o = ex.down.mv(par, &hdn);
-            for (yv, ov) in y.iter_mut().zip(&o) {
-                *yv += wt * ov;
-            }
-        }
-        if let Some(nw) = &mw.latent_norm {
+    let routings: Vec<Routing> = (0..n)
+        .map(|t| route(&logits[t * e..(t + 1) * e], &mw.bias, moe))
+        .collect();
+    let mut ys = if n == 1 || !w.store.groups_chunk_experts() {
+        per_token_experts(par, cfg, moe, w, layer, &routings, &zs)?
+    } else {
+        grouped_experts(par, cfg, moe, w, layer, &routings, &zs)?
+    };
+    if let Some(nw) = &mw.latent_norm {
+        for y in ys.chunks_exact_mut(ed) {
             rms_norm_inplace(y, nw, cfg.rms_norm_eps);
         }
     }
@@ -201,4 +195,101 @@ pub fn moe_forward(
         }
     }
     Ok(out)
+}
+
+/// Token by token (decode): report the selection, fetch each expert, accumulate
+/// `y += w·Expert(z)` in router-rank order. Returns `[n, ed]`.
+fn per_token_experts(
+    par: &Par,
+    cfg: &ModelConfig,
+    moe: &MoeConfig,
+    w: &Weights,
+    layer: usize,
+    routings: &[Routing],
+    zs: &[f32],
+) -> Result<Vec<f32>> {
+    let ed = moe.expert_dim(cfg.hidden_size);
+    let fi = moe.moe_intermediate_size;
+    let mut ys = vec![0f32; routings.len() * ed];
+    for (t, routing) in routings.iter().enumerate() {
+        let ids: Vec<usize> = routing.iter().map(|r| r.0).collect();
+        w.store.experts_selected(layer, &ids);
+        let z = &zs[t * ed..(t + 1) * ed];
+        let y = &mut ys[t * ed..(t + 1) * ed];
+        for &(eid, wt) in routing {
+            let ex = load_expert(w, layer, eid, ed, fi)?;
+            let o = ex.forward(par, cfg.activation, z, 1)?;
+            for (yv, ov) in y.iter_mut().zip(&o) {
+                *yv += wt * ov;
+            }
+        }
+    }
+    Ok(ys)
+}
+
+/// Distinct experts of a chunk's routings in first-use order (token order, then
+/// router rank), each with the `(token, rank)` slots that picked it.
+pub fn expert_groups(routings: &[Routing]) -> Vec<(usize, Vec<(usize, usize)>)> {
+    let mut groups: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    for (t, r) in routings.iter().enumerate() {
+        for (k, &(e, _)) in r.iter().enumerate() {
+            let g = *index.entry(e).or_insert_with(|| {
+                groups.push((e, Vec::new()));
+                groups.len() - 1
+            });
+            groups[g].1.push((t, k));
+        }
+    }
+    groups
+}
+
+/// Expert-grouped chunk (prefill): tells the store the chunk's routing
+/// ([`WeightStore::chunk_experts_selected`](crate::store::WeightStore::chunk_experts_selected)),
+/// then fetches each distinct expert once, in first-use order, and runs it as a
+/// matmul over the tokens that picked it (bit-identical to one matvec per token).
+/// Outputs are kept per `(token, rank)` slot (`n·k·ed` f32) and summed per token
+/// in router-rank order afterwards, exactly as [`per_token_experts`] sums them.
+fn grouped_experts(
+    par: &Par,
+    cfg: &ModelConfig,
+    moe: &MoeConfig,
+    w: &Weights,
+    layer: usize,
+    routings: &[Routing],
+    zs: &[f32],
+) -> Result<Vec<f32>> {
+    let ed = moe.expert_dim(cfg.hidden_size);
+    let fi = moe.moe_intermediate_size;
+    let n = routings.len();
+    let k = routings.iter().map(|r| r.len()).max().unwrap_or(0);
+    let groups = expert_groups(routings);
+    let ids: Vec<Vec<usize>> = routings
+        .iter()
+        .map(|r| r.iter().map(|x| x.0).collect())
+        .collect();
+    let order: Vec<usize> = groups.iter().map(|g| g.0).collect();
+    w.store.chunk_experts_selected(layer, &ids, &order);
+    let mut slots = vec![0f32; n * k * ed];
+    for (eid, users) in &groups {
+        let ex = load_expert(w, layer, *eid, ed, fi)?;
+        let mut z = Vec::with_capacity(users.len() * ed);
+        for &(t, _) in users {
+            z.extend_from_slice(&zs[t * ed..(t + 1) * ed]);
+        }
+        let o = ex.forward(par, cfg.activation, &z, users.len())?;
+        for (j, &(t, r)) in users.iter().enumerate() {
+            slots[(t * k + r) * ed..][..ed].copy_from_slice(&o[j * ed..(j + 1) * ed]);
+        }
+    }
+    let mut ys = vec![0f32; n * ed];
+    for (t, routing) in routings.iter().enumerate() {
+        let y = &mut ys[t * ed..(t + 1) * ed];
+        for (r, &(_, wt)) in routing.iter().enumerate() {
+            for (yv, ov) in y.iter_mut().zip(&slots[(t * k + r) * ed..][..ed]) {
+                *yv += wt * ov;
+            }
+        }
+    }
+    Ok(ys)
 }

@@ -178,6 +178,14 @@ impl Mat {
                 elem: Elem::Bf16,
                 ..
             } if n > 1 => ops::matmul_bf16(par, bytes, rows, cols, xs, n, &mut ys),
+            Mat::Dense {
+                bytes,
+                elem: Elem::F32,
+                ..
+            } if n > 1 => ops::matmul_f32(par, bytes, rows, cols, xs, n, &mut ys),
+            Mat::Mxfp4 { packed, scale, .. } if n > 1 => {
+                ops::matmul_mxfp4(par, packed, scale, rows, cols, xs, n, &mut ys)
+            }
             _ => {
                 for v in 0..n {
                     self.mv_into(

@@ -23,6 +23,9 @@ pub struct StoreMetrics {
     pub expert_hits: u64,
     /// Hits that were in flight thanks to a prefetch when selected.
     pub expert_prefetch_hits: u64,
+    /// Distinct routed experts fetched by expert-grouped prefill chunks (one fetch
+    /// per expert per chunk and layer; decode tokens are not counted).
+    pub prefill_expert_fetches: u64,
     /// Per layer: (requests, hits).
     pub expert_layer: Vec<(u64, u64)>,
     /// Look-ahead / oracle guesses issued, and guesses the router then selected.

@@ -122,6 +122,22 @@ pub trait WeightStore: Send + Sync {
     /// current token; a look-ahead predictor may report guesses for later layers here.
     fn experts_selected(&self, _layer: usize, _experts: &[usize]) {}
 
+    /// Whether the model may run a multi-token forward expert-grouped: report the
+    /// chunk's routing once ([`WeightStore::chunk_experts_selected`]) and fetch each
+    /// distinct expert once. Stores that keep the default (`false`) see the
+    /// token-by-token protocol (`experts_selected`, then that token's experts in
+    /// router-rank order). Output is bit-identical either way.
+    fn groups_chunk_experts(&self) -> bool {
+        false
+    }
+
+    /// Hint for an expert-grouped prefill chunk: `per_token[t]` are the experts the
+    /// router of `layer` selected for the chunk's token `t` (router rank order);
+    /// the model then fetches each expert of `order` (the distinct ones, in that
+    /// order) once with [`WeightStore::expert`] and holds at most one at a time.
+    /// Called instead of one [`WeightStore::experts_selected`] per token.
+    fn chunk_experts_selected(&self, _layer: usize, _per_token: &[Vec<usize>], _order: &[usize]) {}
+
     /// Hint: layer `layer` is finished for the current token.
     fn end_layer(&self, _layer: usize) {}
 }

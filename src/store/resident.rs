@@ -92,6 +92,10 @@ impl ResidentStore {
 }
 
 impl WeightStore for ResidentStore {
+    fn groups_chunk_experts(&self) -> bool {
+        true
+    }
+
     fn tensor(&self, layer: Option<usize>, name: &str) -> Result<Bytes> {
         match layer {
             Some(l) => self.get(&layer_name(l, name)),

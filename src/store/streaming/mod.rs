@@ -444,6 +444,53 @@ impl WeightStore for StreamingStore {
         }
     }
 
+    fn groups_chunk_experts(&self) -> bool {
+        true
+    }
+
+    fn chunk_experts_selected(&self, layer: usize, per_token: &[Vec<usize>], order: &[usize]) {
+        // Same trace rows and per-token request counts as one `experts_selected` per
+        // token; the loads happen in `expert` (each distinct expert once, in `order`).
+        let mut g = lock(&self.shared);
+        for experts in per_token {
+            let sub = {
+                let c = g.layer_calls.entry(layer).or_insert(0);
+                *c += 1;
+                *c - 1
+            };
+            let token = g.token + sub;
+            if self.opts.record_trace.is_some() {
+                g.trace_out.push(TraceRecord {
+                    token,
+                    layer,
+                    experts: experts.clone(),
+                });
+            }
+            if let Some(gs) = g.guesses.get(&layer).cloned().filter(|_| sub == 0) {
+                g.metrics.lookahead_actual += experts.len() as u64;
+                g.metrics.lookahead_correct +=
+                    experts.iter().filter(|e| gs.contains(e)).count() as u64;
+            }
+            g.metrics.expert_requests += experts.len() as u64;
+            if layer < g.metrics.expert_layer.len() {
+                g.metrics.expert_layer[layer].0 += experts.len() as u64;
+            }
+        }
+        // A request is a hit unless it is the one fetch of an expert not resident now.
+        let total: u64 = per_token.iter().map(|e| e.len() as u64).sum();
+        let misses = order
+            .iter()
+            .filter(|&&e| !g.entries.contains_key(&Key::Expert(layer, e)))
+            .count() as u64;
+        let hits = total - misses.min(total);
+        g.metrics.expert_hits += hits;
+        if layer < g.metrics.expert_layer.len() {
+            g.metrics.expert_layer[layer].1 += hits;
+        }
+        g.protected.retain(|(l, _)| *l > layer);
+        g.metrics.prefill_expert_fetches += order.len() as u64;
+    }
+
     fn end_layer(&self, _layer: usize) {}
 }
 
