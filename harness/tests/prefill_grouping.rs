@@ -7,20 +7,21 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use memdial_testkit as testkit;
+
 const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
-fn fixture(preset: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("grp-{preset}-{}", std::process::id()));
-    if !d.exists() {
-        let st = Command::new(BIN)
-            .args(["fixture", "--preset", preset, "--out"])
-            .arg(&d)
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-    d
+/// A fresh fixture in a scratch directory of its own (removed when the guard drops).
+fn fixture(preset: &str) -> (testkit::Scratch, PathBuf) {
+    let s = testkit::scratch!(&format!("grp-{preset}"));
+    let d = s.join(preset);
+    let st = Command::new(BIN)
+        .args(["fixture", "--preset", preset, "--out"])
+        .arg(&d)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    (s, d)
 }
 
 fn floor(model: &Path, io: &str, max_context: usize) -> u64 {
@@ -36,12 +37,8 @@ fn floor(model: &Path, io: &str, max_context: usize) -> u64 {
 
 /// Runs 3 decode steps after `prompt`; returns (ids sha, logits bytes, metrics).
 fn run(model: &Path, prompt: &str, extra: &[&str]) -> (String, Vec<u8>, serde_json::Value) {
-    let tag = format!(
-        "{}-{}",
-        std::process::id(),
-        extra.join("_").replace('/', "")
-    );
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let tag = extra.join("_").replace('/', "");
+    let dir = testkit::scratch!("grp-run");
     let (mj, lg) = (
         dir.join(format!("g-{tag}.json")),
         dir.join(format!("g-{tag}.npy")),
@@ -81,7 +78,7 @@ fn run(model: &Path, prompt: &str, extra: &[&str]) -> (String, Vec<u8>, serde_js
 }
 
 fn check(preset: &str, prompt_len: usize, vocab: usize, grid: &[(&str, u64, &str)]) {
-    let m = fixture(preset);
+    let (_scratch, m) = fixture(preset);
     let prompt: Vec<String> = (0..prompt_len)
         .map(|i| ((i * 7919 + 13) % vocab).to_string())
         .collect();
