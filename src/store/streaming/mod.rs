@@ -403,23 +403,7 @@ impl WeightStore for StreamingStore {
 
     fn experts_selected(&self, layer: usize, experts: &[usize]) {
         let mut g = lock(&self.shared);
-        let sub = {
-            let c = g.layer_calls.entry(layer).or_insert(0);
-            *c += 1;
-            *c - 1
-        };
-        let token = g.token + sub;
-        if self.opts.record_trace.is_some() {
-            g.trace_out.push(TraceRecord {
-                token,
-                layer,
-                experts: experts.to_vec(),
-            });
-        }
-        if let Some(gs) = g.guesses.get(&layer).cloned().filter(|_| sub == 0) {
-            g.metrics.lookahead_actual += experts.len() as u64;
-            g.metrics.lookahead_correct += experts.iter().filter(|e| gs.contains(e)).count() as u64;
-        }
+        self.note_selection(&mut g, layer, experts);
         g.protected.retain(|(l, _)| *l > layer);
         for &e in experts {
             g.protected.insert((layer, e));
@@ -453,24 +437,7 @@ impl WeightStore for StreamingStore {
         // token; the loads happen in `expert` (each distinct expert once, in `order`).
         let mut g = lock(&self.shared);
         for experts in per_token {
-            let sub = {
-                let c = g.layer_calls.entry(layer).or_insert(0);
-                *c += 1;
-                *c - 1
-            };
-            let token = g.token + sub;
-            if self.opts.record_trace.is_some() {
-                g.trace_out.push(TraceRecord {
-                    token,
-                    layer,
-                    experts: experts.clone(),
-                });
-            }
-            if let Some(gs) = g.guesses.get(&layer).cloned().filter(|_| sub == 0) {
-                g.metrics.lookahead_actual += experts.len() as u64;
-                g.metrics.lookahead_correct +=
-                    experts.iter().filter(|e| gs.contains(e)).count() as u64;
-            }
+            self.note_selection(&mut g, layer, experts);
             g.metrics.expert_requests += experts.len() as u64;
             if layer < g.metrics.expert_layer.len() {
                 g.metrics.expert_layer[layer].0 += experts.len() as u64;
@@ -495,6 +462,30 @@ impl WeightStore for StreamingStore {
 }
 
 impl StreamingStore {
+    /// One token's router choice at `layer`: its trace row (with `--record-trace`) and,
+    /// for the first call of the layer in a step, the look-ahead accuracy counters.
+    /// Shared by the per-token and the chunk-grouped selection paths.
+    fn note_selection(&self, g: &mut Inner, layer: usize, experts: &[usize]) {
+        let sub = {
+            let c = g.layer_calls.entry(layer).or_insert(0);
+            *c += 1;
+            *c - 1
+        };
+        let token = g.token + sub;
+        if self.opts.record_trace.is_some() {
+            g.trace_out.push(TraceRecord {
+                token,
+                layer,
+                experts: experts.to_vec(),
+            });
+        }
+        if let Some(gs) = g.guesses.get(&layer).filter(|_| sub == 0) {
+            let correct = experts.iter().filter(|e| gs.contains(e)).count() as u64;
+            g.metrics.lookahead_actual += experts.len() as u64;
+            g.metrics.lookahead_correct += correct;
+        }
+    }
+
     fn issue_guesses(&self, g: &mut Inner, layer: usize, guesses: &[usize]) {
         if g.guesses.contains_key(&layer) {
             return;
