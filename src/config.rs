@@ -318,8 +318,11 @@ impl ModelConfig {
 
     fn from_raw(model_type: String, weight_prefix: String, raw: RawText) -> Result<Self> {
         let n = raw.num_hidden_layers;
-        if n == 0 {
-            bail!("num_hidden_layers must be > 0");
+        if n == 0 || n > crate::limits::MAX_LAYERS {
+            bail!(
+                "num_hidden_layers must be in 1..={}, got {n}",
+                crate::limits::MAX_LAYERS
+            );
         }
         let kda = match (
             &raw.linear_attn_config,
@@ -466,18 +469,11 @@ impl ModelConfig {
         }
         let eos_token_ids = match &raw.eos_token_id {
             None | Some(Value::Null) => vec![],
-            Some(Value::Number(x)) => vec![x.as_u64().context("eos_token_id")? as u32],
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|v| {
-                    v.as_u64()
-                        .map(|x| x as u32)
-                        .context("eos_token_id entries must be integers")
-                })
-                .collect::<Result<_>>()?,
+            Some(Value::Number(_)) => vec![token_id(raw.eos_token_id.as_ref().unwrap())?],
+            Some(Value::Array(a)) => a.iter().map(token_id).collect::<Result<_>>()?,
             Some(other) => bail!("eos_token_id has unexpected value {other}"),
         };
-        Ok(ModelConfig {
+        let cfg = ModelConfig {
             model_type,
             weight_prefix,
             vocab_size: raw.vocab_size,
@@ -496,7 +492,9 @@ impl ModelConfig {
             attn_kinds,
             mlp_kinds,
             num_nextn_predict_layers: raw.num_nextn_predict_layers,
-        })
+        };
+        crate::limits::check_config(&cfg)?;
+        Ok(cfg)
     }
 
     /// Applies the `quantization_config` of the root JSON: compressed-tensors
@@ -602,6 +600,16 @@ pub fn check_moe_layout(
         );
     }
     Ok(())
+}
+
+/// An `eos_token_id` value as a token id: a non-negative integer below 2^32
+/// (a larger one is refused, never truncated).
+fn token_id(v: &Value) -> Result<u32> {
+    let x = v
+        .as_u64()
+        .with_context(|| format!("eos_token_id entries must be non-negative integers, got {v}"))?;
+    u32::try_from(x)
+        .map_err(|_| anyhow::anyhow!("eos_token_id {x} is out of range (token ids are below 2^32)"))
 }
 
 /// Loads `config.json` including its `quantization_config`.

@@ -284,6 +284,7 @@ pub fn findings(dir: &Path, cfg: &ModelConfig, ck: &Checkpoint) -> Findings {
 pub fn inspect_dir(dir: &Path) -> Result<(ModelConfig, Summary, Vec<String>)> {
     let cfg = load_config(dir)?;
     let ck = Checkpoint::open(dir)?;
+    crate::limits::check_dimensions(&cfg, &ck)?;
     let summary = summarize(&cfg);
     let mut problems = validate(&cfg, &ck);
     problems.extend(crate::integrity::scan_e8m0(&ck)?);
