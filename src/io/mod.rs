@@ -5,6 +5,7 @@
 //! Kept apart from model math: nothing here knows what a tensor means.
 
 pub mod aligned;
+pub mod mmap_guard;
 pub mod pagecache;
 pub mod reader;
 

@@ -92,27 +92,14 @@ pub(super) fn read_group(
     let mut read = 0u64;
     if shared.io == IoMode::Mmap {
         // Views borrow the mappings; "reading" faults the pages in.
-        let ps = crate::io::pagecache::page_size();
         let mut range_pos = Vec::new();
         let mut maps = Vec::new();
         for r in &g.ranges {
             let f = &shared.files[r.shard];
             let map = f.map().context("internal: no mapping")?.clone();
             f.check_unchanged()?;
-            // Fault the pages in now (this is the "read").
-            let start = r.start as usize / ps * ps;
-            let _ = map.advise_range(
-                memmap2::Advice::WillNeed,
-                start,
-                (r.end as usize - start).min(map.len() - start),
-            );
-            let mut acc = 0u8;
-            let mut p = r.start as usize;
-            while p < r.end as usize {
-                acc = acc.wrapping_add(map[p]);
-                p = (p / ps + 1) * ps;
-            }
-            std::hint::black_box(acc);
+            // Fault the pages in now (this is the "read"); a truncated file is an error.
+            crate::io::mmap_guard::fault_in(&map, &f.path, r.start as usize, r.end as usize)?;
             read += r.end - r.start;
             range_pos.push(r.start as usize);
             maps.push(map);
