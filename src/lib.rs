@@ -18,6 +18,7 @@
 //! - [`store`]: the weight store interface, resident and streaming stores;
 //! - [`iobench`]: the IO benchmark (the engine's read requests, each IO mode, fio beside).
 //! - [`loader`]: the one loader, [`model::Model::open`] (config → checkpoint → validation → store → model);
+//! - [`arena`]: the forward pass's scratch arena (every activation buffer, sized from the config; the plan's activation figure);
 //! - [`model`]: the forward pass (KDA, MLA, MoE, AttnRes) over a [`store::WeightStore`];
 //! - [`ops`]: the kernel API the model calls (reference implementations);
 //! - [`sampler`], [`generate`]: token selection and the prefill/decode loop;
@@ -25,6 +26,7 @@
 //! - [`error`]: typed usage-class errors ([`error::UsageError`]);
 //! - [`units`]: byte sizes (`512MiB`) parsed and printed.
 
+pub mod arena;
 pub mod chat;
 pub mod checkpoint;
 pub mod config;

@@ -83,9 +83,10 @@ pub struct RunArgs {
     pub logits_out: Option<PathBuf>,
     /// Prompt tokens per prefill forward call (0 = whole prompt at once). Each MoE
     /// layer fetches every routed expert the chunk needs once per chunk, so larger
-    /// chunks read fewer bytes; activations cost about 140 KB per chunk token on
-    /// `mini` (estimate: `plan::chunk_activation_estimate`). Under `--budget` the plan
-    /// reserves min(max-context, 256) tokens and larger chunks are capped there.
+    /// chunks read fewer bytes; the model's scratch arena grows by about 119 KiB
+    /// per chunk token on `mini` (`memdial plan` prints the exact figure). Under
+    /// `--budget` the plan reserves min(max-context, 256) tokens and larger chunks
+    /// are capped there.
     #[arg(long, default_value_t = 256)]
     pub prefill_chunk: usize,
     /// Do not stop on the config's eos token ids.
@@ -284,26 +285,27 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let load_s = t_load.elapsed().as_secs_f64();
     mem.sample();
 
-    let mut state = model.new_state(max_context);
     // Under a budget the plan reserves activations for at most this many prefill
-    // tokens per forward; larger chunks are cut to it (same output, bounded memory).
-    let prefill_chunk = match budget {
+    // tokens per forward; larger chunks are cut to it (same output, bounded memory),
+    // and the model's scratch arena is sized exactly as the plan counts it.
+    let want = if a.prefill_chunk == 0 {
+        prompt.len()
+    } else {
+        a.prefill_chunk
+    };
+    let (prefill_chunk, arena_chunk) = match budget {
         Some(_) => {
             let cap = memdial::store::plan::planned_prefill_chunk(max_context);
-            let want = if a.prefill_chunk == 0 {
-                prompt.len()
-            } else {
-                a.prefill_chunk
-            };
             if want > cap {
                 eprintln!(
                     "note: --prefill-chunk {want} capped at {cap} (the plan's activation reserve)"
                 );
             }
-            want.min(cap)
+            (want.min(cap), cap)
         }
-        None => a.prefill_chunk,
+        None => (a.prefill_chunk, want.min(prompt.len()).max(1)),
     };
+    let mut state = model.new_state_with_chunk(max_context, arena_chunk);
     let params = GenerateParams {
         max_tokens: a.max_tokens,
         sampler: SamplerConfig {

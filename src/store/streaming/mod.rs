@@ -377,6 +377,12 @@ impl WeightStore for StreamingStore {
         self.opts.prefetch == Prefetch::Lookahead
     }
 
+    fn note_activation_bytes(&self, bytes: u64) {
+        let mut g = lock(&self.shared);
+        g.metrics.activation_bytes = bytes;
+        self.update_peak(&mut g);
+    }
+
     fn prefetch_experts(&self, layer: usize, guesses: &[usize]) {
         let mut g = lock(&self.shared);
         self.issue_guesses(&mut g, layer, guesses);
