@@ -289,6 +289,7 @@ pub fn findings(dir: &Path, cfg: &ModelConfig, ck: &Checkpoint) -> Findings {
 pub fn inspect_dir(dir: &Path) -> Result<(ModelConfig, Summary, Vec<String>)> {
     let cfg = load_config(dir)?;
     let ck = Checkpoint::open(dir)?;
+    crate::limits::check_dimensions(&cfg, &ck)?;
     let specs = expected_tensors(&cfg);
     let (summary, problems) = inspect_read(&cfg, &ck, &specs)?;
     Ok((cfg, summary, problems))

@@ -10,6 +10,7 @@
 //! - [`checkpoint`]: safetensors shard headers and tensor locations;
 //! - [`manifest`]: the per-tensor checksum manifest `tensors.sha256`;
 //! - [`inspect`]: architecture summary and checkpoint validation;
+//! - [`limits`]: values refused before work (config ranges, dimensions against the checkpoint, thread counts, traces);
 //! - [`fixture`]: deterministic fixture checkpoints in the published layout;
 //! - [`tokenizer`]: the Kimi tiktoken tokenizer and chat template;
 //! - [`chat`]: chat prompts from the checkpoint's own Jinja `chat_template`;
@@ -38,6 +39,7 @@ pub mod integrity;
 pub mod io;
 pub mod iobench;
 pub mod kernels;
+pub mod limits;
 pub mod loader;
 pub mod manifest;
 pub mod metrics;

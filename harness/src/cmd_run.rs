@@ -62,14 +62,14 @@ pub struct RunArgs {
     /// Maximum number of generated tokens.
     #[arg(long, default_value_t = 32)]
     pub max_tokens: usize,
-    /// Kernel threads.
-    #[arg(long, default_value_t = 1)]
+    /// Kernel threads (1..=1024).
+    #[arg(long, default_value_t = 1, value_parser = crate::args::thread_count)]
     pub threads: usize,
-    /// Sampling temperature; 0 = greedy.
-    #[arg(long, default_value_t = 0.0)]
+    /// Sampling temperature; 0 = greedy (finite, ≥ 0).
+    #[arg(long, default_value_t = 0.0, value_parser = crate::args::finite_non_negative)]
     pub temperature: f32,
-    /// Nucleus (top-p) mass for sampling.
-    #[arg(long, default_value_t = 1.0)]
+    /// Nucleus (top-p) mass for sampling, in (0, 1].
+    #[arg(long, default_value_t = 1.0, value_parser = crate::args::finite_non_negative)]
     pub top_p: f32,
     /// RNG seed for sampling.
     #[arg(long, default_value_t = 0)]
@@ -105,8 +105,8 @@ pub struct RunArgs {
     /// Expert-cache replacement policy.
     #[arg(long, value_enum, default_value_t = CacheArg(CachePolicy::Lru))]
     pub cache: CacheArg,
-    /// Background IO threads of the streaming store (queue depth).
-    #[arg(long, default_value_t = 4)]
+    /// Background IO threads of the streaming store (queue depth; 1..=1024).
+    #[arg(long, default_value_t = 4, value_parser = crate::args::thread_count)]
     pub io_threads: usize,
     /// Positions the MLA latent cache is sized for (default: prompt + max-tokens).
     #[arg(long)]
@@ -240,10 +240,25 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             cfg.vocab_size
         )));
     }
-    let max_context = a
-        .max_context
-        .unwrap_or(prompt.len() + a.max_tokens)
-        .max(prompt.len() + a.max_tokens);
+    let needed = prompt.len().checked_add(a.max_tokens).ok_or_else(|| {
+        usage(format!(
+            "--max-tokens {} plus the prompt's {} tokens overflows the position counter",
+            a.max_tokens,
+            prompt.len()
+        ))
+    })?;
+    let max_context = a.max_context.unwrap_or(needed).max(needed);
+    // The MLA latent cache of every MLA layer for max_context positions must be a
+    // representable byte count (the plan and the state size it).
+    let (_, mla_layers) = cfg.layer_counts();
+    (max_context as u128)
+        .checked_mul((mla_layers * cfg.mla_cache_bytes_per_position()) as u128)
+        .filter(|&b| b <= u64::MAX as u128)
+        .ok_or_else(|| {
+            usage(format!(
+                "a context of {max_context} positions needs more than 2^64 bytes of MLA cache"
+            ))
+        })?;
 
     // Load: validate the checkpoint, then open the store.
     let store = match budget {

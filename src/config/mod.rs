@@ -321,6 +321,16 @@ pub fn check_moe_layout(
     Ok(())
 }
 
+/// An `eos_token_id` value as a token id: a non-negative integer below 2^32
+/// (a larger one is refused, never truncated).
+fn token_id(v: &Value) -> Result<u32> {
+    let x = v
+        .as_u64()
+        .with_context(|| format!("eos_token_id entries must be non-negative integers, got {v}"))?;
+    u32::try_from(x)
+        .map_err(|_| anyhow::anyhow!("eos_token_id {x} is out of range (token ids are below 2^32)"))
+}
+
 /// Loads `config.json` including its `quantization_config`.
 pub fn load_config(dir: &Path) -> Result<ModelConfig> {
     let path = dir.join("config.json");

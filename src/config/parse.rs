@@ -117,8 +117,11 @@ impl ModelConfig {
         raw: RawText,
     ) -> Result<Self> {
         let n = raw.num_hidden_layers;
-        if n == 0 {
-            bail!("num_hidden_layers must be > 0");
+        if n == 0 || n > crate::limits::MAX_LAYERS {
+            bail!(
+                "num_hidden_layers must be in 1..={}, got {n}",
+                crate::limits::MAX_LAYERS
+            );
         }
         let kda = match (
             &raw.linear_attn_config,
@@ -265,18 +268,11 @@ impl ModelConfig {
         }
         let eos_token_ids = match &raw.eos_token_id {
             None | Some(Value::Null) => vec![],
-            Some(Value::Number(x)) => vec![x.as_u64().context("eos_token_id")? as u32],
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|v| {
-                    v.as_u64()
-                        .map(|x| x as u32)
-                        .context("eos_token_id entries must be integers")
-                })
-                .collect::<Result<_>>()?,
+            Some(Value::Number(_)) => vec![token_id(raw.eos_token_id.as_ref().unwrap())?],
+            Some(Value::Array(a)) => a.iter().map(token_id).collect::<Result<_>>()?,
             Some(other) => bail!("eos_token_id has unexpected value {other}"),
         };
-        Ok(ModelConfig {
+        let cfg = ModelConfig {
             model_type,
             weight_prefix,
             vocab_size: raw.vocab_size,
@@ -295,6 +291,8 @@ impl ModelConfig {
             attn_kinds,
             mlp_kinds,
             num_nextn_predict_layers: raw.num_nextn_predict_layers,
-        })
+        };
+        crate::limits::check_config(&cfg)?;
+        Ok(cfg)
     }
 }

@@ -298,7 +298,10 @@ impl Plan {
     }
 }
 
-/// Like [`plan`] but never refuses (for printing the floor of any budget).
+/// Like [`plan`] but never refuses a budget (for printing the floor of any budget).
+///
+/// Errors: config dimensions the checkpoint cannot hold
+/// ([`crate::limits::check_dimensions`], checked before the tensor table is built).
 pub fn plan_unchecked(
     cfg: &ModelConfig,
     ck: &Checkpoint,
@@ -307,6 +310,7 @@ pub fn plan_unchecked(
     prefetch: Prefetch,
     max_context: usize,
 ) -> Result<Plan> {
+    crate::limits::check_dimensions(cfg, ck)?;
     let specs = expected_tensors(cfg);
     let prefix = cfg.weight_prefix.as_str();
     let align = 4096u64; // planning uses the minimum direct-IO alignment we ever use
