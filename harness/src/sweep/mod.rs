@@ -34,5 +34,6 @@ pub mod rundir;
 pub mod runner;
 pub mod spec;
 pub mod stats;
+pub mod ttft_chart;
 pub mod util;
 pub mod verdict;
