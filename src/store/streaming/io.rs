@@ -106,7 +106,8 @@ pub(super) fn read_group(
             let f = &shared.files[r.shard];
             let map = f.map().context("internal: no mapping")?.clone();
             f.check_unchanged()?;
-            let huge = trunk && r.end - r.start >= super::mapped::HUGE_MIN;
+            let huge =
+                (trunk && r.end - r.start >= super::mapped::HUGE_MIN).then_some(shared.folio);
             super::mapped::fault_in(f, r.start, r.end, shared.willneed_chunk[r.shard], huge)?;
             read += r.end - r.start;
             range_pos.push(r.start as usize);

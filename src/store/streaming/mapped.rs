@@ -3,17 +3,16 @@
 //! the device reads about the bytes asked for (see `docs/io.md`, "mmap").
 //!
 //! Two ways of faulting a record `[start, end)` in, by kind:
-//! - **Trunk ranges** (≥ [`HUGE_MIN`] bytes): the mapping's pages of the range carry
-//!   `MADV_HUGEPAGE` + `MADV_RANDOM` ([`prepare`]). `MADV_POPULATE_READ` then faults
-//!   them in; each fault reads exactly the naturally aligned 2 MiB page-cache folio
-//!   holding the page (`do_sync_mmap_readahead` in `mm/filemap.c`: the huge-page
-//!   branch, no second folio and no async read-ahead under `VM_RAND_READ`). Large
-//!   folios cost the kernel ~30× less CPU per byte than 4 KiB pages (measured:
-//!   0.005 s vs 0.14 s of system time per 200 MiB), which on a 2-core machine is
-//!   compute time given back. The device reads at most one partial folio past each
-//!   end; [`drop_ranges`] drops those parts again when no live record uses them.
-//!   (`MADV_RANDOM` alone, on 4 KiB pages, reads one page per fault: measured 10×
-//!   slower.)
+//! - **Trunk ranges** (≥ [`HUGE_MIN`] bytes): the whole 2 MiB folios inside the
+//!   range carry `MADV_HUGEPAGE` + `MADV_RANDOM` ([`prepare`]); `MADV_POPULATE_READ`
+//!   faults them in, each fault reading exactly the naturally aligned folio holding
+//!   the page (`do_sync_mmap_readahead` in `mm/filemap.c`: the huge-page branch, no
+//!   second folio and no async read-ahead under `VM_RAND_READ`), so nothing outside
+//!   the range. The head and tail (less than a folio each) are read like the other
+//!   ranges. Large folios cost the kernel ~30× less CPU per byte than 4 KiB pages
+//!   (measured: 0.005 s vs 0.14 s of system time per 200 MiB), which on a 2-core
+//!   machine is compute time given back. (`MADV_RANDOM` alone, on 4 KiB pages,
+//!   reads one page per fault: measured 10× slower.)
 //! - **Other ranges** (experts, pinned tensors): `posix_fadvise(POSIX_FADV_WILLNEED)`
 //!   on exactly the range's pages, in chunks the kernel reads whole (one call reads
 //!   at most max(`read_ahead_kb`, `max_sectors_kb`): `force_page_cache_ra` in
@@ -33,7 +32,8 @@ use anyhow::{Context, Result};
 
 use crate::io::ShardFile;
 
-/// Trunk ranges of at least this many bytes are faulted in through 2 MiB folios.
+/// Trunk ranges of at least this many bytes are faulted in through 2 MiB folios
+/// (a shorter one holds at most one whole folio).
 pub(crate) const HUGE_MIN: u64 = 4 << 20;
 
 /// Size of the largest page-cache folio, bytes: the PMD size
@@ -45,16 +45,20 @@ pub(crate) fn folio_max() -> u64 {
         .unwrap_or(2 << 20)
 }
 
-/// Marks the whole pages of `[start, end)` of `f`'s mapping `MADV_HUGEPAGE` +
-/// `MADV_RANDOM` (a trunk range; see the module doc). Without transparent huge pages
-/// for files the advice has no effect on the reads, and faults read one page each.
-pub(crate) fn prepare(f: &ShardFile, start: u64, end: u64) {
+/// The whole folios of `folio` bytes inside `[start, end)`: `(a, b)` with `a` the
+/// first folio boundary at or after `start` and `b` the last at or before `end`
+/// (`a >= b` when the range holds no whole folio).
+pub(crate) fn whole_folios(start: u64, end: u64, folio: u64) -> (u64, u64) {
+    (start.div_ceil(folio) * folio, end / folio * folio)
+}
+
+/// Marks the whole folios inside `[start, end)` of `f`'s mapping `MADV_HUGEPAGE` +
+/// `MADV_RANDOM` (a trunk range; see the module doc): a fault there reads exactly
+/// the folio holding it, which lies inside the range. Without transparent huge
+/// pages for files the advice has no effect on the reads beyond `MADV_RANDOM`'s.
+pub(crate) fn prepare(f: &ShardFile, start: u64, end: u64, folio: u64) {
     let Some(map) = f.map() else { return };
-    let ps = crate::io::pagecache::page_size() as u64;
-    let (a, b) = (
-        start.div_ceil(ps) * ps,
-        (end / ps * ps).min(map.len() as u64),
-    );
+    let (a, b) = whole_folios(start, end.min(map.len() as u64), folio);
     if b > a {
         for adv in [memmap2::Advice::HugePage, memmap2::Advice::Random] {
             let _ = map.advise_range(adv, a as usize, (b - a) as usize);
@@ -117,13 +121,20 @@ pub(crate) fn willneed_chunk(path: &Path) -> u64 {
     MIN_CHUNK
 }
 
-/// Faults bytes `[start, end)` of `f`'s mapping in (see the module doc): a range
-/// marked by [`prepare`] (`huge`) by `MADV_POPULATE_READ` alone, any other with
-/// `WILLNEED` first, `chunk` bytes per call ([`willneed_chunk`]).
+/// Faults bytes `[start, end)` of `f`'s mapping in (see the module doc): `WILLNEED`
+/// on exactly the range's pages (`chunk` bytes per call, [`willneed_chunk`]) except,
+/// for a range marked by [`prepare`] (`huge` = its folio size), the whole folios
+/// inside it, which the faults of `MADV_POPULATE_READ` read one folio each.
 ///
 /// Errors: `f` has no mapping; `MADV_POPULATE_READ` failed for another reason than
 /// an old kernel (e.g. the file shrank: `EFAULT`).
-pub(crate) fn fault_in(f: &ShardFile, start: u64, end: u64, chunk: u64, huge: bool) -> Result<()> {
+pub(crate) fn fault_in(
+    f: &ShardFile,
+    start: u64,
+    end: u64,
+    chunk: u64,
+    huge: Option<u64>,
+) -> Result<()> {
     let map = f.map().context("internal: no mapping")?;
     let ps = crate::io::pagecache::page_size() as u64;
     let end = end.min(map.len() as u64);
@@ -131,16 +142,28 @@ pub(crate) fn fault_in(f: &ShardFile, start: u64, end: u64, chunk: u64, huge: bo
         return Ok(());
     }
     let first = start / ps * ps;
-    let mut p = if huge { end } else { first };
-    while p < end {
-        let n = chunk.min(end - p);
-        let _ = rustix::fs::fadvise(
-            f.file(),
-            p,
-            std::num::NonZeroU64::new(n),
-            rustix::fs::Advice::WillNeed,
-        );
-        p += n;
+    // Pages to read ahead with WILLNEED: all, or the head and tail around whole folios.
+    let (a, b) = match huge {
+        Some(folio) => whole_folios(start, end, folio),
+        None => (end, end),
+    };
+    let spans = if b > a {
+        [(first, a), (b, end)]
+    } else {
+        [(first, end), (end, end)]
+    };
+    for (lo, hi) in spans {
+        let mut p = lo;
+        while p < hi {
+            let n = chunk.min(hi - p);
+            let _ = rustix::fs::fadvise(
+                f.file(),
+                p,
+                std::num::NonZeroU64::new(n),
+                rustix::fs::Advice::WillNeed,
+            );
+            p += n;
+        }
     }
     match map.advise_range(
         memmap2::Advice::PopulateRead,
@@ -195,7 +218,16 @@ pub(crate) fn release(f: &ShardFile, lo: u64, hi: u64) {
 
 #[cfg(test)]
 mod tests {
-    use super::subtract;
+    use super::{subtract, whole_folios};
+
+    #[test]
+    fn whole_folios_lie_inside_the_range() {
+        // Folios of 8: [3, 30) holds [8, 24); [8, 16) is one folio; [9, 15) none.
+        assert_eq!(whole_folios(3, 30, 8), (8, 24));
+        assert_eq!(whole_folios(8, 16, 8), (8, 16));
+        let (a, b) = whole_folios(9, 15, 8);
+        assert!(a >= b);
+    }
 
     /// Hand-derived: [0, 40) minus [5, 9) and [20, 21) on pages of 4 keeps
     /// [4, 12) and [20, 24) (widened to pages) and drops the rest.

@@ -126,7 +126,7 @@ impl StreamingStore {
                     .iter()
                     .filter(|r| r.end - r.start >= mapped::HUGE_MIN)
                 {
-                    mapped::prepare(&shared.files[r.shard], r.start, r.end);
+                    mapped::prepare(&shared.files[r.shard], r.start, r.end, shared.folio);
                 }
             }
         }
@@ -155,7 +155,7 @@ impl StreamingStore {
                     loc.offset,
                     loc.offset + loc.len,
                     shared.willneed_chunk[loc.shard],
-                    false,
+                    None,
                 )?;
                 pinned_ranges.push((loc.shard, loc.offset, loc.offset + loc.len));
                 load_read += loc.len;
