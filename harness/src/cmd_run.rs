@@ -62,14 +62,14 @@ pub struct RunArgs {
     /// Maximum number of generated tokens.
     #[arg(long, default_value_t = 32)]
     pub max_tokens: usize,
-    /// Kernel threads.
-    #[arg(long, default_value_t = 1)]
+    /// Kernel threads (1..=1024).
+    #[arg(long, default_value_t = 1, value_parser = crate::args::thread_count)]
     pub threads: usize,
-    /// Sampling temperature; 0 = greedy.
-    #[arg(long, default_value_t = 0.0)]
+    /// Sampling temperature; 0 = greedy (finite, ≥ 0).
+    #[arg(long, default_value_t = 0.0, value_parser = crate::args::finite_non_negative)]
     pub temperature: f32,
-    /// Nucleus (top-p) mass for sampling.
-    #[arg(long, default_value_t = 1.0)]
+    /// Nucleus (top-p) mass for sampling, in (0, 1].
+    #[arg(long, default_value_t = 1.0, value_parser = crate::args::finite_non_negative)]
     pub top_p: f32,
     /// RNG seed for sampling.
     #[arg(long, default_value_t = 0)]
@@ -83,9 +83,10 @@ pub struct RunArgs {
     pub logits_out: Option<PathBuf>,
     /// Prompt tokens per prefill forward call (0 = whole prompt at once). Each MoE
     /// layer fetches every routed expert the chunk needs once per chunk, so larger
-    /// chunks read fewer bytes; activations cost about 140 KB per chunk token on
-    /// `mini` (estimate: `plan::chunk_activation_estimate`). Under `--budget` the plan
-    /// reserves min(max-context, 256) tokens and larger chunks are capped there.
+    /// chunks read fewer bytes; the model's scratch arena grows by about 119 KiB
+    /// per chunk token on `mini` (`memdial plan` prints the exact figure). Under
+    /// `--budget` the plan reserves min(max-context, 256) tokens and larger chunks
+    /// are capped there.
     #[arg(long, default_value_t = 256)]
     pub prefill_chunk: usize,
     /// Do not stop on the config's eos token ids.
@@ -104,12 +105,17 @@ pub struct RunArgs {
     /// Expert-cache replacement policy.
     #[arg(long, value_enum, default_value_t = CacheArg(CachePolicy::Lru))]
     pub cache: CacheArg,
-    /// Reads the streaming store keeps in flight: its IO threads, each doing one
-    /// record read at a time (O_DIRECT, pread or an mmap fault-in; the kernel splits a
-    /// record into `max_sectors_kb` requests). Default 4: the prefetch policies rarely
+    /// Reads the streaming store keeps in flight (1..=1024): its IO threads, each doing
+    /// one record read at a time (O_DIRECT, pread or an mmap fault-in; the kernel splits
+    /// a record into `max_sectors_kb` requests). Default 4: the prefetch policies rarely
     /// queue more than the next trunk plus a layer's experts; `memdial iobench` shows
     /// the knee for a disk.
-    #[arg(long = "io-depth", visible_alias = "io-threads", default_value_t = 4)]
+    #[arg(
+        long,
+        visible_alias = "io-depth",
+        default_value_t = 4,
+        value_parser = crate::args::thread_count
+    )]
     pub io_threads: usize,
     /// Positions the MLA latent cache is sized for (default: prompt + max-tokens).
     #[arg(long)]
@@ -243,10 +249,25 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             cfg.vocab_size
         )));
     }
-    let max_context = a
-        .max_context
-        .unwrap_or(prompt.len() + a.max_tokens)
-        .max(prompt.len() + a.max_tokens);
+    let needed = prompt.len().checked_add(a.max_tokens).ok_or_else(|| {
+        usage(format!(
+            "--max-tokens {} plus the prompt's {} tokens overflows the position counter",
+            a.max_tokens,
+            prompt.len()
+        ))
+    })?;
+    let max_context = a.max_context.unwrap_or(needed).max(needed);
+    // The MLA latent cache of every MLA layer for max_context positions must be a
+    // representable byte count (the plan and the state size it).
+    let (_, mla_layers) = cfg.layer_counts();
+    (max_context as u128)
+        .checked_mul((mla_layers * cfg.mla_cache_bytes_per_position()) as u128)
+        .filter(|&b| b <= u64::MAX as u128)
+        .ok_or_else(|| {
+            usage(format!(
+                "a context of {max_context} positions needs more than 2^64 bytes of MLA cache"
+            ))
+        })?;
 
     // Load: validate the checkpoint, then open the store.
     let store = match budget {
@@ -273,26 +294,27 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let load_s = t_load.elapsed().as_secs_f64();
     mem.sample();
 
-    let mut state = model.new_state(max_context);
     // Under a budget the plan reserves activations for at most this many prefill
-    // tokens per forward; larger chunks are cut to it (same output, bounded memory).
-    let prefill_chunk = match budget {
+    // tokens per forward; larger chunks are cut to it (same output, bounded memory),
+    // and the model's scratch arena is sized exactly as the plan counts it.
+    let want = if a.prefill_chunk == 0 {
+        prompt.len()
+    } else {
+        a.prefill_chunk
+    };
+    let (prefill_chunk, arena_chunk) = match budget {
         Some(_) => {
             let cap = memdial::store::plan::planned_prefill_chunk(max_context);
-            let want = if a.prefill_chunk == 0 {
-                prompt.len()
-            } else {
-                a.prefill_chunk
-            };
             if want > cap {
                 eprintln!(
                     "note: --prefill-chunk {want} capped at {cap} (the plan's activation reserve)"
                 );
             }
-            want.min(cap)
+            (want.min(cap), cap)
         }
-        None => a.prefill_chunk,
+        None => (a.prefill_chunk, want.min(prompt.len()).max(1)),
     };
+    let mut state = model.new_state_with_chunk(max_context, arena_chunk);
     let params = GenerateParams {
         max_tokens: a.max_tokens,
         sampler: SamplerConfig {

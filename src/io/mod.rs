@@ -6,6 +6,7 @@
 
 pub mod accounting;
 pub mod aligned;
+pub mod mmap_guard;
 pub mod pagecache;
 pub mod reader;
 

@@ -96,14 +96,19 @@ impl Inner {
 
 impl StreamingStore {
     /// Self-accounted resident bytes right now: pinned + allocated slot and expert
-    /// buffers + state + activation estimate.
+    /// buffers + state + the model's activation arena (as reported by the model;
+    /// the plan's figure before the first forward).
     fn accounted(&self, g: &Inner) -> u64 {
         let p = &self.shared.plan;
+        let act = match g.metrics.activation_bytes {
+            0 => p.activation_bytes,
+            a => a,
+        };
         self.pinned_bytes
             + g.allocated_slot_bufs as u64 * p.slot_bytes
             + g.allocated_expert_bufs as u64 * p.expert_buffer_bytes
             + p.state_bytes
-            + p.activation_bytes
+            + act
     }
 
     /// Raises `peak_accounted_bytes` to the current accounting.

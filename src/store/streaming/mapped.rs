@@ -126,8 +126,8 @@ pub(crate) fn willneed_chunk(path: &Path) -> u64 {
 /// for a range marked by [`prepare`] (`huge` = its folio size), the whole folios
 /// inside it, which the faults of `MADV_POPULATE_READ` read one folio each.
 ///
-/// Errors: `f` has no mapping; `MADV_POPULATE_READ` failed for another reason than
-/// an old kernel (e.g. the file shrank: `EFAULT`).
+/// Errors: `f` has no mapping; the range lies beyond the end of the file (it was
+/// truncated after it was mapped; [`crate::io::mmap_guard::fault_in`]).
 pub(crate) fn fault_in(
     f: &ShardFile,
     start: u64,
@@ -165,30 +165,8 @@ pub(crate) fn fault_in(
             p += n;
         }
     }
-    match map.advise_range(
-        memmap2::Advice::PopulateRead,
-        first as usize,
-        (end - first) as usize,
-    ) {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-            // Kernel before 5.14: one read per page.
-            let mut acc = 0u8;
-            let mut q = start as usize;
-            while q < end as usize {
-                acc = acc.wrapping_add(map[q]);
-                q = (q / ps as usize + 1) * ps as usize;
-            }
-            std::hint::black_box(acc);
-            Ok(())
-        }
-        Err(e) => Err(e).with_context(|| {
-            format!(
-                "faulting in bytes {start}..{end} of {} (MADV_POPULATE_READ)",
-                f.path.display()
-            )
-        }),
-    }
+    // MADV_POPULATE_READ, with a truncated shard reported as an error (mmap_guard).
+    crate::io::mmap_guard::fault_in(map, &f.path, start as usize, end as usize)
 }
 
 /// Drops the page-aligned range `[lo, hi)` of `f` from this process's page tables

@@ -90,7 +90,11 @@ impl StreamingStore {
             return Err(crate::error::UsageError::OracleNeedsTrace.into());
         }
         let trace_in = match &opts.trace {
-            Some(p) => trace::by_token_layer(trace::read(p)?),
+            Some(p) => {
+                let records = trace::read(p)?;
+                trace::check(&records, cfg, p)?;
+                trace::by_token_layer(records)
+            }
             None => HashMap::new(),
         };
         let files = ck
@@ -202,15 +206,7 @@ impl StreamingStore {
             g.pinned_ranges = pinned_ranges;
             g.metrics.expert_layer = vec![(0, 0); cfg.num_hidden_layers];
         }
-        let workers = (0..opts.io_threads.max(1))
-            .map(|i| {
-                let s = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("memdial-io-{i}"))
-                    .spawn(move || worker(s))
-                    .expect("spawn IO thread")
-            })
-            .collect();
+        let workers = spawn_workers(&shared, opts.io_threads.max(1))?;
         let moe_layers = cfg
             .mlp_kinds
             .iter()
@@ -302,6 +298,30 @@ impl std::fmt::Debug for StreamingStore {
     }
 }
 
+/// Starts `n` IO threads. A thread the OS refuses to spawn is an error (the ones
+/// already started are shut down and joined), not a panic.
+fn spawn_workers(shared: &Arc<Shared>, n: usize) -> Result<Vec<std::thread::JoinHandle<()>>> {
+    let mut workers = Vec::with_capacity(n);
+    for i in 0..n {
+        let s = shared.clone();
+        match std::thread::Builder::new()
+            .name(format!("memdial-io-{i}"))
+            .spawn(move || worker(s))
+        {
+            Ok(h) => workers.push(h),
+            Err(e) => {
+                lock(shared).shutdown = true;
+                shared.cv.notify_all();
+                for w in workers {
+                    let _ = w.join();
+                }
+                bail!("cannot start IO thread {i} of {n}: {e}");
+            }
+        }
+    }
+    Ok(workers)
+}
+
 impl Drop for StreamingStore {
     fn drop(&mut self) {
         {
@@ -387,6 +407,12 @@ impl WeightStore for StreamingStore {
 
     fn wants_lookahead(&self) -> bool {
         self.opts.prefetch == Prefetch::Lookahead
+    }
+
+    fn note_activation_bytes(&self, bytes: u64) {
+        let mut g = lock(&self.shared);
+        g.metrics.activation_bytes = bytes;
+        self.update_peak(&mut g);
     }
 
     fn prefetch_experts(&self, layer: usize, guesses: &[usize]) {
