@@ -36,6 +36,7 @@ use crate::schema::Dtype;
 use crate::store::WeightStore;
 
 use crate::arena::{zeroed, Scratch};
+use crate::profile::{self, Op};
 use norm::{rms_norm_inplace, rms_norm_into};
 pub use state::{KdaState, LayerState, MlaCache, State};
 use weights::{Mat, Weights};
@@ -205,6 +206,7 @@ impl Model {
         self.w.store.note_activation_bytes(sc.bytes());
 
         // Residual stream per token: the running sum (plain residual) or the AttnRes partial sum.
+        let prof = profile::scope(Op::Embed);
         let hidden = zeroed(&mut sc.main.hidden, n * d);
         for (t, &tok) in tokens.iter().enumerate() {
             self.w.row_into(
@@ -216,6 +218,7 @@ impl Model {
                 &mut hidden[t * d..(t + 1) * d],
             )?;
         }
+        drop(prof);
         let attn_res = cfg.attn_res_block_size;
         // Completed AttnRes blocks, the same count for every token of the call.
         let mut nb = 0usize;
@@ -248,6 +251,7 @@ impl Model {
             LogitsMode::Last => (n - 1, 1),
             _ => (0, n),
         };
+        let _prof = profile::scope(Op::LmHead);
         let main = &mut sc.main;
         if attn_res.is_some() {
             self.res_w_eff(
@@ -370,6 +374,7 @@ impl Model {
             router,
         } = sc;
         let b = dims.blocks;
+        let prof = profile::scope(Op::Norms);
         self.w
             .vec_into(l, "input_layernorm.weight", d, &mut main.ln_in)?;
         self.w
@@ -416,6 +421,7 @@ impl Model {
             }
         }
 
+        drop(prof);
         let a = zeroed(&mut main.attn_out, n * d);
         match (cfg.attn_kinds[i], ls) {
             (AttnKind::Kda, LayerState::Kda(st)) => {
@@ -440,6 +446,7 @@ impl Model {
                 *h += v;
             }
         }
+        let prof = profile::scope(Op::Norms);
         let xin2 = zeroed(&mut main.xin2, n * d);
         match cfg.attn_res_block_size {
             Some(_) => {
@@ -470,9 +477,11 @@ impl Model {
             }
         }
 
+        drop(prof);
         let m = zeroed(&mut main.mlp_out, n * d);
         match cfg.mlp_kinds[i] {
             MlpKind::Dense => {
+                let _prof = profile::scope(Op::DenseMlp);
                 let f = cfg.intermediate_size;
                 // Published dense layers live under `mlp.`; the store resolves the
                 // `block_sparse_moe.` alias to the schema name.

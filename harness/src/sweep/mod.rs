@@ -36,5 +36,6 @@ pub mod rundir;
 pub mod runner;
 pub mod spec;
 pub mod stats;
+pub mod ttft_chart;
 pub mod util;
 pub mod verdict;
