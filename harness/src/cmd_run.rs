@@ -110,8 +110,17 @@ pub struct RunArgs {
     /// Expert-cache replacement policy.
     #[arg(long, value_enum, default_value_t = CacheArg(CachePolicy::Lru))]
     pub cache: CacheArg,
-    /// Background IO threads of the streaming store (queue depth; 1..=1024).
-    #[arg(long, default_value_t = 4, value_parser = crate::args::thread_count)]
+    /// Reads the streaming store keeps in flight (1..=1024): its IO threads, each doing
+    /// one record read at a time (O_DIRECT, pread or an mmap fault-in; the kernel splits
+    /// a record into `max_sectors_kb` requests). Default 4: the prefetch policies rarely
+    /// queue more than the next trunk plus a layer's experts; `memdial iobench` shows
+    /// the knee for a disk.
+    #[arg(
+        long,
+        visible_alias = "io-depth",
+        default_value_t = 4,
+        value_parser = crate::args::thread_count
+    )]
     pub io_threads: usize,
     /// Positions the MLA latent cache is sized for (default: prompt + max-tokens).
     #[arg(long)]
@@ -329,6 +338,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     };
     // Store counters when the first token was chosen (decode figures start there).
     let mut at_first: Option<memdial::store::metrics::StoreMetrics> = None;
+    let mut device_at_first: Option<u64> = None;
     let t_gen = Instant::now();
     memdial::profile::enable(a.profile_ops);
     let out = generate(&model, &mut state, &prompt, &params, &mut |_| {
@@ -337,6 +347,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             at_first = Some(streaming.as_ref().map(|s| s.metrics()).unwrap_or_default());
             // Profile decode only: drop what prefill added.
             memdial::profile::reset();
+            device_at_first = memdial::io::accounting::device_read_bytes();
         }
     })?;
     if a.profile_ops {
@@ -369,6 +380,8 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         let first_m = at_first.clone().unwrap_or_default();
         let decode_bytes = m.bytes_read.saturating_sub(first_m.bytes_read);
         let steps = out.decode_s.len();
+        let device_end = memdial::io::accounting::device_read_bytes();
+        let read_busy_decode = m.read_busy_s - first_m.read_busy_s;
         let model_bytes = memdial::inspect::model_bytes(&cfg, &ck);
         let page_cache = match &streaming {
             Some(s) => s.page_cache_resident_bytes(),
@@ -442,6 +455,14 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
                 .then(|| prompt.len() as f64 / out.prefill_s),
             prefill_bytes_read: streamed.then_some(first_m.bytes_read),
             prefill_expert_fetches: streamed.then_some(first_m.prefill_expert_fetches),
+            device_read_bytes: device_end,
+            device_read_bytes_per_token: device_end
+                .zip(device_at_first)
+                .filter(|_| steps > 0)
+                .map(|(e, f)| e.saturating_sub(f) as f64 / steps as f64),
+            read_busy_s_decode: streamed.then_some(read_busy_decode),
+            read_throughput_busy_decode_bytes_per_s: (streamed && read_busy_decode > 0.0)
+                .then(|| decode_bytes as f64 / read_busy_decode),
             metric_sources: Default::default(),
         };
         for k in [
@@ -450,6 +471,8 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             "rss_file_bytes",
             "rss_anon_bytes",
             "page_cache_resident_bytes_end",
+            "device_read_bytes",
+            "device_read_bytes_per_token",
         ] {
             rm.metric_sources.insert(k.into(), Source::Os);
         }

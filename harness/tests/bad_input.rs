@@ -540,6 +540,48 @@ fn thread_spawn_failure_is_an_error() {
     }
 }
 
+/// A shard truncated during an `--io mmap` run (made deterministic by the test-only
+/// hook `MEMDIAL_TEST_MMAP_TRUNCATE`, which truncates the file of the first range the
+/// store faults in to that range's start, after the size check): exit 1 with a
+/// message naming the file — via `MADV_POPULATE_READ`'s EFAULT (`populate`), or via
+/// the SIGBUS handler when the page is touched directly (`touch`) — never a bare
+/// SIGBUS (exit 135 / signal 7).
+fn mmap_truncated_during_run_is_an_error() {
+    for (hook, what) in [
+        (
+            "populate",
+            "of the memory-mapped file cannot be read (EFAULT)",
+        ),
+        ("touch", "bus error reading the memory-mapped file"),
+    ] {
+        let (_s, dir) = make(Model::Clean);
+        let o = Command::new(BIN)
+            .env(memdial::io::mmap_guard::TEST_TRUNCATE_ENV, hook)
+            .args(["run", "--model"])
+            .arg(&dir)
+            .args([
+                "--prompt-ids",
+                PROMPT,
+                "--max-tokens",
+                "2",
+                "--budget",
+                "1GiB",
+            ])
+            .args(["--io", "mmap"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{hook}: {}", text(&o));
+        assert!(
+            err.contains(what)
+                && err.contains(dir.to_str().unwrap())
+                && err.contains(".safetensors"),
+            "{hook}: {}",
+            text(&o)
+        );
+    }
+}
+
 fn bad_inputs_give_the_right_exit_code_and_message() {
     let (scale, full_scale) = used_scale();
     let mut failures = Vec::new();
@@ -656,7 +698,8 @@ fn main() -> std::process::ExitCode {
         testkit::trials![
             bad_inputs_give_the_right_exit_code_and_message,
             sweep_on_nan_checkpoint_is_fail,
-            thread_spawn_failure_is_an_error
+            thread_spawn_failure_is_an_error,
+            mmap_truncated_during_run_is_an_error
         ],
     )
 }

@@ -104,7 +104,7 @@ pub fn write_all(
     baseline: Option<&Baseline>,
 ) -> Result<(Verdict, Option<Comparison>)> {
     super::row::save(dir, rows)?;
-    let v = verdict(rows);
+    let v = verdict(rows).with_planned(meta.runs_planned);
     let stats = per_point(rows);
     let cmp = baseline.map(|b| super::baseline::compare(&b.path, &b.runs, rows, b.tolerance));
     let baseline = cmp.as_ref();

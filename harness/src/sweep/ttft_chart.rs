@@ -11,7 +11,9 @@ use memdial::store::plan::fmt_bytes;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::charts::{empty, format_secs, marker, pe, series, x_range, Series, COLORS};
+use super::charts::{
+    empty, fmt_tick_bytes, format_secs, marker, pe, series, x_range, Series, COLORS,
+};
 use super::row::Row;
 use super::stats::PointStats;
 
@@ -83,7 +85,7 @@ fn draw_ttft<DB: DrawingBackend>(
         .y_desc("time to first token (s, log scale)")
         .x_labels(8)
         .y_labels(12)
-        .x_label_formatter(&|v| fmt_bytes(*v as u64))
+        .x_label_formatter(&|v| fmt_tick_bytes(*v))
         .y_label_formatter(&|v| format_secs(10f64.powf(*v)))
         .label_style(("sans-serif", 12))
         .axis_desc_style(("sans-serif", 14))

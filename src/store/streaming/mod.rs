@@ -12,6 +12,7 @@
 
 mod caches;
 mod io;
+mod mapped;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -114,7 +115,26 @@ impl StreamingStore {
             plan,
             io: opts.io,
             manifest,
+            willneed_chunk: ck
+                .shards
+                .iter()
+                .map(|s| mapped::willneed_chunk(&s.path))
+                .collect(),
+            folio: mapped::folio_max(),
         });
+        if opts.io == IoMode::Mmap {
+            // Trunk ranges fault in through 2 MiB folios (see `mapped`).
+            for g in shared.plan.layer_groups.iter().flatten() {
+                for r in g
+                    .ranges
+                    .iter()
+                    .filter(|r| r.end - r.start >= mapped::HUGE_MIN)
+                {
+                    mapped::prepare(&shared.files[r.shard], r.start, r.end, shared.folio);
+                }
+            }
+        }
+        let mut pinned_ranges = Vec::new();
         // Pinned small tensors and globals: read each tensor.
         let mut pinned = HashMap::new();
         let mut pinned_bytes = 0u64;
@@ -133,6 +153,16 @@ impl StreamingStore {
             let f = &shared.files[loc.shard];
             let bytes = if opts.io == IoMode::Mmap {
                 let map = f.map().unwrap().clone();
+                // Fault the pinned tensor in now (exact pages), not on the compute thread.
+                mapped::fault_in(
+                    f,
+                    loc.offset,
+                    loc.offset + loc.len,
+                    shared.willneed_chunk[loc.shard],
+                    None,
+                )?;
+                pinned_ranges.push((loc.shard, loc.offset, loc.offset + loc.len));
+                load_read += loc.len;
                 Bytes::new(map, loc.offset as usize, loc.len as usize)
             } else {
                 let mut b = AlignedBuf::new(f.buffer_len_for(loc.offset, loc.len));
@@ -158,7 +188,8 @@ impl StreamingStore {
         // Pinned trunk prefix: read each layer group into its own buffer.
         for l in 0..first_streamed {
             if let Some(g) = shared.plan.layer_groups[l].as_ref() {
-                let (loaded, n) = read_group(&shared, g, None)?;
+                let (loaded, n) = read_group(&shared, g, None, true)?;
+                pinned_ranges.extend(g.ranges.iter().map(|r| (r.shard, r.start, r.end)));
                 shared.verify(Key::Layer(l), &loaded)?;
                 load_read += n;
                 pinned_bytes += g.buffer_bytes;
@@ -172,6 +203,7 @@ impl StreamingStore {
         {
             let mut g = lock(&shared);
             g.metrics.load_bytes_read = load_read;
+            g.pinned_ranges = pinned_ranges;
             g.metrics.expert_layer = vec![(0, 0); cfg.num_hidden_layers];
         }
         let workers = spawn_workers(&shared, opts.io_threads.max(1))?;
