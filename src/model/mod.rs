@@ -171,16 +171,12 @@ impl Model {
         let par = &self.par;
 
         // Residual stream per token: the running sum (plain residual) or the AttnRes partial sum.
-        let mut hidden = Vec::with_capacity(n * d);
-        for &t in tokens {
-            hidden.extend(self.w.row(
-                None,
-                "model.embed_tokens.weight",
-                cfg.vocab_size,
-                d,
-                t as usize,
-            )?);
-        }
+        // Embedding rows of the call's tokens, read together (a streaming store may
+        // read just these rows).
+        let ids: Vec<usize> = tokens.iter().map(|&t| t as usize).collect();
+        let mut hidden = self
+            .w
+            .rows(None, "model.embed_tokens.weight", cfg.vocab_size, d, &ids)?;
         let attn_res = cfg.attn_res_block_size;
         let mut blocks: Vec<Blocks> =
             vec![Blocks::default(); if attn_res.is_some() { n } else { 0 }];
@@ -214,9 +210,9 @@ impl Model {
         };
         let norm_w = self.vec(None, "model.norm.weight", d)?;
         let head = if cfg.tie_word_embeddings {
-            self.mat(None, "model.embed_tokens.weight", cfg.vocab_size, d)?
+            "model.embed_tokens.weight"
         } else {
-            self.mat(None, "lm_head.weight", cfg.vocab_size, d)?
+            "lm_head.weight"
         };
         let mut xs = Vec::with_capacity(rows.len() * d);
         for &t in &rows {
@@ -227,7 +223,19 @@ impl Model {
             };
             xs.extend(rms_norm(&h, &norm_w, eps));
         }
-        let logits = head.mm(par, &xs, rows.len());
+        // lm_head in the store's row blocks: each logit is the same fixed-order dot
+        // product as with the whole matrix (kernels/dense.rs), so logits are identical.
+        let (nr, vocab) = (rows.len(), cfg.vocab_size);
+        let mut logits = vec![0f32; nr * vocab];
+        for r in self.w.row_blocks(None, head, vocab) {
+            let block = self.w.mat_rows(None, head, vocab, d, r.clone())?;
+            let ys = block.mm(par, &xs, nr);
+            let bn = r.len();
+            for t in 0..nr {
+                logits[t * vocab + r.start..t * vocab + r.end]
+                    .copy_from_slice(&ys[t * bn..(t + 1) * bn]);
+            }
+        }
         crate::integrity::check_logits(&logits, cfg.vocab_size, &rows, state.pos)?;
         state.pos += n;
         Ok(logits)
@@ -345,13 +353,14 @@ impl Model {
             MlpKind::Dense => {
                 let f = cfg.intermediate_size;
                 // Published dense layers live under `mlp.`; the store resolves the
-                // `block_sparse_moe.` alias to the schema name.
-                let mlp = mlp::GatedMlp {
-                    gate: self.mat(l, "mlp.gate_proj.weight", f, d)?,
-                    up: self.mat(l, "mlp.up_proj.weight", f, d)?,
-                    down: self.mat(l, "mlp.down_proj.weight", d, f)?,
-                };
-                mlp.forward(par, cfg.activation, &xin2, n)?
+                // `block_sparse_moe.` alias to the schema name. One matrix at a time
+                // (a streaming store may hold one per trunk slot); the same products
+                // as `GatedMlp::forward`.
+                let g = self.mat(l, "mlp.gate_proj.weight", f, d)?.mm(par, &xin2, n);
+                let u = self.mat(l, "mlp.up_proj.weight", f, d)?.mm(par, &xin2, n);
+                let h = mlp::gated_act(cfg.activation, &g, &u);
+                drop((g, u));
+                self.mat(l, "mlp.down_proj.weight", d, f)?.mm(par, &h, n)
             }
             MlpKind::Moe => {
                 let moe = cfg.moe.as_ref().context("MoE layer without MoE config")?;
