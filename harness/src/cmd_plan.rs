@@ -73,8 +73,21 @@ struct Source {
 
 fn config_from_text(text: &str, what: &str) -> Result<ModelConfig> {
     let parse = || -> Result<ModelConfig> {
-        let mut cfg = ModelConfig::from_json_str(text)?;
         let root: serde_json::Value = serde_json::from_str(text)?;
+        // Without a checkpoint nothing would catch a default standing in for a missing
+        // key: the model type and the main dimensions must be stated.
+        let has = |k: &str| root.get(k).is_some() || root["text_config"].get(k).is_some();
+        for k in [
+            "model_type",
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+        ] {
+            if !has(k) {
+                anyhow::bail!("the config does not state {k}");
+            }
+        }
+        let mut cfg = ModelConfig::from_json_str(text)?;
         cfg.apply_quantization(&root)?;
         Ok(cfg)
     };
