@@ -237,6 +237,25 @@ impl Shared {
             let end = r.end / ps * ps;
             if end > start {
                 if let Some(map) = f.map() {
+                    // Unmap the 2 MiB-aligned window around the range too: faults map
+                    // whole page-cache folios, which reach past the range. Dropping page
+                    // table entries of a read-only file mapping never changes the bytes
+                    // seen through it (the next access faults them in again).
+                    let w = 2u64 << 20;
+                    let (ws, we) = (
+                        r.start / w * w,
+                        (r.end.div_ceil(w) * w).min(map.len() as u64),
+                    );
+                    if we > ws {
+                        // SAFETY: as below.
+                        let _ = unsafe {
+                            map.unchecked_advise_range(
+                                memmap2::UncheckedAdvice::DontNeed,
+                                ws as usize,
+                                (we - ws) as usize,
+                            )
+                        };
+                    }
                     // SAFETY: DONTNEED on a read-only shared file mapping only drops page
                     // table entries; later accesses re-read the file. No live `&mut` exists.
                     let _ = unsafe {

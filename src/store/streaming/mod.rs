@@ -161,8 +161,16 @@ impl StreamingStore {
                 .with_context(|| format!("tensor {full} is missing from {}", ck.dir.display()))?;
             let f = &shared.files[loc.shard];
             let bytes = if opts.io == IoMode::Mmap {
-                let map = f.map().unwrap().clone();
-                Bytes::new(map, loc.offset as usize, loc.len as usize)
+                // A copy, not a view of the mapping: these small tensors are read every
+                // token, and each fault would map the whole page-cache folio around the
+                // tensor (neighbouring streamed weights the plan does not count).
+                let mut v = vec![0u8; loc.len as usize];
+                std::os::unix::fs::FileExt::read_exact_at(f.file(), &mut v, loc.offset)
+                    .with_context(|| {
+                        format!("reading {} at offset {}", f.path.display(), loc.offset)
+                    })?;
+                load_read += loc.len;
+                Bytes::from_vec(v)
             } else {
                 let mut b = AlignedBuf::new(f.buffer_len_for(loc.offset, loc.len));
                 let d = f.read_into(loc.offset, loc.len, &mut b)?;
