@@ -3,9 +3,13 @@
 //! and the memory/speed curve.
 //!
 //! - [`spec`]: the TOML spec and its expansion into points and runs;
+//! - [`points`], [`rundir`], [`execute`]: the steps of `memdial sweep` (points with
+//!   resolved budgets, the locked run directory, one run slot → one row);
+//! - [`interrupt`]: SIGINT/SIGTERM print the command that resumes the sweep;
 //! - [`runner`]: one child `memdial run --metrics-json` per run;
 //! - [`coldcache`]: eviction and mincore verification before each run;
-//! - [`cgroup`]: memory-cgroup enforcement of the budget (default on);
+//! - [`cgroup`]: memory-cgroup enforcement of the budget (default on; v1, v2,
+//!   systemd-run and sampling in submodules);
 //! - [`memwatch`]: anon + page-cache memory sampled while a run is alive;
 //! - [`row`]: the results schema (`results.csv` / `results.json`);
 //! - [`verdict`], [`stats`], [`baseline`]: what the rows mean;
@@ -19,14 +23,19 @@ pub mod cgroup;
 pub mod charts;
 pub mod coldcache;
 pub mod compare;
+pub mod execute;
 pub mod host;
+pub mod interrupt;
 pub mod memwatch;
 pub mod merge;
+pub mod points;
 pub mod recommend;
 pub mod report;
 pub mod row;
+pub mod rundir;
 pub mod runner;
 pub mod spec;
 pub mod stats;
+pub mod ttft_chart;
 pub mod util;
 pub mod verdict;

@@ -12,6 +12,7 @@
 
 mod caches;
 mod io;
+mod mapped;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -96,7 +97,11 @@ impl StreamingStore {
             return Err(crate::error::UsageError::OracleNeedsTrace.into());
         }
         let trace_in = match &opts.trace {
-            Some(p) => trace::by_token_layer(trace::read(p)?),
+            Some(p) => {
+                let records = trace::read(p)?;
+                trace::check(&records, cfg, p)?;
+                trace::by_token_layer(records)
+            }
             None => HashMap::new(),
         };
         let files = ck
@@ -143,7 +148,26 @@ impl StreamingStore {
             plan,
             io: opts.io,
             manifest,
+            willneed_chunk: ck
+                .shards
+                .iter()
+                .map(|s| mapped::willneed_chunk(&s.path))
+                .collect(),
+            folio: mapped::folio_max(),
         });
+        if opts.io == IoMode::Mmap {
+            // Trunk ranges fault in through 2 MiB folios (see `mapped`).
+            for g in shared.plan.groups.iter().map(|g| &g.read) {
+                for r in g
+                    .ranges
+                    .iter()
+                    .filter(|r| r.end - r.start >= mapped::HUGE_MIN)
+                {
+                    mapped::prepare(&shared.files[r.shard], r.start, r.end, shared.folio);
+                }
+            }
+        }
+        let mut pinned_ranges = Vec::new();
         // Pinned small tensors and globals: read each tensor.
         let mut pinned = HashMap::new();
         let mut pinned_bytes = 0u64;
@@ -161,16 +185,18 @@ impl StreamingStore {
                 .with_context(|| format!("tensor {full} is missing from {}", ck.dir.display()))?;
             let f = &shared.files[loc.shard];
             let bytes = if opts.io == IoMode::Mmap {
-                // A copy, not a view of the mapping: these small tensors are read every
-                // token, and each fault would map the whole page-cache folio around the
-                // tensor (neighbouring streamed weights the plan does not count).
-                let mut v = vec![0u8; loc.len as usize];
-                std::os::unix::fs::FileExt::read_exact_at(f.file(), &mut v, loc.offset)
-                    .with_context(|| {
-                        format!("reading {} at offset {}", f.path.display(), loc.offset)
-                    })?;
+                let map = f.map().unwrap().clone();
+                // Fault the pinned tensor in now (exact pages), not on the compute thread.
+                mapped::fault_in(
+                    f,
+                    loc.offset,
+                    loc.offset + loc.len,
+                    shared.willneed_chunk[loc.shard],
+                    None,
+                )?;
+                pinned_ranges.push((loc.shard, loc.offset, loc.offset + loc.len));
                 load_read += loc.len;
-                Bytes::from_vec(v)
+                Bytes::new(map, loc.offset as usize, loc.len as usize)
             } else {
                 let mut b = AlignedBuf::new(f.buffer_len_for(loc.offset, loc.len));
                 let d = f.read_into(loc.offset, loc.len, &mut b)?;
@@ -195,7 +221,8 @@ impl StreamingStore {
         // Pinned trunk prefix: read each group into its own buffer.
         for (i, tg) in shared.plan.groups[..first_streamed].iter().enumerate() {
             let g = &tg.read;
-            let (loaded, n) = read_group(&shared, g, None)?;
+            let (loaded, n) = read_group(&shared, g, None, true)?;
+            pinned_ranges.extend(g.ranges.iter().map(|r| (r.shard, r.start, r.end)));
             shared.verify(Key::Group(i), &loaded)?;
             load_read += n;
             pinned_bytes += g.buffer_bytes;
@@ -212,17 +239,10 @@ impl StreamingStore {
         {
             let mut g = lock(&shared);
             g.metrics.load_bytes_read = load_read;
+            g.pinned_ranges = pinned_ranges;
             g.metrics.expert_layer = vec![(0, 0); cfg.num_hidden_layers];
         }
-        let workers = (0..opts.io_threads.max(1))
-            .map(|i| {
-                let s = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("memdial-io-{i}"))
-                    .spawn(move || worker(s))
-                    .expect("spawn IO thread")
-            })
-            .collect();
+        let workers = spawn_workers(&shared, opts.io_threads.max(1))?;
         let moe_layers = cfg
             .mlp_kinds
             .iter()
@@ -381,6 +401,30 @@ impl std::fmt::Debug for StreamingStore {
             .field("budget", &self.opts.budget)
             .finish()
     }
+}
+
+/// Starts `n` IO threads. A thread the OS refuses to spawn is an error (the ones
+/// already started are shut down and joined), not a panic.
+fn spawn_workers(shared: &Arc<Shared>, n: usize) -> Result<Vec<std::thread::JoinHandle<()>>> {
+    let mut workers = Vec::with_capacity(n);
+    for i in 0..n {
+        let s = shared.clone();
+        match std::thread::Builder::new()
+            .name(format!("memdial-io-{i}"))
+            .spawn(move || worker(s))
+        {
+            Ok(h) => workers.push(h),
+            Err(e) => {
+                lock(shared).shutdown = true;
+                shared.cv.notify_all();
+                for w in workers {
+                    let _ = w.join();
+                }
+                bail!("cannot start IO thread {i} of {n}: {e}");
+            }
+        }
+    }
+    Ok(workers)
 }
 
 impl Drop for StreamingStore {
@@ -561,6 +605,12 @@ impl WeightStore for StreamingStore {
 
     fn wants_lookahead(&self) -> bool {
         self.opts.prefetch == Prefetch::Lookahead
+    }
+
+    fn note_activation_bytes(&self, bytes: u64) {
+        let mut g = lock(&self.shared);
+        g.metrics.activation_bytes = bytes;
+        self.update_peak(&mut g);
     }
 
     fn prefetch_experts(&self, layer: usize, guesses: &[usize]) {
