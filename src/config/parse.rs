@@ -159,6 +159,8 @@ impl ModelConfig {
                 })
                 .collect::<Result<Vec<_>>>()?
         } else {
+            // The lists decide the layer kinds only here (layer_types wins when given).
+            crate::limits::check_layer_lists(&kda, n)?;
             let mut kinds = Vec::with_capacity(n);
             for i in 1..=n {
                 let is_kda = kda.kda_layers.contains(&i);
