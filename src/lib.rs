@@ -20,6 +20,7 @@
 //! - [`loader`]: the one loader, [`model::Model::open`] (config → checkpoint → validation → store → model);
 //! - [`arena`]: the forward pass's scratch arena (every activation buffer, sized from the config; the plan's activation figure);
 //! - [`model`]: the forward pass (KDA, MLA, MoE, AttnRes) over a [`store::WeightStore`];
+//! - [`profile`]: the per-op timer behind `run --profile-ops` (off: one atomic load per op);
 //! - [`ops`]: the kernel API the model calls (reference implementations);
 //! - [`sampler`], [`generate`]: token selection and the prefill/decode loop;
 //! - [`metrics`]: [`metrics::RunMetrics`], the figures of one run (`--metrics-json`, `results.csv`);
@@ -45,6 +46,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod model;
 pub mod ops;
+pub mod profile;
 pub mod rng;
 pub mod sampler;
 pub mod schema;

@@ -65,6 +65,11 @@ pub struct RunArgs {
     /// Kernel threads (1..=1024).
     #[arg(long, default_value_t = 1, value_parser = crate::args::thread_count)]
     pub threads: usize,
+    /// Time each operation of the forward pass (summed per layer kind) over the
+    /// decode steps and print the table to stderr. Off by default; the output is
+    /// the same with it on.
+    #[arg(long)]
+    pub profile_ops: bool,
     /// Sampling temperature; 0 = greedy (finite, ≥ 0).
     #[arg(long, default_value_t = 0.0, value_parser = crate::args::finite_non_negative)]
     pub temperature: f32,
@@ -83,7 +88,7 @@ pub struct RunArgs {
     pub logits_out: Option<PathBuf>,
     /// Prompt tokens per prefill forward call (0 = whole prompt at once). Each MoE
     /// layer fetches every routed expert the chunk needs once per chunk, so larger
-    /// chunks read fewer bytes; the model's scratch arena grows by about 119 KiB
+    /// chunks read fewer bytes; the model's scratch arena grows by about 141 KiB
     /// per chunk token on `mini` (`memdial plan` prints the exact figure). Under
     /// `--budget` the plan reserves min(max-context, 256) tokens and larger chunks
     /// are capped there.
@@ -335,13 +340,24 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let mut at_first: Option<memdial::store::metrics::StoreMetrics> = None;
     let mut device_at_first: Option<u64> = None;
     let t_gen = Instant::now();
+    memdial::profile::enable(a.profile_ops);
     let out = generate(&model, &mut state, &prompt, &params, &mut |_| {
         mem.sample();
         if at_first.is_none() {
             at_first = Some(streaming.as_ref().map(|s| s.metrics()).unwrap_or_default());
+            // Profile decode only: drop what prefill added.
+            memdial::profile::reset();
             device_at_first = memdial::io::accounting::device_read_bytes();
         }
     })?;
+    if a.profile_ops {
+        let steps = out.decode_s.len();
+        eprintln!(
+            "per-op profile of {steps} decode steps ({:.4} s/token measured by generate):\n{}",
+            out.decode_median_s(),
+            memdial::profile::report(steps, "token")
+        );
+    }
     let gen_wall = t_gen.elapsed().as_secs_f64();
     mem.sample();
     if let Some(s) = &streaming {

@@ -27,6 +27,7 @@ use super::weights::{Mat, Weights};
 use crate::arena::{zeroed, Dims, Kda};
 use crate::config::ModelConfig;
 use crate::ops::Par;
+use crate::profile::{self, Op};
 
 /// Output gate of a KDA layer.
 pub enum OutGate {
@@ -266,6 +267,7 @@ pub fn kda_forward_into(
     let lb = cfg.kda.gate_lower_bound;
     let scale = (k as f32).powf(-0.5);
 
+    let prof = profile::scope(Op::KdaProj);
     let qs = zeroed(&mut sc.q, n * p);
     w.q.mm_into(par, xs, n, qs);
     let ks = zeroed(&mut sc.k, n * p);
@@ -288,6 +290,8 @@ pub fn kda_forward_into(
         }
     }
 
+    drop(prof);
+    let prof = profile::scope(Op::KdaRecur);
     let ys = zeroed(&mut sc.y, n * p);
     let u = zeroed(&mut sc.u, 3 * p);
     let c = zeroed(&mut sc.uc, 3 * p);
@@ -328,5 +332,7 @@ pub fn kda_forward_into(
             }
         }
     }
+    drop(prof);
+    let _prof = profile::scope(Op::KdaOut);
     w.o.mm_into(par, ys, n, out);
 }

@@ -24,6 +24,7 @@ use crate::arena::{zeroed, Dims, Mla};
 use crate::config::ModelConfig;
 use crate::kernels::{attend_latent_heads, attend_latent_ref};
 use crate::ops::Par;
+use crate::profile::{self, Op};
 
 /// Query projection of an MLA layer.
 pub enum QProj {
@@ -186,6 +187,7 @@ pub fn mla_forward_into(
     let tau = (qhd as f32).powf(-0.5);
     let ld = r + dr;
 
+    let prof = profile::scope(Op::MlaProj);
     let qs = zeroed(&mut sc.q, n * h * qhd);
     match &w.q {
         QProj::Full(q) => q.mm_into(par, xs, n, qs),
@@ -210,6 +212,8 @@ pub fn mla_forward_into(
         None => None,
     };
     let kv_eps = kv_norm_eps(cfg);
+    drop(prof);
+    let prof = profile::scope(Op::MlaAttend);
 
     let outs = zeroed(&mut sc.out, n * h * dv);
     let q_abs = zeroed(&mut sc.q_abs, h * r);
@@ -257,5 +261,7 @@ pub fn mla_forward_into(
             }
         }
     }
+    drop(prof);
+    let _prof = profile::scope(Op::MlaOut);
     w.o.mm_into(par, outs, n, out);
 }

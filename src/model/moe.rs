@@ -27,6 +27,7 @@ use super::weights::{Mat, Weights};
 use crate::arena::{zeroed, Mlp, Moe, Router};
 use crate::config::{Activation, ModelConfig, MoeConfig};
 use crate::ops::Par;
+use crate::profile::{self, Op};
 
 /// Routing decision for one token: `(expert id, weight)` in router-rank order.
 pub type Routing = Vec<(usize, f32)>;
@@ -228,6 +229,7 @@ pub fn moe_forward(
         router,
         mlp,
     } = sc;
+    let prof = profile::scope(Op::Router);
 
     let logits = zeroed(&mut ms.logits, n * e);
     mw.gate.mm_into(par, xs, n, logits);
@@ -244,6 +246,7 @@ pub fn moe_forward(
         route_into(&logits[t * e..(t + 1) * e], &mw.bias, moe, router);
     }
     let k = router.routes.len() / n;
+    drop(prof);
     let ys = zeroed(&mut ms.ys, n * ed);
     if n == 1 || !w.store.groups_chunk_experts() {
         per_token_experts(
@@ -276,6 +279,7 @@ pub fn moe_forward(
             ys,
         )?;
     }
+    let _prof = profile::scope(Op::SharedLatent);
     if let Some(nw) = &mw.latent_norm {
         for y in ys.chunks_exact_mut(ed) {
             rms_norm_inplace(y, nw, cfg.rms_norm_eps);
@@ -322,7 +326,10 @@ fn per_token_experts(
         let z = &zs[t * ed..(t + 1) * ed];
         let y = &mut ys[t * ed..(t + 1) * ed];
         for &(eid, wt) in routing {
+            let fetch = profile::scope(Op::ExpertFetch);
             let ex = load_expert(w, layer, eid, ed, fi)?;
+            drop(fetch);
+            let _prof = profile::scope(Op::ExpertMlp);
             let o = zeroed(eo, ed);
             ex.forward_into(par, cfg.activation, z, 1, mlp, o);
             for (yv, ov) in y.iter_mut().zip(o.iter()) {
@@ -391,7 +398,10 @@ fn grouped_experts(
     w.store.chunk_experts_selected(layer, &ids, &order);
     let slots = zeroed(slots, n * k * ed);
     for (eid, users) in &groups {
+        let fetch = profile::scope(Op::ExpertFetch);
         let ex = load_expert(w, layer, *eid, ed, fi)?;
+        drop(fetch);
+        let _prof = profile::scope(Op::ExpertMlp);
         zg.clear();
         for &(t, _) in users {
             zg.extend_from_slice(&zs[t * ed..(t + 1) * ed]);

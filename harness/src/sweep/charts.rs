@@ -28,7 +28,7 @@ pub fn register_font() {
 }
 
 /// Tableau-10 colours.
-const COLORS: [RGBColor; 10] = [
+pub(super) const COLORS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -41,24 +41,24 @@ const COLORS: [RGBColor; 10] = [
     RGBColor(23, 190, 207),
 ];
 
-fn pe<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+pub(super) fn pe<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("chart: {e:?}")
 }
 
 /// One line of a chart: points of equal io × prefetch (and of the other varying axes).
 #[derive(Debug, Clone)]
-struct Series {
-    label: String,
+pub(super) struct Series {
+    pub(super) label: String,
     /// IO mode (the curve's panel).
-    io: String,
+    pub(super) io: String,
     /// The label without the IO mode (colour and marker within a panel).
-    rest: String,
-    floor: f64,
+    pub(super) rest: String,
+    pub(super) floor: f64,
     /// (budget bytes × dodge factor, stats)
-    pts: Vec<(f64, PointStats)>,
+    pub(super) pts: Vec<(f64, PointStats)>,
 }
 
-fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Series> {
+pub(super) fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Series> {
     let distinct = |f: &dyn Fn(&PointStats) -> String| {
         let mut v: Vec<String> = stats.iter().map(f).collect();
         v.sort();
@@ -133,7 +133,7 @@ fn dodge(b: f64, f: f64, m: Option<f64>) -> f64 {
 
 /// Axis tick text of a byte count: binary units, at most three significant digits
 /// and no trailing zeros ("256 MiB", "1.5 GiB", "177 MiB").
-fn fmt_tick_bytes(v: f64) -> String {
+pub(super) fn fmt_tick_bytes(v: f64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let (mut x, mut i) = (v.max(0.0), 0);
     while x >= 1024.0 && i < UNITS.len() - 1 {
@@ -155,7 +155,7 @@ fn fmt_tick_bytes(v: f64) -> String {
     format!("{t} {}", UNITS[i])
 }
 
-fn x_range(ser: &[Series], model_bytes: Option<u64>) -> (f64, f64) {
+pub(super) fn x_range(ser: &[Series], model_bytes: Option<u64>) -> (f64, f64) {
     let mut lo = f64::INFINITY;
     let mut hi = 0f64;
     for s in ser {
@@ -180,7 +180,7 @@ fn x_range(ser: &[Series], model_bytes: Option<u64>) -> (f64, f64) {
     (lo / 1.3, hi * 1.3)
 }
 
-fn empty<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str) -> Result<()> {
+pub(super) fn empty<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str) -> Result<()> {
     root.fill(&WHITE).map_err(pe)?;
     root.titled(title, ("sans-serif", 22)).map_err(pe)?;
     root.draw(&Text::new(
@@ -201,7 +201,7 @@ fn whisker(p: &PointStats) -> Option<(f64, f64)> {
 
 /// Draws one marker of shape `shape` (0 circle, 1 triangle, 2 square, 3 diamond-ish
 /// cross), filled or hollow.
-fn marker<DB: DrawingBackend>(
+pub(super) fn marker<DB: DrawingBackend>(
     chart: &mut ChartContext<
         '_,
         DB,
@@ -523,7 +523,7 @@ fn draw_io<DB: DrawingBackend>(
 }
 
 /// Seconds to two significant digits (ticks of a log axis: 0.0063, 0.079, 1.3, 16).
-fn format_secs(v: f64) -> String {
+pub(super) fn format_secs(v: f64) -> String {
     if !(v > 0.0) || !v.is_finite() {
         return format!("{v}");
     }
