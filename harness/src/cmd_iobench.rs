@@ -51,8 +51,8 @@ pub struct Args {
     /// mincore) and warm (read once first).
     #[arg(long, default_value = "cold,warm")]
     pub cache: String,
-    /// Time limit per cell, seconds (a cold cell stops after one pass over the
-    /// pattern's distinct requests if that comes first).
+    /// Time limit per cell, seconds. A cold cell repeats evict + one pass over the
+    /// pattern's distinct requests until its reads reach 2 s or 2 GB, within this limit.
     #[arg(long, default_value_t = 2.0)]
     pub seconds: f64,
     /// Seed of the random expert order.

@@ -278,12 +278,89 @@ fn new_hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1_000, 600_000_000_000, 3).expect("valid histogram bounds")
 }
 
-/// Runs one cell of our replay and returns its row.
+/// A cold cell repeats evict + verify + one pass until its timed reads add up to
+/// this many seconds ([`run_cell_measured`]) ...
+pub const COLD_MIN_SECONDS: f64 = 2.0;
+/// ... or this many bytes (decimal 2 GB), whichever comes first.
+pub const COLD_MIN_BYTES: u64 = 2_000_000_000;
+
+/// What one timed pass (or warm replay) measured.
+struct Pass {
+    hist: Histogram<u64>,
+    bytes: u64,
+    requests: u64,
+    elapsed_s: f64,
+    cpu_s: f64,
+    device_read_bytes: u64,
+    resident_before: u64,
+    resident_after: u64,
+}
+
+/// Runs one cell of our replay and returns its row: a cold cell is one pass over
+/// the distinct requests (or `spec.seconds`, whichever ends first), a warm one
+/// replays for `spec.seconds`. `memdial iobench` uses [`run_cell_measured`].
 ///
 /// Errors: a file cannot be opened in `spec.mode` (e.g. direct IO on tmpfs), or a
 /// read fails. A cold cell whose files could not be evicted is not an error: its
 /// row says `cold_verified = false`.
 pub fn run_cell(w: &Workload, spec: &CellSpec) -> Result<Row> {
+    let p = run_pass(w, spec, spec.seconds)?;
+    let cold_ok = p.resident_before == 0;
+    Ok(row_of(w, spec, &p, cold_ok))
+}
+
+/// Like [`run_cell`], but a cold cell long enough to measure: evict, verify cold
+/// (mincore) and read one pass, repeated until the timed reads reach
+/// [`COLD_MIN_SECONDS`] or [`COLD_MIN_BYTES`] (or `spec.seconds` in all). The row
+/// sums the passes (bytes, requests, seconds, CPU, device bytes; latencies over
+/// every request); `cold_verified` holds only if every pass started cold, and
+/// `resident_before_bytes` is the largest residency seen before a pass.
+///
+/// Errors: as [`run_cell`].
+pub fn run_cell_measured(w: &Workload, spec: &CellSpec) -> Result<Row> {
+    if spec.cache != CacheState::Cold {
+        return run_cell(w, spec);
+    }
+    let mut total: Option<Pass> = None;
+    let mut cold_ok = true;
+    loop {
+        let left = spec.seconds - total.as_ref().map_or(0.0, |t| t.elapsed_s);
+        let p = run_pass(w, spec, left)?;
+        cold_ok &= p.resident_before == 0;
+        total = Some(match total {
+            None => p,
+            Some(mut t) => {
+                t.hist.add(&p.hist).ok();
+                t.bytes += p.bytes;
+                t.requests += p.requests;
+                t.elapsed_s += p.elapsed_s;
+                t.cpu_s += p.cpu_s;
+                t.device_read_bytes += p.device_read_bytes;
+                t.resident_before = t.resident_before.max(p.resident_before);
+                t.resident_after = p.resident_after;
+                t
+            }
+        });
+        let t = total.as_ref().expect("set above");
+        if t.elapsed_s >= COLD_MIN_SECONDS.min(spec.seconds)
+            || t.bytes >= COLD_MIN_BYTES
+            || p_is_empty(t)
+        {
+            break;
+        }
+    }
+    let t = total.expect("at least one pass");
+    Ok(row_of(w, spec, &t, cold_ok))
+}
+
+/// A pass that read nothing cannot be repeated into a measurement.
+fn p_is_empty(t: &Pass) -> bool {
+    t.requests == 0
+}
+
+/// One timed pass of `spec` (cold: evict first, at most one pass over the distinct
+/// requests; warm: preload, then replay) for at most `seconds`.
+fn run_pass(w: &Workload, spec: &CellSpec, seconds: f64) -> Result<Pass> {
     if spec.qd == 0 {
         bail!("queue depth must be at least 1");
     }
@@ -322,10 +399,9 @@ pub fn run_cell(w: &Workload, spec: &CellSpec) -> Result<Row> {
             .unwrap_or(0)
     };
     let resident_before = resident_bytes(&w.files)?;
-    let dur = spec
-        .seconds
+    let dur = seconds
         .is_finite()
-        .then(|| Duration::from_secs_f64(spec.seconds.max(0.0)));
+        .then(|| Duration::from_secs_f64(seconds.max(0.0)));
 
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
@@ -390,18 +466,34 @@ pub fn run_cell(w: &Workload, spec: &CellSpec) -> Result<Row> {
         n += k;
     }
     let resident_after = resident_bytes(&w.files)?;
+    Ok(Pass {
+        hist,
+        bytes,
+        requests: n,
+        elapsed_s: elapsed,
+        cpu_s: cpu1 - cpu0,
+        device_read_bytes: dev1.saturating_sub(dev0),
+        resident_before,
+        resident_after,
+    })
+}
+
+/// The row of `p` (one or more cold passes, or one warm replay).
+fn row_of(w: &Workload, spec: &CellSpec, p: &Pass, cold_ok: bool) -> Row {
+    let cold = spec.cache == CacheState::Cold;
+    let (bytes, n, elapsed, cpu) = (p.bytes, p.requests, p.elapsed_s, p.cpu_s);
     let gb = bytes as f64 / 1e9;
-    let cpu = cpu1 - cpu0;
     let distinct = w.cold_sequence().len();
-    Ok(Row {
+    let hist = &p.hist;
+    Row {
         tool: "memdial".into(),
         pattern: w.name.clone(),
         io: spec.mode.as_str().into(),
         qd: spec.qd,
         cache: spec.cache.as_str().into(),
-        cold_verified: cold && resident_before == 0,
-        resident_before_bytes: resident_before,
-        resident_after_bytes: resident_after,
+        cold_verified: cold && cold_ok,
+        resident_before_bytes: p.resident_before,
+        resident_after_bytes: p.resident_after,
         working_set_bytes: w.pass_bytes(),
         request_bytes: w.median_request_bytes(),
         requests: n,
@@ -418,11 +510,11 @@ pub fn run_cell(w: &Workload, spec: &CellSpec) -> Result<Row> {
         latency_max_us: hist.max() as f64 / 1e3,
         cpu_s: cpu,
         cpu_s_per_gb: if gb > 0.0 { cpu / gb } else { 0.0 },
-        device_read_bytes: dev1.saturating_sub(dev0),
+        device_read_bytes: p.device_read_bytes,
         passes: n as f64 / distinct as f64,
         status: "ok".into(),
         note: String::new(),
-    })
+    }
 }
 
 /// Cold read bandwidth of a model's trunk-layer reads at queue depth 1 in `mode`,

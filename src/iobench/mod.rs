@@ -30,10 +30,12 @@
 //! # Cold and warm
 //! - **cold**: every file of the workload is evicted (fsync + `fadvise(DONTNEED)`,
 //!   no live mappings), the residency is measured with `mincore` just before the
-//!   timed reads and recorded; `cold_verified` is true only if it is 0. A cold cell
+//!   timed reads and recorded; `cold_verified` is true only if it is 0. A pass
 //!   reads each distinct request at most once (re-reading would hit the page cache
-//!   in buffered and mmap modes), so it ends after one pass or `seconds`,
-//!   whichever comes first.
+//!   in buffered and mmap modes); a cold cell of `memdial iobench` repeats evict +
+//!   verify + pass until its timed reads reach 2 s or 2 GB (or `seconds`): one pass
+//!   of `mini`'s trunk is 263 MB in ~0.1 s, too short to measure
+//!   ([`run_cell_measured`]).
 //! - **warm**: the requests' ranges are first read once through the page cache
 //!   (untimed); the sequence is then replayed cyclically for `seconds`.
 //!
@@ -102,7 +104,8 @@ impl Matrix {
 pub fn run_matrix(w: &Workload, m: &Matrix, on_row: &mut dyn FnMut(&Row)) -> Vec<Row> {
     let mut rows = Vec::new();
     for spec in m.cells() {
-        let row = run_cell(w, &spec).unwrap_or_else(|e| Row::error("memdial", &w.name, &spec, &e));
+        let row = run_cell_measured(w, &spec)
+            .unwrap_or_else(|e| Row::error("memdial", &w.name, &spec, &e));
         on_row(&row);
         rows.push(row);
         if m.fio {
