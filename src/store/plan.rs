@@ -343,14 +343,14 @@ pub fn plan(
 }
 
 impl Plan {
-    fn min_slots(&self) -> usize {
+    pub(crate) fn min_slots(&self) -> usize {
         if self.prefetch.trunk_ahead() {
             2
         } else {
             1
         }
     }
-    fn min_expert_buffers(&self, cfg: &ModelConfig) -> usize {
+    pub(crate) fn min_expert_buffers(&self, cfg: &ModelConfig) -> usize {
         let k = cfg
             .moe
             .as_ref()
@@ -531,104 +531,4 @@ pub fn plan_unchecked(
     };
     p.allocate(cfg, budget);
     Ok(p)
-}
-
-impl Plan {
-    /// The same layout allocated for another `budget` (cheap: no checkpoint lookups).
-    pub fn with_budget(&self, cfg: &ModelConfig, budget: u64) -> Plan {
-        let mut q = self.clone();
-        q.allocate(cfg, budget);
-        q
-    }
-
-    /// Allocates `budget` over the layout, in the order of [`crate::store::rank`].
-    fn allocate(&mut self, cfg: &ModelConfig, budget: u64) {
-        if self.embedding_pinned {
-            self.pinned_global_bytes -= self.embedding_bytes;
-            let key = self.embedding_key.clone();
-            self.pinned_keys.retain(|k| *k != key);
-            self.embedding_pinned = false;
-        }
-        let min_slots = self.min_slots();
-        let min_exp = if self.total_experts == 0 {
-            0
-        } else {
-            self.min_expert_buffers(cfg)
-        };
-        let rows_reserve =
-            planned_prefill_chunk(self.max_context) as u64 * self.embedding_row_buffer_bytes;
-        let (slot_bytes, expert_buffer_bytes) = (self.slot_bytes, self.expert_buffer_bytes);
-        // 1. Trunk groups and lm_head blocks (saves 1 byte/token per byte): a prefix.
-        let mut left = budget.saturating_sub(self.floor_bytes);
-        let mut pinned_groups = 0;
-        let mut pinned_trunk = 0u64;
-        let n_groups = self.groups.len();
-        for (i, g) in self.groups.iter().enumerate() {
-            let cost = g.read.buffer_bytes;
-            // Pinning the last unpinned group also frees the rotating slots.
-            let refund = if i + 1 == n_groups {
-                min_slots as u64 * slot_bytes
-            } else {
-                0
-            };
-            if cost <= left + refund {
-                left = left + refund - cost;
-                pinned_groups += 1;
-                pinned_trunk += cost;
-            } else {
-                break;
-            }
-        }
-        // 2. Expert cache (k/E per byte under uniform routing).
-        let total_experts = self.total_experts;
-        let extra_experts = left.checked_div(expert_buffer_bytes).unwrap_or(0) as usize;
-        let expert_cache = (min_exp + extra_experts).min(total_experts.max(min_exp));
-        left -= ((expert_cache - min_exp) as u64 * expert_buffer_bytes).min(left);
-        // 3. The embedding table (one row per token: ≈ 0 per byte), only with room to spare.
-        let embedding_pinned = self.embedding_bytes <= left + rows_reserve;
-        if embedding_pinned {
-            left = left + rows_reserve - self.embedding_bytes;
-            self.pinned_global_bytes += self.embedding_bytes;
-            self.pinned_keys.insert(0, self.embedding_key.clone());
-        }
-        let groups = &self.groups;
-        let pinned_layers = (0..cfg.num_hidden_layers)
-            .take_while(|&l| {
-                groups[..pinned_groups]
-                    .iter()
-                    .filter(|g| g.layer == l)
-                    .count()
-                    == groups.iter().filter(|g| g.layer == l).count()
-            })
-            .count();
-        let pinned_trunk_tensor: u64 = groups[..pinned_groups]
-            .iter()
-            .map(|g| g.read.tensor_bytes)
-            .sum();
-        self.budget_bytes = budget;
-        self.pinned_layers = pinned_layers;
-        self.pinned_groups = pinned_groups;
-        self.pinned_trunk_bytes = pinned_trunk;
-        self.trunk_slots = if pinned_groups == n_groups {
-            0
-        } else {
-            min_slots
-        };
-        self.expert_cache_experts = expert_cache;
-        self.expert_cache_bytes = expert_cache as u64 * expert_buffer_bytes;
-        self.embedding_pinned = embedding_pinned;
-        self.embedding_rows_bytes = if embedding_pinned { 0 } else { rows_reserve };
-        self.predicted_trunk_hit_rate = if self.trunk_bytes_per_token > 0 {
-            pinned_trunk_tensor as f64 / self.trunk_bytes_per_token as f64
-        } else {
-            1.0
-        };
-        self.predicted_expert_hit_rate_uniform = if total_experts > 0 {
-            expert_cache.min(total_experts) as f64 / total_experts as f64
-        } else {
-            1.0
-        };
-        self.unused_bytes = left;
-        self.predicted_bytes_per_token = crate::store::rank::bytes_per_token(self, cfg);
-    }
 }
