@@ -19,6 +19,7 @@ use crate::args::{as_usage, usage};
 use crate::sweep::baseline;
 use crate::sweep::cgroup::{self, RunCgroup, Support};
 use crate::sweep::coldcache::make_cold;
+use crate::sweep::engines::{self, Registry};
 use crate::sweep::host::Host;
 use crate::sweep::report::{write_all, Baseline, Meta};
 use crate::sweep::row::{self, Row};
@@ -232,6 +233,9 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         .and_then(|ck| memdial::checkpoint::model_content_hash(&ck))
         .map_err(|e| usage(format!("{e:#}")))?;
     let spec_hash = spec.hash();
+    let mut engines = Registry::from_spec(&spec).map_err(as_usage)?;
+    engines.require_available()?;
+    let prompt_ids = engines::registry::prompt_ids(&spec, &model, engines.has_external())?;
     let base = match &a.baseline {
         Some(p) => {
             let me = baseline::Identity {
@@ -259,9 +263,20 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
             )));
         }
     }
+    // Points an engine cannot run (resident-only under the model size, an IO mode it
+    // lacks): recorded as `n/a`, neither run nor failed.
+    let na: BTreeMap<usize, String> = selected
+        .iter()
+        .filter_map(|r| {
+            let e = engines.get(&r.point.engine)?;
+            engines
+                .not_applicable(e, &spec, &r.point, r.budget_bytes, model_bytes)
+                .map(|w| (r.point.index, w))
+        })
+        .collect();
     let runnable: Vec<Point> = selected
         .iter()
-        .filter(|r| r.budget_bytes >= r.floor_bytes)
+        .filter(|r| r.budget_bytes >= r.floor_bytes && !na.contains_key(&r.point.index))
         .map(|r| r.point.clone())
         .collect();
     let by_index: BTreeMap<usize, &Resolved> =
@@ -331,6 +346,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
             command,
             results_schema: None,
             model_content_hash: None,
+            engines: vec![],
         }
     };
     let mut meta = meta;
@@ -343,9 +359,11 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     let below: Vec<&Resolved> = selected
         .iter()
         .copied()
-        .filter(|r| r.budget_bytes < r.floor_bytes)
+        .filter(|r| r.budget_bytes < r.floor_bytes && !na.contains_key(&r.point.index))
         .collect();
-    meta.runs_planned = slots.len() + below.len();
+    meta.runs_planned = slots.len() + below.len() + na.len();
+    engines.prepare(&out, &model, &content_hash)?;
+    meta.engines = engines.meta();
     if !out.join("spec.toml").exists() {
         crate::sweep::util::write_atomic(&out.join("spec.toml"), spec_text.as_bytes())?;
     }
@@ -396,6 +414,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         model_device: host.model_device.clone(),
         memdial_version: env!("CARGO_PKG_VERSION").to_string(),
         started_utc: utc_now_rfc3339(),
+        engine: p.engine.clone(),
         ..Default::default()
     };
     for r in &below {
@@ -412,10 +431,22 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
             rows.push(row);
         }
     }
+    for r in &selected {
+        if let Some(why) = na.get(&r.point.index) {
+            let id = format!("{}#na", r.point.key());
+            if !rows.iter().any(|x| x.run_id == id) {
+                let mut row = base_row(&r.point, r.budget_bytes, r.floor_bytes);
+                row.run_id = id;
+                row.status = "n/a".into();
+                row.error = Some(why.clone());
+                rows.push(row);
+            }
+        }
+    }
     // Finished runs are kept; failed ones are run again.
     let finished: std::collections::HashSet<String> = rows
         .iter()
-        .filter(|r| r.status == "ok" || r.status == "below_floor")
+        .filter(|r| matches!(r.status.as_str(), "ok" | "below_floor" | "n/a"))
         .map(|r| r.run_id.clone())
         .collect();
     let todo: Vec<&RunSlot> = slots
@@ -455,9 +486,17 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     let mut stopped = false;
     for slot in todo {
         let r = by_index[&slot.point.index];
+        let engine = engines
+            .get(&slot.point.engine)
+            .context("engine of the point")?;
         let label = format!(
-            "p{} {} {}/{} {} {}t {}{}",
+            "p{}{} {} {}/{} {} {}t {}{}",
             slot.point.index,
+            if meta.engines.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", engine.name)
+            },
             crate::sweep::spec::budget_label(&slot.point.budget_spec, r.budget_bytes),
             slot.point.io,
             slot.point.prefetch,
@@ -477,6 +516,13 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         row.cold_verified = cold.verified();
         row.cgroup_reason = Some(no_cg_reason.clone());
         let cg = match &cg_mode {
+            Some(_) if !engine.budget.wants_cgroup() => {
+                row.cgroup_reason = Some(format!(
+                    "engine {} holds its budget by its own flags (budget = \"flag\")",
+                    engine.name
+                ));
+                None
+            }
             Some(m) => {
                 match RunCgroup::create(m, &slot.dir_name(), r.budget_bytes + slack) {
                     Ok(c) => {
@@ -497,6 +543,26 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         };
         let prompt = &spec.prompts[slot.point.prompt_index];
         let run_dir = out.join("runs").join(slot.dir_name());
+        let ext_ctx = engines::RunCtx {
+            model_dir: &model,
+            prompt_ids: &prompt_ids[slot.point.prompt_index],
+            point: &slot.point,
+            budget_bytes: r.budget_bytes,
+            max_tokens: spec.max_tokens,
+            run_dir: &run_dir,
+            trunk_share_bytes: engines::registry::trunk_share(
+                engine,
+                &model,
+                r.budget_bytes,
+                &slot.point,
+                prompt_ids[slot.point.prompt_index].len() + spec.max_tokens,
+            ),
+        };
+        let ext = if engine.is_memdial() {
+            None
+        } else {
+            Some(engines.command(engine, &ext_ctx).map_err(as_usage)?)
+        };
         let req = RunRequest {
             bin: &bin,
             model: &model,
@@ -512,9 +578,11 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
             timeout,
             cgroup: cg.as_ref(),
             watch_files: &shard_files,
+            external: ext.as_ref(),
         };
         row.started_utc = utc_now_rfc3339();
-        let o = req.execute()?;
+        let mut o = req.execute()?;
+        engines::registry::finish_run(&engines, engine, &ext_ctx, &mut o, &mut row, cg.is_some());
         row.wall_s = Some(o.wall_s);
         row.exit_code = o.exit_code;
         if let Some(c) = &cg {
@@ -594,6 +662,19 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         }
     }
     pb.finish_and_clear();
+    if !meta.engines.is_empty() {
+        if let Err(e) = engines::margins::find(
+            &out,
+            &bin,
+            &model,
+            &rows,
+            &meta.engines,
+            &prompt_ids,
+            &spec.extra_args,
+        ) {
+            eprintln!("warning: cannot dump the reference logits for the engines' margins: {e:#}");
+        }
+    }
     let (v, cmp) = write_all(&out, &meta, &rows, base.as_ref())?;
     let finished_runs = rows.iter().filter(|r| r.status == "ok").count();
     let complete = slots
