@@ -3,9 +3,12 @@
 //! and the memory/speed curve.
 //!
 //! - [`spec`]: the TOML spec and its expansion into points and runs;
+//! - [`points`], [`rundir`], [`execute`]: the steps of `memdial sweep` (points with
+//!   resolved budgets, the run directory, one run slot → one row);
 //! - [`runner`]: one child `memdial run --metrics-json` per run;
 //! - [`coldcache`]: eviction and mincore verification before each run;
-//! - [`cgroup`]: memory-cgroup enforcement of the budget (default on);
+//! - [`cgroup`]: memory-cgroup enforcement of the budget (default on; v1, v2,
+//!   systemd-run and sampling in submodules);
 //! - [`memwatch`]: anon + page-cache memory sampled while a run is alive;
 //! - [`row`]: the results schema (`results.csv` / `results.json`);
 //! - [`verdict`], [`stats`], [`baseline`]: what the rows mean;
@@ -21,12 +24,15 @@ pub mod charts;
 pub mod coldcache;
 pub mod compare;
 pub mod engines;
+pub mod execute;
 pub mod host;
 pub mod memwatch;
 pub mod merge;
+pub mod points;
 pub mod recommend;
 pub mod report;
 pub mod row;
+pub mod rundir;
 pub mod runner;
 pub mod spec;
 pub mod stats;

@@ -1,0 +1,292 @@
+//! Step 3 of a sweep: one run slot → one results row (cold cache, memory cgroup,
+//! child process, status classification).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Result;
+use memdial::store::plan::fmt_bytes;
+
+use super::cgroup::{self, Mode, RunCgroup};
+use super::coldcache::make_cold;
+use super::engines::{self, Registry};
+use super::host::Host;
+use super::points::Resolved;
+use super::row::Row;
+use super::runner::RunRequest;
+use super::spec::{Point, RunSlot, Spec};
+use super::util::utc_now_rfc3339;
+
+/// What every run of one sweep invocation shares.
+pub struct RunEnv<'a> {
+    /// The spec.
+    pub spec: &'a Spec,
+    /// Host facts copied into every row.
+    pub host: Host,
+    /// The `memdial` binary started for each run.
+    pub bin: PathBuf,
+    /// Model directory (canonical).
+    pub model: &'a Path,
+    /// The sweep's run directory.
+    pub out: &'a Path,
+    /// Model shard files (evicted before each run, watched during it).
+    pub shard_files: &'a [PathBuf],
+    /// Where per-run memory cgroups are made (`None`: unenforced).
+    pub cg_mode: Option<Mode>,
+    /// Why runs are unenforced when `cg_mode` is `None`.
+    pub no_cg_reason: String,
+    /// `--cgroup`: a cgroup that cannot be made is an error.
+    pub require_cgroup: bool,
+    /// Spec `cgroup_slack`, bytes above the budget.
+    pub slack: u64,
+    /// Per-run timeout.
+    pub timeout: Duration,
+    /// Test only: (point index, logit id) to perturb.
+    pub perturb: Option<(usize, u32)>,
+    /// The spec's engines.
+    pub engines: &'a Registry,
+    /// Prompt ids of every prompt (other engines are given ids).
+    pub prompt_ids: &'a [Vec<u32>],
+}
+
+/// `p3 25% direct/none lru 2t r0`: the progress label of a run.
+pub fn run_label(slot: &RunSlot, budget_bytes: u64) -> String {
+    format!(
+        "p{}{} {} {}/{} {} {}t {}{}",
+        slot.point.index,
+        if slot.point.engine_in_key {
+            format!(" {}", slot.point.engine)
+        } else {
+            String::new()
+        },
+        super::spec::budget_label(&slot.point.budget_spec, budget_bytes),
+        slot.point.io,
+        slot.point.prefetch,
+        slot.point.cache,
+        slot.point.threads,
+        if slot.warmup { "w" } else { "r" },
+        slot.repeat
+    )
+}
+
+/// A short outcome for progress lines: `0.0123 s/token`, `ok`, or the status.
+pub fn outcome_label(row: &Row) -> String {
+    match (row.status.as_str(), row.decode_s_per_token_median) {
+        ("ok", Some(s)) => format!("{s:.4} s/token"),
+        ("ok", None) => "ok".into(),
+        (st, _) => st.to_string(),
+    }
+}
+
+impl RunEnv<'_> {
+    /// A row with the point's and host's columns filled.
+    pub fn base_row(&self, p: &Point, budget: u64, floor: u64) -> Row {
+        let host = &self.host;
+        Row {
+            point_index: p.index,
+            point_key: p.key(),
+            budget_spec: p.budget_spec.clone(),
+            budget_bytes: budget,
+            io: p.io.clone(),
+            prefetch: p.prefetch.clone(),
+            cache: p.cache.clone(),
+            threads: p.threads,
+            prompt_index: p.prompt_index,
+            max_tokens: self.spec.max_tokens,
+            planned_floor_bytes: floor,
+            host_name: host.host_name.clone(),
+            cpu_model: host.cpu_model.clone(),
+            cpu_cores: host.cpu_cores,
+            ram_bytes: host.ram_bytes,
+            kernel: host.kernel.clone(),
+            model_fs: host.model_fs.clone(),
+            model_device: host.model_device.clone(),
+            memdial_version: env!("CARGO_PKG_VERSION").to_string(),
+            started_utc: utc_now_rfc3339(),
+            engine: p.engine.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// The `n/a` row of a point its engine cannot run.
+    pub fn not_applicable_row(&self, r: &Resolved, why: &str) -> Row {
+        let mut row = self.base_row(&r.point, r.budget_bytes, r.floor_bytes);
+        row.run_id = format!("{}#na", r.point.key());
+        row.status = "n/a".into();
+        row.error = Some(why.to_string());
+        row
+    }
+
+    /// The `below_floor` row of a point whose budget is below the floor.
+    pub fn below_floor_row(&self, r: &Resolved) -> Row {
+        let mut row = self.base_row(&r.point, r.budget_bytes, r.floor_bytes);
+        row.run_id = format!("{}#skip", r.point.key());
+        row.status = "below_floor".into();
+        row.error = Some(format!(
+            "budget {} is below the floor {}",
+            fmt_bytes(r.budget_bytes),
+            fmt_bytes(r.floor_bytes)
+        ));
+        row
+    }
+
+    /// Runs one slot from a cold cache in its memory cgroup and classifies the
+    /// outcome (`ok`, `failed`, `refused` for exit 2, `timeout`).
+    ///
+    /// Errors: the cache cannot be evicted, the child cannot be started, or
+    /// `--cgroup` is required and no cgroup can be made.
+    pub fn run_slot(&self, slot: &RunSlot, r: &Resolved) -> Result<Row> {
+        let spec = self.spec;
+        let slack = self.slack;
+        let mut row = self.base_row(&slot.point, r.budget_bytes, r.floor_bytes);
+        row.run_id = slot.run_id();
+        row.repeat = slot.repeat;
+        row.warmup = slot.warmup;
+        let cold = make_cold(self.shard_files)?;
+        row.model_files = cold.files;
+        row.resident_before_bytes = cold.resident_bytes;
+        row.cold_verified = cold.verified();
+        row.cgroup_reason = Some(self.no_cg_reason.clone());
+        let engine = self
+            .engines
+            .get(&slot.point.engine)
+            .ok_or_else(|| anyhow::anyhow!("engine {:?} is not in the spec", slot.point.engine))?;
+        let cg = match &self.cg_mode {
+            Some(_) if !engine.budget.wants_cgroup() => {
+                row.cgroup_reason = Some(format!(
+                    "engine {} holds its budget by its own flags (budget = \"flag\")",
+                    engine.name
+                ));
+                None
+            }
+            Some(m) => match RunCgroup::create(m, &slot.dir_name(), r.budget_bytes + slack) {
+                Ok(c) => {
+                    row.cgroup_reason = None;
+                    Some(c)
+                }
+                Err(e) if self.require_cgroup => {
+                    return Err(e.context("--cgroup: cannot create a memory cgroup"))
+                }
+                Err(e) => {
+                    eprintln!(
+                        "warning: cannot create a memory cgroup ({e:#}); this run is not enforced"
+                    );
+                    row.cgroup_reason = Some(format!("{e:#}"));
+                    None
+                }
+            },
+            None => None,
+        };
+        let prompt = &spec.prompts[slot.point.prompt_index];
+        let run_dir = self.out.join("runs").join(slot.dir_name());
+        let ids = &self.prompt_ids[slot.point.prompt_index];
+        let ext_ctx = engines::RunCtx {
+            model_dir: self.model,
+            prompt_ids: ids,
+            point: &slot.point,
+            budget_bytes: r.budget_bytes,
+            max_tokens: spec.max_tokens,
+            run_dir: &run_dir,
+            trunk_share_bytes: engines::registry::trunk_share(
+                engine,
+                self.model,
+                r.budget_bytes,
+                &slot.point,
+                ids.len() + spec.max_tokens,
+            ),
+        };
+        let ext = if engine.is_memdial() {
+            None
+        } else {
+            Some(
+                self.engines
+                    .command(engine, &ext_ctx)
+                    .map_err(crate::args::as_usage)?,
+            )
+        };
+        let req = RunRequest {
+            bin: &self.bin,
+            model: self.model,
+            point: &slot.point,
+            budget_bytes: r.budget_bytes,
+            prompt,
+            max_tokens: spec.max_tokens,
+            max_context: spec.max_context,
+            extra_args: &spec.extra_args,
+            perturb_logit: self
+                .perturb
+                .and_then(|(p, id)| (p == slot.point.index).then_some(id)),
+            run_dir: &run_dir,
+            timeout: self.timeout,
+            cgroup: cg.as_ref(),
+            watch_files: self.shard_files,
+            external: ext.as_ref(),
+        };
+        row.started_utc = utc_now_rfc3339();
+        let mut o = req.execute()?;
+        engines::registry::finish_run(
+            self.engines,
+            engine,
+            &ext_ctx,
+            &mut o,
+            &mut row,
+            cg.is_some(),
+        );
+        row.wall_s = Some(o.wall_s);
+        row.exit_code = o.exit_code;
+        if let Some(c) = &cg {
+            row.cgroup_enforced = true;
+            row.cgroup_limit_bytes = Some(c.limit_bytes);
+            row.cgroup_peak_bytes = c.peak_bytes();
+            row.cgroup_oom_kills = c.oom_kills();
+        }
+        drop(cg);
+        let oom_killed = row.cgroup_oom_kills.unwrap_or(0) > 0
+            || (row.cgroup_enforced && o.mem.cgroup_oom_kills.unwrap_or(0) > 0);
+        let why = || {
+            if oom_killed {
+                format!(
+                    "{}{}",
+                    cgroup::oom_hint(r.budget_bytes, slack),
+                    if o.stderr_tail.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (stderr: {})", o.stderr_tail)
+                    }
+                )
+            } else if !o.stderr_tail.is_empty() {
+                o.stderr_tail.clone()
+            } else if let Some(sig) = o.signal {
+                format!("killed by signal {sig}")
+            } else {
+                o.metrics_error.clone().unwrap_or_default()
+            }
+        };
+        row.status = if o.timed_out {
+            row.error = Some(format!("timed out after {:.0} s", spec.timeout_s));
+            "timeout".into()
+        } else if o.exit_code == Some(0) {
+            match &o.metrics {
+                Some(m) => match row.fill_metrics(m) {
+                    Ok(()) => "ok".into(),
+                    Err(e) => {
+                        row.error = Some(format!("{e:#}"));
+                        "failed".into()
+                    }
+                },
+                None => {
+                    row.error = o.metrics_error.clone();
+                    "failed".into()
+                }
+            }
+        } else if o.exit_code == Some(2) {
+            row.error = Some(why());
+            "refused".into()
+        } else {
+            row.error = Some(why());
+            "failed".into()
+        };
+        row.fill_memory(&o.mem, slack);
+        Ok(row)
+    }
+}
