@@ -325,6 +325,43 @@ fn missing_binary_is_a_usage_error_naming_how_to_build() {
     );
 }
 
+/// kimi-k3-in-c (`MEMDIAL_K3C_BIN`) against memdial on tiny-k3. Its trunk packer
+/// needs every layer's trunk in one shard, which tiny-k3 does not have, so the
+/// command is overridden to hold the trunk resident (`--cache-gb` only, no setup):
+/// the ids, the step-table timings and the version are still read by the built-in
+/// adapter's rules.
+fn kimi_k3_in_c_agrees_with_memdial_on_tiny_k3() -> testkit::Outcome {
+    let Some(bin) = std::env::var_os("MEMDIAL_K3C_BIN").filter(|b| !b.is_empty()) else {
+        return testkit::skip("MEMDIAL_K3C_BIN is not set (build kimi-k3-in-c, see the README)");
+    };
+    let bin = PathBuf::from(bin);
+    let _g = lock();
+    let spec = r#"
+budgets = ["2x floor"]
+prompts = ["The capital of France is"]
+max_tokens = 8
+repeats = 1
+engines = ["memdial", "kimi-k3-in-c"]
+[engine.kimi-k3-in-c]
+command = ["{bin}", "{model}", "--cache-gb", "0.1", "--ids", "{prompt_ids}", "--gen", "{max_tokens}",
+           "--stop-id", "{eos_id}", "--threads", "{threads}", "--incremental", "--out", "{run_dir}/engine-out.json"]
+setup = []
+"#;
+    let (o, out) = sweep(&model("tiny-k3"), spec, "k3c", &[("MEMDIAL_K3C_BIN", &bin)]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let rows = rows(&out);
+    let k = rows.iter().find(|r| r["engine"] == "kimi-k3-in-c").unwrap();
+    let me = rows.iter().find(|r| r["engine"] == "memdial").unwrap();
+    assert_eq!(ids(k), ids(me));
+    assert!(k["ttft_s"].as_f64().is_some(), "{k}");
+    assert_eq!(k["metric_sources"]["decode_s_per_token"], "engine");
+    assert!(
+        k["engine_version"].as_str().unwrap().starts_with("k3 "),
+        "{k}"
+    );
+    Ok(testkit::Completion::Completed)
+}
+
 fn main() -> ExitCode {
     testkit::main(
         include_str!("engines.rs"),
@@ -332,6 +369,10 @@ fn main() -> ExitCode {
             testkit::ignorable(
                 "mlx_lm_agrees_with_memdial_on_tiny_fixtures",
                 mlx_lm_agrees_with_memdial_on_tiny_fixtures,
+            ),
+            testkit::ignorable(
+                "kimi_k3_in_c_agrees_with_memdial_on_tiny_k3",
+                kimi_k3_in_c_agrees_with_memdial_on_tiny_k3,
             ),
             testkit::test(
                 "command_engine_mismatch_fails_only_when_it_must_match",

@@ -87,6 +87,11 @@ pub struct EngineDef {
     /// Every matching line contributes (streamed one id per line works too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ids_stdout_regex: Option<String>,
+    /// Regex over stdout lines whose capture group 1 is the seconds of one generation
+    /// step, in order: the first is the time to first token (prefill + first token),
+    /// the others the decode steps (e.g. kimi-k3-in-c's step table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_stdout_regex: Option<String>,
     /// Dotted key (in `ids_json`) of the per-token decode seconds (array).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_key: Option<String>,
@@ -129,6 +134,10 @@ pub struct EngineDef {
     /// model bytes × `resident_factor` + this are `n/a`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_overhead: Option<String>,
+    /// `model_type`s of config.json the engine runs (unset: any); points of other
+    /// models are `n/a`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_types: Option<Vec<String>>,
     /// Setup command run once per model (cached under `{setup_dir}`, which it fills).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup: Option<Vec<String>>,
@@ -213,14 +222,19 @@ pub fn builtin(name: &str) -> Option<EngineDef> {
             env: [("OMP_NUM_THREADS".to_string(), "{threads}".to_string())].into(),
             ids_json: Some("{run_dir}/engine-out.json".into()),
             ids_key: Some("generated_ids".into()),
-            decode_median_key: Some("seconds_per_token".into()),
+            // Its step table: `STEP TOKEN SECONDS …` rows, step 0 = prefill + first token.
+            steps_stdout_regex: Some(
+                r"^\d+\s+\d+\s+([0-9.]+)\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s*$".into(),
+            ),
             version_command: Some(s(&["{bin}", "--version"])),
             setup: Some(s(&[
                 "python3",
                 "{bin_dir}/../tools/pack_trunk.py",
                 "{model}",
                 "{setup_dir}",
+                "{num_layers}",
             ])),
+            model_types: Some(vec!["kimi_k3".into()]),
             budget: Some(BudgetHold::Both),
             must_match: Some(true),
             ..Default::default()
@@ -299,6 +313,7 @@ pub fn overlay(a: EngineDef, b: &EngineDef) -> EngineDef {
         ids_json,
         ids_key,
         ids_stdout_regex,
+        steps_stdout_regex,
         decode_key,
         decode_median_key,
         ttft_key,
@@ -311,6 +326,7 @@ pub fn overlay(a: EngineDef, b: &EngineDef) -> EngineDef {
         resident_only,
         resident_factor,
         runtime_overhead,
+        model_types,
         setup,
         must_match,
         python

@@ -103,7 +103,18 @@ pub fn read_metrics(
         (None, None) => bail!("{}: no ids source", e.name),
     };
     sources.insert("output_ids".into(), json!("engine"));
-    let decode: Vec<f64> = match (doc.as_ref(), d.decode_key.as_ref()) {
+    let steps: Vec<f64> = match &d.steps_stdout_regex {
+        Some(r) => {
+            let re = regex::Regex::new(r)?;
+            let out = std::fs::read_to_string(run_dir.join("stdout.txt")).unwrap_or_default();
+            out.lines()
+                .filter_map(|l| re.captures(l)?.get(1)?.as_str().parse::<f64>().ok())
+                .filter(|x| x.is_finite())
+                .collect()
+        }
+        None => vec![],
+    };
+    let mut decode: Vec<f64> = match (doc.as_ref(), d.decode_key.as_ref()) {
         (Some(doc), Some(k)) => get_path(doc, k)
             .and_then(|v| v.as_array())
             .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
@@ -111,16 +122,22 @@ pub fn read_metrics(
         _ => vec![],
     };
     let mut m = Map::new();
-    if !decode.is_empty() {
-        sources.insert("decode_s_per_token".into(), json!("engine"));
-    }
     let median = f64_at(doc.as_ref(), d.decode_median_key.as_ref());
     if median.is_some() {
         sources.insert("decode_s_per_token_median".into(), json!("engine"));
     }
-    let ttft = f64_at(doc.as_ref(), d.ttft_key.as_ref());
+    let mut ttft = f64_at(doc.as_ref(), d.ttft_key.as_ref());
+    if let Some((first, rest)) = steps.split_first() {
+        ttft = ttft.or(Some(*first));
+        if decode.is_empty() {
+            decode = rest.to_vec();
+        }
+    }
     if ttft.is_some() {
         sources.insert("ttft_s".into(), json!("engine"));
+    }
+    if !decode.is_empty() {
+        sources.insert("decode_s_per_token".into(), json!("engine"));
     }
     let load = f64_at(doc.as_ref(), d.load_key.as_ref());
     if load.is_some() {
@@ -166,6 +183,17 @@ mod tests {
             ids_from_stdout("log\n@K3TOKEN 5\n@K3TOKEN 7\n", &re).unwrap(),
             vec![5, 7]
         );
+        let k3c = crate::sweep::engines::def::builtin("kimi-k3-in-c").unwrap();
+        let re = regex::Regex::new(k3c.steps_stdout_regex.as_deref().unwrap()).unwrap();
+        let table = "STEP   TOKEN      SECONDS      CACHE HIT  READ GB    TOK/S\n\
+                     0      4470       15.13        100.0      0.34       0.066\n\
+                     1      13134      4.92         100.0      0.08       0.203\n\
+                     8 tokens in 48.5 s, 6.06 s/token average\n";
+        let secs: Vec<&str> = table
+            .lines()
+            .filter_map(|l| re.captures(l).map(|c| c.get(1).unwrap().as_str()))
+            .collect();
+        assert_eq!(secs, vec!["15.13", "4.92"]);
         let re = regex::Regex::new(r"^ids: (.*)$").unwrap();
         assert_eq!(
             ids_from_stdout("ids: [4, 5,6]\n", &re).unwrap(),

@@ -124,6 +124,10 @@ pub struct Registry {
     pub eos_ids: Vec<u32>,
     /// `--ignore-eos` is in the spec's extra_args.
     pub ignore_eos: bool,
+    /// config.json's `model_type` and `num_hidden_layers` (after [`Registry::prepare`]).
+    pub model_type: String,
+    /// Layers of the model.
+    pub num_layers: usize,
     /// Where the embedded scripts were written.
     pub scripts_dir: Option<PathBuf>,
 }
@@ -166,6 +170,13 @@ pub fn resolve_def(spec: &Spec, name: &str) -> Result<EngineDef> {
     }
     if adapter != "memdial" && d.ids_json.is_none() && d.ids_stdout_regex.is_none() {
         bail!("engine {name:?}: say where its ids are (`ids_json` + `ids_key`, or `ids_stdout_regex`)");
+    }
+    if let Some(r) = &d.steps_stdout_regex {
+        let re =
+            regex::Regex::new(r).with_context(|| format!("engine {name:?}: steps_stdout_regex"))?;
+        if re.captures_len() < 2 {
+            bail!("engine {name:?}: steps_stdout_regex needs a capture group holding the seconds");
+        }
     }
     if let Some(r) = &d.ids_stdout_regex {
         let re =
@@ -255,6 +266,8 @@ impl Registry {
             engines,
             reference,
             eos_ids: vec![],
+            model_type: String::new(),
+            num_layers: 0,
             ignore_eos: spec.extra_args.iter().any(|a| a == "--ignore-eos"),
             scripts_dir: None,
         })
@@ -327,6 +340,16 @@ impl Registry {
         v
     }
 
+    /// Reads the model facts templates and applicability need (eos ids, model type,
+    /// layers) from `model`'s config.json.
+    pub fn set_model(&mut self, model: &Path) -> Result<()> {
+        let cfg = memdial::config::load_config(model)?;
+        self.eos_ids = cfg.eos_token_ids.clone();
+        self.model_type = cfg.model_type.clone();
+        self.num_layers = cfg.num_hidden_layers;
+        Ok(())
+    }
+
     /// A usage error listing every missing binary or python with how to get it.
     pub fn require_available(&self) -> Result<()> {
         let missing: Vec<String> = self.engines.iter().flat_map(|e| self.missing(e)).collect();
@@ -340,8 +363,7 @@ impl Registry {
     /// one is a usage error naming how to build it), writes the embedded scripts, runs
     /// each setup step once per model (cached by `content_hash`), reads versions.
     pub fn prepare(&mut self, out: &Path, model: &Path, content_hash: &str) -> Result<()> {
-        let cfg = memdial::config::load_config(model)?;
-        self.eos_ids = cfg.eos_token_ids.clone();
+        self.set_model(model)?;
         self.require_available()?;
         if self.engines.iter().any(|e| {
             e.def
@@ -363,7 +385,12 @@ impl Registry {
                 continue;
             }
             let mut vars = self.base_vars(&e, model);
-            if let Some(setup) = &e.def.setup {
+            let runs_here = e
+                .def
+                .model_types
+                .as_ref()
+                .is_none_or(|t| t.contains(&self.model_type));
+            if let (Some(setup), true) = (&e.def.setup, runs_here) {
                 let dir = setup_cache()
                     .join(sanitize(&e.name))
                     .join(&content_hash[..content_hash.len().min(16)]);
@@ -400,6 +427,8 @@ impl Registry {
         if let Some(s) = &e.setup_dir {
             v.set("setup_dir", s.display());
         }
+        v.set("model_type", &self.model_type);
+        v.set("num_layers", self.num_layers);
         let eos: Vec<u32> = if self.ignore_eos {
             vec![]
         } else {
@@ -427,6 +456,16 @@ impl Registry {
     ) -> Option<String> {
         if e.is_memdial() {
             return None;
+        }
+        if let Some(types) = &e.def.model_types {
+            if !types.contains(&self.model_type) {
+                return Some(format!(
+                    "{} runs {} models, this one is {}",
+                    e.name,
+                    types.join(", "),
+                    self.model_type
+                ));
+            }
         }
         if e.def.resident_only.unwrap_or(false) {
             let need = resident_need(&e.def, model_bytes);
@@ -600,6 +639,9 @@ fn run_setup(name: &str, setup: &[String], vars: &Vars, dir: &Path) -> Result<()
         return Ok(());
     }
     let args = vars.expand_args(setup)?;
+    if args.is_empty() {
+        return Ok(());
+    }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     eprintln!(
         "engine {name}: setup (once per model, cached in {}): {}",

@@ -26,6 +26,8 @@ pub const PLACEHOLDERS: &[(&str, &str)] = &[
     ),
     ("eos_id", "the first eos id (-1 when none)"),
     ("threads", "compute threads of the point"),
+    ("num_layers", "config.json's num_hidden_layers"),
+    ("model_type", "config.json's model_type"),
     ("budget_bytes", "the point's budget, bytes"),
     ("budget_mib", "the budget in MiB (2 decimals)"),
     ("budget_gib", "the budget in GiB (3 decimals)"),
