@@ -262,7 +262,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     let mut engines = Registry::from_spec(spec).map_err(as_usage)?;
     engines.require_available()?;
     engines.set_model(&inp.model).map_err(as_usage)?;
-    let prompt_ids = engines::registry::prompt_ids(spec, &inp.model, engines.has_external())?;
+    let prompt_ids = engines::runs::prompt_ids(spec, &inp.model, engines.has_external())?;
     let points = Points::resolve(spec, &inp.model)?;
     let points_total = points.resolved.len();
     let sel = points.select(spec, inp.shard, &engines);

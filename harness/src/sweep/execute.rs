@@ -187,7 +187,7 @@ impl RunEnv<'_> {
             budget_bytes: r.budget_bytes,
             max_tokens: spec.max_tokens,
             run_dir: &run_dir,
-            trunk_share_bytes: engines::registry::trunk_share(
+            trunk_share_bytes: engines::runs::trunk_share(
                 engine,
                 self.model,
                 r.budget_bytes,
@@ -224,7 +224,7 @@ impl RunEnv<'_> {
         };
         row.started_utc = utc_now_rfc3339();
         let mut o = req.execute()?;
-        engines::registry::finish_run(
+        engines::runs::finish_run(
             self.engines,
             engine,
             &ext_ctx,

@@ -10,6 +10,8 @@
 //! - [`def`]: the `[engine.NAME]` table and the built-in adapters;
 //! - [`registry`]: the spec's engines resolved (binaries, versions, setup step,
 //!   which points each one can run);
+//! - [`runs`]: per-run glue (prompt ids, trunk share, reading an engine's output);
+//! - [`setup`]: cached setup steps and versions;
 //! - [`check`]: `memdial engines check`.
 
 pub mod agreement;
@@ -19,6 +21,8 @@ pub mod margins;
 pub mod output;
 pub mod ratio;
 pub mod registry;
+pub mod runs;
+pub mod setup;
 pub mod template;
 
 pub use registry::{Registry, RunCtx};

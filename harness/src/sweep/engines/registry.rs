@@ -3,7 +3,6 @@
 //! model, cached), and which points each engine can run.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -391,19 +390,19 @@ impl Registry {
                 .as_ref()
                 .is_none_or(|t| t.contains(&self.model_type));
             if let (Some(setup), true) = (&e.def.setup, runs_here) {
-                let dir = setup_cache()
+                let dir = super::setup::setup_cache()
                     .join(sanitize(&e.name))
                     .join(&content_hash[..content_hash.len().min(16)]);
                 vars.set("setup_dir", dir.display());
-                run_setup(&e.name, setup, &vars, &dir)?;
+                super::setup::run_setup(&e.name, setup, &vars, &dir)?;
                 self.engines[i].setup_dir = Some(dir);
             }
             let version = match &e.def.version_command {
-                Some(cmd) => first_line_of(&vars.expand_args(cmd)?),
+                Some(cmd) => super::setup::first_line_of(&vars.expand_args(cmd)?),
                 None => None,
             };
             self.engines[i].version = version
-                .or_else(|| e.bin.as_deref().and_then(file_sha_label))
+                .or_else(|| e.bin.as_deref().and_then(super::setup::file_sha_label))
                 .unwrap_or_default();
         }
         Ok(())
@@ -593,7 +592,7 @@ pub fn resident_need(d: &EngineDef, model_bytes: u64) -> u64 {
     (model_bytes as f64 * f).ceil() as u64 + o
 }
 
-fn uses(d: &EngineDef, ph: &str) -> bool {
+pub(super) fn uses(d: &EngineDef, ph: &str) -> bool {
     d.command.iter().flatten().any(|a| a.contains(ph))
         || d.setup.iter().flatten().any(|a| a.contains(ph))
         || d.version_command.iter().flatten().any(|a| a.contains(ph))
@@ -616,178 +615,4 @@ fn sanitize(s: &str) -> String {
             }
         })
         .collect()
-}
-
-/// `$MEMDIAL_ENGINE_CACHE`, `$XDG_CACHE_HOME/memdial/engines`, `~/.cache/memdial/engines`.
-pub fn setup_cache() -> PathBuf {
-    if let Some(p) = std::env::var_os(SETUP_CACHE_ENV).filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from(".cache"));
-    base.join("memdial").join("engines")
-}
-
-/// Runs a setup step into `dir` unless `dir/.memdial-setup-done` exists (then the
-/// cached result is used); its output goes to `dir/setup.log`.
-fn run_setup(name: &str, setup: &[String], vars: &Vars, dir: &Path) -> Result<()> {
-    let stamp = dir.join(".memdial-setup-done");
-    if stamp.exists() {
-        return Ok(());
-    }
-    let args = vars.expand_args(setup)?;
-    if args.is_empty() {
-        return Ok(());
-    }
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    eprintln!(
-        "engine {name}: setup (once per model, cached in {}): {}",
-        dir.display(),
-        args.join(" ")
-    );
-    let log = std::fs::File::create(dir.join("setup.log"))?;
-    let st = Command::new(&args[0])
-        .args(&args[1..])
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .status()
-        .with_context(|| format!("engine {name}: cannot start setup {}", args[0]))?;
-    if !st.success() {
-        bail!(
-            "engine {name}: setup failed ({st}); see {}",
-            dir.join("setup.log").display()
-        );
-    }
-    std::fs::write(&stamp, args.join(" "))?;
-    Ok(())
-}
-
-fn first_line_of(args: &[String]) -> Option<String> {
-    let o = Command::new(args.first()?)
-        .args(&args[1..])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    text.lines()
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .map(|l| l.chars().take(120).collect())
-}
-
-/// `sha256 abcdef123456` of a binary (its identity when it reports no version).
-fn file_sha_label(p: &Path) -> Option<String> {
-    let bytes = std::fs::read(p).ok()?;
-    Some(format!(
-        "sha256 {}",
-        &crate::sweep::util::sha256_hex(&bytes)[..12]
-    ))
-}
-
-/// Prompt ids of every prompt of `spec` (text tokenized with the model's tokenizer,
-/// as `memdial run` does). Other engines get ids, never text, so every engine sees
-/// the same tokens. Errors (usage) only when `needed` and a prompt cannot be tokenized.
-pub fn prompt_ids(spec: &Spec, model: &Path, needed: bool) -> Result<Vec<Vec<u32>>> {
-    use crate::sweep::spec::PromptSpec;
-    let tok = memdial::tokenizer::Tokenizer::from_dir(model).ok();
-    let mut out = vec![];
-    for p in &spec.prompts {
-        let text = match p {
-            PromptSpec::Ids { ids } => {
-                out.push(ids.clone());
-                continue;
-            }
-            PromptSpec::Text(t) => Some(t.clone()),
-            PromptSpec::File { file } => std::fs::read_to_string(file).ok(),
-        };
-        match (text, &tok) {
-            (Some(t), Some(k)) => out.push(k.encode(&t, true)),
-            _ if !needed => out.push(vec![]),
-            _ => {
-                return Err(crate::args::usage(format!(
-                    "other engines are given token ids: the model at {} has no tokenizer for the text prompts \
-                     (give prompts as {{ ids = [...] }})",
-                    model.display()
-                )))
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// kimi-k3-in-c's trunk share of `budget`: memdial's pinned trunk + trunk slot bytes
-/// at the same budget, IO mode and context (`store::plan`), so both engines give the
-/// trunk the same memory. `None` for other engines or when the plan fails.
-pub fn trunk_share(
-    e: &Engine,
-    model: &Path,
-    budget: u64,
-    p: &Point,
-    context: usize,
-) -> Option<u64> {
-    if !uses(&e.def, "{k3c_") {
-        return None;
-    }
-    let cfg = memdial::config::load_config(model).ok()?;
-    let ck = memdial::checkpoint::Checkpoint::open(model).ok()?;
-    let plan = memdial::store::plan::plan_unchecked(
-        &cfg,
-        &ck,
-        budget,
-        memdial::io::IoMode::parse(&p.io).ok()?,
-        memdial::store::plan::Prefetch::parse(&p.prefetch).ok()?,
-        context,
-    )
-    .ok()?;
-    Some(plan.pinned_trunk_bytes + plan.trunk_slots as u64 * plan.slot_bytes)
-}
-
-/// After a run of engine `e`: records how the budget was held and the engine's
-/// version, and for another engine reads its output into `o.metrics`.
-pub fn finish_run(
-    reg: &Registry,
-    e: &Engine,
-    c: &RunCtx,
-    o: &mut crate::sweep::runner::RunOutcome,
-    row: &mut crate::sweep::row::Row,
-    in_cgroup: bool,
-) {
-    row.budget_held_by = Some(
-        match (e.budget, in_cgroup) {
-            (BudgetHold::Flag, _) => "flag",
-            (BudgetHold::Cgroup, true) => "cgroup",
-            (BudgetHold::Cgroup, false) => "none",
-            (BudgetHold::Both, true) => "flag+cgroup",
-            (BudgetHold::Both, false) => "flag",
-        }
-        .into(),
-    );
-    row.engine_version = (!e.version.is_empty()).then(|| e.version.clone());
-    if e.is_memdial() || o.timed_out || o.exit_code != Some(0) {
-        return;
-    }
-    let got = reg
-        .run_vars(e, c)
-        .and_then(|v| super::output::read_metrics(e, &v, c.run_dir, c.prompt_ids.len()));
-    match got {
-        Ok(m) => {
-            if let Some(v) = m.get("engine_version").and_then(|v| v.as_str()) {
-                row.engine_version = Some(v.to_string());
-            }
-            o.metrics = Some(m);
-            o.metrics_error = None;
-        }
-        Err(err) => {
-            o.metrics = None;
-            o.metrics_error = Some(format!("{err:#}"));
-        }
-    }
 }
