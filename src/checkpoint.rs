@@ -105,6 +105,7 @@ impl Checkpoint {
     /// Indexes a checkpoint directory.
     pub fn open(dir: &Path) -> Result<Self> {
         let index = dir.join("model.safetensors.index.json");
+        let mut weight_map: Option<HashMap<String, String>> = None;
         let mut files: Vec<String> = if index.exists() {
             let text = std::fs::read_to_string(&index)
                 .with_context(|| format!("cannot read {}", index.display()))?;
@@ -114,10 +115,18 @@ impl Checkpoint {
                 .get("weight_map")
                 .and_then(|m| m.as_object())
                 .with_context(|| format!("{} has no weight_map", index.display()))?;
-            let mut set: Vec<String> = map
-                .values()
-                .filter_map(|f| f.as_str().map(String::from))
-                .collect();
+            let mut wm = HashMap::with_capacity(map.len());
+            for (name, f) in map {
+                let f = f.as_str().with_context(|| {
+                    format!(
+                        "{}: weight_map[{name:?}] is not a file name",
+                        index.display()
+                    )
+                })?;
+                wm.insert(name.clone(), f.to_string());
+            }
+            let mut set: Vec<String> = wm.values().cloned().collect();
+            weight_map = Some(wm);
             set.sort();
             set.dedup();
             set
@@ -155,11 +164,58 @@ impl Checkpoint {
                 data_start,
             });
         }
-        Ok(Checkpoint {
+        let ck = Checkpoint {
             dir: dir.to_path_buf(),
             shards,
             tensors,
-        })
+        };
+        if let Some(wm) = &weight_map {
+            ck.check_index(&index, &files, wm)?;
+        }
+        Ok(ck)
+    }
+
+    /// Checks that `model.safetensors.index.json` (at `index`, its `weight_map` `wm`,
+    /// shard file names `files` in shard order) agrees with the shard headers: every
+    /// tensor it maps is in the header of the file it names, and every tensor of a
+    /// header is mapped. A disagreement means the index or a shard was replaced.
+    ///
+    /// Errors: the first disagreement (tensor and files named) and their count.
+    fn check_index(
+        &self,
+        index: &Path,
+        files: &[String],
+        wm: &HashMap<String, String>,
+    ) -> Result<()> {
+        let mut bad: Vec<String> = Vec::new();
+        for (name, file) in wm {
+            match self.tensors.get(name) {
+                None => bad.push(format!(
+                    "it maps {name} to {file}, whose header has no such tensor"
+                )),
+                Some(t) if files[t.shard] != *file => bad.push(format!(
+                    "it maps {name} to {file}, but the tensor is in {}",
+                    files[t.shard]
+                )),
+                Some(_) => {}
+            }
+        }
+        for (name, t) in &self.tensors {
+            if !wm.contains_key(name) {
+                bad.push(format!(
+                    "{name} is in the header of {} but not in its weight_map",
+                    files[t.shard]
+                ));
+            }
+        }
+        if let Some(first) = bad.iter().min() {
+            bail!(
+                "{} disagrees with the shard headers: {first} ({} disagreement(s))",
+                index.display(),
+                bad.len()
+            );
+        }
+        Ok(())
     }
 
     /// Looks a tensor up by name.

@@ -142,12 +142,13 @@ pub fn generate(
     let mut stopped = params.stop_ids.contains(&tok);
     while !stopped && out.len() < params.max_tokens {
         let t = Instant::now();
-        let mut l = model.forward(state, &[tok], LogitsMode::Last)?;
-        perturb(&mut l, params.perturb_logit);
-        tok = sampler.sample(&l);
+        // The logits stay in the state's arena: a decode step allocates no activations.
+        let l = model.forward_logits(state, &[tok], LogitsMode::Last)?;
+        perturb(l, params.perturb_logit);
+        tok = sampler.sample(l);
         decode_s.push(t.elapsed().as_secs_f64());
         if let Some(a) = all.as_mut() {
-            a.extend_from_slice(&l);
+            a.extend_from_slice(l);
         }
         out.push(tok);
         on_token(tok);

@@ -53,12 +53,17 @@ fn params_of(s: &TensorSpec) -> u64 {
 
 /// Computes the summary of a config.
 pub fn summarize(cfg: &ModelConfig) -> Summary {
-    let specs = expected_tensors(cfg);
+    summarize_specs(cfg, &expected_tensors(cfg))
+}
+
+/// Computes the summary of a config from its tensor table (`specs` =
+/// [`expected_tensors`]`(cfg)`, as the loader's [`crate::loader::Checkpointed`] holds it).
+pub fn summarize_specs(cfg: &ModelConfig, specs: &[TensorSpec]) -> Summary {
     let (kda, mla) = cfg.layer_counts();
     let moe_layers = cfg.mlp_kinds.iter().filter(|k| **k == MlpKind::Moe).count();
     let (mut emb, mut head, mut trunk, mut experts) = (0u64, 0u64, 0u64, 0u64);
     let (mut total_p, mut trunk_p, mut expert_p) = (0u64, 0u64, 0u64);
-    for s in &specs {
+    for s in specs {
         let b = s.nbytes() as u64;
         let p = params_of(s);
         total_p += p;
@@ -280,14 +285,31 @@ pub fn findings(dir: &Path, cfg: &ModelConfig, ck: &Checkpoint) -> Findings {
     f
 }
 
-/// Loads config + checkpoint and returns (summary, problems).
+/// Loads config + checkpoint and returns (summary, problems); see [`inspect_read`].
 pub fn inspect_dir(dir: &Path) -> Result<(ModelConfig, Summary, Vec<String>)> {
     let cfg = load_config(dir)?;
     let ck = Checkpoint::open(dir)?;
-    let summary = summarize(&cfg);
-    let mut problems = validate(&cfg, &ck);
-    problems.extend(crate::integrity::scan_e8m0(&ck)?);
+    crate::limits::check_dimensions(&cfg, &ck)?;
+    let specs = expected_tensors(&cfg);
+    let (summary, problems) = inspect_read(&cfg, &ck, &specs)?;
     Ok((cfg, summary, problems))
+}
+
+/// Summary and problems of a checkpoint already read, from its tensor table
+/// (computed once by the loader, [`crate::loader::Checkpointed`]): the config's
+/// summary, the validation problems and the MXFP4 scale scan
+/// ([`crate::integrity::scan_e8m0`]).
+///
+/// Errors: unreadable scale bytes.
+pub fn inspect_read(
+    cfg: &ModelConfig,
+    ck: &Checkpoint,
+    specs: &[TensorSpec],
+) -> Result<(Summary, Vec<String>)> {
+    let summary = summarize_specs(cfg, specs);
+    let mut problems = validate_specs(cfg, ck, specs);
+    problems.extend(crate::integrity::scan_e8m0(ck)?);
+    Ok((summary, problems))
 }
 
 /// Human-readable layer pattern, e.g. `KKKM KKKM` with D/E suffix per MLP kind.

@@ -10,6 +10,7 @@
 //! - [`checkpoint`]: safetensors shard headers and tensor locations;
 //! - [`manifest`]: the per-tensor checksum manifest `tensors.sha256`;
 //! - [`inspect`]: architecture summary and checkpoint validation;
+//! - [`limits`]: values refused before work (config ranges, dimensions against the checkpoint, thread counts, traces);
 //! - [`fixture`]: deterministic fixture checkpoints in the published layout;
 //! - [`tokenizer`]: the Kimi tiktoken tokenizer and chat template;
 //! - [`chat`]: chat prompts from the checkpoint's own Jinja `chat_template`;
@@ -17,13 +18,16 @@
 //! - [`store`]: the weight store interface, resident and streaming stores;
 //! - [`iobench`]: the IO benchmark (the engine's read requests, each IO mode, fio beside).
 //! - [`loader`]: the one loader, [`model::Model::open`] (config → checkpoint → validation → store → model);
+//! - [`arena`]: the forward pass's scratch arena (every activation buffer, sized from the config; the plan's activation figure);
 //! - [`model`]: the forward pass (KDA, MLA, MoE, AttnRes) over a [`store::WeightStore`];
+//! - [`profile`]: the per-op timer behind `run --profile-ops` (off: one atomic load per op);
 //! - [`ops`]: the kernel API the model calls (reference implementations);
 //! - [`sampler`], [`generate`]: token selection and the prefill/decode loop;
 //! - [`metrics`]: [`metrics::RunMetrics`], the figures of one run (`--metrics-json`, `results.csv`);
 //! - [`error`]: typed usage-class errors ([`error::UsageError`]);
 //! - [`units`]: byte sizes (`512MiB`) parsed and printed.
 
+pub mod arena;
 pub mod chat;
 pub mod checkpoint;
 pub mod config;
@@ -36,11 +40,13 @@ pub mod integrity;
 pub mod io;
 pub mod iobench;
 pub mod kernels;
+pub mod limits;
 pub mod loader;
 pub mod manifest;
 pub mod metrics;
 pub mod model;
 pub mod ops;
+pub mod profile;
 pub mod rng;
 pub mod sampler;
 pub mod schema;

@@ -34,10 +34,13 @@ pub struct Checkpointed {
 impl Checkpointed {
     /// Reads `dir/config.json` and the safetensors headers.
     ///
-    /// Errors: unreadable or invalid config; unreadable shard headers.
+    /// Errors: unreadable or invalid config; unreadable shard headers; config
+    /// dimensions the checkpoint cannot hold ([`crate::limits::check_dimensions`],
+    /// checked before the tensor table is built).
     pub fn read(dir: &Path) -> Result<Self> {
         let cfg = load_config(dir)?;
         let ck = Checkpoint::open(dir)?;
+        crate::limits::check_dimensions(&cfg, &ck)?;
         let specs = expected_tensors(&cfg);
         Ok(Checkpointed {
             dir: dir.to_path_buf(),
@@ -109,7 +112,8 @@ impl Model {
             }
         };
         let hints = Model::dtype_hints(cfg, ck);
-        let model = Model::new(cfg.clone(), ws, Par::new(threads))?.with_dtype_hints(hints);
+        let par = Par::try_new(threads)?;
+        let model = Model::new(cfg.clone(), ws, par)?.with_dtype_hints(hints);
         Ok(Opened {
             model,
             checkpoint,

@@ -183,6 +183,21 @@ pub struct RunMetrics {
     /// chunk and MoE layer; streamed runs).
     #[serde(deserialize_with = "lenient_u64")]
     pub prefill_expert_fetches: Option<u64>,
+    /// Bytes the process read from the block device during the run (load +
+    /// generation; `/proc/self/io` `read_bytes`, [`crate::io::accounting`]). Against
+    /// `bytes_read_total` (what the engine asked for) it shows read-ahead waste.
+    #[serde(deserialize_with = "lenient_u64")]
+    pub device_read_bytes: Option<u64>,
+    /// Device bytes read during decode ÷ decode steps (compare `bytes_read_per_token`).
+    #[serde(deserialize_with = "finite_f64")]
+    pub device_read_bytes_per_token: Option<f64>,
+    /// Seconds of decode during which at least one read of the store was in flight.
+    #[serde(deserialize_with = "finite_f64")]
+    pub read_busy_s_decode: Option<f64>,
+    /// Bytes read during decode ÷ `read_busy_s_decode`: the read throughput the
+    /// store got while reading (compare fio on the same request mix and depth).
+    #[serde(deserialize_with = "finite_f64")]
+    pub read_throughput_busy_decode_bytes_per_s: Option<f64>,
     /// Who measured each figure present (field name → source).
     pub metric_sources: BTreeMap<String, Source>,
 }

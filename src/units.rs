@@ -7,7 +7,8 @@ use crate::error::UsageError;
 /// TiB) and bare K/M/G/T are powers of 1024 (IEC 80000-13 names; the bare letters
 /// follow `dd`/`numfmt`). The result is rounded to whole bytes.
 ///
-/// Errors: [`UsageError::BadSize`] for a missing or malformed number or an unknown unit.
+/// Errors: [`UsageError::BadSize`] for a missing or malformed number, an unknown
+/// unit, or a size of 2^64 bytes or more (never saturated or wrapped).
 pub fn parse_size(s: &str) -> Result<u64, UsageError> {
     let bad = |reason: &str| UsageError::BadSize {
         text: s.to_string(),
@@ -33,7 +34,17 @@ pub fn parse_size(s: &str) -> Result<u64, UsageError> {
         "t" | "tib" => 1024f64.powi(4),
         _ => return Err(bad("unknown unit (B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)")),
     };
-    Ok((v * mult).round() as u64)
+    if mult == 1.0 {
+        if let Ok(b) = num.parse::<u64>() {
+            return Ok(b); // exact, also above 2^53
+        }
+    }
+    let bytes = (v * mult).round();
+    // `u64::MAX as f64` is 2^64: anything at or above it does not fit.
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(bad("too large: sizes must be below 16 EiB (2^64 bytes)"));
+    }
+    Ok(bytes as u64)
 }
 
 /// Formats bytes with a binary unit, e.g. `1.50 GiB` (two decimals; plain `N B`
@@ -66,5 +77,9 @@ mod tests {
         assert_eq!(parse_size("4096").unwrap(), 4096);
         assert!(parse_size("12 parsecs").is_err());
         assert!(parse_size("").is_err());
+        // 99999999999 TB = 9.9999999999e22 bytes > 2^64 - 1 = 18446744073709551615.
+        assert!(parse_size("99999999999TB").is_err());
+        assert_eq!(parse_size("18446744073709551615").unwrap(), u64::MAX);
+        assert!(parse_size("18446744073709551616").is_err());
     }
 }

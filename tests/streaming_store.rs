@@ -272,3 +272,58 @@ fn corrupted_bytes_are_caught_by_verify_reads_and_truncation_names_file_and_offs
     assert!(msg.contains("offset") || msg.contains("changed"), "{msg}");
     fs::remove_dir_all(&d).unwrap();
 }
+
+/// The plan's activation figure is what the model holds: a streaming run at a
+/// budget ≥ the model size (floor + model bytes) prefills a prompt in planned
+/// chunks and decodes, and the arena the forward used, the store's accounting of
+/// it and the plan's `activation_bytes` are the same number, before and after.
+#[test]
+fn streaming_run_accounts_exactly_the_plans_activation_bytes() {
+    use memdial::generate::{generate, GenerateParams};
+    use memdial::loader::StoreOptions;
+    use memdial::model::Model;
+    use memdial::sampler::SamplerConfig;
+    let dir = tiny();
+    let cfg = load_config(dir).unwrap();
+    let ck = Checkpoint::open(dir).unwrap();
+    let max_context = 64;
+    for prefetch in [Prefetch::None, Prefetch::NextLayer] {
+        let floor = plan_unchecked(&cfg, &ck, 0, IoMode::Buffered, prefetch, max_context)
+            .unwrap()
+            .floor_bytes;
+        let mut o = opts(
+            floor + ck.total_bytes(),
+            IoMode::Buffered,
+            prefetch,
+            CachePolicy::Lru,
+        );
+        o.max_context = max_context;
+        let opened = Model::open(dir, StoreOptions::Streaming(o), 2).unwrap();
+        let s = opened.streaming.unwrap();
+        let planned = s.plan().activation_bytes;
+        assert_eq!(planned, memdial::arena::Scratch::planned_bytes(&cfg, 64));
+        let mut st = opened.model.new_state(max_context);
+        assert_eq!(st.scratch_bytes(), planned, "arena as allocated");
+        let prompt: Vec<u32> = (0..40).map(|i| (i * 7 + 3) % 200).collect();
+        let params = GenerateParams {
+            max_tokens: 6,
+            sampler: SamplerConfig {
+                temperature: 0.0,
+                top_p: 1.0,
+                seed: 0,
+            },
+            stop_ids: vec![],
+            keep_logits: false,
+            prefill_chunk: 16,
+            perturb_logit: None,
+        };
+        generate(&opened.model, &mut st, &prompt, &params, &mut |_| {}).unwrap();
+        assert_eq!(st.scratch_bytes(), planned, "arena after prefill + decode");
+        let m = s.metrics();
+        assert_eq!(
+            m.activation_bytes, planned,
+            "{prefetch:?}: store accounting"
+        );
+        assert_eq!(m.budget_overflows, 0);
+    }
+}

@@ -53,3 +53,22 @@ pub fn usage(msg: impl std::fmt::Display) -> anyhow::Error {
 pub fn as_usage(e: anyhow::Error) -> anyhow::Error {
     usage(format!("{e:#}"))
 }
+
+/// `--threads` / `--io-threads`: an integer in `1..=`[`memdial::limits::MAX_THREADS`]
+/// (clap reports anything else as a usage error, exit 2).
+pub fn thread_count(s: &str) -> Result<usize, String> {
+    let max = memdial::limits::MAX_THREADS;
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("must be an integer in 1..={max}")),
+    }
+}
+
+/// A sampling parameter: a finite number ≥ 0 (NaN and ±inf are refused, exit 2).
+pub fn finite_non_negative(s: &str) -> Result<f32, String> {
+    match s.trim().parse::<f32>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        Ok(v) => Err(format!("must be a finite number ≥ 0, got {v}")),
+        Err(e) => Err(e.to_string()),
+    }
+}

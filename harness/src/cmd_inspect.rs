@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use memdial::checkpoint::Checkpoint;
-use memdial::inspect::{findings, inspect_dir, layer_pattern};
+use memdial::inspect::{findings, inspect_read, layer_pattern};
+use memdial::loader::Checkpointed;
 
 /// Arguments of `memdial inspect`.
 #[derive(clap::Args)]
@@ -27,8 +27,11 @@ fn gb(b: u64) -> String {
 }
 
 pub fn run(a: &InspectArgs) -> Result<ExitCode> {
-    let (cfg, s, problems) = inspect_dir(&a.model)?;
-    let found = findings(&a.model, &cfg, &Checkpoint::open(&a.model)?);
+    // The loader reads config + headers and computes the tensor table once.
+    let c = Checkpointed::read(&a.model)?;
+    let (s, problems) = inspect_read(&c.cfg, &c.ck, &c.specs)?;
+    let found = findings(&a.model, &c.cfg, &c.ck);
+    let cfg = &c.cfg;
     if a.json {
         let v = serde_json::json!({"summary": s, "findings": found, "problems": problems,
             "valid": problems.is_empty()});
@@ -39,7 +42,7 @@ pub fn run(a: &InspectArgs) -> Result<ExitCode> {
             "layers       {} = {} KDA + {} MLA; {} dense + {} MoE",
             s.layers, s.kda_layers, s.mla_layers, s.dense_layers, s.moe_layers
         );
-        println!("pattern      {}", layer_pattern(&cfg));
+        println!("pattern      {}", layer_pattern(cfg));
         println!(
             "experts      {} per MoE layer, {} active per token{}",
             s.num_experts,

@@ -129,7 +129,15 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
             p.max_context
         ),
     );
-    line(&mut s, "activations", fmt_bytes(p.activation_bytes));
+    line(
+        &mut s,
+        "activations",
+        format!(
+            "{} (the model's scratch arena for {}-token forwards)",
+            fmt_bytes(p.activation_bytes),
+            memdial::store::plan::planned_prefill_chunk(p.max_context)
+        ),
+    );
     line(&mut s, "unused", fmt_bytes(p.unused_bytes));
     line(
         &mut s,

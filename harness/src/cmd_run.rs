@@ -62,14 +62,19 @@ pub struct RunArgs {
     /// Maximum number of generated tokens.
     #[arg(long, default_value_t = 32)]
     pub max_tokens: usize,
-    /// Kernel threads.
-    #[arg(long, default_value_t = 1)]
+    /// Kernel threads (1..=1024).
+    #[arg(long, default_value_t = 1, value_parser = crate::args::thread_count)]
     pub threads: usize,
-    /// Sampling temperature; 0 = greedy.
-    #[arg(long, default_value_t = 0.0)]
+    /// Time each operation of the forward pass (summed per layer kind) over the
+    /// decode steps and print the table to stderr. Off by default; the output is
+    /// the same with it on.
+    #[arg(long)]
+    pub profile_ops: bool,
+    /// Sampling temperature; 0 = greedy (finite, ≥ 0).
+    #[arg(long, default_value_t = 0.0, value_parser = crate::args::finite_non_negative)]
     pub temperature: f32,
-    /// Nucleus (top-p) mass for sampling.
-    #[arg(long, default_value_t = 1.0)]
+    /// Nucleus (top-p) mass for sampling, in (0, 1].
+    #[arg(long, default_value_t = 1.0, value_parser = crate::args::finite_non_negative)]
     pub top_p: f32,
     /// RNG seed for sampling.
     #[arg(long, default_value_t = 0)]
@@ -83,9 +88,10 @@ pub struct RunArgs {
     pub logits_out: Option<PathBuf>,
     /// Prompt tokens per prefill forward call (0 = whole prompt at once). Each MoE
     /// layer fetches every routed expert the chunk needs once per chunk, so larger
-    /// chunks read fewer bytes; activations cost about 140 KB per chunk token on
-    /// `mini` (estimate: `plan::chunk_activation_estimate`). Under `--budget` the plan
-    /// reserves min(max-context, 256) tokens and larger chunks are capped there.
+    /// chunks read fewer bytes; the model's scratch arena grows by about 141 KiB
+    /// per chunk token on `mini` (`memdial plan` prints the exact figure). Under
+    /// `--budget` the plan reserves min(max-context, 256) tokens and larger chunks
+    /// are capped there.
     #[arg(long, default_value_t = 256)]
     pub prefill_chunk: usize,
     /// Do not stop on the config's eos token ids.
@@ -104,8 +110,17 @@ pub struct RunArgs {
     /// Expert-cache replacement policy.
     #[arg(long, value_enum, default_value_t = CacheArg(CachePolicy::Lru))]
     pub cache: CacheArg,
-    /// Background IO threads of the streaming store (queue depth).
-    #[arg(long, default_value_t = 4)]
+    /// Reads the streaming store keeps in flight (1..=1024): its IO threads, each doing
+    /// one record read at a time (O_DIRECT, pread or an mmap fault-in; the kernel splits
+    /// a record into `max_sectors_kb` requests). Default 4: the prefetch policies rarely
+    /// queue more than the next trunk plus a layer's experts; `memdial iobench` shows
+    /// the knee for a disk.
+    #[arg(
+        long,
+        visible_alias = "io-depth",
+        default_value_t = 4,
+        value_parser = crate::args::thread_count
+    )]
     pub io_threads: usize,
     /// Positions the MLA latent cache is sized for (default: prompt + max-tokens).
     #[arg(long)]
@@ -239,10 +254,25 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             cfg.vocab_size
         )));
     }
-    let max_context = a
-        .max_context
-        .unwrap_or(prompt.len() + a.max_tokens)
-        .max(prompt.len() + a.max_tokens);
+    let needed = prompt.len().checked_add(a.max_tokens).ok_or_else(|| {
+        usage(format!(
+            "--max-tokens {} plus the prompt's {} tokens overflows the position counter",
+            a.max_tokens,
+            prompt.len()
+        ))
+    })?;
+    let max_context = a.max_context.unwrap_or(needed).max(needed);
+    // The MLA latent cache of every MLA layer for max_context positions must be a
+    // representable byte count (the plan and the state size it).
+    let (_, mla_layers) = cfg.layer_counts();
+    (max_context as u128)
+        .checked_mul((mla_layers * cfg.mla_cache_bytes_per_position()) as u128)
+        .filter(|&b| b <= u64::MAX as u128)
+        .ok_or_else(|| {
+            usage(format!(
+                "a context of {max_context} positions needs more than 2^64 bytes of MLA cache"
+            ))
+        })?;
 
     // Load: validate the checkpoint, then open the store.
     let store = match budget {
@@ -269,26 +299,27 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let load_s = t_load.elapsed().as_secs_f64();
     mem.sample();
 
-    let mut state = model.new_state(max_context);
     // Under a budget the plan reserves activations for at most this many prefill
-    // tokens per forward; larger chunks are cut to it (same output, bounded memory).
-    let prefill_chunk = match budget {
+    // tokens per forward; larger chunks are cut to it (same output, bounded memory),
+    // and the model's scratch arena is sized exactly as the plan counts it.
+    let want = if a.prefill_chunk == 0 {
+        prompt.len()
+    } else {
+        a.prefill_chunk
+    };
+    let (prefill_chunk, arena_chunk) = match budget {
         Some(_) => {
             let cap = memdial::store::plan::planned_prefill_chunk(max_context);
-            let want = if a.prefill_chunk == 0 {
-                prompt.len()
-            } else {
-                a.prefill_chunk
-            };
             if want > cap {
                 eprintln!(
                     "note: --prefill-chunk {want} capped at {cap} (the plan's activation reserve)"
                 );
             }
-            want.min(cap)
+            (want.min(cap), cap)
         }
-        None => a.prefill_chunk,
+        None => (a.prefill_chunk, want.min(prompt.len()).max(1)),
     };
+    let mut state = model.new_state_with_chunk(max_context, arena_chunk);
     let params = GenerateParams {
         max_tokens: a.max_tokens,
         sampler: SamplerConfig {
@@ -307,13 +338,26 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     };
     // Store counters when the first token was chosen (decode figures start there).
     let mut at_first: Option<memdial::store::metrics::StoreMetrics> = None;
+    let mut device_at_first: Option<u64> = None;
     let t_gen = Instant::now();
+    memdial::profile::enable(a.profile_ops);
     let out = generate(&model, &mut state, &prompt, &params, &mut |_| {
         mem.sample();
         if at_first.is_none() {
             at_first = Some(streaming.as_ref().map(|s| s.metrics()).unwrap_or_default());
+            // Profile decode only: drop what prefill added.
+            memdial::profile::reset();
+            device_at_first = memdial::io::accounting::device_read_bytes();
         }
     })?;
+    if a.profile_ops {
+        let steps = out.decode_s.len();
+        eprintln!(
+            "per-op profile of {steps} decode steps ({:.4} s/token measured by generate):\n{}",
+            out.decode_median_s(),
+            memdial::profile::report(steps, "token")
+        );
+    }
     let gen_wall = t_gen.elapsed().as_secs_f64();
     mem.sample();
     if let Some(s) = &streaming {
@@ -336,6 +380,8 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         let first_m = at_first.clone().unwrap_or_default();
         let decode_bytes = m.bytes_read.saturating_sub(first_m.bytes_read);
         let steps = out.decode_s.len();
+        let device_end = memdial::io::accounting::device_read_bytes();
+        let read_busy_decode = m.read_busy_s - first_m.read_busy_s;
         let model_bytes = memdial::inspect::model_bytes(&cfg, &ck);
         let page_cache = match &streaming {
             Some(s) => s.page_cache_resident_bytes(),
@@ -409,6 +455,14 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
                 .then(|| prompt.len() as f64 / out.prefill_s),
             prefill_bytes_read: streamed.then_some(first_m.bytes_read),
             prefill_expert_fetches: streamed.then_some(first_m.prefill_expert_fetches),
+            device_read_bytes: device_end,
+            device_read_bytes_per_token: device_end
+                .zip(device_at_first)
+                .filter(|_| steps > 0)
+                .map(|(e, f)| e.saturating_sub(f) as f64 / steps as f64),
+            read_busy_s_decode: streamed.then_some(read_busy_decode),
+            read_throughput_busy_decode_bytes_per_s: (streamed && read_busy_decode > 0.0)
+                .then(|| decode_bytes as f64 / read_busy_decode),
             metric_sources: Default::default(),
         };
         for k in [
@@ -417,6 +471,8 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             "rss_file_bytes",
             "rss_anon_bytes",
             "page_cache_resident_bytes_end",
+            "device_read_bytes",
+            "device_read_bytes_per_token",
         ] {
             rm.metric_sources.insert(k.into(), Source::Os);
         }

@@ -277,8 +277,16 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
 
     // --- run directory
     let out = rundir::choose_out(a.out.as_deref(), Path::new(DEFAULT_REPORTS));
+    let _lock = rundir::lock(&out)?;
+    let argv: Vec<String> = std::env::args().collect();
+    crate::sweep::interrupt::install(&crate::sweep::interrupt::resume_command(&argv, &out));
+    let stale = rundir::clean_stale(&out);
+    if stale > 0 && !a.check {
+        eprintln!("note: removed {stale} stale temporary file(s) of an interrupted sweep");
+    }
     let id = rundir::Identity {
         spec,
+        spec_text: &inp.spec_text,
         shard: inp.shard,
         model: &inp.model,
         model_bytes: points.model_bytes,
@@ -294,10 +302,12 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     meta.runs_planned = slots.len() + sel.below.len() + sel.na.len();
     engines.prepare(&out, &inp.model, &inp.content_hash)?;
     meta.engines = engines.meta();
+    // sweep.json first: a directory with it is resumable; one without it holds at
+    // most the same spec.toml, which a new sweep accepts (see rundir::open).
+    meta.save(&out)?;
     if !out.join("spec.toml").exists() {
         crate::sweep::util::write_atomic(&out.join("spec.toml"), inp.spec_text.as_bytes())?;
     }
-    meta.save(&out)?;
     if a.out.is_none() {
         crate::export::update_latest(Path::new(DEFAULT_REPORTS), "latest", &out);
     }
@@ -346,7 +356,8 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
 
     // --- runs
     let tty = std::io::stderr().is_terminal();
-    let pb = progress_bar(a, todo.len());
+    let n_todo = todo.len();
+    let pb = progress_bar(a, n_todo);
     if !a.check {
         eprintln!(
             "sweep: {} points ({} in this run{}), {} runs to do ({} already finished) → {}",
@@ -369,12 +380,10 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         pb.set_message(format!("{label} | last {last}"));
         let row = env.run_slot(slot, r)?;
         last = outcome_label(&row);
-        if !tty && !a.check {
-            eprintln!(
-                "[{}/{}] {label}: {last}",
-                executed + 1,
-                pb.length().unwrap_or(0)
-            );
+        // One line per finished run on a log (or under --check, where the bar is
+        // hidden), so a CI log never looks hung.
+        if a.check || !tty {
+            eprintln!("[{}/{}] {label}: {last}", executed + 1, n_todo);
         }
         rows.retain(|x| x.run_id != row.run_id);
         rows.push(row);
@@ -420,10 +429,10 @@ fn finish(
     t_start: Instant,
 ) -> Result<ExitCode> {
     let (v, cmp) = write_all(out, meta, rows, base)?;
-    let finished_runs = rows.iter().filter(|r| r.status == "ok").count();
-    let complete = slots
-        .iter()
-        .all(|s| rows.iter().any(|r| r.run_id == s.run_id()));
+    let complete = v.complete
+        && slots
+            .iter()
+            .all(|s| rows.iter().any(|r| r.run_id == s.run_id()));
     let regressions = cmp.as_ref().map(|c| c.regressions().len()).unwrap_or(0);
     let mut line = v.one_line();
     if let Some(c) = &cmp {
@@ -435,9 +444,6 @@ fn finish(
         if let Some(w) = c.regressions().first() {
             line += &format!(" (e.g. p{} {:+.0}%)", w.point_index, w.change * 100.0);
         }
-    }
-    if !complete {
-        line += &format!("; incomplete: {} of {} runs", finished_runs, slots.len());
     }
     println!("{line}");
     if !a.check {

@@ -130,6 +130,37 @@ enum Model {
     EmptyManifest,
     /// `tensors.sha256` without the entries of the used expert's w2 scale.
     PartialManifest,
+    /// The clean fixture (the case's flags are what is wrong), with two expert traces
+    /// in the model directory: `bad-expert.jsonl` names expert 1000000 in layer 1
+    /// (tiny-k3 has 16 experts), `bad-layer.jsonl` names layer 0 (a dense layer:
+    /// `first_k_dense_replace` 1).
+    Clean,
+    /// `num_experts: 1000000` in config.json (the checkpoint holds experts 0..16).
+    HugeNumExperts,
+    /// `rms_norm_eps: 0` in config.json.
+    ZeroEps,
+    /// A `kda_layers` entry 9 beyond `num_hidden_layers` 8.
+    KdaLayerBeyond,
+    /// `eos_token_id: 2^40` in config.json (text_config and top level).
+    HugeEos,
+    /// `model.safetensors.index.json` maps `model.norm.weight` to the other shard.
+    IndexDisagrees,
+}
+
+/// Sets `text_config[key] = value` (and the top-level key when `top` is true).
+fn edit_config(d: &Path, top: bool, f: impl Fn(&mut serde_json::Value)) {
+    let p = d.join("config.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    if top {
+        f(&mut v);
+    }
+    if v.get("text_config").is_some() {
+        f(&mut v["text_config"]);
+    } else if !top {
+        f(&mut v);
+    }
+    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
 }
 
 fn make(m: Model) -> (testkit::Scratch, PathBuf) {
@@ -159,6 +190,47 @@ fn make(m: Model) -> (testkit::Scratch, PathBuf) {
             };
             tc["rms_norm_eps"] = serde_json::json!(-1);
             std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        }
+        Model::Clean => {
+            std::fs::write(
+                d.join("bad-expert.jsonl"),
+                "{\"token\":0,\"layer\":1,\"experts\":[1000000]}\n",
+            )
+            .unwrap();
+            std::fs::write(
+                d.join("bad-layer.jsonl"),
+                "{\"token\":0,\"layer\":0,\"experts\":[1]}\n",
+            )
+            .unwrap();
+        }
+        Model::HugeNumExperts => edit_config(&d, false, |c| {
+            c["num_experts"] = serde_json::json!(1_000_000)
+        }),
+        Model::ZeroEps => edit_config(&d, false, |c| c["rms_norm_eps"] = serde_json::json!(0)),
+        Model::KdaLayerBeyond => edit_config(&d, false, |c| {
+            c["linear_attn_config"]["kda_layers"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!(9))
+        }),
+        Model::HugeEos => edit_config(&d, true, |c| {
+            c["eos_token_id"] = serde_json::json!(1u64 << 40)
+        }),
+        Model::IndexDisagrees => {
+            let p = d.join("model.safetensors.index.json");
+            let mut v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            let wm = &mut v["weight_map"]["language_model.model.norm.weight"];
+            let was = wm.as_str().unwrap().to_string();
+            let other = Checkpoint::open(&d)
+                .unwrap()
+                .shards
+                .iter()
+                .map(|s| s.path.file_name().unwrap().to_string_lossy().into_owned())
+                .find(|f| *f != was)
+                .unwrap();
+            *wm = serde_json::json!(other);
+            std::fs::write(&p, serde_json::to_string(&v).unwrap()).unwrap();
         }
         Model::PinnedFlip => poke(&d, "language_model.model.norm.weight", 1, &[0x00]),
         Model::EmptyManifest => std::fs::write(d.join("tensors.sha256"), "").unwrap(),
@@ -245,11 +317,18 @@ fn cases() -> Vec<Case> {
             code: 1,
             expect: &["non-finite logits at position 2"],
         },
+        // rms_norm_eps ≤ 0 is refused at load (before: every logit NaN at run time).
         Case {
             model: Model::NegativeEps,
             args: &[],
             code: 1,
-            expect: &["non-finite logits"],
+            expect: &["rms_norm_eps must be a finite number > 0, got -1"],
+        },
+        Case {
+            model: Model::ZeroEps,
+            args: &[],
+            code: 1,
+            expect: &["rms_norm_eps must be a finite number > 0, got 0"],
         },
         // --verify-reads with a manifest that would not verify everything: refused (2).
         Case {
@@ -275,6 +354,7 @@ fn cases() -> Vec<Case> {
             ],
         },
     ];
+    v.extend(limits_cases());
     for io in ["direct", "buffered", "mmap"] {
         v.push(Case {
             model: Model::E8m0Nan,
@@ -284,6 +364,222 @@ fn cases() -> Vec<Case> {
         });
     }
     v
+}
+
+/// Limits checked before work (issue #10 item 6): dimensions against the checkpoint,
+/// config ranges, index.json against the headers, thread counts, sizes and counts
+/// that overflow, non-finite sampling parameters, trace ids.
+fn limits_cases() -> Vec<Case> {
+    // tiny-k3: 8 layers, layer 0 dense and 1..8 MoE (7 MoE layers), 16 experts,
+    // 884 tensors; 7 × 1000000 × 3 = 21000000 expert tensors implied.
+    let experts_msg: &'static [&'static str] = &[
+        "num_experts 1000000 × 7 MoE layers implies at least 21000000 routed-expert tensors",
+        "holds 884 tensors in all (its largest expert id is 15)",
+    ];
+    let mut v = vec![];
+    for args in [
+        &[][..],
+        &["inspect", "--model", "{M}"][..],
+        &["plan", "--model", "{M}", "--budget", "1GiB"][..],
+    ] {
+        v.push(Case {
+            model: Model::HugeNumExperts,
+            args,
+            code: 1,
+            expect: experts_msg,
+        });
+    }
+    v.extend([
+        Case {
+            model: Model::KdaLayerBeyond,
+            args: &[],
+            code: 1,
+            expect: &["linear_attn_config.kda_layers entry 9 is outside 1..=8"],
+        },
+        Case {
+            model: Model::HugeEos,
+            args: &[],
+            code: 1,
+            expect: &["eos_token_id 1099511627776 is out of range"],
+        },
+        Case {
+            model: Model::IndexDisagrees,
+            args: &[],
+            code: 1,
+            expect: &[
+                "model.safetensors.index.json disagrees with the shard headers",
+                "it maps language_model.model.norm.weight to",
+            ],
+        },
+        Case {
+            model: Model::Clean,
+            args: &["--threads", "100000"],
+            code: 2,
+            expect: &["--threads", "1..=1024"],
+        },
+        Case {
+            model: Model::Clean,
+            args: &["--budget", "1GiB", "--io-threads", "100000"],
+            code: 2,
+            expect: &["--io-threads", "1..=1024"],
+        },
+        Case {
+            model: Model::Clean,
+            args: &["--budget", "99999999999TB"],
+            code: 2,
+            expect: &["99999999999TB", "too large"],
+        },
+        Case {
+            model: Model::Clean,
+            args: &[
+                "run",
+                "--model",
+                "{M}",
+                "--prompt-ids",
+                PROMPT,
+                "--max-tokens",
+                "18446744073709551615",
+            ],
+            code: 2,
+            expect: &["--max-tokens 18446744073709551615 plus the prompt's 3 tokens overflows"],
+        },
+        Case {
+            model: Model::Clean,
+            args: &["--budget", "1GiB", "--max-context", "18446744073709551615"],
+            code: 2,
+            expect: &["needs more than 2^64 bytes of MLA cache"],
+        },
+        Case {
+            model: Model::Clean,
+            args: &["--temperature", "NaN"],
+            code: 2,
+            expect: &["--temperature", "finite"],
+        },
+        Case {
+            model: Model::Clean,
+            args: &["--temperature", "inf"],
+            code: 2,
+            expect: &["--temperature", "finite"],
+        },
+        Case {
+            model: Model::Clean,
+            args: &["--top-p", "NaN"],
+            code: 2,
+            expect: &["--top-p", "finite"],
+        },
+        Case {
+            model: Model::Clean,
+            args: &["run", "--model", "{M}", "--prompt-ids", "99999999999"],
+            code: 2,
+            expect: &["99999999999 is not in 0..=4294967295"],
+        },
+        Case {
+            model: Model::Clean,
+            args: &[
+                "--budget",
+                "1GiB",
+                "--io",
+                "buffered",
+                "--prefetch",
+                "oracle",
+                "--trace",
+                "{M}/bad-expert.jsonl",
+            ],
+            code: 2,
+            expect: &[
+                "bad-expert.jsonl record 1: expert id 1000000 is out of range (num_experts 16)",
+            ],
+        },
+        Case {
+            model: Model::Clean,
+            args: &[
+                "--budget",
+                "1GiB",
+                "--io",
+                "buffered",
+                "--prefetch",
+                "oracle",
+                "--trace",
+                "{M}/bad-layer.jsonl",
+            ],
+            code: 2,
+            expect: &["bad-layer.jsonl record 1: layer 0 is not a MoE layer"],
+        },
+    ]);
+    v
+}
+
+/// A thread the OS refuses to spawn (address space capped with `ulimit -v` so 1023
+/// kernel threads' or 1024 IO threads' stacks cannot all be mapped) is an error
+/// naming the thread, exit 1 — not a panic or an abort.
+fn thread_spawn_failure_is_an_error() {
+    let (_s, dir) = make(Model::Clean);
+    for (flags, what) in [
+        ("--threads 1024", "cannot start kernel thread"),
+        (
+            "--budget 1GiB --io buffered --io-threads 1024",
+            "cannot start IO thread",
+        ),
+    ] {
+        let o = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -v 2000000 && exec \"$0\" run --model \"$1\" --prompt-ids {PROMPT} --max-tokens 1 {flags}"
+            ))
+            .arg(BIN)
+            .arg(&dir)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{flags}: {}", text(&o));
+        assert!(
+            err.contains(what) && !err.contains("panicked"),
+            "{flags}: {}",
+            text(&o)
+        );
+    }
+}
+
+/// A shard truncated during an `--io mmap` run (made deterministic by the test-only
+/// hook `MEMDIAL_TEST_MMAP_TRUNCATE`, which truncates the file of the first range the
+/// store faults in to that range's start, after the size check): exit 1 with a
+/// message naming the file — via `MADV_POPULATE_READ`'s EFAULT (`populate`), or via
+/// the SIGBUS handler when the page is touched directly (`touch`) — never a bare
+/// SIGBUS (exit 135 / signal 7).
+fn mmap_truncated_during_run_is_an_error() {
+    for (hook, what) in [
+        (
+            "populate",
+            "of the memory-mapped file cannot be read (EFAULT)",
+        ),
+        ("touch", "bus error reading the memory-mapped file"),
+    ] {
+        let (_s, dir) = make(Model::Clean);
+        let o = Command::new(BIN)
+            .env(memdial::io::mmap_guard::TEST_TRUNCATE_ENV, hook)
+            .args(["run", "--model"])
+            .arg(&dir)
+            .args([
+                "--prompt-ids",
+                PROMPT,
+                "--max-tokens",
+                "2",
+                "--budget",
+                "1GiB",
+            ])
+            .args(["--io", "mmap"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{hook}: {}", text(&o));
+        assert!(
+            err.contains(what)
+                && err.contains(dir.to_str().unwrap())
+                && err.contains(".safetensors"),
+            "{hook}: {}",
+            text(&o)
+        );
+    }
 }
 
 fn bad_inputs_give_the_right_exit_code_and_message() {
@@ -401,7 +697,9 @@ fn main() -> std::process::ExitCode {
         include_str!("bad_input.rs"),
         testkit::trials![
             bad_inputs_give_the_right_exit_code_and_message,
-            sweep_on_nan_checkpoint_is_fail
+            sweep_on_nan_checkpoint_is_fail,
+            thread_spawn_failure_is_an_error,
+            mmap_truncated_during_run_is_an_error
         ],
     )
 }

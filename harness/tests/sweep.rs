@@ -583,3 +583,195 @@ fn baseline_from_another_spec_or_without_sweep_json_is_refused() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stderr).contains("before results schema"));
 }
+
+/// Spec of the interrupt test: 3 budgets × 2 IO modes × 3 repeats = 18 runs, long
+/// enough to be interrupted in the middle.
+const LONG_SPEC: &str = r#"
+name = "long"
+budgets = ["floor", "2x floor", "3x floor"]
+io = ["direct", "buffered"]
+prefetch = ["none"]
+cache = ["lru"]
+threads = [1]
+prompts = ["The capital of France is"]
+max_tokens = 4
+repeats = 3
+"#;
+const LONG_RUNS: usize = 18;
+
+/// Processes other than `except` whose command line mentions `needle`.
+fn processes_mentioning(needle: &str, except: u32) -> Vec<String> {
+    let mut v = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Ok(pid) = name.parse::<u32>() else {
+            continue;
+        };
+        if pid == except || pid == std::process::id() {
+            continue;
+        }
+        if let Ok(c) = std::fs::read(e.path().join("cmdline")) {
+            let c = String::from_utf8_lossy(&c).replace('\0', " ");
+            if c.contains(needle) {
+                v.push(format!("{pid}: {c}"));
+            }
+        }
+    }
+    v
+}
+
+/// Issue #10 item 4: a second sweep into a running sweep's --out exits 2 naming the
+/// holder's pid; SIGTERM makes the sweep print the exact resume command and its
+/// child run dies with it (PR_SET_PDEATHSIG); that command completes the sweep, and
+/// under --check prints one progress line per run it finishes.
+#[test]
+fn locked_out_dir_and_interrupt_print_the_resume_command() {
+    let _g = lock();
+    let out = fresh("locked");
+    let spec = spec_file("long.toml", LONG_SPEC);
+    let mut a = Command::new(BIN)
+        .arg("sweep")
+        .arg("--model")
+        .arg(model())
+        .arg("--spec")
+        .arg(&spec)
+        .arg("--out")
+        .arg(&out)
+        .args(["--bandwidth-probe", "4MiB", "--check"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !out.join("runs").exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "sweep A never started a run"
+        );
+        assert!(a.try_wait().unwrap().is_none(), "sweep A ended early");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A second sweep into the same directory is refused, naming A's pid.
+    let b = sweep(&spec, &out, &["--check"]);
+    assert_eq!(b.status.code(), Some(2), "{}", text(&b));
+    assert!(
+        String::from_utf8_lossy(&b.stderr)
+            .contains(&format!("is in use by another sweep (pid {})", a.id())),
+        "{}",
+        text(&b)
+    );
+    assert!(
+        a.try_wait().unwrap().is_none(),
+        "sweep A ended before SIGTERM"
+    );
+    // SIGTERM: A prints the resume command and exits 128 + 15.
+    let st = Command::new("kill")
+        .args(["-TERM", &a.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = a.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(143), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    let resume = err
+        .lines()
+        .skip_while(|l| !l.contains("resume it with:"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no resume command:\n{err}"))
+        .trim()
+        .to_string();
+    assert!(
+        resume.contains(" sweep ") && resume.ends_with(&format!("--out {}", out.display())),
+        "{resume}"
+    );
+    // The child run died with the harness: nothing is left writing into --out.
+    let needle = out.display().to_string();
+    let t1 = Instant::now();
+    while !processes_mentioning(&needle, 0).is_empty() {
+        assert!(
+            t1.elapsed() < Duration::from_secs(5),
+            "orphaned runs: {:?}",
+            processes_mentioning(&needle, 0)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let done_before = rows(&out).len();
+    assert!(done_before < LONG_RUNS, "{done_before} rows");
+    // The printed command resumes and completes the sweep.
+    let r = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(&resume)
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(0), "{}", text(&r));
+    assert!(
+        String::from_utf8_lossy(&r.stdout).starts_with(&format!("PASS: {LONG_RUNS} runs")),
+        "{}",
+        text(&r)
+    );
+    assert_eq!(rows(&out).len(), LONG_RUNS);
+    // --check: one progress line per run this invocation finished.
+    let progress = String::from_utf8_lossy(&r.stderr)
+        .lines()
+        .filter(|l| l.starts_with('[') && l.contains("] p"))
+        .count();
+    assert_eq!(progress, LONG_RUNS - done_before, "{}", text(&r));
+}
+
+/// A sweep killed before its first sweep.json (only the lock, a temporary of the
+/// interrupted write and the same spec.toml are there) is resumed as new, and the
+/// stale temporary removed; a directory holding anything else is refused.
+#[test]
+fn sweep_killed_before_sweep_json_resumes_and_stale_temps_go() {
+    let _g = lock();
+    let out = fresh("early-kill");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("spec.toml"), SPEC).unwrap();
+    std::fs::write(out.join(".lock"), "999999999\n").unwrap();
+    std::fs::write(out.join(".sweep.json.tmp999999999"), "{\"format\": 1, ").unwrap();
+    let o = sweep(&spec_file("early.toml", SPEC), &out, &["--check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(!out.join(".sweep.json.tmp999999999").exists());
+    assert_eq!(rows(&out).len(), SPEC_RUNS);
+    let foreign = fresh("foreign");
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(foreign.join("notes.txt"), "mine").unwrap();
+    let o = sweep(&spec_file("early.toml", SPEC), &foreign, &["--check"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("holds no sweep (notes.txt)"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// An interrupted sweep's verdict is not a pass: verdict.json says complete = false
+/// and pass = false, the line reads INCOMPLETE (n of m runs), exit 1 under --check.
+#[test]
+fn incomplete_sweep_verdict_says_so() {
+    let _g = lock();
+    let out = fresh("incomplete");
+    let o = sweep(
+        &spec_file("incomplete.toml", SPEC),
+        &out,
+        &["--check", "--test-stop-after", "1"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    assert!(
+        line.starts_with(&format!("INCOMPLETE (1 of {SPEC_RUNS} runs)")) && !line.contains("PASS"),
+        "{line}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
+    assert_eq!(v["complete"], false, "{v}");
+    assert_eq!(v["pass"], false, "{v}");
+    assert_eq!(v["runs_done"], 1, "{v}");
+    assert_eq!(v["runs_planned"], SPEC_RUNS, "{v}");
+    // --check: exactly one progress line, for the one run it finished.
+    let progress = String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .filter(|l| l.starts_with(&format!("[1/{SPEC_RUNS}] p")))
+        .count();
+    assert_eq!(progress, 1, "{}", text(&o));
+}

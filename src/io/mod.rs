@@ -4,7 +4,9 @@
 //!
 //! Kept apart from model math: nothing here knows what a tensor means.
 
+pub mod accounting;
 pub mod aligned;
+pub mod mmap_guard;
 pub mod pagecache;
 pub mod reader;
 

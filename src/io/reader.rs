@@ -130,6 +130,8 @@ impl ShardFile {
             // the size/mtime check on every access and reported as an error.
             let m = unsafe { memmap2::Mmap::map(&file) }
                 .with_context(|| format!("mmap {}", path.display()))?;
+            // A truncation after this point faults as SIGBUS: name the file, exit 1.
+            super::mmap_guard::register(&m, path);
             Some(Arc::new(m))
         } else {
             None

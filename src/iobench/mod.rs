@@ -40,7 +40,7 @@
 //! # Queue depth
 //! `qd` threads issue synchronous requests from one shared sequence (a thread takes
 //! the next request when its previous one finishes), so up to `qd` requests are in
-//! flight — the streaming store's `--io-threads` model.
+//! flight — the streaming store's `--io-threads` (alias `--io-depth`) model.
 //!
 //! # Figures
 //! GB/s = requested bytes (the ranges' lengths, not the direct-IO over-read) / wall

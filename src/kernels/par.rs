@@ -116,15 +116,29 @@ impl Par {
 
     /// Like [`Par::new`] but with an explicit instruction set. Asking for an
     /// ISA the CPU lacks falls back to [`Isa::Scalar`].
+    ///
+    /// Panics when a worker thread cannot be spawned; front ends use [`Par::try_new`].
     pub fn with_isa(threads: usize, isa: Isa) -> Par {
+        Par::try_with_isa(threads, isa).expect("failed to spawn kernel worker threads")
+    }
+
+    /// Like [`Par::new`], but a worker thread the OS refuses to spawn (thread or
+    /// memory limits) is an error naming the thread count, not a panic; the workers
+    /// already started are stopped again.
+    pub fn try_new(threads: usize) -> std::io::Result<Par> {
+        Par::try_with_isa(threads, Isa::detect())
+    }
+
+    /// [`Par::try_new`] with an explicit instruction set (see [`Par::with_isa`]).
+    pub fn try_with_isa(threads: usize, isa: Isa) -> std::io::Result<Par> {
         let threads = threads.max(1);
         let isa = if isa.is_supported() { isa } else { Isa::Scalar };
         let pool = if threads > 1 {
-            Some(Pool::start(threads))
+            Some(Pool::start(threads)?)
         } else {
             None
         };
-        Par { threads, isa, pool }
+        Ok(Par { threads, isa, pool })
     }
 
     /// Number of threads (including the caller).
@@ -210,7 +224,9 @@ fn claim_loop(s: &Shared, f: &(dyn Fn(usize) + Sync), nparts: usize) {
 }
 
 impl Pool {
-    fn start(threads: usize) -> Pool {
+    /// Starts `threads - 1` workers. On a spawn failure the pool built so far is
+    /// dropped (its workers are shut down and joined) and the error returned.
+    fn start(threads: usize) -> std::io::Result<Pool> {
         let shared = Arc::new(Shared {
             state: AtomicU64::new(0),
             job: UnsafeCell::new(None),
@@ -226,20 +242,25 @@ impl Pool {
             done_lock: Mutex::new(()),
             done_cv: Condvar::new(),
         });
-        let handles = (1..threads)
-            .map(|tid| {
-                let s = Arc::clone(&shared);
-                std::thread::Builder::new()
-                    .name(format!("memdial-par-{tid}"))
-                    .spawn(move || worker(s))
-                    .expect("failed to spawn kernel worker thread")
-            })
-            .collect();
-        Pool {
+        let mut pool = Pool {
             shared,
             call_lock: Mutex::new(()),
-            handles,
+            handles: Vec::with_capacity(threads - 1),
+        };
+        for tid in 1..threads {
+            let s = Arc::clone(&pool.shared);
+            let h = std::thread::Builder::new()
+                .name(format!("memdial-par-{tid}"))
+                .spawn(move || worker(s))
+                .map_err(|e| {
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("cannot start kernel thread {tid} of {threads}: {e}"),
+                    )
+                })?;
+            pool.handles.push(h);
         }
+        Ok(pool)
     }
 
     fn run(&self, nparts: usize, f: &(dyn Fn(usize) + Sync)) {

@@ -58,6 +58,50 @@ pub fn mix_weights(blocks: &Blocks, partial: &[f32], w_eff: &[f32], eps: f32) ->
     e.iter().map(|v| v / s).collect()
 }
 
+/// [`mix`] over blocks stored flat (the forward's arena): `raw: [n_blocks, D]`,
+/// `inv_rms: [n_blocks]`, into `out: [D]`; `weights` is scratch for the
+/// `n_blocks + 1` mixing weights. Same operations in the same order as [`mix`].
+pub fn mix_into(
+    raw: &[f32],
+    inv_rms: &[f32],
+    partial: &[f32],
+    w_eff: &[f32],
+    eps: f32,
+    weights: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    let d = partial.len();
+    let n = inv_rms.len();
+    if n == 0 {
+        out.copy_from_slice(partial);
+        return;
+    }
+    weights.clear();
+    weights.extend(
+        raw.chunks_exact(d)
+            .zip(inv_rms)
+            .map(|(b, r)| dot(b, w_eff) * r),
+    );
+    weights.push(dot(partial, w_eff) * super::norm::inv_rms(partial, eps));
+    let m = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for l in weights.iter_mut() {
+        *l = (*l - m).exp();
+    }
+    let s: f32 = weights.iter().sum();
+    for e in weights.iter_mut() {
+        *e /= s;
+    }
+    out.fill(0.0);
+    for (j, b) in raw.chunks_exact(d).enumerate() {
+        for (o, v) in out.iter_mut().zip(b) {
+            *o += weights[j] * v;
+        }
+    }
+    for (o, v) in out.iter_mut().zip(partial) {
+        *o += weights[n] * v;
+    }
+}
+
 /// `mix(B, p, w_eff)` → `[D]`; returns `p` unchanged when `B` is empty.
 pub fn mix(blocks: &Blocks, partial: &[f32], w_eff: &[f32], eps: f32) -> Vec<f32> {
     if blocks.is_empty() {

@@ -24,8 +24,10 @@ use anyhow::Result;
 use super::norm::{rms_norm_inplace, sigmoid, silu, softplus};
 use super::state::KdaState;
 use super::weights::{Mat, Weights};
+use crate::arena::{zeroed, Dims, Kda};
 use crate::config::ModelConfig;
 use crate::ops::Par;
+use crate::profile::{self, Op};
 
 /// Output gate of a KDA layer.
 pub enum OutGate {
@@ -66,16 +68,34 @@ pub struct KdaWeights {
 impl KdaWeights {
     /// Fetches layer `layer`'s KDA weights through the store, checking every size.
     pub fn load(w: &Weights, cfg: &ModelConfig, layer: usize) -> Result<Self> {
+        Self::load_from(w, cfg, layer, &mut Kda::default())
+    }
+
+    /// [`KdaWeights::load`] decoding the small vectors into the arena's buffers
+    /// (moved out of `sc`; give them back with [`KdaWeights::recycle`]).
+    pub fn load_from(w: &Weights, cfg: &ModelConfig, layer: usize, sc: &mut Kda) -> Result<Self> {
         let l = Some(layer);
         let d = cfg.hidden_size;
         let h = cfg.kda.num_heads;
         let k = cfg.kda.head_dim;
         let p = h * k;
         let cw = cfg.kda.short_conv_kernel_size;
-        let mut conv = Vec::with_capacity(3 * p * cw);
+        let mut conv = std::mem::take(&mut sc.conv_w);
+        conv.clear();
         for x in ["q", "k", "v"] {
-            conv.extend(w.vec(l, &format!("self_attn.{x}_conv1d.weight"), p * cw)?);
+            w.vec_append(
+                l,
+                &format!("self_attn.{x}_conv1d.weight"),
+                p * cw,
+                &mut conv,
+            )?;
         }
+        let mut dt_bias = std::mem::take(&mut sc.dt_bias);
+        w.vec_into(l, "self_attn.dt_bias", p, &mut dt_bias)?;
+        let mut a_log = std::mem::take(&mut sc.a_log);
+        w.vec_prefix_into(l, "self_attn.A_log", h, &mut a_log)?;
+        let mut o_norm = std::mem::take(&mut sc.o_norm);
+        w.vec_into(l, "self_attn.o_norm.weight", k, &mut o_norm)?;
         Ok(KdaWeights {
             q: w.mat(l, "self_attn.q_proj.weight", p, d)?,
             k: w.mat(l, "self_attn.k_proj.weight", p, d)?,
@@ -83,8 +103,8 @@ impl KdaWeights {
             conv,
             f_a: w.mat(l, "self_attn.f_a_proj.weight", k, d)?,
             f_b: w.mat(l, "self_attn.f_b_proj.weight", p, k)?,
-            dt_bias: w.vec(l, "self_attn.dt_bias", p)?,
-            a_log: w.vec_prefix(l, "self_attn.A_log", h)?,
+            dt_bias,
+            a_log,
             b: w.mat(l, "self_attn.b_proj.weight", h, d)?,
             gate: if cfg.kda.use_full_rank_gate {
                 OutGate::Full(w.mat(l, "self_attn.g_proj.weight", p, d)?)
@@ -94,9 +114,17 @@ impl KdaWeights {
                     w.mat(l, "self_attn.g_b_proj.weight", p, k)?,
                 )
             },
-            o_norm: w.vec(l, "self_attn.o_norm.weight", k)?,
+            o_norm,
             o: w.mat(l, "self_attn.o_proj.weight", d, p)?,
         })
+    }
+
+    /// Gives the decoded vectors back to the arena (see [`KdaWeights::load_from`]).
+    pub fn recycle(self, sc: &mut Kda) {
+        sc.conv_w = self.conv;
+        sc.dt_bias = self.dt_bias;
+        sc.a_log = self.a_log;
+        sc.o_norm = self.o_norm;
     }
 }
 
@@ -104,9 +132,21 @@ impl KdaWeights {
 /// `conv_state: [W−1, c]` (row 0 oldest) is shifted to include `u`;
 /// `w: [c, W]`. Returns `SiLU(Σ_i w[ch, i]·window_i[ch])`.
 pub fn short_conv_step(conv_state: &mut [f32], w: &[f32], u: &[f32], width: usize) -> Vec<f32> {
+    let mut out = vec![0f32; u.len()];
+    short_conv_step_into(conv_state, w, u, width, &mut out);
+    out
+}
+
+/// [`short_conv_step`] into `out: [c]`.
+pub fn short_conv_step_into(
+    conv_state: &mut [f32],
+    w: &[f32],
+    u: &[f32],
+    width: usize,
+    out: &mut [f32],
+) {
     let c = u.len();
     let hist = width - 1;
-    let mut out = vec![0f32; c];
     for ch in 0..c {
         let wr = &w[ch * width..(ch + 1) * width];
         let mut acc = 0f32;
@@ -120,7 +160,6 @@ pub fn short_conv_step(conv_state: &mut [f32], w: &[f32], u: &[f32], width: usiz
         conv_state.copy_within(c.., 0);
         conv_state[(hist - 1) * c..].copy_from_slice(u);
     }
-    out
 }
 
 /// L2-normalises `x` (one head, `[K]`) in place: `x / sqrt(Σx² + eps)`, then × `scale`.
@@ -136,14 +175,26 @@ pub fn l2norm_scaled(x: &mut [f32], eps: f32, scale: f32) {
 /// (this head's slice), `dt_bias` slice `[K]` and `A_log[h]`; see the module docs
 /// for the two forms (`lower_bound = None` → softplus form).
 pub fn decay(a: &[f32], dt_bias: &[f32], a_log_h: f32, lower_bound: Option<f32>) -> Vec<f32> {
+    let mut out = vec![0f32; a.len()];
+    decay_into(a, dt_bias, a_log_h, lower_bound, &mut out);
+    out
+}
+
+/// [`decay`] into `out: [K]`.
+pub fn decay_into(
+    a: &[f32],
+    dt_bias: &[f32],
+    a_log_h: f32,
+    lower_bound: Option<f32>,
+    out: &mut [f32],
+) {
     let a_scale = a_log_h.exp();
-    a.iter()
-        .zip(dt_bias)
-        .map(|(a, dt)| match lower_bound {
+    for ((o, a), dt) in out.iter_mut().zip(a).zip(dt_bias) {
+        *o = match lower_bound {
             None => (-a_scale * softplus(a + dt)).exp(),
             Some(lb) => (lb * sigmoid(a_scale * (a + dt))).exp(),
-        })
-        .collect()
+        };
+    }
 }
 
 /// One gated delta-rule step for one head (mlx `_gated_delta_step_ops`).
@@ -190,6 +241,24 @@ pub fn kda_forward(
     n: usize,
     st: &mut KdaState,
 ) -> Vec<f32> {
+    let mut sc = Kda::new(&Dims::new(cfg, n));
+    let mut out = vec![0f32; n * cfg.hidden_size];
+    kda_forward_into(par, cfg, w, xs, n, st, &mut sc, &mut out);
+    out
+}
+
+/// [`kda_forward`] into `out: [n, D]` with every intermediate in the arena `sc`.
+#[allow(clippy::too_many_arguments)]
+pub fn kda_forward_into(
+    par: &Par,
+    cfg: &ModelConfig,
+    w: &KdaWeights,
+    xs: &[f32],
+    n: usize,
+    st: &mut KdaState,
+    sc: &mut Kda,
+    out: &mut [f32],
+) {
     let h = cfg.kda.num_heads;
     let k = cfg.kda.head_dim;
     let p = h * k;
@@ -198,27 +267,42 @@ pub fn kda_forward(
     let lb = cfg.kda.gate_lower_bound;
     let scale = (k as f32).powf(-0.5);
 
-    let qs = w.q.mm(par, xs, n);
-    let ks = w.k.mm(par, xs, n);
-    let vs = w.v.mm(par, xs, n);
-    let fa = w.f_a.mm(par, xs, n);
-    let a_all = w.f_b.mm(par, &fa, n);
-    let b_all = w.b.mm(par, xs, n);
-    let g_all = match &w.gate {
-        OutGate::Full(g) => g.mm(par, xs, n),
+    let prof = profile::scope(Op::KdaProj);
+    let qs = zeroed(&mut sc.q, n * p);
+    w.q.mm_into(par, xs, n, qs);
+    let ks = zeroed(&mut sc.k, n * p);
+    w.k.mm_into(par, xs, n, ks);
+    let vs = zeroed(&mut sc.v, n * p);
+    w.v.mm_into(par, xs, n, vs);
+    let fa = zeroed(&mut sc.fa, n * k);
+    w.f_a.mm_into(par, xs, n, fa);
+    let a_all = zeroed(&mut sc.a, n * p);
+    w.f_b.mm_into(par, fa, n, a_all);
+    let b_all = zeroed(&mut sc.b, n * h);
+    w.b.mm_into(par, xs, n, b_all);
+    let g_all = zeroed(&mut sc.g, n * p);
+    match &w.gate {
+        OutGate::Full(g) => g.mm_into(par, xs, n, g_all),
         OutGate::LowRank(ga, gb) => {
-            let t = ga.mm(par, xs, n);
-            gb.mm(par, &t, n)
+            let t = zeroed(&mut sc.fa, n * k);
+            ga.mm_into(par, xs, n, t);
+            gb.mm_into(par, t, n, g_all);
         }
-    };
+    }
 
-    let mut ys = vec![0f32; n * p];
-    let mut u = vec![0f32; 3 * p];
+    drop(prof);
+    let prof = profile::scope(Op::KdaRecur);
+    let ys = zeroed(&mut sc.y, n * p);
+    let u = zeroed(&mut sc.u, 3 * p);
+    let c = zeroed(&mut sc.uc, 3 * p);
+    let qh = zeroed(&mut sc.qh, k);
+    let kh = zeroed(&mut sc.kh, k);
+    let alpha = zeroed(&mut sc.alpha, k);
     for t in 0..n {
         u[..p].copy_from_slice(&qs[t * p..(t + 1) * p]);
         u[p..2 * p].copy_from_slice(&ks[t * p..(t + 1) * p]);
         u[2 * p..].copy_from_slice(&vs[t * p..(t + 1) * p]);
-        let c = short_conv_step(&mut st.conv, &w.conv, &u, cw);
+        short_conv_step_into(&mut st.conv, &w.conv, u, cw, c);
         let (q, rest) = c.split_at(p);
         let (kk, v) = rest.split_at(p);
         let a = &a_all[t * p..(t + 1) * p];
@@ -226,19 +310,19 @@ pub fn kda_forward(
         let y = &mut ys[t * p..(t + 1) * p];
         for hh in 0..h {
             let r = hh * k..(hh + 1) * k;
-            let mut qh = q[r.clone()].to_vec();
-            let mut kh = kk[r.clone()].to_vec();
-            l2norm_scaled(&mut qh, 1e-6, scale);
-            l2norm_scaled(&mut kh, 1e-6, 1.0);
-            let alpha = decay(&a[r.clone()], &w.dt_bias[r.clone()], w.a_log[hh], lb);
+            qh.copy_from_slice(&q[r.clone()]);
+            kh.copy_from_slice(&kk[r.clone()]);
+            l2norm_scaled(qh, 1e-6, scale);
+            l2norm_scaled(kh, 1e-6, 1.0);
+            decay_into(&a[r.clone()], &w.dt_bias[r.clone()], w.a_log[hh], lb, alpha);
             let beta = sigmoid(b_all[t * h + hh]);
             let yh = &mut y[r.clone()];
             delta_rule_step(
                 &mut st.s[hh * k * k..(hh + 1) * k * k],
-                &qh,
-                &kh,
+                qh,
+                kh,
                 &v[r.clone()],
-                &alpha,
+                alpha,
                 beta,
                 yh,
             );
@@ -248,5 +332,7 @@ pub fn kda_forward(
             }
         }
     }
-    w.o.mm(par, &ys, n)
+    drop(prof);
+    let _prof = profile::scope(Op::KdaOut);
+    w.o.mm_into(par, ys, n, out);
 }

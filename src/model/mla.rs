@@ -17,12 +17,14 @@
 
 use anyhow::Result;
 
-use super::norm::{rms_norm, rms_norm_inplace, sigmoid};
+use super::norm::{rms_norm_inplace, rms_norm_into, sigmoid};
 use super::state::MlaCache;
 use super::weights::{Mat, Weights};
+use crate::arena::{zeroed, Dims, Mla};
 use crate::config::ModelConfig;
 use crate::kernels::{attend_latent_heads, attend_latent_ref};
 use crate::ops::Par;
+use crate::profile::{self, Op};
 
 /// Query projection of an MLA layer.
 pub enum QProj {
@@ -72,22 +74,39 @@ pub fn kv_norm_eps(cfg: &ModelConfig) -> f32 {
 impl MlaWeights {
     /// Fetches layer `layer`'s MLA weights through the store, checking every size.
     pub fn load(w: &Weights, cfg: &ModelConfig, layer: usize) -> Result<Self> {
+        Self::load_from(w, cfg, layer, &mut Mla::default())
+    }
+
+    /// [`MlaWeights::load`] decoding the norm weights into the arena's buffers
+    /// (moved out of `sc`; give them back with [`MlaWeights::recycle`]).
+    pub fn load_from(w: &Weights, cfg: &ModelConfig, layer: usize, sc: &mut Mla) -> Result<Self> {
         let l = Some(layer);
         let m = &cfg.mla;
         let d = cfg.hidden_size;
         let qd = m.num_heads * m.q_head_dim();
         let q = match m.q_lora_rank {
-            Some(r) => QProj::Lora {
-                a: w.mat(l, "self_attn.q_a_proj.weight", r, d)?,
-                norm: w.vec(l, "self_attn.q_a_layernorm.weight", r)?,
-                b: w.mat(l, "self_attn.q_b_proj.weight", qd, r)?,
-            },
+            Some(r) => {
+                let mut norm = std::mem::take(&mut sc.q_norm);
+                w.vec_into(l, "self_attn.q_a_layernorm.weight", r, &mut norm)?;
+                QProj::Lora {
+                    a: w.mat(l, "self_attn.q_a_proj.weight", r, d)?,
+                    norm,
+                    b: w.mat(l, "self_attn.q_b_proj.weight", qd, r)?,
+                }
+            }
             None => QProj::Full(w.mat(l, "self_attn.q_proj.weight", qd, d)?),
         };
+        let mut kv_norm = std::mem::take(&mut sc.kv_norm);
+        w.vec_into(
+            l,
+            "self_attn.kv_a_layernorm.weight",
+            m.kv_lora_rank,
+            &mut kv_norm,
+        )?;
         Ok(MlaWeights {
             q,
             kv_a: w.mat(l, "self_attn.kv_a_proj_with_mqa.weight", m.latent_dim(), d)?,
-            kv_norm: w.vec(l, "self_attn.kv_a_layernorm.weight", m.kv_lora_rank)?,
+            kv_norm,
             kv_b: w.mat(
                 l,
                 "self_attn.kv_b_proj.weight",
@@ -101,6 +120,14 @@ impl MlaWeights {
                 None
             },
         })
+    }
+
+    /// Gives the decoded norm weights back to the arena (see [`MlaWeights::load_from`]).
+    pub fn recycle(self, sc: &mut Mla) {
+        if let QProj::Lora { norm, .. } = self.q {
+            sc.q_norm = norm;
+        }
+        sc.kv_norm = self.kv_norm;
     }
 }
 
@@ -130,6 +157,24 @@ pub fn mla_forward(
     n: usize,
     cache: &mut MlaCache,
 ) -> Vec<f32> {
+    let mut sc = Mla::new(&Dims::new(cfg, n));
+    let mut out = vec![0f32; n * cfg.hidden_size];
+    mla_forward_into(par, cfg, w, xs, n, cache, &mut sc, &mut out);
+    out
+}
+
+/// [`mla_forward`] into `out: [n, D]` with every intermediate in the arena `sc`.
+#[allow(clippy::too_many_arguments)]
+pub fn mla_forward_into(
+    par: &Par,
+    cfg: &ModelConfig,
+    w: &MlaWeights,
+    xs: &[f32],
+    n: usize,
+    cache: &mut MlaCache,
+    sc: &mut Mla,
+    out: &mut [f32],
+) {
     let m = &cfg.mla;
     let (h, dn, dr, dv, r) = (
         m.num_heads,
@@ -142,34 +187,52 @@ pub fn mla_forward(
     let tau = (qhd as f32).powf(-0.5);
     let ld = r + dr;
 
-    let qs = match &w.q {
-        QProj::Full(q) => q.mm(par, xs, n),
+    let prof = profile::scope(Op::MlaProj);
+    let qs = zeroed(&mut sc.q, n * h * qhd);
+    match &w.q {
+        QProj::Full(q) => q.mm_into(par, xs, n, qs),
         QProj::Lora { a, norm, b } => {
-            let mut qa = a.mm(par, xs, n);
             let ql = a.rows();
+            let qa = zeroed(&mut sc.qa, n * ql);
+            a.mm_into(par, xs, n, qa);
             for t in 0..n {
                 rms_norm_inplace(&mut qa[t * ql..(t + 1) * ql], norm, Q_NORM_EPS);
             }
-            b.mm(par, &qa, n)
+            b.mm_into(par, qa, n, qs);
         }
+    }
+    let kvs = zeroed(&mut sc.kv, n * ld);
+    w.kv_a.mm_into(par, xs, n, kvs);
+    let gates = match &w.g {
+        Some(g) => {
+            let gs = zeroed(&mut sc.gate, n * h * dv);
+            g.mm_into(par, xs, n, gs);
+            Some(&*gs)
+        }
+        None => None,
     };
-    let kvs = w.kv_a.mm(par, xs, n);
-    let gates = w.g.as_ref().map(|g| g.mm(par, xs, n));
     let kv_eps = kv_norm_eps(cfg);
+    drop(prof);
+    let prof = profile::scope(Op::MlaAttend);
 
-    let mut outs = vec![0f32; n * h * dv];
-    let (mut q_abs, mut q_pe, mut ctx) = (vec![0f32; h * r], vec![0f32; h * dr], vec![0f32; h * r]);
+    let outs = zeroed(&mut sc.out, n * h * dv);
+    let q_abs = zeroed(&mut sc.q_abs, h * r);
+    let q_pe = zeroed(&mut sc.q_pe, h * dr);
+    let ctx = zeroed(&mut sc.ctx, h * r);
+    let c = zeroed(&mut sc.lat, r);
     for t in 0..n {
         let kv = &kvs[t * ld..(t + 1) * ld];
-        let c = rms_norm(&kv[..r], &w.kv_norm, kv_eps);
-        cache.latents.extend_from_slice(&c);
+        rms_norm_into(&kv[..r], &w.kv_norm, kv_eps, c);
+        cache.latents.extend_from_slice(c);
         cache.latents.extend_from_slice(&kv[r..]);
         cache.len += 1;
         let q = &qs[t * h * qhd..(t + 1) * h * qhd];
         for hh in 0..h {
             let qh = &q[hh * qhd..(hh + 1) * qhd];
             let base = hh * (dn + dv);
-            q_abs[hh * r..(hh + 1) * r].copy_from_slice(&w.kv_b.row_block(base, dn).tmv(&qh[..dn]));
+            w.kv_b
+                .row_block(base, dn)
+                .tmv_into(&qh[..dn], &mut q_abs[hh * r..(hh + 1) * r]);
             q_pe[hh * dr..(hh + 1) * dr].copy_from_slice(&qh[dn..]);
         }
         attend_latent_heads(
@@ -179,10 +242,10 @@ pub fn mla_forward(
             r,
             dr,
             h,
-            &q_abs,
-            &q_pe,
+            q_abs,
+            q_pe,
             tau,
-            &mut ctx,
+            ctx,
         );
         for hh in 0..h {
             let base = hh * (dn + dv);
@@ -191,12 +254,14 @@ pub fn mla_forward(
                 .row_block(base + dn, dv)
                 .mv_into(par, &ctx[hh * r..(hh + 1) * r], o);
         }
-        if let Some(g) = &gates {
+        if let Some(g) = gates {
             let o = &mut outs[t * h * dv..(t + 1) * h * dv];
             for (ov, gv) in o.iter_mut().zip(&g[t * h * dv..(t + 1) * h * dv]) {
                 *ov *= sigmoid(*gv);
             }
         }
     }
-    w.o.mm(par, &outs, n)
+    drop(prof);
+    let _prof = profile::scope(Op::MlaOut);
+    w.o.mm_into(par, outs, n, out);
 }

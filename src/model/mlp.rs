@@ -5,6 +5,7 @@ use anyhow::Result;
 
 use super::norm::{sigmoid, silu};
 use super::weights::Mat;
+use crate::arena::zeroed;
 use crate::config::Activation;
 use crate::ops::Par;
 
@@ -33,6 +34,17 @@ pub fn gated_act(act: Activation, g: &[f32], u: &[f32]) -> Vec<f32> {
     }
 }
 
+/// [`gated_act`] in place: `g[i] = act(g[i], u[i])`.
+pub fn gated_act_inplace(act: Activation, g: &mut [f32], u: &[f32]) {
+    match act {
+        Activation::Silu => g.iter_mut().zip(u).for_each(|(g, u)| *g = silu(*g) * u),
+        Activation::Situ { beta, linear_beta } => g
+            .iter_mut()
+            .zip(u)
+            .for_each(|(g, u)| *g = situ(*g, *u, beta, linear_beta)),
+    }
+}
+
 /// The three matrices of a gated MLP: `gate`/`up` `[F, D]`, `down` `[D, F]`.
 pub struct GatedMlp {
     /// `gate_proj` / `w1` `[F, D]`.
@@ -50,5 +62,25 @@ impl GatedMlp {
         let u = self.up.mm(par, xs, n);
         let h = gated_act(act, &g, &u);
         Ok(self.down.mm(par, &h, n))
+    }
+
+    /// [`GatedMlp::forward`] into `out: [n, D]`, with the intermediates in the
+    /// arena's `g` / `u` buffers (bit-identical to `forward`).
+    pub fn forward_into(
+        &self,
+        par: &Par,
+        act: Activation,
+        xs: &[f32],
+        n: usize,
+        sc: &mut crate::arena::Mlp,
+        out: &mut [f32],
+    ) {
+        let f = self.gate.rows();
+        let g = zeroed(&mut sc.g, n * f);
+        self.gate.mm_into(par, xs, n, g);
+        let u = zeroed(&mut sc.u, n * f);
+        self.up.mm_into(par, xs, n, u);
+        gated_act_inplace(act, g, u);
+        self.down.mm_into(par, g, n, out);
     }
 }

@@ -35,8 +35,9 @@ use crate::ops::Par;
 use crate::schema::Dtype;
 use crate::store::WeightStore;
 
-use attn_res::Blocks;
-use norm::rms_norm;
+use crate::arena::{zeroed, Scratch};
+use crate::profile::{self, Op};
+use norm::{rms_norm_inplace, rms_norm_into};
 pub use state::{KdaState, LayerState, MlaCache, State};
 use weights::{Mat, Weights};
 
@@ -124,25 +125,39 @@ impl Model {
         &self.par
     }
 
-    /// A fresh per-sequence state with room for `max_context` positions.
+    /// A fresh per-sequence state with room for `max_context` positions and a
+    /// scratch arena for the plan's prefill chunk ([`State::new`]).
     pub fn new_state(&self, max_context: usize) -> State {
         State::new(&self.cfg, max_context)
+    }
+
+    /// A fresh per-sequence state whose arena fits forwards of up to `chunk` tokens.
+    pub fn new_state_with_chunk(&self, max_context: usize, chunk: usize) -> State {
+        State::with_chunk(&self.cfg, max_context, chunk)
     }
 
     fn mat(&self, layer: Option<usize>, name: &str, rows: usize, cols: usize) -> Result<Mat> {
         self.w.mat(layer, name, rows, cols)
     }
 
-    fn vec(&self, layer: Option<usize>, name: &str, n: usize) -> Result<Vec<f32>> {
-        self.w.vec(layer, name, n)
-    }
-
-    /// AttnRes `w_eff = {prefix}_norm.weight ⊙ {prefix}_proj.weight` `[D]`.
-    fn res_w_eff(&self, layer: Option<usize>, prefix: &str) -> Result<Vec<f32>> {
+    /// AttnRes `w_eff = {prefix}_norm.weight ⊙ {prefix}_proj.weight` `[D]` into
+    /// `out` (`tmp` holds the projection weight).
+    fn res_w_eff(
+        &self,
+        layer: Option<usize>,
+        prefix: &str,
+        out: &mut Vec<f32>,
+        tmp: &mut Vec<f32>,
+    ) -> Result<()> {
         let d = self.cfg.hidden_size;
-        let nw = self.vec(layer, &format!("{prefix}_norm.weight"), d)?;
-        let pw = self.vec(layer, &format!("{prefix}_proj.weight"), d)?;
-        Ok(attn_res::w_eff(&nw, &pw))
+        self.w
+            .vec_into(layer, &format!("{prefix}_norm.weight"), d, out)?;
+        self.w
+            .vec_into(layer, &format!("{prefix}_proj.weight"), d, tmp)?;
+        for (a, b) in out.iter_mut().zip(tmp.iter()) {
+            *a *= b;
+        }
+        Ok(())
     }
 
     /// Runs `tokens` (positions `state.pos ..`) through the model, advancing `state`.
@@ -151,6 +166,18 @@ impl Model {
     /// Errors: empty input, token id ≥ vocab, context overflow, missing or misshapen
     /// tensors (named), a NaN/Inf logit (naming the position; [`crate::integrity`]). After a tensor error the state is unusable (reset it).
     pub fn forward(&self, state: &mut State, tokens: &[u32], mode: LogitsMode) -> Result<Vec<f32>> {
+        Ok(self.forward_logits(state, tokens, mode)?.to_vec())
+    }
+
+    /// [`Model::forward`] returning the logits in place in the state's arena
+    /// (valid until the next call): every buffer of the pass is the arena's
+    /// ([`crate::arena`]), so a decode step allocates no activation memory.
+    pub fn forward_logits<'s>(
+        &self,
+        state: &'s mut State,
+        tokens: &[u32],
+        mode: LogitsMode,
+    ) -> Result<&'s mut [f32]> {
         let cfg = &self.cfg;
         let n = tokens.len();
         if n == 0 {
@@ -169,67 +196,112 @@ impl Model {
         let d = cfg.hidden_size;
         let eps = cfg.rms_norm_eps;
         let par = &self.par;
+        let pos0 = state.pos;
+        let State {
+            layers,
+            scratch: sc,
+            pos,
+            ..
+        } = state;
+        self.w.store.note_activation_bytes(sc.bytes());
 
         // Residual stream per token: the running sum (plain residual) or the AttnRes partial sum.
-        let mut hidden = Vec::with_capacity(n * d);
-        for &t in tokens {
-            hidden.extend(self.w.row(
+        let prof = profile::scope(Op::Embed);
+        let hidden = zeroed(&mut sc.main.hidden, n * d);
+        for (t, &tok) in tokens.iter().enumerate() {
+            self.w.row_into(
                 None,
                 "model.embed_tokens.weight",
                 cfg.vocab_size,
                 d,
-                t as usize,
-            )?);
+                tok as usize,
+                &mut hidden[t * d..(t + 1) * d],
+            )?;
         }
+        drop(prof);
         let attn_res = cfg.attn_res_block_size;
-        let mut blocks: Vec<Blocks> =
-            vec![Blocks::default(); if attn_res.is_some() { n } else { 0 }];
+        // Completed AttnRes blocks, the same count for every token of the call.
+        let mut nb = 0usize;
+        if attn_res.is_some() {
+            let b = sc.dims.blocks;
+            zeroed(&mut sc.main.blocks, n * b * d);
+            zeroed(&mut sc.main.blocks_inv, n * b);
+        }
 
-        self.w.store.begin_token(state.pos);
+        self.w.store.begin_token(pos0);
         let lookahead = n == 1 && self.w.store.wants_lookahead();
         for i in 0..cfg.num_hidden_layers {
             self.w.store.begin_layer(i);
             if lookahead {
-                self.lookahead(i, &hidden[..d])?;
+                self.lookahead(i, sc)?;
             }
-            let r = self.layer(i, state, &mut hidden, &mut blocks, n);
+            let r = self.layer(i, &mut layers[i], sc, n, &mut nb);
             self.w.store.end_layer(i);
             r.with_context(|| format!("layer {i}"))?;
             if self.check_hidden {
-                crate::integrity::check_hidden(&hidden, d, i, state.pos)?;
+                crate::integrity::check_hidden(&sc.main.hidden[..n * d], d, i, pos0)?;
             }
         }
 
         if mode == LogitsMode::None {
-            state.pos += n;
-            return Ok(Vec::new());
+            *pos += n;
+            return Ok(&mut []);
         }
-        let rows: Vec<usize> = match mode {
-            LogitsMode::Last => vec![n - 1],
-            _ => (0..n).collect(),
+        let (first, rows) = match mode {
+            LogitsMode::Last => (n - 1, 1),
+            _ => (0, n),
         };
-        let w_out = match attn_res {
-            Some(_) => Some(self.res_w_eff(None, "model.output_attn_res")?),
-            None => None,
-        };
-        let norm_w = self.vec(None, "model.norm.weight", d)?;
+        let _prof = profile::scope(Op::LmHead);
+        let main = &mut sc.main;
+        if attn_res.is_some() {
+            self.res_w_eff(
+                None,
+                "model.output_attn_res",
+                &mut main.res_w,
+                &mut main.res_tmp,
+            )?;
+        }
+        self.w
+            .vec_into(None, "model.norm.weight", d, &mut main.ln_post)?;
         let head = if cfg.tie_word_embeddings {
             self.mat(None, "model.embed_tokens.weight", cfg.vocab_size, d)?
         } else {
             self.mat(None, "lm_head.weight", cfg.vocab_size, d)?
         };
-        let mut xs = Vec::with_capacity(rows.len() * d);
-        for &t in &rows {
-            let p = &hidden[t * d..(t + 1) * d];
-            let h = match &w_out {
-                Some(we) => attn_res::mix(&blocks[t], p, we, eps),
-                None => p.to_vec(),
-            };
-            xs.extend(rms_norm(&h, &norm_w, eps));
+        let xs = zeroed(&mut main.xin, rows * d);
+        let b = sc.dims.blocks;
+        for (j, t) in (first..first + rows).enumerate() {
+            let p = &main.hidden[t * d..(t + 1) * d];
+            let x = &mut xs[j * d..(j + 1) * d];
+            match attn_res {
+                Some(_) => {
+                    attn_res::mix_into(
+                        &main.blocks[t * b * d..(t * b + nb) * d],
+                        &main.blocks_inv[t * b..t * b + nb],
+                        p,
+                        &main.res_w,
+                        eps,
+                        &mut main.mix,
+                        x,
+                    );
+                    rms_norm_inplace(x, &main.ln_post, eps);
+                }
+                None => rms_norm_into(p, &main.ln_post, eps, x),
+            }
         }
-        let logits = head.mm(par, &xs, rows.len());
-        crate::integrity::check_logits(&logits, cfg.vocab_size, &rows, state.pos)?;
-        state.pos += n;
+        let logits = zeroed(&mut main.logits, rows * cfg.vocab_size);
+        head.mm_into(par, xs, rows, logits);
+        let row_ids: [usize; 1];
+        let all_rows: Vec<usize>;
+        let row_list: &[usize] = if mode == LogitsMode::Last {
+            row_ids = [n - 1];
+            &row_ids
+        } else {
+            all_rows = (0..n).collect();
+            &all_rows
+        };
+        crate::integrity::check_logits(logits, cfg.vocab_size, row_list, pos0)?;
+        *pos += n;
         Ok(logits)
     }
 
@@ -237,7 +309,9 @@ impl Model {
     /// `i` on the residual stream entering layer `i` (normalised with that layer's
     /// `post_attention_layernorm`) and tells the store which experts it will likely
     /// need. Only IO depends on the guess; compute always uses the true routing.
-    fn lookahead(&self, i: usize, h: &[f32]) -> Result<()> {
+    /// The residual stream entering layer `i` is `sc.main.hidden[..D]`; the
+    /// arena's MLP-input, router and MoE buffers are free at this point.
+    fn lookahead(&self, i: usize, sc: &mut Scratch) -> Result<()> {
         let cfg = &self.cfg;
         let Some(moe) = cfg.moe.as_ref() else {
             return Ok(());
@@ -247,102 +321,167 @@ impl Model {
             return Ok(());
         };
         let d = cfg.hidden_size;
-        let post_ln = self.vec(Some(j), "post_attention_layernorm.weight", d)?;
-        let x = rms_norm(h, &post_ln, cfg.rms_norm_eps);
+        let main = &mut sc.main;
+        self.w.vec_into(
+            Some(j),
+            "post_attention_layernorm.weight",
+            d,
+            &mut main.ln_post,
+        )?;
+        let x = zeroed(&mut main.xin2, d);
+        rms_norm_into(&main.hidden[..d], &main.ln_post, cfg.rms_norm_eps, x);
         let gate = self.mat(Some(j), "block_sparse_moe.gate.weight", moe.num_experts, d)?;
-        let bias = self.vec(
+        self.w.vec_into(
             Some(j),
             "block_sparse_moe.gate.e_score_correction_bias",
             moe.num_experts,
+            &mut sc.moe.bias,
         )?;
-        let logits = gate.mv(&self.par, &x);
-        let guesses: Vec<usize> = moe::route(&logits, &bias, moe)
-            .into_iter()
-            .map(|(e, _)| e)
-            .collect();
-        self.w.store.prefetch_experts(j, &guesses);
+        let logits = zeroed(&mut sc.moe.logits, moe.num_experts);
+        gate.mv_into(&self.par, x, logits);
+        let r = &mut sc.router;
+        r.routes.clear();
+        moe::route_into(logits, &sc.moe.bias, moe, r);
+        r.ids.clear();
+        r.ids.extend(r.routes.iter().map(|(e, _)| *e));
+        self.w.store.prefetch_experts(j, &r.ids);
         Ok(())
     }
 
     /// One decoder layer over the `n` tokens of the call (mlx `KimiK3DecoderLayer.__call__`
-    /// with AttnRes, `KimiDecoderLayer.__call__` without).
+    /// with AttnRes, `KimiDecoderLayer.__call__` without), on the arena `sc`:
+    /// the residual stream is `sc.main.hidden`, `nb` counts the completed AttnRes blocks.
     fn layer(
         &self,
         i: usize,
-        state: &mut State,
-        hidden: &mut [f32],
-        blocks: &mut [Blocks],
+        ls: &mut LayerState,
+        sc: &mut Scratch,
         n: usize,
+        nb: &mut usize,
     ) -> Result<()> {
         let cfg = &self.cfg;
         let d = cfg.hidden_size;
         let eps = cfg.rms_norm_eps;
         let par = &self.par;
         let l = Some(i);
-        let in_ln = self.vec(l, "input_layernorm.weight", d)?;
-        let post_ln = self.vec(l, "post_attention_layernorm.weight", d)?;
+        let Scratch {
+            dims,
+            main,
+            kda: kda_sc,
+            mla: mla_sc,
+            mlp: mlp_sc,
+            moe: moe_sc,
+            router,
+        } = sc;
+        let b = dims.blocks;
+        let prof = profile::scope(Op::Norms);
+        self.w
+            .vec_into(l, "input_layernorm.weight", d, &mut main.ln_in)?;
+        self.w
+            .vec_into(l, "post_attention_layernorm.weight", d, &mut main.ln_post)?;
 
         // Attention input.
         let mut block_start = false;
-        let mut xin = Vec::with_capacity(n * d);
+        let xin = zeroed(&mut main.xin, n * d);
         match cfg.attn_res_block_size {
             Some(bs) => {
-                let w_attn = self.res_w_eff(l, "self_attention_res")?;
+                self.res_w_eff(l, "self_attention_res", &mut main.res_w, &mut main.res_tmp)?;
                 block_start = i.is_multiple_of(bs);
                 for t in 0..n {
-                    let p = &hidden[t * d..(t + 1) * d];
-                    let h = attn_res::mix(&blocks[t], p, &w_attn, eps);
+                    let p = &main.hidden[t * d..(t + 1) * d];
+                    let x = &mut xin[t * d..(t + 1) * d];
+                    attn_res::mix_into(
+                        &main.blocks[t * b * d..(t * b + *nb) * d],
+                        &main.blocks_inv[t * b..t * b + *nb],
+                        p,
+                        &main.res_w,
+                        eps,
+                        &mut main.mix,
+                        x,
+                    );
                     if block_start {
-                        blocks[t].append(p.to_vec(), eps);
+                        main.blocks[(t * b + *nb) * d..][..d].copy_from_slice(p);
+                        main.blocks_inv[t * b + *nb] = norm::inv_rms(p, eps);
                     }
-                    xin.extend(rms_norm(&h, &in_ln, eps));
+                    rms_norm_inplace(x, &main.ln_in, eps);
+                }
+                if block_start {
+                    *nb += 1;
                 }
             }
             None => {
                 for t in 0..n {
-                    xin.extend(rms_norm(&hidden[t * d..(t + 1) * d], &in_ln, eps));
+                    rms_norm_into(
+                        &main.hidden[t * d..(t + 1) * d],
+                        &main.ln_in,
+                        eps,
+                        &mut xin[t * d..(t + 1) * d],
+                    );
                 }
             }
         }
 
-        let a = match (cfg.attn_kinds[i], &mut state.layers[i]) {
+        drop(prof);
+        let a = zeroed(&mut main.attn_out, n * d);
+        match (cfg.attn_kinds[i], ls) {
             (AttnKind::Kda, LayerState::Kda(st)) => {
-                let w = kda::KdaWeights::load(&self.w, cfg, i)?;
-                kda::kda_forward(par, cfg, &w, &xin, n, st)
+                let w = kda::KdaWeights::load_from(&self.w, cfg, i, kda_sc)?;
+                kda::kda_forward_into(par, cfg, &w, xin, n, st, kda_sc, a);
+                w.recycle(kda_sc);
             }
             (AttnKind::Mla, LayerState::Mla(cache)) => {
-                let w = mla::MlaWeights::load(&self.w, cfg, i)?;
-                mla::mla_forward(par, cfg, &w, &xin, n, cache)
+                let w = mla::MlaWeights::load_from(&self.w, cfg, i, mla_sc)?;
+                mla::mla_forward_into(par, cfg, &w, xin, n, cache, mla_sc, a);
+                w.recycle(mla_sc);
             }
             _ => bail!("state layer kind does not match the config"),
-        };
+        }
 
         // Residual after attention, then MLP input.
+        let hidden = &mut main.hidden[..n * d];
         if block_start {
-            hidden.copy_from_slice(&a);
+            hidden.copy_from_slice(a);
         } else {
-            for (h, v) in hidden.iter_mut().zip(&a) {
+            for (h, v) in hidden.iter_mut().zip(a.iter()) {
                 *h += v;
             }
         }
-        let mut xin2 = Vec::with_capacity(n * d);
+        let prof = profile::scope(Op::Norms);
+        let xin2 = zeroed(&mut main.xin2, n * d);
         match cfg.attn_res_block_size {
             Some(_) => {
-                let w_mlp = self.res_w_eff(l, "mlp_res")?;
+                self.res_w_eff(l, "mlp_res", &mut main.res_w, &mut main.res_tmp)?;
                 for t in 0..n {
-                    let h = attn_res::mix(&blocks[t], &hidden[t * d..(t + 1) * d], &w_mlp, eps);
-                    xin2.extend(rms_norm(&h, &post_ln, eps));
+                    let x = &mut xin2[t * d..(t + 1) * d];
+                    attn_res::mix_into(
+                        &main.blocks[t * b * d..(t * b + *nb) * d],
+                        &main.blocks_inv[t * b..t * b + *nb],
+                        &main.hidden[t * d..(t + 1) * d],
+                        &main.res_w,
+                        eps,
+                        &mut main.mix,
+                        x,
+                    );
+                    rms_norm_inplace(x, &main.ln_post, eps);
                 }
             }
             None => {
                 for t in 0..n {
-                    xin2.extend(rms_norm(&hidden[t * d..(t + 1) * d], &post_ln, eps));
+                    rms_norm_into(
+                        &main.hidden[t * d..(t + 1) * d],
+                        &main.ln_post,
+                        eps,
+                        &mut xin2[t * d..(t + 1) * d],
+                    );
                 }
             }
         }
 
-        let m = match cfg.mlp_kinds[i] {
+        drop(prof);
+        let m = zeroed(&mut main.mlp_out, n * d);
+        match cfg.mlp_kinds[i] {
             MlpKind::Dense => {
+                let _prof = profile::scope(Op::DenseMlp);
                 let f = cfg.intermediate_size;
                 // Published dense layers live under `mlp.`; the store resolves the
                 // `block_sparse_moe.` alias to the schema name.
@@ -351,15 +490,21 @@ impl Model {
                     up: self.mat(l, "mlp.up_proj.weight", f, d)?,
                     down: self.mat(l, "mlp.down_proj.weight", d, f)?,
                 };
-                mlp.forward(par, cfg.activation, &xin2, n)?
+                mlp.forward_into(par, cfg.activation, xin2, n, mlp_sc, m);
             }
             MlpKind::Moe => {
                 let moe = cfg.moe.as_ref().context("MoE layer without MoE config")?;
-                let mw = moe::MoeWeights::load(&self.w, cfg, moe, i)?;
-                moe::moe_forward(par, cfg, moe, &self.w, &mw, i, &xin2, n)?
+                let mw = moe::MoeWeights::load_from(&self.w, cfg, moe, i, moe_sc)?;
+                let bufs = moe::MoeScratch {
+                    moe: moe_sc,
+                    router,
+                    mlp: mlp_sc,
+                };
+                moe::moe_forward(par, cfg, moe, &self.w, &mw, i, xin2, n, bufs, m)?;
+                mw.recycle(moe_sc);
             }
-        };
-        for (h, v) in hidden.iter_mut().zip(&m) {
+        }
+        for (h, v) in main.hidden[..n * d].iter_mut().zip(m.iter()) {
             *h += v;
         }
         Ok(())

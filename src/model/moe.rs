@@ -24,8 +24,10 @@ use anyhow::{Context, Result};
 use super::mlp::GatedMlp;
 use super::norm::{rms_norm_inplace, sigmoid};
 use super::weights::{Mat, Weights};
+use crate::arena::{zeroed, Mlp, Moe, Router};
 use crate::config::{Activation, ModelConfig, MoeConfig};
 use crate::ops::Par;
+use crate::profile::{self, Op};
 
 /// Routing decision for one token: `(expert id, weight)` in router-rank order.
 pub type Routing = Vec<(usize, f32)>;
@@ -43,37 +45,53 @@ fn rank_cmp(a: (f32, usize), b: (f32, usize)) -> Ordering {
 /// [`crate::config::check_moe_layout`] (at least 2 experts per group when grouped,
 /// `k ≤ topk_group · E/num_expert_group`).
 pub fn route(logits: &[f32], bias: &[f32], moe: &MoeConfig) -> Routing {
+    let mut r = Router::default();
+    route_into(logits, bias, moe, &mut r);
+    r.routes
+}
+
+/// [`route`] appending the token's `(expert, weight)` pairs to `r.routes`, with the
+/// router's scratch in `r` (no allocation within the arena's sizes). The rankings
+/// are total orders (ties by id), so the unstable sorts used here give the same
+/// order as a stable sort.
+pub fn route_into(logits: &[f32], bias: &[f32], moe: &MoeConfig, r: &mut Router) {
     let e = logits.len();
-    let s: Vec<f32> = logits.iter().map(|l| sigmoid(*l)).collect();
-    let mut sel: Vec<f32> = s.iter().zip(bias).map(|(a, b)| a + b).collect();
+    r.s.clear();
+    r.s.extend(logits.iter().map(|l| sigmoid(*l)));
+    r.sel.clear();
+    r.sel.extend(r.s.iter().zip(bias).map(|(a, b)| a + b));
     let ng = moe.num_expert_group;
     if ng > 1 {
         let gs = e / ng;
-        let mut groups: Vec<(f32, usize)> = (0..ng)
-            .map(|g| {
-                let mut v: Vec<f32> = sel[g * gs..(g + 1) * gs].to_vec();
-                v.sort_by(|a, b| b.total_cmp(a));
-                (v.iter().take(2).sum::<f32>(), g)
-            })
-            .collect();
-        groups.sort_by(|a, b| rank_cmp(*a, *b));
-        for &(_, g) in &groups[moe.topk_group.min(ng)..] {
-            sel[g * gs..(g + 1) * gs]
+        r.granks.clear();
+        for g in 0..ng {
+            r.gvals.clear();
+            r.gvals.extend_from_slice(&r.sel[g * gs..(g + 1) * gs]);
+            r.gvals.sort_unstable_by(|a, b| b.total_cmp(a));
+            r.granks.push((r.gvals.iter().take(2).sum::<f32>(), g));
+        }
+        r.granks.sort_unstable_by(|a, b| rank_cmp(*a, *b));
+        for &(_, g) in &r.granks[moe.topk_group.min(ng)..] {
+            r.sel[g * gs..(g + 1) * gs]
                 .iter_mut()
                 .for_each(|v| *v = f32::NEG_INFINITY);
         }
     }
-    let mut order: Vec<(f32, usize)> = sel.iter().copied().zip(0..e).collect();
-    order.sort_by(|a, b| rank_cmp(*a, *b));
+    r.order.clear();
+    r.order.extend(r.sel.iter().copied().zip(0..e));
+    r.order.sort_unstable_by(|a, b| rank_cmp(*a, *b));
     let k = moe.num_experts_per_token.min(e);
-    let mut out: Routing = order[..k].iter().map(|&(_, i)| (i, s[i])).collect();
+    let start = r.routes.len();
+    let s = &r.s;
+    r.routes
+        .extend(r.order[..k].iter().map(|&(_, i)| (i, s[i])));
+    let out = &mut r.routes[start..];
     if k > 1 && moe.renormalize {
         let denom: f32 = out.iter().map(|x| x.1).sum::<f32>() + 1e-20;
         out.iter_mut().for_each(|x| x.1 /= denom);
     }
     out.iter_mut()
         .for_each(|x| x.1 *= moe.routed_scaling_factor);
-    out
 }
 
 /// Trunk weights of one MoE layer (routed experts are fetched per token).
@@ -93,6 +111,18 @@ pub struct MoeWeights {
 impl MoeWeights {
     /// Fetches layer `layer`'s router, shared experts and latent projections.
     pub fn load(w: &Weights, cfg: &ModelConfig, moe: &MoeConfig, layer: usize) -> Result<Self> {
+        Self::load_from(w, cfg, moe, layer, &mut Moe::default())
+    }
+
+    /// [`MoeWeights::load`] decoding the bias and latent norm into the arena's
+    /// buffers (moved out of `sc`; give them back with [`MoeWeights::recycle`]).
+    pub fn load_from(
+        w: &Weights,
+        cfg: &ModelConfig,
+        moe: &MoeConfig,
+        layer: usize,
+        sc: &mut Moe,
+    ) -> Result<Self> {
         let l = Some(layer);
         let d = cfg.hidden_size;
         let e = moe.num_experts;
@@ -113,20 +143,37 @@ impl MoeWeights {
                     w.mat(l, "block_sparse_moe.routed_expert_up_proj.weight", d, lat)?,
                 )),
                 if moe.latent_moe_use_norm {
-                    Some(w.vec(l, "block_sparse_moe.routed_expert_norm.weight", lat)?)
+                    let mut v = std::mem::take(&mut sc.latent_norm);
+                    w.vec_into(l, "block_sparse_moe.routed_expert_norm.weight", lat, &mut v)?;
+                    Some(v)
                 } else {
                     None
                 },
             ),
             None => (None, None),
         };
+        let mut bias = std::mem::take(&mut sc.bias);
+        w.vec_into(
+            l,
+            "block_sparse_moe.gate.e_score_correction_bias",
+            e,
+            &mut bias,
+        )?;
         Ok(MoeWeights {
             gate: w.mat(l, "block_sparse_moe.gate.weight", e, d)?,
-            bias: w.vec(l, "block_sparse_moe.gate.e_score_correction_bias", e)?,
+            bias,
             shared,
             latent,
             latent_norm,
         })
+    }
+
+    /// Gives the decoded vectors back to the arena (see [`MoeWeights::load_from`]).
+    pub fn recycle(self, sc: &mut Moe) {
+        sc.bias = self.bias;
+        if let Some(v) = self.latent_norm {
+            sc.latent_norm = v;
+        }
     }
 }
 
@@ -143,8 +190,18 @@ pub fn load_expert(w: &Weights, layer: usize, e: usize, ed: usize, fi: usize) ->
     })
 }
 
-/// MoE sub-layer over `n` tokens `xs: [n, D]` (after `post_attention_layernorm`).
-/// Returns `[n, D]`. Each token is routed; one token (decode) reports its selection
+/// The arena buffers [`moe_forward`] works in.
+pub struct MoeScratch<'a> {
+    /// MoE buffers.
+    pub moe: &'a mut Moe,
+    /// Router buffers.
+    pub router: &'a mut Router,
+    /// Gated-MLP intermediates (experts and shared experts).
+    pub mlp: &'a mut Mlp,
+}
+
+/// MoE sub-layer over `n` tokens `xs: [n, D]` (after `post_attention_layernorm`),
+/// into `out: [n, D]`. Each token is routed; one token (decode) reports its selection
 /// to the store ([`WeightStore::experts_selected`](crate::store::WeightStore::experts_selected))
 /// and runs its experts one by one; a chunk of tokens (prefill) runs each distinct
 /// expert once over all the tokens that picked it ([`grouped_experts`]). Either
@@ -160,79 +217,142 @@ pub fn moe_forward(
     layer: usize,
     xs: &[f32],
     n: usize,
-) -> Result<Vec<f32>> {
+    sc: MoeScratch<'_>,
+    out: &mut [f32],
+) -> Result<()> {
     let d = cfg.hidden_size;
     let e = moe.num_experts;
     let ed = moe.expert_dim(d);
     let act: Activation = cfg.activation;
+    let MoeScratch {
+        moe: ms,
+        router,
+        mlp,
+    } = sc;
+    let prof = profile::scope(Op::Router);
 
-    let logits = mw.gate.mm(par, xs, n);
-    let zs = match &mw.latent {
-        Some((down, _)) => down.mm(par, xs, n),
-        None => xs.to_vec(),
+    let logits = zeroed(&mut ms.logits, n * e);
+    mw.gate.mm_into(par, xs, n, logits);
+    let zs: &[f32] = match &mw.latent {
+        Some((down, _)) => {
+            let z = zeroed(&mut ms.z, n * ed);
+            down.mm_into(par, xs, n, z);
+            z
+        }
+        None => xs,
     };
-    let routings: Vec<Routing> = (0..n)
-        .map(|t| route(&logits[t * e..(t + 1) * e], &mw.bias, moe))
-        .collect();
-    let mut ys = if n == 1 || !w.store.groups_chunk_experts() {
-        per_token_experts(par, cfg, moe, w, layer, &routings, &zs)?
+    router.routes.clear();
+    for t in 0..n {
+        route_into(&logits[t * e..(t + 1) * e], &mw.bias, moe, router);
+    }
+    let k = router.routes.len() / n;
+    drop(prof);
+    let ys = zeroed(&mut ms.ys, n * ed);
+    if n == 1 || !w.store.groups_chunk_experts() {
+        per_token_experts(
+            par,
+            cfg,
+            moe,
+            w,
+            layer,
+            &router.routes,
+            k,
+            &mut router.ids,
+            zs,
+            mlp,
+            &mut ms.eo,
+            ys,
+        )?;
     } else {
-        grouped_experts(par, cfg, moe, w, layer, &routings, &zs)?
-    };
+        let bufs = (&mut ms.zg, &mut ms.eo, &mut ms.slots);
+        grouped_experts(
+            par,
+            cfg,
+            moe,
+            w,
+            layer,
+            &router.routes,
+            k,
+            zs,
+            mlp,
+            bufs,
+            ys,
+        )?;
+    }
+    let _prof = profile::scope(Op::SharedLatent);
     if let Some(nw) = &mw.latent_norm {
         for y in ys.chunks_exact_mut(ed) {
             rms_norm_inplace(y, nw, cfg.rms_norm_eps);
         }
     }
-    let mut out = match &mw.latent {
-        Some((_, up)) => up.mm(par, &ys, n),
-        None => ys,
-    };
+    match &mw.latent {
+        Some((_, up)) => up.mm_into(par, ys, n, out),
+        None => out.copy_from_slice(ys),
+    }
     if let Some(sh) = &mw.shared {
-        let s = sh.forward(par, act, xs, n)?;
-        for (o, v) in out.iter_mut().zip(&s) {
+        let s = zeroed(&mut ms.shared, n * d);
+        sh.forward_into(par, act, xs, n, mlp, s);
+        for (o, v) in out.iter_mut().zip(s.iter()) {
             *o += v;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Token by token (decode): report the selection, fetch each expert, accumulate
-/// `y += w·Expert(z)` in router-rank order. Returns `[n, ed]`.
+/// `y += w·Expert(z)` in router-rank order into `ys: [n, ed]` (zeros on entry).
+/// `routes: [n, k]` flat.
+#[allow(clippy::too_many_arguments)]
 fn per_token_experts(
     par: &Par,
     cfg: &ModelConfig,
     moe: &MoeConfig,
     w: &Weights,
     layer: usize,
-    routings: &[Routing],
+    routes: &[(usize, f32)],
+    k: usize,
+    ids: &mut Vec<usize>,
     zs: &[f32],
-) -> Result<Vec<f32>> {
+    mlp: &mut Mlp,
+    eo: &mut Vec<f32>,
+    ys: &mut [f32],
+) -> Result<()> {
     let ed = moe.expert_dim(cfg.hidden_size);
     let fi = moe.moe_intermediate_size;
-    let mut ys = vec![0f32; routings.len() * ed];
-    for (t, routing) in routings.iter().enumerate() {
-        let ids: Vec<usize> = routing.iter().map(|r| r.0).collect();
-        w.store.experts_selected(layer, &ids);
+    for (t, routing) in routes.chunks_exact(k.max(1)).enumerate() {
+        ids.clear();
+        ids.extend(routing.iter().map(|r| r.0));
+        w.store.experts_selected(layer, ids);
         let z = &zs[t * ed..(t + 1) * ed];
         let y = &mut ys[t * ed..(t + 1) * ed];
         for &(eid, wt) in routing {
+            let fetch = profile::scope(Op::ExpertFetch);
             let ex = load_expert(w, layer, eid, ed, fi)?;
-            let o = ex.forward(par, cfg.activation, z, 1)?;
-            for (yv, ov) in y.iter_mut().zip(&o) {
+            drop(fetch);
+            let _prof = profile::scope(Op::ExpertMlp);
+            let o = zeroed(eo, ed);
+            ex.forward_into(par, cfg.activation, z, 1, mlp, o);
+            for (yv, ov) in y.iter_mut().zip(o.iter()) {
                 *yv += wt * ov;
             }
         }
     }
-    Ok(ys)
+    Ok(())
 }
 
 /// Distinct experts of a chunk's routings in first-use order (token order, then
 /// router rank), each with the `(token, rank)` slots that picked it.
 pub fn expert_groups(routings: &[Routing]) -> Vec<(usize, Vec<(usize, usize)>)> {
+    let flat: Vec<(usize, f32)> = routings.iter().flatten().copied().collect();
+    let k = routings.iter().map(|r| r.len()).max().unwrap_or(0);
+    expert_groups_flat(&flat, k)
+}
+
+/// [`expert_groups`] of routings stored flat `[n, k]`.
+fn expert_groups_flat(routes: &[(usize, f32)], k: usize) -> Vec<(usize, Vec<(usize, usize)>)> {
     let mut groups: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
     let mut index = std::collections::HashMap::new();
-    for (t, r) in routings.iter().enumerate() {
+    for (t, r) in routes.chunks_exact(k.max(1)).enumerate() {
         for (k, &(e, _)) in r.iter().enumerate() {
             let g = *index.entry(e).or_insert_with(|| {
                 groups.push((e, Vec::new()));
@@ -248,42 +368,51 @@ pub fn expert_groups(routings: &[Routing]) -> Vec<(usize, Vec<(usize, usize)>)> 
 /// ([`WeightStore::chunk_experts_selected`](crate::store::WeightStore::chunk_experts_selected)),
 /// then fetches each distinct expert once, in first-use order, and runs it as a
 /// matmul over the tokens that picked it (bit-identical to one matvec per token).
-/// Outputs are kept per `(token, rank)` slot (`n·k·ed` f32) and summed per token
-/// in router-rank order afterwards, exactly as [`per_token_experts`] sums them.
+/// Outputs are kept per `(token, rank)` slot (`n·k·ed` f32, the arena's `slots`)
+/// and summed per token in router-rank order afterwards into `ys` (zeros on
+/// entry), exactly as [`per_token_experts`] sums them. The routing index (groups,
+/// per-token ids) is allocated per chunk.
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn grouped_experts(
     par: &Par,
     cfg: &ModelConfig,
     moe: &MoeConfig,
     w: &Weights,
     layer: usize,
-    routings: &[Routing],
+    routes: &[(usize, f32)],
+    k: usize,
     zs: &[f32],
-) -> Result<Vec<f32>> {
+    mlp: &mut Mlp,
+    (zg, eo, slots): (&mut Vec<f32>, &mut Vec<f32>, &mut Vec<f32>),
+    ys: &mut [f32],
+) -> Result<()> {
     let ed = moe.expert_dim(cfg.hidden_size);
     let fi = moe.moe_intermediate_size;
-    let n = routings.len();
-    let k = routings.iter().map(|r| r.len()).max().unwrap_or(0);
-    let groups = expert_groups(routings);
-    let ids: Vec<Vec<usize>> = routings
-        .iter()
+    let n = routes.len() / k.max(1);
+    let groups = expert_groups_flat(routes, k);
+    let ids: Vec<Vec<usize>> = routes
+        .chunks_exact(k.max(1))
         .map(|r| r.iter().map(|x| x.0).collect())
         .collect();
     let order: Vec<usize> = groups.iter().map(|g| g.0).collect();
     w.store.chunk_experts_selected(layer, &ids, &order);
-    let mut slots = vec![0f32; n * k * ed];
+    let slots = zeroed(slots, n * k * ed);
     for (eid, users) in &groups {
+        let fetch = profile::scope(Op::ExpertFetch);
         let ex = load_expert(w, layer, *eid, ed, fi)?;
-        let mut z = Vec::with_capacity(users.len() * ed);
+        drop(fetch);
+        let _prof = profile::scope(Op::ExpertMlp);
+        zg.clear();
         for &(t, _) in users {
-            z.extend_from_slice(&zs[t * ed..(t + 1) * ed]);
+            zg.extend_from_slice(&zs[t * ed..(t + 1) * ed]);
         }
-        let o = ex.forward(par, cfg.activation, &z, users.len())?;
+        let o = zeroed(eo, users.len() * ed);
+        ex.forward_into(par, cfg.activation, zg, users.len(), mlp, o);
         for (j, &(t, r)) in users.iter().enumerate() {
             slots[(t * k + r) * ed..][..ed].copy_from_slice(&o[j * ed..(j + 1) * ed]);
         }
     }
-    let mut ys = vec![0f32; n * ed];
-    for (t, routing) in routings.iter().enumerate() {
+    for (t, routing) in routes.chunks_exact(k.max(1)).enumerate() {
         let y = &mut ys[t * ed..(t + 1) * ed];
         for (r, &(_, wt)) in routing.iter().enumerate() {
             for (yv, ov) in y.iter_mut().zip(&slots[(t * k + r) * ed..][..ed]) {
@@ -291,5 +420,5 @@ fn grouped_experts(
             }
         }
     }
-    Ok(ys)
+    Ok(())
 }

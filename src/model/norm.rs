@@ -16,6 +16,15 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     x.iter().zip(w).map(|(v, w)| v * r * w).collect()
 }
 
+/// [`rms_norm`] of `x` into `out` (same operations, same bits).
+pub fn rms_norm_into(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    debug_assert_eq!(x.len(), out.len());
+    let r = inv_rms(x, eps);
+    for ((o, v), w) in out.iter_mut().zip(x).zip(w) {
+        *o = v * r * w;
+    }
+}
+
 /// In-place [`rms_norm`] of `x: [n]`.
 pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
     let r = inv_rms(x, eps);

@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Result};
 
+use crate::arena::{planned_prefill_chunk, Scratch};
 use crate::config::{AttnKind, ModelConfig};
 
 /// State of one KDA layer (all f32, zero-initialised).
@@ -43,12 +44,23 @@ pub struct State {
     pub max_context: usize,
     /// One state per decoder layer.
     pub layers: Vec<LayerState>,
+    /// Every scratch buffer of the forward pass ([`crate::arena`]), sized for
+    /// forwards of up to `scratch.dims.c` tokens.
+    pub scratch: Scratch,
     latent_dim: usize,
 }
 
 impl State {
-    /// Fresh state for `cfg` with room for `max_context` positions.
+    /// Fresh state for `cfg` with room for `max_context` positions, and an arena
+    /// for the plan's prefill chunk ([`planned_prefill_chunk`]`(max_context)`).
     pub fn new(cfg: &ModelConfig, max_context: usize) -> State {
+        State::with_chunk(cfg, max_context, planned_prefill_chunk(max_context))
+    }
+
+    /// Fresh state with room for `max_context` positions (the MLA latent caches
+    /// reserved for all of them) and an arena for forwards of up to `chunk` tokens.
+    pub fn with_chunk(cfg: &ModelConfig, max_context: usize, chunk: usize) -> State {
+        let ld = cfg.mla.latent_dim();
         let h = cfg.kda.num_heads;
         let k = cfg.kda.head_dim;
         let p = h * k;
@@ -61,14 +73,21 @@ impl State {
                     conv: vec![0.0; (w - 1) * 3 * p],
                     s: vec![0.0; h * k * k],
                 }),
-                AttnKind::Mla => LayerState::Mla(MlaCache::default()),
+                AttnKind::Mla => {
+                    // Reserved up front (virtual until written); a reservation the
+                    // allocator refuses leaves the cache to grow as it fills.
+                    let mut latents = Vec::new();
+                    let _ = latents.try_reserve_exact(max_context.saturating_mul(ld));
+                    LayerState::Mla(MlaCache { latents, len: 0 })
+                }
             })
             .collect();
         State {
             pos: 0,
             max_context,
             layers,
-            latent_dim: cfg.mla.latent_dim(),
+            scratch: Scratch::new(cfg, chunk),
+            latent_dim: ld,
         }
     }
 
@@ -99,6 +118,12 @@ impl State {
             );
         }
         Ok(())
+    }
+
+    /// Bytes of the forward's scratch arena now (the plan's activation figure while
+    /// no call has outgrown it; [`Scratch::bytes`]).
+    pub fn scratch_bytes(&self) -> u64 {
+        self.scratch.bytes()
     }
 
     /// Bytes held by the state (f32 KDA states + MLA latents currently cached).

@@ -129,6 +129,16 @@ impl Mat {
     /// # Panics
     /// On an MXFP4 matrix or a size mismatch.
     pub fn tmv(&self, x: &[f32]) -> Vec<f32> {
+        let mut y = vec![0f32; self.cols()];
+        self.tmv_into(x, &mut y);
+        y
+    }
+
+    /// [`Mat::tmv`] into `y: [cols]` (zeroed first, then accumulated in row order).
+    ///
+    /// # Panics
+    /// On an MXFP4 matrix or a size mismatch.
+    pub fn tmv_into(&self, x: &[f32], y: &mut [f32]) {
         let Mat::Dense {
             bytes,
             elem,
@@ -139,7 +149,8 @@ impl Mat {
             panic!("tmv of an MXFP4 matrix")
         };
         assert_eq!(x.len(), *rows, "tmv: x size");
-        let mut y = vec![0f32; *cols];
+        assert_eq!(y.len(), *cols, "tmv: y size");
+        y.fill(0.0);
         for (r, xr) in x.iter().enumerate() {
             match elem {
                 Elem::Bf16 => {
@@ -165,26 +176,33 @@ impl Mat {
                 }
             }
         }
-        y
     }
 
     /// Batched product: `xs` `[n, cols]` → `[n, rows]`, each row bit-identical to [`Mat::mv`].
     pub fn mm(&self, par: &Par, xs: &[f32], n: usize) -> Vec<f32> {
+        let mut ys = vec![0f32; n * self.rows()];
+        self.mm_into(par, xs, n, &mut ys);
+        ys
+    }
+
+    /// [`Mat::mm`] into `ys: [n, rows]` (every element written; pass zeros for
+    /// the same bytes as [`Mat::mm`] on any path).
+    pub fn mm_into(&self, par: &Par, xs: &[f32], n: usize, ys: &mut [f32]) {
         let (rows, cols) = (self.rows(), self.cols());
-        let mut ys = vec![0f32; n * rows];
+        let ys = &mut ys[..n * rows];
         match self {
             Mat::Dense {
                 bytes,
                 elem: Elem::Bf16,
                 ..
-            } if n > 1 => ops::matmul_bf16(par, bytes, rows, cols, xs, n, &mut ys),
+            } if n > 1 => ops::matmul_bf16(par, bytes, rows, cols, xs, n, ys),
             Mat::Dense {
                 bytes,
                 elem: Elem::F32,
                 ..
-            } if n > 1 => ops::matmul_f32(par, bytes, rows, cols, xs, n, &mut ys),
+            } if n > 1 => ops::matmul_f32(par, bytes, rows, cols, xs, n, ys),
             Mat::Mxfp4 { packed, scale, .. } if n > 1 => {
-                ops::matmul_mxfp4(par, packed, scale, rows, cols, xs, n, &mut ys)
+                ops::matmul_mxfp4(par, packed, scale, rows, cols, xs, n, ys)
             }
             _ => {
                 for v in 0..n {
@@ -196,7 +214,6 @@ impl Mat {
                 }
             }
         }
-        ys
     }
 }
 
@@ -212,6 +229,26 @@ pub fn f32_from_le(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
+}
+
+/// Decodes BF16 / F32 little-endian bytes into `out` (cleared first).
+fn decode_into(elem: Elem, b: &[u8], out: &mut Vec<f32>) {
+    out.clear();
+    decode_append(elem, b, out);
+}
+
+/// Decodes BF16 / F32 little-endian bytes, appending to `out`.
+fn decode_append(elem: Elem, b: &[u8], out: &mut Vec<f32>) {
+    match elem {
+        Elem::Bf16 => out.extend(
+            b.chunks_exact(2)
+                .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16)),
+        ),
+        Elem::F32 => out.extend(
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        ),
+    }
 }
 
 /// Weight accessor: the store plus optional per-tensor dtype hints.
@@ -283,11 +320,50 @@ impl Weights {
         })
     }
 
+    /// [`Weights::vec`] into `out` (cleared; no reallocation within its capacity).
+    pub fn vec_into(
+        &self,
+        layer: Option<usize>,
+        name: &str,
+        n: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        out.clear();
+        self.vec_append(layer, name, n, out)
+    }
+
+    /// [`Weights::vec`] appended to `out` (no reallocation within its capacity).
+    pub fn vec_append(
+        &self,
+        layer: Option<usize>,
+        name: &str,
+        n: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let bytes = self.raw(layer, name)?;
+        let elem = self.elem_for(layer, name, bytes.len(), n)?;
+        decode_append(elem, &bytes, out);
+        Ok(())
+    }
+
     /// The first `n` elements of a tensor of any shape (K3 `A_log`: stored with
     /// `head_dim` entries, per-head values first; Kimi-Linear `[1,1,H,1]`). Without a
     /// dtype hint the element type is F32 when the byte length is a multiple of 4
     /// (published `A_log` is F32), else BF16.
     pub fn vec_prefix(&self, layer: Option<usize>, name: &str, n: usize) -> Result<Vec<f32>> {
+        let mut out = Vec::with_capacity(n);
+        self.vec_prefix_into(layer, name, n, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Weights::vec_prefix`] into `out` (cleared; no reallocation within its capacity).
+    pub fn vec_prefix_into(
+        &self,
+        layer: Option<usize>,
+        name: &str,
+        n: usize,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
         let bytes = self.raw(layer, name)?;
         let elem = match self.hint(layer, name) {
             Some(Dtype::BF16) => Elem::Bf16,
@@ -308,11 +384,8 @@ impl Weights {
                 bytes.len()
             );
         }
-        let b = &bytes[..n * size];
-        Ok(match elem {
-            Elem::Bf16 => bf16_to_f32(b),
-            Elem::F32 => f32_from_le(b),
-        })
+        decode_into(elem, &bytes[..n * size], out);
+        Ok(())
     }
 
     /// Row `row` of a `[rows, cols]` matrix (embedding lookup), decoded to f32.
@@ -336,6 +409,45 @@ impl Weights {
             Elem::Bf16 => bf16_to_f32(&bytes[row * cols * 2..(row + 1) * cols * 2]),
             Elem::F32 => f32_from_le(&bytes[row * cols * 4..(row + 1) * cols * 4]),
         })
+    }
+
+    /// [`Weights::row`] into `out: [cols]`.
+    pub fn row_into(
+        &self,
+        layer: Option<usize>,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        row: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let bytes = self.raw(layer, name)?;
+        let elem = self.elem_for(layer, name, bytes.len(), rows * cols)?;
+        if row >= rows {
+            bail!(
+                "row {row} out of range for tensor {} ({rows} rows)",
+                full_name(layer, name)
+            );
+        }
+        match elem {
+            Elem::Bf16 => {
+                for (o, c) in out
+                    .iter_mut()
+                    .zip(bytes[row * cols * 2..(row + 1) * cols * 2].chunks_exact(2))
+                {
+                    *o = f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16);
+                }
+            }
+            Elem::F32 => {
+                for (o, c) in out
+                    .iter_mut()
+                    .zip(bytes[row * cols * 4..(row + 1) * cols * 4].chunks_exact(4))
+                {
+                    *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Converts a routed-expert matrix from the store, checking its size against `[rows, cols]`.

@@ -33,11 +33,18 @@ pub struct StoreMetrics {
     pub lookahead_correct: u64,
     /// Experts the router selected in layers where a guess had been made.
     pub lookahead_actual: u64,
-    /// Peak of self-accounted resident bytes (pinned + slots + expert buffers + state + activations estimate).
+    /// Peak of self-accounted resident bytes (pinned + slots + expert buffers + state + the model's activation arena).
     pub peak_accounted_bytes: u64,
     /// Times a buffer had to be allocated beyond the plan (should stay 0).
     pub budget_overflows: u64,
     pub verified_tensors: u64,
+    /// Seconds during which at least one read of an IO thread was in flight (mmap:
+    /// faulting in). Bytes read ÷ this is the device throughput the store got.
+    pub read_busy_s: f64,
+    /// Bytes of the model's scratch arena as last reported by the forward
+    /// ([`crate::store::WeightStore::note_activation_bytes`]); 0 before the first
+    /// forward, when the plan's `activation_bytes` is accounted instead.
+    pub activation_bytes: u64,
 }
 
 impl StoreMetrics {

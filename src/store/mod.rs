@@ -140,4 +140,8 @@ pub trait WeightStore: Send + Sync {
 
     /// Hint: layer `layer` is finished for the current token.
     fn end_layer(&self, _layer: usize) {}
+
+    /// Report: the model's scratch arena holds `bytes` (called at every forward,
+    /// so a store that accounts memory counts what the model really holds).
+    fn note_activation_bytes(&self, _bytes: u64) {}
 }

@@ -5,7 +5,8 @@
 //! final norms, every layer's norms/routers/small tensors, the trunk of a prefix
 //! of layers), rotating trunk slots (one, or two when the next layer is
 //! prefetched), the expert cache, KDA states and the MLA latent cache for
-//! `max_context` positions, IO alignment slack and activation buffers.
+//! `max_context` positions, IO alignment slack and the model's activation arena
+//! (exact: the same table the model allocates from, [`crate::arena`]).
 //!
 //! Trunk bytes are pinned first (they are read for every token; a cyclic scan of
 //! layers through an LRU would hit 0%), then the rest of the budget becomes expert
@@ -16,6 +17,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde::Serialize;
 
+pub use crate::arena::{planned_prefill_chunk, PLANNED_PREFILL_CHUNK};
 use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
 use crate::error::UsageError;
@@ -197,8 +199,8 @@ pub struct Plan {
     pub total_experts: usize,
     /// KDA recurrent + conv state (all KDA layers) and MLA latent cache for max_context.
     pub state_bytes: u64,
-    /// Activation buffers and logits (estimate: [`activation_estimate`] plus
-    /// [`chunk_activation_estimate`] for a [`planned_prefill_chunk`]-token prefill).
+    /// The model's scratch arena for a [`planned_prefill_chunk`]-token prefill
+    /// (exact: [`activation_bytes`]).
     pub activation_bytes: u64,
     /// The smallest budget that can run with this IO mode and prefetch policy.
     pub floor_bytes: u64,
@@ -218,88 +220,21 @@ pub struct Plan {
     pub pinned_keys: Vec<String>,
 }
 
-/// Activation and logits memory of one forward pass (upper estimate, bytes):
-/// 48 vectors of the widest layer width, the logits row twice, and 4 MiB of slack
-/// for thread stacks and allocator rounding.
-pub fn activation_estimate(cfg: &ModelConfig) -> u64 {
-    let p = cfg.kda_proj_dim();
-    let m = &cfg.mla;
-    let widest = [
-        cfg.hidden_size,
-        cfg.intermediate_size,
-        3 * p,
-        m.num_heads * m.q_head_dim(),
-        m.num_heads * m.kv_lora_rank,
-        cfg.moe
-            .as_ref()
-            .map(|x| x.moe_intermediate_size * x.num_shared_experts.max(1))
-            .unwrap_or(0),
-        cfg.moe.as_ref().map(|x| x.num_experts).unwrap_or(0),
-    ]
-    .into_iter()
-    .max()
-    .unwrap_or(0) as u64;
-    48 * widest * 4 + 2 * cfg.vocab_size as u64 * 4 + (4 << 20)
-}
-
-/// Prefill tokens per forward call the plan reserves activations for, at most:
-/// the plan uses `min(max_context, PLANNED_PREFILL_CHUNK)` ([`planned_prefill_chunk`])
-/// and `memdial run --budget` caps `--prefill-chunk` there (the CLI default).
-pub const PLANNED_PREFILL_CHUNK: usize = 256;
-
-/// Prefill chunk the plan accounts for with `max_context` positions (≥ 1).
-pub fn planned_prefill_chunk(max_context: usize) -> usize {
-    max_context.clamp(1, PLANNED_PREFILL_CHUNK)
-}
-
-/// Extra activation memory of a prefill forward over `chunk` tokens (upper
-/// estimate, bytes), on top of [`activation_estimate`]'s one token: per token,
-/// 12 + (AttnRes blocks) vectors of `hidden_size` (residual, norms, attention and
-/// MLP outputs, AttnRes partial sums), 4 of the widest layer width (attention
-/// projections, MLP intermediates), the `k` routed-expert outputs kept for the
-/// rank-ordered sum (`k·expert_dim`) and the router logits, all f32. Measured on
-/// `mini` (128-token chunk, floor budget): 82 KB/token of anonymous RSS against
-/// 140 KB/token estimated here.
-pub fn chunk_activation_estimate(cfg: &ModelConfig, chunk: usize) -> u64 {
-    let d = cfg.hidden_size as u64;
-    let blocks = cfg
-        .attn_res_block_size
-        .map(|bs| cfg.num_hidden_layers.div_ceil(bs.max(1)) as u64 + 1)
-        .unwrap_or(0);
-    let p = cfg.kda_proj_dim() as u64;
-    let m = &cfg.mla;
-    let widest = [
-        cfg.intermediate_size as u64,
-        3 * p,
-        (m.num_heads * m.q_head_dim()) as u64,
-        cfg.moe
-            .as_ref()
-            .map(|x| (x.moe_intermediate_size * x.num_shared_experts.max(1)) as u64)
-            .unwrap_or(0),
-    ]
-    .into_iter()
-    .max()
-    .unwrap_or(0)
-    .max(d);
-    let routed = cfg
-        .moe
-        .as_ref()
-        .map(|x| (x.num_experts_per_token * x.expert_dim(cfg.hidden_size) + x.num_experts) as u64)
-        .unwrap_or(0);
-    chunk as u64 * ((12 + blocks) * d + 4 * widest + routed) * 4
+/// Activation memory of forwards of up to `chunk` tokens (bytes, exact): the
+/// model's scratch arena, [`crate::arena::Scratch::planned_bytes`] — the same
+/// table the model allocates from (every buffer listed by
+/// [`crate::arena::Scratch::planned_buffers`]).
+pub fn activation_bytes(cfg: &ModelConfig, chunk: usize) -> u64 {
+    crate::arena::Scratch::planned_bytes(cfg, chunk)
 }
 
 /// State bytes for `max_context` positions: KDA states of every KDA layer and the
-/// MLA latent cache (f32) of every MLA layer, plus AttnRes block vectors.
+/// MLA latent cache (f32) of every MLA layer. (AttnRes block vectors live only
+/// within a forward call and are counted in the activation arena.)
 pub fn state_estimate(cfg: &ModelConfig, max_context: usize) -> u64 {
     let (kda, mla) = cfg.layer_counts();
-    let blocks = cfg
-        .attn_res_block_size
-        .map(|b| cfg.num_hidden_layers.div_ceil(b) + 1)
-        .unwrap_or(0);
     kda as u64 * cfg.kda_state_bytes() as u64
         + mla as u64 * max_context as u64 * cfg.mla_cache_bytes_per_position() as u64
-        + blocks as u64 * cfg.hidden_size as u64 * 4
 }
 
 /// Builds the plan for `budget` bytes.
@@ -363,7 +298,10 @@ impl Plan {
     }
 }
 
-/// Like [`plan`] but never refuses (for printing the floor of any budget).
+/// Like [`plan`] but never refuses a budget (for printing the floor of any budget).
+///
+/// Errors: config dimensions the checkpoint cannot hold
+/// ([`crate::limits::check_dimensions`], checked before the tensor table is built).
 pub fn plan_unchecked(
     cfg: &ModelConfig,
     ck: &Checkpoint,
@@ -372,6 +310,7 @@ pub fn plan_unchecked(
     prefetch: Prefetch,
     max_context: usize,
 ) -> Result<Plan> {
+    crate::limits::check_dimensions(cfg, ck)?;
     let specs = expected_tensors(cfg);
     let prefix = cfg.weight_prefix.as_str();
     let align = 4096u64; // planning uses the minimum direct-IO alignment we ever use
@@ -434,8 +373,7 @@ pub fn plan_unchecked(
         k
     };
     let state = state_estimate(cfg, max_context);
-    let act = activation_estimate(cfg)
-        + chunk_activation_estimate(cfg, planned_prefill_chunk(max_context));
+    let act = activation_bytes(cfg, planned_prefill_chunk(max_context));
     let base = global + small + state + act;
     let floor = base + min_slots as u64 * slot_bytes + min_exp as u64 * expert_buffer_bytes;
     // Tensors the model uses (present-and-unused MTP layers excluded).

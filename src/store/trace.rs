@@ -9,6 +9,9 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result};
+
+use crate::config::{MlpKind, ModelConfig};
+use crate::error::UsageError;
 use serde::{Deserialize, Serialize};
 
 /// One line of a trace.
@@ -42,6 +45,35 @@ pub fn read(path: &Path) -> Result<Vec<TraceRecord>> {
             })
         })
         .collect()
+}
+
+/// Checks a replayed expert trace against the model: every record's layer is a
+/// MoE layer below `num_hidden_layers` and every expert id below `num_experts`.
+///
+/// Errors: [`UsageError::Invalid`] naming the file, the record (1-based, blank lines
+/// not counted) and the value.
+pub fn check(records: &[TraceRecord], cfg: &ModelConfig, path: &Path) -> Result<()> {
+    let experts = cfg.moe.as_ref().map_or(0, |m| m.num_experts);
+    for (i, r) in records.iter().enumerate() {
+        let at = || format!("trace {} record {}", path.display(), i + 1);
+        if cfg.mlp_kinds.get(r.layer) != Some(&MlpKind::Moe) {
+            return Err(UsageError::Invalid(format!(
+                "{}: layer {} is not a MoE layer of this model ({} layers)",
+                at(),
+                r.layer,
+                cfg.num_hidden_layers
+            ))
+            .into());
+        }
+        if let Some(e) = r.experts.iter().find(|&&e| e >= experts) {
+            return Err(UsageError::Invalid(format!(
+                "{}: expert id {e} is out of range (num_experts {experts})",
+                at()
+            ))
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// Writes `records` to `path`, one JSON object per line.

@@ -28,7 +28,7 @@ pub fn register_font() {
 }
 
 /// Tableau-10 colours.
-const COLORS: [RGBColor; 10] = [
+pub(super) const COLORS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -41,24 +41,24 @@ const COLORS: [RGBColor; 10] = [
     RGBColor(23, 190, 207),
 ];
 
-fn pe<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+pub(super) fn pe<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("chart: {e:?}")
 }
 
 /// One line of a chart: points of equal io × prefetch (and of the other varying axes).
 #[derive(Debug, Clone)]
-struct Series {
-    label: String,
+pub(super) struct Series {
+    pub(super) label: String,
     /// IO mode (the curve's panel).
-    io: String,
+    pub(super) io: String,
     /// The label without the IO mode (colour and marker within a panel).
-    rest: String,
-    floor: f64,
+    pub(super) rest: String,
+    pub(super) floor: f64,
     /// (budget bytes × dodge factor, stats)
-    pts: Vec<(f64, PointStats)>,
+    pub(super) pts: Vec<(f64, PointStats)>,
 }
 
-fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Series> {
+pub(super) fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Series> {
     let distinct = |f: &dyn Fn(&PointStats) -> String| {
         let mut v: Vec<String> = stats.iter().map(f).collect();
         v.sort();
@@ -109,7 +109,9 @@ fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Series> {
     }
     // Dodge: within one IO mode, shift each line's points to the right by up to
     // 5 % so markers and whiskers of lines measured at the same budget do not hide
-    // each other (to the right, so no marker sits left of its floor).
+    // each other (to the right, so no marker sits left of its floor). A point at or
+    // just under the model size is shifted to the left instead, far enough that its
+    // whisker caps stay clear of the model-size line ([`dodge`]).
     let ios: Vec<String> = out.iter().map(|s| s.io.clone()).collect();
     for (i, s) in out.iter_mut().enumerate() {
         let same: Vec<usize> = (0..ios.len()).filter(|&j| ios[j] == s.io).collect();
@@ -121,21 +123,52 @@ fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Series> {
             1.0
         };
         for p in &mut s.pts {
-            let b = p.0;
-            p.0 *= f;
-            // Never past the model-size line: mirror the shift to the left.
-            if let Some(m) = model_bytes.map(|m| m as f64) {
-                if b <= m && p.0 > m {
-                    p.0 = b / f;
-                }
-            }
+            p.0 = dodge(p.0, f, model_bytes.map(|m| m as f64));
         }
         s.pts.sort_by(|a, b| a.0.total_cmp(&b.0));
     }
     out
 }
 
-fn x_range(ser: &[Series], model_bytes: Option<u64>) -> (f64, f64) {
+/// Half-width of a whisker's end caps, as a factor on the (log) x axis.
+const CAP: f64 = 1.02;
+
+/// Where a point of budget `b` (bytes) is drawn for dodge factor `f` (≥ 1): `b × f`,
+/// except a point at or under the model size `m` whose dodged marker or whisker cap
+/// would reach the line: it goes to `b / (f × CAP × 1.005)`, left of the line by
+/// more than its cap, so marker and whisker move together and neither touches it.
+fn dodge(b: f64, f: f64, m: Option<f64>) -> f64 {
+    match m {
+        Some(m) if b <= m && b * f * CAP >= m => b / (f * CAP * 1.005),
+        _ => b * f,
+    }
+}
+
+/// Axis tick text of a byte count: binary units, at most three significant digits
+/// and no trailing zeros ("256 MiB", "1.5 GiB", "177 MiB").
+pub(super) fn fmt_tick_bytes(v: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let (mut x, mut i) = (v.max(0.0), 0);
+    while x >= 1024.0 && i < UNITS.len() - 1 {
+        x /= 1024.0;
+        i += 1;
+    }
+    let t = if x >= 99.95 {
+        format!("{x:.0}")
+    } else if x >= 9.995 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    };
+    let t = if t.contains('.') {
+        t.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        t
+    };
+    format!("{t} {}", UNITS[i])
+}
+
+pub(super) fn x_range(ser: &[Series], model_bytes: Option<u64>) -> (f64, f64) {
     let mut lo = f64::INFINITY;
     let mut hi = 0f64;
     for s in ser {
@@ -160,7 +193,7 @@ fn x_range(ser: &[Series], model_bytes: Option<u64>) -> (f64, f64) {
     (lo / 1.3, hi * 1.3)
 }
 
-fn empty<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str) -> Result<()> {
+pub(super) fn empty<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str) -> Result<()> {
     root.fill(&WHITE).map_err(pe)?;
     root.titled(title, ("sans-serif", 22)).map_err(pe)?;
     root.draw(&Text::new(
@@ -181,7 +214,7 @@ fn whisker(p: &PointStats) -> Option<(f64, f64)> {
 
 /// Draws one marker of shape `shape` (0 circle, 1 triangle, 2 square, 3 diamond-ish
 /// cross), filled or hollow.
-fn marker<DB: DrawingBackend>(
+pub(super) fn marker<DB: DrawingBackend>(
     chart: &mut ChartContext<
         '_,
         DB,
@@ -217,7 +250,8 @@ fn marker<DB: DrawingBackend>(
 /// the medians, filled when every run was held to its budget by a memory cgroup
 /// and hollow otherwise; whiskers are the 95 % intervals; floors are dashed
 /// vertical lines in the line's colour, the model size a solid black line. Lines at
-/// the same budget are shifted sideways by up to ±3 %, never past the model size.
+/// the same budget are shifted sideways by up to 5 %, whiskers with their markers,
+/// never onto or past the model-size line.
 /// The y axis is drawn as log10 on a linear scale so tick labels span the range.
 fn draw_curve<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
@@ -292,7 +326,7 @@ fn draw_curve<DB: DrawingBackend>(
             })
             .x_labels(6)
             .y_labels(12)
-            .x_label_formatter(&|v| fmt_bytes(*v as u64))
+            .x_label_formatter(&|v| fmt_tick_bytes(*v))
             .y_label_formatter(&|v| format_secs(10f64.powf(*v)))
             .label_style(("sans-serif", 12))
             .axis_desc_style(("sans-serif", 14))
@@ -326,7 +360,11 @@ fn draw_curve<DB: DrawingBackend>(
             for (x, p) in &s.pts {
                 let Some(y) = p.s_per_token else { continue };
                 if let Some((lo, hi)) = whisker(p) {
-                    let (a, b) = (x / 1.02, x * 1.02);
+                    let b = match model_bytes.map(|m| m as f64) {
+                        Some(m) if *x < m => (x * CAP).min(m),
+                        _ => x * CAP,
+                    };
+                    let a = x / CAP;
                     let (lo, hi) = (lo.log10(), hi.log10());
                     chart
                         .draw_series([
@@ -440,7 +478,7 @@ fn draw_io<DB: DrawingBackend>(
             .x_desc("memory budget (bytes, log scale)")
             .y_desc(ydesc)
             .x_labels(12)
-            .x_label_formatter(&|v| fmt_bytes(*v as u64))
+            .x_label_formatter(&|v| fmt_tick_bytes(*v))
             .y_label_formatter(&|v| format!("{v:.1}"))
             .label_style(("sans-serif", 13))
             .axis_desc_style(("sans-serif", 15))
@@ -498,7 +536,7 @@ fn draw_io<DB: DrawingBackend>(
 }
 
 /// Seconds to two significant digits (ticks of a log axis: 0.0063, 0.079, 1.3, 16).
-fn format_secs(v: f64) -> String {
+pub(super) fn format_secs(v: f64) -> String {
     if !(v > 0.0) || !v.is_finite() {
         return format!("{v}");
     }
@@ -562,4 +600,36 @@ pub fn write_charts(
         draw_io
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tick_labels_have_no_trailing_zeros() {
+        assert_eq!(fmt_tick_bytes(256.0 * 1048576.0), "256 MiB");
+        assert_eq!(fmt_tick_bytes(1.5 * 1073741824.0), "1.5 GiB");
+        assert_eq!(fmt_tick_bytes(1073741824.0), "1 GiB");
+        assert_eq!(fmt_tick_bytes(512.0), "512 B");
+        // 177.4 MiB: three significant digits.
+        assert_eq!(fmt_tick_bytes(177.4 * 1048576.0), "177 MiB");
+        assert_eq!(fmt_tick_bytes(12.34 * 1048576.0), "12.3 MiB");
+    }
+
+    /// The 100 % point (budget = model size) of every dodged line, marker and whisker
+    /// caps, stays left of the model-size line; points far from it move right.
+    #[test]
+    fn dodge_keeps_the_model_size_point_and_its_whisker_left_of_the_line() {
+        let m = 1000.0;
+        for f in [1.0, 1.025, 1.05] {
+            let x = dodge(m, f, Some(m));
+            assert!(x * CAP < m, "f {f}: cap at {} reaches the line", x * CAP);
+            assert_eq!(dodge(100.0, f, Some(m)), 100.0 * f);
+            // Above the model size: to the right as usual.
+            assert_eq!(dodge(2000.0, f, Some(m)), 2000.0 * f);
+        }
+        // Distinct lines stay apart at the model size.
+        assert!(dodge(m, 1.05, Some(m)) < dodge(m, 1.0, Some(m)));
+    }
 }

@@ -4,7 +4,8 @@
 //!
 //! - [`spec`]: the TOML spec and its expansion into points and runs;
 //! - [`points`], [`rundir`], [`execute`]: the steps of `memdial sweep` (points with
-//!   resolved budgets, the run directory, one run slot → one row);
+//!   resolved budgets, the locked run directory, one run slot → one row);
+//! - [`interrupt`]: SIGINT/SIGTERM print the command that resumes the sweep;
 //! - [`runner`]: one child `memdial run --metrics-json` per run;
 //! - [`coldcache`]: eviction and mincore verification before each run;
 //! - [`cgroup`]: memory-cgroup enforcement of the budget (default on; v1, v2,
@@ -26,6 +27,7 @@ pub mod compare;
 pub mod engines;
 pub mod execute;
 pub mod host;
+pub mod interrupt;
 pub mod memwatch;
 pub mod merge;
 pub mod points;
@@ -36,5 +38,6 @@ pub mod rundir;
 pub mod runner;
 pub mod spec;
 pub mod stats;
+pub mod ttft_chart;
 pub mod util;
 pub mod verdict;

@@ -107,7 +107,7 @@ pub fn write_all(
     baseline: Option<&Baseline>,
 ) -> Result<(Verdict, Option<Comparison>)> {
     super::row::save(dir, rows)?;
-    let mut v = verdict(rows);
+    let mut v = verdict(rows).with_planned(meta.runs_planned);
     if !meta.engines.is_empty() {
         let margins: super::engines::agreement::Margins =
             std::fs::read_to_string(dir.join("engines").join("margins.json"))
@@ -138,7 +138,11 @@ pub fn write_all(
         .spec_name
         .clone()
         .unwrap_or_else(|| "memdial sweep".into());
-    let chart_err = super::charts::write_charts(dir, &stats, Some(meta.model_bytes), &title).err();
+    let chart_err = super::charts::write_charts(dir, &stats, Some(meta.model_bytes), &title)
+        .and_then(|_| {
+            super::ttft_chart::write_ttft_chart(dir, &stats, rows, Some(meta.model_bytes), &title)
+        })
+        .err();
     let md = markdown(meta, rows, &v, &stats, baseline, chart_err.as_ref());
     crate::export::write_text(&dir.join("report.md"), &md)?;
     Ok((v, cmp))
@@ -524,10 +528,22 @@ pub fn markdown(
          Top: bytes read from disk per decoded token (falls as more of the model stays resident). \
          Bottom: share of generation time (prefill + decode) spent waiting for IO (what prefetch tries to hide).\n"
     );
+    let long = !super::ttft_chart::long_prompt_points(stats, rows).is_empty();
+    if long {
+        let _ = writeln!(
+            s,
+            "![time to first token vs budget](ttft.svg)\n\n\
+             Time to first token (prefill of the prompt, then the first token chosen) of the points whose prompt has at least {} tokens, \
+             against the budget: one line per IO mode and prefetch policy, the median of the repeats, same markers, floors and model-size line as the decode curve. \
+             Within a prefill chunk each routed expert is read once, so below the model size this is dominated by the distinct experts each chunk needs.\n",
+            super::ttft_chart::LONG_PROMPT_TOKENS
+        );
+    }
     let _ = writeln!(
         s,
         "Files: `results.csv` / `results.json` (one row per run, schema in the README), `verdict.json`, \
-         `curve.svg`/`curve.png`, `io.svg`/`io.png`, `runs/<point>-<repeat>/` (metrics.json, stdout, stderr of each run)."
+         `curve.svg`/`curve.png`, `io.svg`/`io.png`{}, `runs/<point>-<repeat>/` (metrics.json, stdout, stderr of each run).",
+        if long { ", `ttft.svg`/`ttft.png`" } else { "" }
     );
     s
 }

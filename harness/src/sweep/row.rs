@@ -225,6 +225,12 @@ pub const COLUMNS: &[&str] = &[
     "page_cache_resident_bytes_peak",
     "anon_plus_page_cache_peak_bytes",
     "over_budget",
+    // RunMetrics fields added after the memory columns (appended, in struct order).
+    "device_read_bytes",
+    "device_read_bytes_per_token",
+    "read_busy_s_decode",
+    "read_throughput_busy_decode_bytes_per_s",
+    // Engines axis (appended after the device columns).
     "engine",
     "engine_version",
     "budget_held_by",

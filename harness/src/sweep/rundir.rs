@@ -1,6 +1,15 @@
-//! Step 2 of a sweep: the run directory (`--out`): resumed when it holds the same
-//! sweep, created (with host facts and a cold bandwidth probe) when empty.
+//! Step 2 of a sweep: the run directory (`--out`): locked for this sweep, cleaned
+//! of what an interrupted sweep left, resumed when it holds the same sweep, created
+//! (with host facts and a cold bandwidth probe) when empty.
+//!
+//! Crash safety: every file is written atomically (temporary + rename, see
+//! [`super::util::write_atomic`]), `sweep.json` before `spec.toml`, so a sweep
+//! killed at any moment leaves a directory that is either resumable or holds only
+//! this module's own files (lock, stale temporaries, the same `spec.toml`), which
+//! count as empty.
 
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -13,10 +22,87 @@ use super::row::{self, Row};
 use super::spec::{Shard, Spec};
 use super::util::{utc_now_dirname, utc_now_rfc3339};
 
+/// The lock file in a run directory (holds the pid of the sweep that holds the lock).
+pub const LOCK_FILE: &str = ".lock";
+
+/// An exclusive `flock(2)` on `--out/.lock`, held while the sweep runs (released
+/// when dropped or when the process ends, however it ends).
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
+}
+
+/// Locks `out` (created when missing) for this sweep and writes our pid into the
+/// lock file.
+///
+/// Errors (usage): another process holds the lock — the message names its pid.
+pub fn lock(out: &Path) -> Result<DirLock> {
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let p = out.join(LOCK_FILE);
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&p)
+        .with_context(|| format!("cannot open {}", p.display()))?;
+    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {
+            f.set_len(0)?;
+            f.rewind()?;
+            writeln!(f, "{}", std::process::id())?;
+            Ok(DirLock { _file: f })
+        }
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            let mut t = String::new();
+            let _ = f.read_to_string(&mut t);
+            let holder = match t.trim() {
+                "" => "pid unknown".to_string(),
+                pid => format!("pid {pid}"),
+            };
+            Err(usage(format!(
+                "{} is in use by another sweep ({holder}); wait for it to finish or choose another --out",
+                out.display()
+            )))
+        }
+        Err(e) => Err(anyhow::anyhow!("cannot lock {}: {e}", p.display())),
+    }
+}
+
+/// Whether `name` is a temporary file of an interrupted atomic write
+/// (`.NAME.tmpPID`) or an unfinished run's metrics attempt (`metrics.PID.NONCE.json`).
+fn is_stale_temp(name: &str) -> bool {
+    (name.starts_with('.') && name.contains(".tmp"))
+        || (name.starts_with("metrics.") && name.ends_with(".json") && name != "metrics.json")
+}
+
+/// Removes the temporaries an interrupted sweep left in `out` and its run
+/// directories (only call while holding [`lock`]: then none is in use). Returns
+/// how many were removed.
+pub fn clean_stale(out: &Path) -> usize {
+    let mut n = 0;
+    let mut dirs = vec![out.to_path_buf()];
+    if let Ok(rd) = std::fs::read_dir(out.join("runs")) {
+        dirs.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+    }
+    for d in dirs {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if is_stale_temp(&name) && e.path().is_file() && std::fs::remove_file(e.path()).is_ok()
+            {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
 /// What identifies a sweep in its run directory.
 pub struct Identity<'a> {
     /// The spec.
     pub spec: &'a Spec,
+    /// The spec's text (written to `spec.toml`).
+    pub spec_text: &'a str,
     /// The shard run by this invocation.
     pub shard: Option<Shard>,
     /// Model directory (canonical).
@@ -71,11 +157,21 @@ pub fn open(
         m.command = command;
         return Ok((m, rows));
     }
-    if std::fs::read_dir(out)?.next().is_some() {
-        return Err(usage(format!(
-            "{} exists, is not empty and holds no sweep",
-            out.display()
-        )));
+    // A sweep killed before its first sweep.json leaves only our own files: the
+    // lock, and at most the same spec.toml. Anything else is someone else's.
+    for e in std::fs::read_dir(out)? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let ours = name == LOCK_FILE
+            || is_stale_temp(&name)
+            || (name == "spec.toml"
+                && std::fs::read_to_string(e.path()).ok().as_deref() == Some(id.spec_text));
+        if !ours {
+            return Err(usage(format!(
+                "{} exists, is not empty and holds no sweep ({name})",
+                out.display()
+            )));
+        }
     }
     let mut host = Host::collect(id.model);
     if let Some(big) = shard_files

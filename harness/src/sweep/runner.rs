@@ -149,11 +149,17 @@ impl RunRequest<'_> {
         let out = std::fs::File::create(self.run_dir.join("stdout.txt"))?;
         let err = std::fs::File::create(self.run_dir.join("stderr.txt"))?;
         cmd.stdin(Stdio::null()).stdout(out).stderr(err);
-        // SAFETY: prctl is async-signal-safe; the child dies with the harness, so an
-        // interrupted sweep leaves no orphan engine running.
+        // SAFETY: prctl, getppid and _exit are async-signal-safe; the child dies with
+        // the harness, so an interrupted sweep leaves no orphan engine running (and
+        // none writes into a resumed --out). A harness that died between fork and
+        // prctl is caught by the parent-pid check.
+        let parent = std::process::id();
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if libc::getppid() as u32 != parent {
+                    libc::_exit(1);
+                }
                 Ok(())
             });
         }

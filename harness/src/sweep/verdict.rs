@@ -56,8 +56,15 @@ pub struct Group {
 /// The verdict over all rows.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Verdict {
-    /// True when every finished run matches and none failed.
+    /// True when the sweep is complete, every finished run matches and none failed.
     pub pass: bool,
+    /// Every planned run has a row (finished, failed or below the floor); an
+    /// incomplete sweep never passes. Set by [`Verdict::with_planned`].
+    pub complete: bool,
+    /// Distinct runs with a row.
+    pub runs_done: usize,
+    /// Runs the directory is meant to hold (`sweep.json` `runs_planned`; 0 = unknown).
+    pub runs_planned: usize,
     /// Per-group results.
     pub groups: Vec<Group>,
     /// Runs that failed: (run id, status, error).
@@ -178,8 +185,16 @@ pub fn verdict(rows: &[Row]) -> Verdict {
     let pass = failed.is_empty()
         && hash_inconsistent.is_empty()
         && out.iter().all(|g| g.mismatches.is_empty());
+    let runs_done = rows
+        .iter()
+        .map(|r| r.run_id.as_str())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
     Verdict {
         pass,
+        complete: true,
+        runs_done,
+        runs_planned: 0,
         groups: out,
         failed,
         below_floor,
@@ -193,6 +208,15 @@ pub fn verdict(rows: &[Row]) -> Verdict {
 }
 
 impl Verdict {
+    /// The verdict of a directory meant to hold `planned` runs: incomplete (and so
+    /// not a pass) when fewer have a row.
+    pub fn with_planned(mut self, planned: usize) -> Verdict {
+        self.runs_planned = planned;
+        self.complete = self.runs_done >= planned;
+        self.pass &= self.complete;
+        self
+    }
+
     /// Distinct points that differ from their reference.
     pub fn differing_points(&self) -> Vec<(usize, String)> {
         let mut v: Vec<(usize, String)> = self
@@ -212,7 +236,29 @@ impl Verdict {
     /// One line: `PASS: 30 runs at 10 points, output ids sha256 3f2a9c…` or
     /// `FAIL: …` naming the differing points, the first differing position and ids.
     pub fn one_line(&self) -> String {
-        let mut l = self.ids_line();
+        let mut l = if self.complete {
+            self.ids_line()
+        } else {
+            let agree = self.failed.is_empty()
+                && self.hash_inconsistent.is_empty()
+                && self.groups.iter().all(|g| g.mismatches.is_empty());
+            let so_far = if self.runs_compared == 0 && self.failed.is_empty() {
+                "no finished runs yet".to_string()
+            } else if agree {
+                let hashes: Vec<String> = self.groups.iter().map(|g| short(&g.hash)).collect();
+                format!(
+                    "the {} finished runs agree so far (sha256 {})",
+                    self.runs_compared,
+                    hashes.join(", ")
+                )
+            } else {
+                self.ids_line()
+            };
+            format!(
+                "INCOMPLETE ({} of {} runs); {so_far}",
+                self.runs_done, self.runs_planned
+            )
+        };
         if let Some(c) = &self.engines {
             if !c.pass {
                 if let Some(rest) = l.strip_prefix("PASS: ") {

@@ -61,6 +61,16 @@ pub(super) struct Inner {
     pub(super) allocated_slot_bufs: usize,
     pub(super) allocated_expert_bufs: usize,
     pub(super) queue: VecDeque<Job>,
+    /// mmap mode: evicted records whose pages an IO thread drops before its next read.
+    pub(super) releases: Vec<Key>,
+    /// Page ranges `(shard, lo, hi)` an IO thread is dropping now (no read of an
+    /// overlapping record starts until they are done).
+    pub(super) releasing: Vec<(usize, u64, u64)>,
+    /// mmap mode: byte ranges `(shard, start, end)` of the pinned tensors (never dropped).
+    pub(super) pinned_ranges: Vec<(usize, u64, u64)>,
+    /// Reads in progress, and since when at least one has been (for `read_busy_s`).
+    pub(super) in_flight: usize,
+    pub(super) busy_since: Option<Instant>,
     pub(super) shutdown: bool,
     pub(super) tick: u64,
     pub(super) token: usize,
@@ -86,14 +96,19 @@ impl Inner {
 
 impl StreamingStore {
     /// Self-accounted resident bytes right now: pinned + allocated slot and expert
-    /// buffers + state + activation estimate.
+    /// buffers + state + the model's activation arena (as reported by the model;
+    /// the plan's figure before the first forward).
     fn accounted(&self, g: &Inner) -> u64 {
         let p = &self.shared.plan;
+        let act = match g.metrics.activation_bytes {
+            0 => p.activation_bytes,
+            a => a,
+        };
         self.pinned_bytes
             + g.allocated_slot_bufs as u64 * p.slot_bytes
             + g.allocated_expert_bufs as u64 * p.expert_buffer_bytes
             + p.state_bytes
-            + p.activation_bytes
+            + act
     }
 
     /// Raises `peak_accounted_bytes` to the current accounting.
@@ -105,10 +120,12 @@ impl StreamingStore {
     }
 
     /// Removes `victim`'s entry (already taken out of its slot list or cache set),
-    /// drops its mapped pages, and recycles its buffer into the free list of its kind.
+    /// queues the drop of its mapped pages (mmap: an IO thread does it), and recycles its buffer into the free list of its kind.
     fn evict(&self, g: &mut Inner, victim: Key) {
         if let Some(Entry::Ready(a)) = g.entries.remove(&victim) {
-            self.shared.mmap_release(victim);
+            if self.shared.io == IoMode::Mmap {
+                g.releases.push(victim);
+            }
             if let Ok(loaded) = Arc::try_unwrap(a) {
                 if let LoadedData::Buf(b) = loaded.data {
                     match victim {
@@ -189,6 +206,8 @@ impl StreamingStore {
         if g.entries.contains_key(&key) {
             return Req::Queued;
         }
+        // Evicted and wanted again before its pages were dropped: keep them.
+        g.releases.retain(|k| *k != key);
         if let Some(r) = self.make_room(g, key, optional) {
             return r;
         }

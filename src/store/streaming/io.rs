@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
@@ -75,6 +76,10 @@ pub(super) struct Shared {
     pub(super) plan: Plan,
     pub(super) io: IoMode,
     pub(super) manifest: Option<HashMap<String, String>>,
+    /// mmap mode: bytes per `WILLNEED` call for each shard ([`super::mapped::willneed_chunk`]).
+    pub(super) willneed_chunk: Vec<u64>,
+    /// Largest page-cache folio, bytes ([`super::mapped::folio_max`]).
+    pub(super) folio: u64,
 }
 
 /// Locks the shared state (a panicked holder does not poison it for the others).
@@ -83,36 +88,27 @@ pub(super) fn lock(s: &Shared) -> MutexGuard<'_, Inner> {
 }
 
 /// Reads group `g` into `buf` (allocated when `None`); mmap mode faults the pages
-/// in instead. Returns the bytes and how many were read.
+/// in instead (a `trunk` group's long ranges through 2 MiB folios, see
+/// [`super::mapped`]). Returns the bytes and how many were read.
 pub(super) fn read_group(
     shared: &Shared,
     g: &ReadGroup,
     buf: Option<AlignedBuf>,
+    trunk: bool,
 ) -> Result<(Loaded, u64)> {
     let mut read = 0u64;
     if shared.io == IoMode::Mmap {
-        // Views borrow the mappings; "reading" faults the pages in.
-        let ps = crate::io::pagecache::page_size();
+        // Views borrow the mappings; "reading" faults the record's pages in here, on
+        // the IO thread (super::mapped).
         let mut range_pos = Vec::new();
         let mut maps = Vec::new();
         for r in &g.ranges {
             let f = &shared.files[r.shard];
             let map = f.map().context("internal: no mapping")?.clone();
             f.check_unchanged()?;
-            // Fault the pages in now (this is the "read").
-            let start = r.start as usize / ps * ps;
-            let _ = map.advise_range(
-                memmap2::Advice::WillNeed,
-                start,
-                (r.end as usize - start).min(map.len() - start),
-            );
-            let mut acc = 0u8;
-            let mut p = r.start as usize;
-            while p < r.end as usize {
-                acc = acc.wrapping_add(map[p]);
-                p = (p / ps + 1) * ps;
-            }
-            std::hint::black_box(acc);
+            let huge =
+                (trunk && r.end - r.start >= super::mapped::HUGE_MIN).then_some(shared.folio);
+            super::mapped::fault_in(f, r.start, r.end, shared.willneed_chunk[r.shard], huge)?;
             read += r.end - r.start;
             range_pos.push(r.start as usize);
             maps.push(map);
@@ -221,59 +217,100 @@ impl Shared {
         Ok(())
     }
 
-    /// Drops an mmap range from memory (mapping and page cache) so mapped-resident
-    /// bytes stay within the plan.
-    pub(super) fn mmap_release(&self, key: Key) {
-        if self.io != IoMode::Mmap {
-            return;
-        }
-        let g = self.group(key);
+    /// The page ranges `(shard, lo, hi)` to drop for evicted mmap records `keys`:
+    /// each range widened to whole folios, minus the ranges of every entry still in
+    /// the store (ready or loading) and of the pinned tensors ([`super::mapped`]).
+    pub(super) fn drop_ranges(&self, g: &Inner, keys: &[Key]) -> Vec<(usize, u64, u64)> {
         let ps = crate::io::pagecache::page_size() as u64;
-        for r in &g.ranges {
-            let f = &self.files[r.shard];
-            // Only whole pages inside the range (neighbours may be pinned).
-            let start = r.start.div_ceil(ps) * ps;
-            let end = r.end / ps * ps;
-            if end > start {
-                if let Some(map) = f.map() {
-                    // SAFETY: DONTNEED on a read-only shared file mapping only drops page
-                    // table entries; later accesses re-read the file. No live `&mut` exists.
-                    let _ = unsafe {
-                        map.unchecked_advise_range(
-                            memmap2::UncheckedAdvice::DontNeed,
-                            start as usize,
-                            (end - start) as usize,
-                        )
-                    };
+        let mut out = Vec::new();
+        for &k in keys {
+            for r in &self.group(k).ranges {
+                let size = self.files[r.shard].size.div_ceil(ps) * ps;
+                let lo = r.start / self.folio * self.folio;
+                let hi = (r.end.div_ceil(self.folio) * self.folio).min(size);
+                let mut keep: Vec<(u64, u64)> = g
+                    .pinned_ranges
+                    .iter()
+                    .filter(|p| p.0 == r.shard && p.2 > lo && p.1 < hi)
+                    .map(|p| (p.1, p.2))
+                    .collect();
+                for live in g.entries.keys() {
+                    for lr in &self.group(*live).ranges {
+                        if lr.shard == r.shard && lr.end > lo && lr.start < hi {
+                            keep.push((lr.start, lr.end));
+                        }
+                    }
                 }
-                crate::io::pagecache::evict_range(f.file(), start, end - start);
+                for (a, b) in super::mapped::subtract(lo, hi, &mut keep, ps) {
+                    out.push((r.shard, a, b));
+                }
             }
         }
+        out
     }
 }
 
-/// An IO thread: pops jobs, reads and verifies them, publishes the entry.
+/// An IO thread: pops jobs, does the queued mmap drops first (in a batch), reads
+/// and verifies, publishes the entry. Counts the time at least one read was in
+/// flight (`read_busy_s`).
 pub(super) fn worker(shared: Arc<Shared>) {
     loop {
-        let job = {
+        let (job, drops) = {
             let mut g = lock(&shared);
             loop {
                 if g.shutdown {
                     return;
                 }
-                if let Some(j) = g.queue.pop_front() {
-                    break j;
+                if !g.releases.is_empty() {
+                    // Drop first: the pages of evicted records leave before new ones come.
+                    let keys = std::mem::take(&mut g.releases);
+                    let drops = shared.drop_ranges(&g, &keys);
+                    g.releasing.extend(drops.iter().copied());
+                    break (None, drops);
+                }
+                // A record overlapping a range being dropped waits until the drop is done.
+                let ready = g.queue.iter().position(|j| {
+                    shared.group(j.key).ranges.iter().all(|r| {
+                        !g.releasing
+                            .iter()
+                            .any(|d| d.0 == r.shard && d.2 > r.start && d.1 < r.end)
+                    })
+                });
+                if let Some(i) = ready {
+                    let j = g.queue.remove(i).expect("index in range");
+                    if g.in_flight == 0 {
+                        g.busy_since = Some(Instant::now());
+                    }
+                    g.in_flight += 1;
+                    break (Some(j), vec![]);
                 }
                 g = shared.cv.wait(g).unwrap_or_else(|p| p.into_inner());
             }
         };
+        let Some(job) = job else {
+            for &(shard, lo, hi) in &drops {
+                super::mapped::release(&shared.files[shard], lo, hi);
+            }
+            let mut g = lock(&shared);
+            g.releasing.retain(|d| !drops.contains(d));
+            drop(g);
+            shared.cv.notify_all();
+            continue;
+        };
         let group = shared.group(job.key);
-        let res = read_group(&shared, group, job.buf).and_then(|(l, n)| {
+        let trunk = matches!(job.key, Key::Layer(_));
+        let res = read_group(&shared, group, job.buf, trunk).and_then(|(l, n)| {
             let v = shared.verify(job.key, &l)?;
             shared.check_scales(job.key, &l)?;
             Ok((l, n, v))
         });
         let mut g = lock(&shared);
+        g.in_flight -= 1;
+        if g.in_flight == 0 {
+            if let Some(t) = g.busy_since.take() {
+                g.metrics.read_busy_s += t.elapsed().as_secs_f64();
+            }
+        }
         match res {
             Ok((loaded, n, v)) => {
                 g.metrics.bytes_read += n;

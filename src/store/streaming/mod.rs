@@ -12,6 +12,7 @@
 
 mod caches;
 mod io;
+mod mapped;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -89,7 +90,11 @@ impl StreamingStore {
             return Err(crate::error::UsageError::OracleNeedsTrace.into());
         }
         let trace_in = match &opts.trace {
-            Some(p) => trace::by_token_layer(trace::read(p)?),
+            Some(p) => {
+                let records = trace::read(p)?;
+                trace::check(&records, cfg, p)?;
+                trace::by_token_layer(records)
+            }
             None => HashMap::new(),
         };
         let files = ck
@@ -110,7 +115,26 @@ impl StreamingStore {
             plan,
             io: opts.io,
             manifest,
+            willneed_chunk: ck
+                .shards
+                .iter()
+                .map(|s| mapped::willneed_chunk(&s.path))
+                .collect(),
+            folio: mapped::folio_max(),
         });
+        if opts.io == IoMode::Mmap {
+            // Trunk ranges fault in through 2 MiB folios (see `mapped`).
+            for g in shared.plan.layer_groups.iter().flatten() {
+                for r in g
+                    .ranges
+                    .iter()
+                    .filter(|r| r.end - r.start >= mapped::HUGE_MIN)
+                {
+                    mapped::prepare(&shared.files[r.shard], r.start, r.end, shared.folio);
+                }
+            }
+        }
+        let mut pinned_ranges = Vec::new();
         // Pinned small tensors and globals: read each tensor.
         let mut pinned = HashMap::new();
         let mut pinned_bytes = 0u64;
@@ -129,6 +153,16 @@ impl StreamingStore {
             let f = &shared.files[loc.shard];
             let bytes = if opts.io == IoMode::Mmap {
                 let map = f.map().unwrap().clone();
+                // Fault the pinned tensor in now (exact pages), not on the compute thread.
+                mapped::fault_in(
+                    f,
+                    loc.offset,
+                    loc.offset + loc.len,
+                    shared.willneed_chunk[loc.shard],
+                    None,
+                )?;
+                pinned_ranges.push((loc.shard, loc.offset, loc.offset + loc.len));
+                load_read += loc.len;
                 Bytes::new(map, loc.offset as usize, loc.len as usize)
             } else {
                 let mut b = AlignedBuf::new(f.buffer_len_for(loc.offset, loc.len));
@@ -154,7 +188,8 @@ impl StreamingStore {
         // Pinned trunk prefix: read each layer group into its own buffer.
         for l in 0..first_streamed {
             if let Some(g) = shared.plan.layer_groups[l].as_ref() {
-                let (loaded, n) = read_group(&shared, g, None)?;
+                let (loaded, n) = read_group(&shared, g, None, true)?;
+                pinned_ranges.extend(g.ranges.iter().map(|r| (r.shard, r.start, r.end)));
                 shared.verify(Key::Layer(l), &loaded)?;
                 load_read += n;
                 pinned_bytes += g.buffer_bytes;
@@ -168,17 +203,10 @@ impl StreamingStore {
         {
             let mut g = lock(&shared);
             g.metrics.load_bytes_read = load_read;
+            g.pinned_ranges = pinned_ranges;
             g.metrics.expert_layer = vec![(0, 0); cfg.num_hidden_layers];
         }
-        let workers = (0..opts.io_threads.max(1))
-            .map(|i| {
-                let s = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("memdial-io-{i}"))
-                    .spawn(move || worker(s))
-                    .expect("spawn IO thread")
-            })
-            .collect();
+        let workers = spawn_workers(&shared, opts.io_threads.max(1))?;
         let moe_layers = cfg
             .mlp_kinds
             .iter()
@@ -270,6 +298,30 @@ impl std::fmt::Debug for StreamingStore {
     }
 }
 
+/// Starts `n` IO threads. A thread the OS refuses to spawn is an error (the ones
+/// already started are shut down and joined), not a panic.
+fn spawn_workers(shared: &Arc<Shared>, n: usize) -> Result<Vec<std::thread::JoinHandle<()>>> {
+    let mut workers = Vec::with_capacity(n);
+    for i in 0..n {
+        let s = shared.clone();
+        match std::thread::Builder::new()
+            .name(format!("memdial-io-{i}"))
+            .spawn(move || worker(s))
+        {
+            Ok(h) => workers.push(h),
+            Err(e) => {
+                lock(shared).shutdown = true;
+                shared.cv.notify_all();
+                for w in workers {
+                    let _ = w.join();
+                }
+                bail!("cannot start IO thread {i} of {n}: {e}");
+            }
+        }
+    }
+    Ok(workers)
+}
+
 impl Drop for StreamingStore {
     fn drop(&mut self) {
         {
@@ -355,6 +407,12 @@ impl WeightStore for StreamingStore {
 
     fn wants_lookahead(&self) -> bool {
         self.opts.prefetch == Prefetch::Lookahead
+    }
+
+    fn note_activation_bytes(&self, bytes: u64) {
+        let mut g = lock(&self.shared);
+        g.metrics.activation_bytes = bytes;
+        self.update_peak(&mut g);
     }
 
     fn prefetch_experts(&self, layer: usize, guesses: &[usize]) {

@@ -19,6 +19,9 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use serde_json::Value;
 
+mod parse;
+use parse::RawText;
+
 /// `linear_attn_config` block (Kimi Delta Attention settings).
 #[derive(Debug, Clone, Deserialize)]
 pub struct LinearAttnConfig {
@@ -45,109 +48,6 @@ pub struct LinearAttnConfig {
 
 fn default_conv() -> usize {
     4
-}
-
-/// Raw text config as found in `config.json` (or its `text_config`).
-#[derive(Debug, Clone, Deserialize)]
-struct RawText {
-    #[serde(default)]
-    model_type: Option<String>,
-    vocab_size: usize,
-    hidden_size: usize,
-    num_hidden_layers: usize,
-    num_attention_heads: usize,
-    #[serde(default)]
-    intermediate_size: Option<usize>,
-    #[serde(default = "default_eps")]
-    rms_norm_eps: f32,
-    #[serde(default)]
-    linear_attn_config: Option<LinearAttnConfig>,
-    /// transformers' flattened KDA keys (used when `linear_attn_config` is absent).
-    #[serde(default)]
-    linear_head_dim: Option<usize>,
-    #[serde(default)]
-    linear_num_heads: Option<usize>,
-    #[serde(default)]
-    linear_conv_kernel_dim: Option<usize>,
-    #[serde(default)]
-    layer_types: Option<Vec<String>>,
-    #[serde(default)]
-    mlp_layer_types: Option<Vec<String>>,
-    #[serde(default = "default_act")]
-    hidden_act: String,
-    #[serde(default)]
-    activation_situ_beta: Option<f32>,
-    #[serde(default)]
-    activation_situ_linear_beta: Option<f32>,
-    #[serde(default)]
-    attn_res_block_size: Option<usize>,
-    #[serde(default)]
-    q_lora_rank: Option<usize>,
-    kv_lora_rank: usize,
-    #[serde(default)]
-    qk_nope_head_dim: Option<usize>,
-    #[serde(default)]
-    qk_rope_head_dim: Option<usize>,
-    #[serde(default)]
-    v_head_dim: Option<usize>,
-    #[serde(default = "default_true")]
-    mla_use_nope: bool,
-    #[serde(default)]
-    mla_use_output_gate: bool,
-    #[serde(default, alias = "num_local_experts", alias = "n_routed_experts")]
-    num_experts: Option<usize>,
-    #[serde(default = "default_one", alias = "num_experts_per_tok")]
-    num_experts_per_token: usize,
-    #[serde(default, alias = "n_shared_experts")]
-    num_shared_experts: usize,
-    #[serde(default)]
-    moe_intermediate_size: Option<usize>,
-    #[serde(default = "default_sigmoid")]
-    moe_router_activation_func: String,
-    #[serde(default = "default_true", alias = "norm_topk_prob")]
-    moe_renormalize: bool,
-    #[serde(default = "default_one_f")]
-    routed_scaling_factor: f32,
-    #[serde(default)]
-    first_k_dense_replace: usize,
-    #[serde(default = "default_one")]
-    moe_layer_freq: usize,
-    #[serde(default = "default_one", alias = "n_group")]
-    num_expert_group: usize,
-    #[serde(default = "default_one")]
-    topk_group: usize,
-    #[serde(default)]
-    routed_expert_hidden_size: Option<usize>,
-    #[serde(default)]
-    latent_moe_use_norm: bool,
-    #[serde(default)]
-    tie_word_embeddings: bool,
-    /// DeepSeek-V3 multi-token-prediction layers stored after the decoder layers.
-    #[serde(default)]
-    num_nextn_predict_layers: usize,
-    #[serde(default)]
-    bos_token_id: Option<u32>,
-    #[serde(default)]
-    eos_token_id: Option<Value>,
-}
-
-fn default_eps() -> f32 {
-    1e-5
-}
-fn default_act() -> String {
-    "silu".into()
-}
-fn default_true() -> bool {
-    true
-}
-fn default_one() -> usize {
-    1
-}
-fn default_one_f() -> f32 {
-    1.0
-}
-fn default_sigmoid() -> String {
-    "sigmoid".into()
 }
 
 /// Attention kind of one decoder layer.
@@ -316,189 +216,6 @@ impl ModelConfig {
         Self::from_raw(model_type, prefix, raw)
     }
 
-    fn from_raw(model_type: String, weight_prefix: String, raw: RawText) -> Result<Self> {
-        let n = raw.num_hidden_layers;
-        if n == 0 {
-            bail!("num_hidden_layers must be > 0");
-        }
-        let kda = match (
-            &raw.linear_attn_config,
-            raw.linear_head_dim,
-            raw.linear_num_heads,
-        ) {
-            (Some(c), _, _) => c.clone(),
-            // transformers' saved form: flattened keys + layer_types.
-            (None, Some(head_dim), Some(num_heads)) => LinearAttnConfig {
-                kda_layers: vec![],
-                full_attn_layers: vec![],
-                head_dim,
-                num_heads,
-                short_conv_kernel_size: raw.linear_conv_kernel_dim.unwrap_or(4),
-                gate_lower_bound: None,
-                use_full_rank_gate: false,
-            },
-            _ => bail!("missing linear_attn_config (KDA head_dim / num_heads)"),
-        };
-        if kda.head_dim == 0 || kda.num_heads == 0 || kda.short_conv_kernel_size == 0 {
-            bail!("linear_attn_config: head_dim, num_heads and short_conv_kernel_size must be > 0");
-        }
-        let attn_kinds = if let Some(lt) = &raw.layer_types {
-            if lt.len() != n {
-                bail!(
-                    "layer_types has {} entries, num_hidden_layers is {n}",
-                    lt.len()
-                );
-            }
-            lt.iter()
-                .map(|t| match t.as_str() {
-                    "linear_attention" | "kda" | "linear" => Ok(AttnKind::Kda),
-                    "full_attention" | "mla" | "full" => Ok(AttnKind::Mla),
-                    other => bail!("unknown layer_types entry {other:?}"),
-                })
-                .collect::<Result<Vec<_>>>()?
-        } else {
-            let mut kinds = Vec::with_capacity(n);
-            for i in 1..=n {
-                let is_kda = kda.kda_layers.contains(&i);
-                let is_full = kda.full_attn_layers.contains(&i);
-                match (is_kda, is_full) {
-                    (true, false) => kinds.push(AttnKind::Kda),
-                    (false, true) => kinds.push(AttnKind::Mla),
-                    (true, true) => {
-                        bail!("layer {i} (1-indexed) is in both kda_layers and full_attn_layers")
-                    }
-                    (false, false) => {
-                        bail!("layer {i} (1-indexed) is in neither kda_layers nor full_attn_layers")
-                    }
-                }
-            }
-            kinds
-        };
-        let moe = match raw.num_experts {
-            Some(e) if e > 0 => {
-                if raw.moe_router_activation_func != "sigmoid" {
-                    bail!(
-                        "unsupported moe_router_activation_func {:?} (only sigmoid)",
-                        raw.moe_router_activation_func
-                    );
-                }
-                let k = raw.num_experts_per_token;
-                check_moe_layout(e, k, raw.num_expert_group, raw.topk_group)?;
-                Some(MoeConfig {
-                    num_experts: e,
-                    num_experts_per_token: k,
-                    num_shared_experts: raw.num_shared_experts,
-                    moe_intermediate_size: raw
-                        .moe_intermediate_size
-                        .context("num_experts set but moe_intermediate_size missing")?,
-                    renormalize: raw.moe_renormalize,
-                    routed_scaling_factor: raw.routed_scaling_factor,
-                    num_expert_group: raw.num_expert_group,
-                    topk_group: raw.topk_group,
-                    routed_expert_hidden_size: raw.routed_expert_hidden_size,
-                    latent_moe_use_norm: raw.latent_moe_use_norm,
-                    expert_format: ExpertFormat::Bf16,
-                })
-            }
-            _ => None,
-        };
-        let mlp_kinds = if let Some(mt) = &raw.mlp_layer_types {
-            if mt.len() != n {
-                bail!(
-                    "mlp_layer_types has {} entries, num_hidden_layers is {n}",
-                    mt.len()
-                );
-            }
-            mt.iter()
-                .map(|t| match t.as_str() {
-                    "dense" => Ok(MlpKind::Dense),
-                    "sparse" | "moe" => Ok(MlpKind::Moe),
-                    other => bail!("unknown mlp_layer_types entry {other:?}"),
-                })
-                .collect::<Result<Vec<_>>>()?
-        } else {
-            (0..n)
-                .map(|i| {
-                    if moe.is_some()
-                        && i >= raw.first_k_dense_replace
-                        && i % raw.moe_layer_freq.max(1) == 0
-                    {
-                        MlpKind::Moe
-                    } else {
-                        MlpKind::Dense
-                    }
-                })
-                .collect()
-        };
-        if mlp_kinds.contains(&MlpKind::Moe) && moe.is_none() {
-            bail!("mlp_layer_types lists sparse layers but num_experts is not set");
-        }
-        let activation = match raw.hidden_act.as_str() {
-            "silu" | "swish" => Activation::Silu,
-            "situ" => Activation::Situ {
-                beta: raw.activation_situ_beta.unwrap_or(1.0),
-                linear_beta: raw.activation_situ_linear_beta,
-            },
-            other => bail!("unsupported hidden_act {other:?} (silu or situ)"),
-        };
-        if !raw.mla_use_nope && attn_kinds.contains(&AttnKind::Mla) {
-            bail!("mla_use_nope=false (RoPE MLA) is not supported: Kimi Linear and K3 are NoPE");
-        }
-        let mla = MlaConfig {
-            num_heads: raw.num_attention_heads,
-            q_lora_rank: raw.q_lora_rank,
-            kv_lora_rank: raw.kv_lora_rank,
-            qk_nope_head_dim: raw.qk_nope_head_dim.unwrap_or(128),
-            qk_rope_head_dim: raw.qk_rope_head_dim.unwrap_or(64),
-            v_head_dim: raw.v_head_dim.unwrap_or(128),
-            use_output_gate: raw.mla_use_output_gate,
-        };
-        let needs_dense = mlp_kinds.contains(&MlpKind::Dense);
-        let intermediate_size = match raw.intermediate_size {
-            Some(v) => v,
-            None if !needs_dense => 0,
-            None => bail!("intermediate_size missing but the model has dense MLP layers"),
-        };
-        if let Some(b) = raw.attn_res_block_size {
-            if b == 0 {
-                bail!("attn_res_block_size must be > 0");
-            }
-        }
-        let eos_token_ids = match &raw.eos_token_id {
-            None | Some(Value::Null) => vec![],
-            Some(Value::Number(x)) => vec![x.as_u64().context("eos_token_id")? as u32],
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|v| {
-                    v.as_u64()
-                        .map(|x| x as u32)
-                        .context("eos_token_id entries must be integers")
-                })
-                .collect::<Result<_>>()?,
-            Some(other) => bail!("eos_token_id has unexpected value {other}"),
-        };
-        Ok(ModelConfig {
-            model_type,
-            weight_prefix,
-            vocab_size: raw.vocab_size,
-            hidden_size: raw.hidden_size,
-            num_hidden_layers: n,
-            intermediate_size,
-            rms_norm_eps: raw.rms_norm_eps,
-            kda,
-            mla,
-            moe,
-            activation,
-            attn_res_block_size: raw.attn_res_block_size,
-            tie_word_embeddings: raw.tie_word_embeddings,
-            bos_token_id: raw.bos_token_id,
-            eos_token_ids,
-            attn_kinds,
-            mlp_kinds,
-            num_nextn_predict_layers: raw.num_nextn_predict_layers,
-        })
-    }
-
     /// Applies the `quantization_config` of the root JSON: compressed-tensors
     /// `mxfp4-pack-quantized` switches routed experts to [`ExpertFormat::Mxfp4`].
     pub fn apply_quantization(&mut self, root: &Value) -> Result<()> {
@@ -602,6 +319,16 @@ pub fn check_moe_layout(
         );
     }
     Ok(())
+}
+
+/// An `eos_token_id` value as a token id: a non-negative integer below 2^32
+/// (a larger one is refused, never truncated).
+fn token_id(v: &Value) -> Result<u32> {
+    let x = v
+        .as_u64()
+        .with_context(|| format!("eos_token_id entries must be non-negative integers, got {v}"))?;
+    u32::try_from(x)
+        .map_err(|_| anyhow::anyhow!("eos_token_id {x} is out of range (token ids are below 2^32)"))
 }
 
 /// Loads `config.json` including its `quantization_config`.

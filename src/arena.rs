@@ -1,0 +1,420 @@
+//! The forward pass's scratch arena: every activation buffer of
+//! [`crate::model::Model::forward`], sized once from the config and the prefill
+//! chunk, held in the per-sequence [`crate::model::State`].
+//!
+//! One table ([`Scratch`], written once through the `buffers!` macro below) gives
+//! both the allocation (`Vec::with_capacity(count)` per buffer) and the plan's
+//! activation figure ([`Scratch::planned_bytes`]), so the memory plan counts
+//! exactly what the model allocates. The forward fills the buffers with
+//! `clear()` + `resize()` / `extend()`, which never reallocates while a call stays
+//! within the sizes here; a call over more tokens than the arena's chunk (or
+//! `LogitsMode::All` with several tokens, which keeps `n × vocab` logits) grows
+//! the affected buffers, and [`Scratch::bytes`] then reports more than planned.
+//!
+//! Design as llama2.c `RunState` (every scratch buffer allocated once next to the
+//! KV cache). Not held here: the kernels' own per-call workspaces (the batched
+//! matmuls' x panels and per-thread decoded weight rows, `[ROW_BLOCK, cols]`; MLA
+//! attention's score matrix `[positions, heads]`), the expert-grouped prefill's
+//! routing index (a few integers per token), and tensor-name strings.
+//!
+//! Dimensions (f32 unless noted): `c` chunk tokens, `D` hidden, `V` vocab, KDA
+//! `P = H·K` with conv width `W`, MLA heads `h` with `dn, dr, dv, r`, MoE `E`
+//! experts, top-`k`, expert width `ed`, routed / shared / dense intermediate.
+//! Layer kinds a config lacks get no buffers.
+
+use crate::config::{AttnKind, MlpKind, ModelConfig};
+
+/// Prefill tokens per forward call the plan reserves activations for, at most:
+/// the plan uses `min(max_context, PLANNED_PREFILL_CHUNK)` ([`planned_prefill_chunk`])
+/// and `memdial run --budget` caps `--prefill-chunk` there (the CLI default).
+pub const PLANNED_PREFILL_CHUNK: usize = 256;
+
+/// Prefill chunk the plan accounts for with `max_context` positions (≥ 1).
+pub fn planned_prefill_chunk(max_context: usize) -> usize {
+    max_context.clamp(1, PLANNED_PREFILL_CHUNK)
+}
+
+/// The widths the arena is sized from (all element counts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dims {
+    /// Tokens per forward call (the prefill chunk, ≥ 1).
+    pub c: usize,
+    /// `hidden_size`.
+    pub d: usize,
+    /// `vocab_size`.
+    pub vocab: usize,
+    /// Completed AttnRes blocks per token (`⌈layers / block_size⌉`; 0 without AttnRes).
+    pub blocks: usize,
+    /// Whether any layer is KDA / MLA / dense / MoE.
+    pub kda: bool,
+    /// See `kda`.
+    pub mla: bool,
+    /// See `kda`.
+    pub moe: bool,
+    /// KDA heads `H`, head dim `K`, projection `P = H·K`, conv width `W`.
+    pub kda_h: usize,
+    /// See `kda_h`.
+    pub kda_k: usize,
+    /// See `kda_h`.
+    pub kda_p: usize,
+    /// See `kda_h`.
+    pub kda_w: usize,
+    /// MLA heads and head dims.
+    pub mla_h: usize,
+    /// See `mla_h`.
+    pub dn: usize,
+    /// See `mla_h`.
+    pub dr: usize,
+    /// See `mla_h`.
+    pub dv: usize,
+    /// `kv_lora_rank`.
+    pub r: usize,
+    /// `q_lora_rank` (0 without the low-rank query).
+    pub q_lora: usize,
+    /// `mla_use_output_gate`.
+    pub mla_gate: bool,
+    /// Experts, top-k, expert groups, expert width, routed intermediate, latent norm width.
+    pub e: usize,
+    /// See `e`.
+    pub topk: usize,
+    /// See `e`.
+    pub groups: usize,
+    /// See `e`.
+    pub ed: usize,
+    /// See `e`.
+    pub latent_norm: usize,
+    /// Widest gated-MLP intermediate: dense `intermediate_size`, routed
+    /// `moe_intermediate_size`, shared `moe_intermediate_size · num_shared_experts`.
+    pub f: usize,
+}
+
+impl Dims {
+    /// The widths of `cfg` for forwards of up to `chunk` tokens (`chunk` 0 counts as 1).
+    pub fn new(cfg: &ModelConfig, chunk: usize) -> Dims {
+        let m = &cfg.mla;
+        let kda = cfg.attn_kinds.contains(&AttnKind::Kda);
+        let mla = cfg.attn_kinds.contains(&AttnKind::Mla);
+        let dense = cfg.mlp_kinds.contains(&MlpKind::Dense);
+        let moe = cfg
+            .moe
+            .as_ref()
+            .filter(|_| cfg.mlp_kinds.contains(&MlpKind::Moe));
+        let mut f = if dense { cfg.intermediate_size } else { 0 };
+        if let Some(x) = moe {
+            f = f
+                .max(x.moe_intermediate_size)
+                .max(x.moe_intermediate_size * x.num_shared_experts);
+        }
+        Dims {
+            c: chunk.max(1),
+            d: cfg.hidden_size,
+            vocab: cfg.vocab_size,
+            blocks: cfg
+                .attn_res_block_size
+                .map(|b| cfg.num_hidden_layers.div_ceil(b.max(1)))
+                .unwrap_or(0),
+            kda,
+            mla,
+            moe: moe.is_some(),
+            kda_h: cfg.kda.num_heads,
+            kda_k: cfg.kda.head_dim,
+            kda_p: cfg.kda_proj_dim(),
+            kda_w: cfg.kda.short_conv_kernel_size,
+            mla_h: m.num_heads,
+            dn: m.qk_nope_head_dim,
+            dr: m.qk_rope_head_dim,
+            dv: m.v_head_dim,
+            r: m.kv_lora_rank,
+            q_lora: m.q_lora_rank.unwrap_or(0),
+            mla_gate: m.use_output_gate,
+            e: moe.map(|x| x.num_experts).unwrap_or(0),
+            topk: moe.map(|x| x.num_experts_per_token).unwrap_or(0),
+            groups: moe.map(|x| x.num_expert_group.max(1)).unwrap_or(1),
+            ed: moe.map(|x| x.expert_dim(cfg.hidden_size)).unwrap_or(0),
+            latent_norm: moe
+                .filter(|x| x.latent_moe_use_norm)
+                .and_then(|x| x.routed_expert_hidden_size)
+                .unwrap_or(0),
+            f,
+        }
+    }
+}
+
+/// Declares a group of buffers once: the struct, its allocation from [`Dims`],
+/// its planned bytes (same expressions) and its allocated bytes (capacities).
+macro_rules! buffers {
+    ($(#[$sm:meta])* $name:ident ($d:ident) { $( $(#[$m:meta])* $f:ident : $t:ty = $n:expr , )* }) => {
+        $(#[$sm])*
+        #[derive(Debug, Default)]
+        pub struct $name { $( $(#[$m])* pub $f: Vec<$t>, )* }
+        impl $name {
+            /// Every buffer allocated with its planned capacity.
+            pub fn new($d: &Dims) -> Self {
+                Self { $( $f: Vec::with_capacity($n), )* }
+            }
+            /// `(buffer name, planned bytes)` per buffer.
+            pub fn planned($d: &Dims) -> Vec<(&'static str, u64)> {
+                vec![ $( (stringify!($f), ($n) as u64 * std::mem::size_of::<$t>() as u64), )* ]
+            }
+            /// Bytes allocated now (capacities × element size).
+            pub fn bytes(&self) -> u64 {
+                0 $( + self.$f.capacity() as u64 * std::mem::size_of::<$t>() as u64 )*
+            }
+        }
+    };
+}
+
+buffers! {
+    /// Buffers of every layer: the residual stream, sub-layer inputs and outputs,
+    /// decoded norm weights, AttnRes blocks, and the logits row.
+    Main(d) {
+        /// Residual stream (or AttnRes partial sum) `[c, D]`.
+        hidden: f32 = d.c * d.d,
+        /// Attention input after `input_layernorm` `[c, D]`; final-norm rows for `lm_head`.
+        xin: f32 = d.c * d.d,
+        /// MLP input after `post_attention_layernorm` `[c, D]`.
+        xin2: f32 = d.c * d.d,
+        /// Attention output `[c, D]`.
+        attn_out: f32 = d.c * d.d,
+        /// MLP output `[c, D]`.
+        mlp_out: f32 = d.c * d.d,
+        /// `input_layernorm` weight `[D]`.
+        ln_in: f32 = d.d,
+        /// `post_attention_layernorm` / final norm weight `[D]`.
+        ln_post: f32 = d.d,
+        /// AttnRes `w_eff` of the current sub-layer `[D]`.
+        res_w: f32 = d.d,
+        /// AttnRes projection weight while forming `w_eff` `[D]`.
+        res_tmp: f32 = d.d,
+        /// Completed AttnRes blocks per token `[c, blocks, D]`.
+        blocks: f32 = d.c * d.blocks * d.d,
+        /// Their `rsqrt(mean(b²)+eps)` `[c, blocks]`.
+        blocks_inv: f32 = d.c * d.blocks,
+        /// AttnRes mixing logits / weights `[blocks + 1]` (0 without AttnRes).
+        mix: f32 = if d.blocks > 0 { d.blocks + 1 } else { 0 },
+        /// Logits of the last position `[V]`.
+        logits: f32 = d.vocab,
+    }
+}
+
+buffers! {
+    /// KDA layer buffers (none when the config has no KDA layer).
+    Kda(d) {
+        /// Conv weights `[3P, W]`.
+        conv_w: f32 = 3 * d.kda_p * d.kda_w,
+        /// `dt_bias` `[P]`.
+        dt_bias: f32 = d.kda_p,
+        /// `A_log` `[H]`.
+        a_log: f32 = d.kda_h,
+        /// `o_norm` weight `[K]`.
+        o_norm: f32 = d.kda_k,
+        /// `q_proj` / `k_proj` / `v_proj` outputs `[c, P]` each.
+        q: f32 = d.c * d.kda_p,
+        /// See `q`.
+        k: f32 = d.c * d.kda_p,
+        /// See `q`.
+        v: f32 = d.c * d.kda_p,
+        /// `f_a_proj` output (then `g_a_proj` output) `[c, K]`.
+        fa: f32 = d.c * d.kda_k,
+        /// `f_b_proj` output `[c, P]`.
+        a: f32 = d.c * d.kda_p,
+        /// β logits `[c, H]`.
+        b: f32 = d.c * d.kda_h,
+        /// Output gate logits `[c, P]`.
+        g: f32 = d.c * d.kda_p,
+        /// Gated, normalised head outputs `[c, P]`.
+        y: f32 = d.c * d.kda_p,
+        /// Conv input and output of one token `[3P]` each.
+        u: f32 = 3 * d.kda_p,
+        /// See `u`.
+        uc: f32 = 3 * d.kda_p,
+        /// One head's q, k and decay `[K]` each.
+        qh: f32 = d.kda_k,
+        /// See `qh`.
+        kh: f32 = d.kda_k,
+        /// See `qh`.
+        alpha: f32 = d.kda_k,
+    }
+}
+
+buffers! {
+    /// MLA layer buffers (none when the config has no MLA layer).
+    Mla(d) {
+        /// `q_a_layernorm` weight `[q_lora]`.
+        q_norm: f32 = d.q_lora,
+        /// `kv_a_layernorm` weight `[r]`.
+        kv_norm: f32 = d.r,
+        /// Queries `[c, h·(dn+dr)]`.
+        q: f32 = d.c * d.mla_h * (d.dn + d.dr),
+        /// `q_a_proj` output `[c, q_lora]`.
+        qa: f32 = d.c * d.q_lora,
+        /// `kv_a_proj_with_mqa` output `[c, r+dr]`.
+        kv: f32 = d.c * (d.r + d.dr),
+        /// Output gate logits `[c, h·dv]` (with `mla_use_output_gate`).
+        gate: f32 = if d.mla_gate { d.c * d.mla_h * d.dv } else { 0 },
+        /// Head outputs `[c, h·dv]`.
+        out: f32 = d.c * d.mla_h * d.dv,
+        /// Absorbed queries `[h, r]`, rope queries `[h, dr]`, contexts `[h, r]`.
+        q_abs: f32 = d.mla_h * d.r,
+        /// See `q_abs`.
+        q_pe: f32 = d.mla_h * d.dr,
+        /// See `q_abs`.
+        ctx: f32 = d.mla_h * d.r,
+        /// One normalised latent `[r]`.
+        lat: f32 = d.r,
+    }
+}
+
+buffers! {
+    /// Gated-MLP buffers shared by dense MLPs, shared experts and routed experts.
+    Mlp(d) {
+        /// Gate and up projections `[c, F]` each (`F` the widest intermediate).
+        g: f32 = d.c * d.f,
+        /// See `g`.
+        u: f32 = d.c * d.f,
+    }
+}
+
+buffers! {
+    /// MoE layer buffers (none when the config has no MoE layer).
+    Moe(d) {
+        /// `e_score_correction_bias` `[E]`.
+        bias: f32 = d.e,
+        /// `routed_expert_norm` weight `[latent]`.
+        latent_norm: f32 = d.latent_norm,
+        /// Router logits `[c, E]`.
+        logits: f32 = d.c * d.e,
+        /// Expert inputs (latent down projection or a copy of the MLP input) `[c, ed]`.
+        z: f32 = d.c * d.ed,
+        /// One expert's gathered inputs `[c, ed]`.
+        zg: f32 = d.c * d.ed,
+        /// One expert's outputs `[c, ed]`.
+        eo: f32 = d.c * d.ed,
+        /// Rank-ordered sums of the routed outputs `[c, ed]`.
+        ys: f32 = d.c * d.ed,
+        /// Routed outputs per `(token, rank)` slot `[c, k, ed]` (grouped prefill).
+        slots: f32 = if d.c > 1 { d.c * d.topk * d.ed } else { 0 },
+        /// Shared experts' output `[c, D]`.
+        shared: f32 = d.c * d.d,
+    }
+}
+
+buffers! {
+    /// Router buffers (MoE configs only): the routing of the call and the router's scratch.
+    Router(d) {
+        /// Routing `(expert, weight)` per token in rank order `[c, k]`.
+        routes: (usize, f32) = d.c * d.topk,
+        /// Router scratch: scores `s` and selection scores `s'` `[E]` each.
+        s: f32 = d.e,
+        /// See `s`.
+        sel: f32 = d.e,
+        /// Ranking `(score, expert)` `[E]`.
+        order: (f32, usize) = d.e,
+        /// Group ranking `(score, group)` `[groups]` and one group's scores `[E/groups]`.
+        granks: (f32, usize) = d.groups,
+        /// See `granks`.
+        gvals: f32 = d.e / d.groups.max(1),
+        /// Selected expert ids of one token `[k]`.
+        ids: usize = d.topk,
+    }
+}
+
+/// Every scratch buffer of the forward pass (see the module docs).
+#[derive(Debug, Default)]
+pub struct Scratch {
+    /// The widths the arena was sized from.
+    pub dims: Dims,
+    /// Buffers of every layer.
+    pub main: Main,
+    /// KDA buffers.
+    pub kda: Kda,
+    /// MLA buffers.
+    pub mla: Mla,
+    /// Gated-MLP buffers.
+    pub mlp: Mlp,
+    /// MoE buffers.
+    pub moe: Moe,
+    /// Router buffers.
+    pub router: Router,
+}
+
+impl Scratch {
+    /// The arena for forwards of up to `chunk` tokens of `cfg` (`Vec::with_capacity`
+    /// per buffer: virtual memory until first written).
+    pub fn new(cfg: &ModelConfig, chunk: usize) -> Scratch {
+        Scratch::from_dims(Dims::new(cfg, chunk))
+    }
+
+    fn from_dims(d: Dims) -> Scratch {
+        Scratch {
+            dims: d,
+            main: Main::new(&d),
+            kda: if d.kda { Kda::new(&d) } else { Kda::default() },
+            mla: if d.mla { Mla::new(&d) } else { Mla::default() },
+            mlp: if d.f > 0 {
+                Mlp::new(&d)
+            } else {
+                Mlp::default()
+            },
+            moe: if d.moe { Moe::new(&d) } else { Moe::default() },
+            router: if d.moe {
+                Router::new(&d)
+            } else {
+                Router::default()
+            },
+        }
+    }
+
+    /// `(group.buffer, bytes)` of every buffer [`Scratch::new`] allocates for
+    /// `cfg` and `chunk` (absent layer kinds omitted).
+    pub fn planned_buffers(cfg: &ModelConfig, chunk: usize) -> Vec<(String, u64)> {
+        let d = Dims::new(cfg, chunk);
+        let mut out = Vec::new();
+        let mut add = |group: &str, on: bool, v: Vec<(&'static str, u64)>| {
+            if on {
+                out.extend(v.into_iter().map(|(n, b)| (format!("{group}.{n}"), b)));
+            }
+        };
+        add("main", true, Main::planned(&d));
+        add("kda", d.kda, Kda::planned(&d));
+        add("mla", d.mla, Mla::planned(&d));
+        add("mlp", d.f > 0, Mlp::planned(&d));
+        add("moe", d.moe, Moe::planned(&d));
+        add("router", d.moe, Router::planned(&d));
+        out
+    }
+
+    /// Bytes [`Scratch::new`] allocates for `cfg` and `chunk`: the plan's activation figure.
+    pub fn planned_bytes(cfg: &ModelConfig, chunk: usize) -> u64 {
+        Scratch::planned_buffers(cfg, chunk)
+            .iter()
+            .map(|b| b.1)
+            .sum()
+    }
+
+    /// Bytes allocated now (sum of capacities × element sizes); equals
+    /// [`Scratch::planned_bytes`] until a call outgrows the arena.
+    pub fn bytes(&self) -> u64 {
+        self.main.bytes()
+            + self.kda.bytes()
+            + self.mla.bytes()
+            + self.mlp.bytes()
+            + self.moe.bytes()
+            + self.router.bytes()
+    }
+}
+
+impl Clone for Scratch {
+    /// A fresh arena of the same sizes (scratch contents never outlive a call).
+    fn clone(&self) -> Scratch {
+        Scratch::from_dims(self.dims)
+    }
+}
+
+/// Clears `v` and fills it with `len` zeros, returning the slice (no
+/// reallocation while `len ≤ capacity`).
+pub fn zeroed(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    v.clear();
+    v.resize(len, 0.0);
+    &mut v[..]
+}

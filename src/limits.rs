@@ -1,0 +1,105 @@
+//! Limits checked before work: values that would size a table, spawn threads or
+//! overflow an integer are refused with a clear error before anything is built
+//! from them (issue #10, item 6).
+//!
+//! - [`check_config`]: `config.json` values that are in range on their own
+//!   (`rms_norm_eps`, layer lists, token ids), run at load by
+//!   [`crate::config::ModelConfig::from_json_str`];
+//! - [`check_dimensions`]: config dimensions against the checkpoint's tensor count,
+//!   before the expected-tensor table ([`crate::schema::expected_tensors`]) is built,
+//!   so `num_experts: 1000000` is an error in microseconds, not gigabytes;
+//! - [`crate::store::trace::check`]: a replayed expert trace's layers and expert ids
+//!   (in the store layer, which owns traces);
+//! - [`MAX_THREADS`]: the most kernel or IO threads a run may ask for.
+
+use anyhow::{bail, Result};
+
+use crate::checkpoint::Checkpoint;
+use crate::config::{MlpKind, ModelConfig};
+
+/// Most kernel threads (and, separately, IO threads) a run may ask for. Far above
+/// any CPU this engine targets (the kernels split rows; more threads than cores
+/// only add contention) and far below the thread limits where spawning fails.
+pub const MAX_THREADS: usize = 1024;
+
+/// Most decoder layers a config may declare (K3 has 93). Checked before the
+/// per-layer kind tables are built from `num_hidden_layers`.
+pub const MAX_LAYERS: usize = 1 << 16;
+
+/// Range checks of a parsed config that need no checkpoint:
+/// - `rms_norm_eps` finite and > 0 (RMSNorm divides by `sqrt(mean(x²) + eps)`;
+///   eps ≤ 0 lets a zero row divide by zero and turn every logit NaN);
+/// - every `linear_attn_config.kda_layers` / `full_attn_layers` entry in
+///   `1..=num_hidden_layers` (the lists are 1-indexed, docs/architecture.md §9);
+/// - `bos_token_id` and every `eos_token_id` below `vocab_size`.
+///
+/// Errors name the key and its value.
+pub fn check_config(cfg: &ModelConfig) -> Result<()> {
+    let eps = cfg.rms_norm_eps;
+    if !(eps.is_finite() && eps > 0.0) {
+        bail!("rms_norm_eps must be a finite number > 0, got {eps}");
+    }
+    let n = cfg.num_hidden_layers;
+    for (key, list) in [
+        ("kda_layers", &cfg.kda.kda_layers),
+        ("full_attn_layers", &cfg.kda.full_attn_layers),
+    ] {
+        if let Some(bad) = list.iter().find(|&&l| l == 0 || l > n) {
+            bail!(
+                "linear_attn_config.{key} entry {bad} is outside 1..={n} (num_hidden_layers {n}; the list is 1-indexed)"
+            );
+        }
+    }
+    let v = cfg.vocab_size;
+    if let Some(b) = cfg.bos_token_id.filter(|&b| b as usize >= v) {
+        bail!("bos_token_id {b} is out of range (vocab_size {v})");
+    }
+    if let Some(e) = cfg.eos_token_ids.iter().find(|&&e| e as usize >= v) {
+        bail!("eos_token_id {e} is out of range (vocab_size {v})");
+    }
+    Ok(())
+}
+
+/// Checks that the checkpoint can hold the tensors the config's dimensions imply,
+/// before the tensor table is built from them: every decoder layer has at least
+/// its two norms, every routed expert of every MoE layer at least three matrices
+/// (`w1`, `w2`, `w3`; MXFP4 stores two tensors each), plus the embedding. A config
+/// implying more tensors than the checkpoint holds is refused, naming the key, the
+/// count it implies and (for experts) the largest expert id the checkpoint has.
+///
+/// This is a bound, not the full validation ([`crate::inspect::validate`]), which
+/// runs on the table afterwards and names every missing or misshapen tensor.
+pub fn check_dimensions(cfg: &ModelConfig, ck: &Checkpoint) -> Result<()> {
+    let have = ck.tensors.len() as u128;
+    let dir = ck.dir.display();
+    let layers = cfg.num_hidden_layers as u128;
+    if 2 * layers + 1 > have {
+        bail!(
+            "config.json: num_hidden_layers {layers} implies at least {} tensors (two norms per layer and the embedding), but the checkpoint in {dir} holds {have}",
+            2 * layers + 1
+        );
+    }
+    if let Some(m) = &cfg.moe {
+        let moe_layers = cfg.mlp_kinds.iter().filter(|k| **k == MlpKind::Moe).count() as u128;
+        let need = moe_layers * m.num_experts as u128 * 3;
+        if need > have {
+            let largest = ck
+                .tensors
+                .keys()
+                .filter_map(|n| {
+                    let rest = &n[n.find(".experts.")? + ".experts.".len()..];
+                    rest.split('.').next()?.parse::<u64>().ok()
+                })
+                .max();
+            bail!(
+                "config.json: num_experts {} × {moe_layers} MoE layers implies at least {need} routed-expert tensors, but the checkpoint in {dir} holds {have} tensors in all ({})",
+                m.num_experts,
+                match largest {
+                    Some(e) => format!("its largest expert id is {e}"),
+                    None => "none of them a routed expert".into(),
+                }
+            );
+        }
+    }
+    Ok(())
+}
