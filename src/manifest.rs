@@ -83,20 +83,8 @@ pub fn manifest_for_run(
             }
         }
     }
-    let read = plan
-        .pinned_keys
-        .iter()
-        .chain(
-            plan.layer_groups
-                .iter()
-                .flatten()
-                .flat_map(|g| g.members.iter().map(|x| &x.key)),
-        )
-        .chain(
-            plan.expert_groups
-                .values()
-                .flat_map(|g| g.members.iter().map(|x| &x.key)),
-        );
+    let read = plan.read_keys();
+    let read = read.iter();
     let (mut missing, mut total, mut first) = (0usize, 0usize, None);
     for key in read {
         total += 1;

@@ -1,26 +1,48 @@
-//! `memdial plan --model DIR --budget SIZE [--max-context N]`: the allocation of a budget.
+//! `memdial plan (--model DIR | --config FILE | --preset NAME) [--budget SIZE]`: the
+//! allocation of a budget, what each pinned byte saves, and the bytes (and, with a
+//! device bandwidth, the IO lower bound of seconds) per token at a ladder of budgets.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use memdial::checkpoint::Checkpoint;
 use memdial::config::{AttnKind, ModelConfig};
+use memdial::error::UsageError;
 use memdial::io::IoMode;
 use memdial::loader::Checkpointed;
+use memdial::store::paper::paper_checkpoint;
 use memdial::store::plan::{parse_size, plan_unchecked, Plan, Prefetch};
+use memdial::store::rank::ranking;
 use memdial::units::fmt_bytes;
 
 use crate::args::{IoArg, PrefetchArg};
+
+/// Shipped configs of the published shapes (`fixtures/configs/README.md` says where
+/// every number comes from).
+const PRESETS: [(&str, &str); 2] = [
+    ("k3", include_str!("../../fixtures/configs/k3.json")),
+    (
+        "kimi-linear-48b",
+        include_str!("../../fixtures/configs/kimi-linear-48b.json"),
+    ),
+];
 
 /// Arguments of `memdial plan`.
 #[derive(clap::Args)]
 pub struct PlanArgs {
     /// Checkpoint directory.
-    #[arg(long)]
-    pub model: PathBuf,
-    /// Memory budget, e.g. 512MiB, 2GiB, 8GB (decimal units are powers of 1000).
+    #[arg(long, required_unless_present_any = ["config", "preset"], conflicts_with_all = ["config", "preset"])]
+    pub model: Option<PathBuf>,
+    /// A config.json to plan without weights (sizes derived from the config).
+    #[arg(long, conflicts_with = "preset")]
+    pub config: Option<PathBuf>,
+    /// A shipped config of a published model: k3 | kimi-linear-48b.
+    #[arg(long, value_parser = ["k3", "kimi-linear-48b"])]
+    pub preset: Option<String>,
+    /// Memory budget, e.g. 512MiB, 2GiB, 8GB (decimal units are powers of 1000); default: the floor.
     #[arg(long, value_parser = parse_size)]
-    pub budget: u64,
+    pub budget: Option<u64>,
     /// Positions the MLA latent cache must hold.
     #[arg(long, default_value_t = 4096)]
     pub max_context: usize,
@@ -30,29 +52,238 @@ pub struct PlanArgs {
     /// Prefetch policy (prefetch needs more slots).
     #[arg(long, value_enum, default_value_t = PrefetchArg(Prefetch::None))]
     pub prefetch: PrefetchArg,
+    /// Device read bandwidth in GB/s (10⁹ bytes/s): print the IO lower bound of s/token.
+    #[arg(long, conflicts_with = "iobench")]
+    pub device_gbps: Option<f64>,
+    /// A `memdial iobench` report directory: its best cold cell for this IO mode gives the bandwidth.
+    #[arg(long)]
+    pub iobench: Option<PathBuf>,
     /// Print the plan as JSON.
     #[arg(long)]
     pub json: bool,
 }
 
+/// Config + checkpoint index to plan with, and where they came from.
+struct Source {
+    cfg: ModelConfig,
+    ck: Checkpoint,
+    /// `None` for a real checkpoint; else what the paper plan was derived from.
+    paper: Option<String>,
+}
+
+fn config_from_text(text: &str, what: &str) -> Result<ModelConfig> {
+    let parse = || -> Result<ModelConfig> {
+        let root: serde_json::Value = serde_json::from_str(text)?;
+        // Without a checkpoint nothing would catch a default standing in for a missing
+        // key: the model type and the main dimensions must be stated.
+        let has = |k: &str| root.get(k).is_some() || root["text_config"].get(k).is_some();
+        for k in [
+            "model_type",
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+        ] {
+            if !has(k) {
+                anyhow::bail!("the config does not state {k}");
+            }
+        }
+        let mut cfg = ModelConfig::from_json_str(text)?;
+        cfg.apply_quantization(&root)?;
+        Ok(cfg)
+    };
+    parse().map_err(|e| UsageError::Invalid(format!("cannot plan {what}: {e:#}")).into())
+}
+
+fn source(a: &PlanArgs) -> Result<Source> {
+    let (text, what) = match (&a.model, &a.config, &a.preset) {
+        (Some(dir), ..) => {
+            let c = Checkpointed::read(dir)?;
+            return Ok(Source {
+                cfg: c.cfg,
+                ck: c.ck,
+                paper: None,
+            });
+        }
+        (_, Some(path), _) => (
+            std::fs::read_to_string(path)
+                .map_err(|e| UsageError::Invalid(format!("cannot read {}: {e}", path.display())))?,
+            path.display().to_string(),
+        ),
+        (_, _, Some(p)) => {
+            let (_, t) = PRESETS.iter().find(|(n, _)| n == p).expect("clap checked");
+            (
+                t.to_string(),
+                format!("preset {p} (fixtures/configs/{p}.json)"),
+            )
+        }
+        _ => unreachable!("clap requires one source"),
+    };
+    let cfg = config_from_text(&text, &what)?;
+    let ck = paper_checkpoint(&cfg, &what)?;
+    Ok(Source {
+        cfg,
+        ck,
+        paper: Some(what),
+    })
+}
+
+/// Best measured bandwidth (GB/s) of a `memdial iobench` report for `io`: the fastest
+/// `memdial` row with status ok, cold cache and this IO mode; with its description.
+fn iobench_gbps(dir: &Path, io: IoMode) -> Result<(f64, String)> {
+    let path = dir.join("results.json");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| UsageError::Invalid(format!("cannot read {}: {e}", path.display())))?;
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&text).map_err(|e| {
+        UsageError::Invalid(format!("{} is not an iobench report: {e}", path.display()))
+    })?;
+    let s = |r: &serde_json::Value, k: &str| r[k].as_str().unwrap_or("").to_string();
+    rows.iter()
+        .filter(|r| {
+            s(r, "tool") == "memdial" && s(r, "status") == "ok" && s(r, "io") == io.as_str()
+        })
+        .filter(|r| s(r, "cache") == "cold")
+        .filter_map(|r| r["gb_per_s"].as_f64().map(|g| (g, r)))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(g, r)| {
+            (
+                g,
+                format!(
+                    "{} pattern {} qd {} ({})",
+                    path.display(),
+                    s(r, "pattern"),
+                    r["qd"],
+                    io.as_str()
+                ),
+            )
+        })
+        .ok_or_else(|| {
+            UsageError::Invalid(format!(
+                "{} has no successful cold-cache memdial cell for IO mode {}",
+                path.display(),
+                io.as_str()
+            ))
+            .into()
+        })
+}
+
 pub fn run(a: &PlanArgs) -> Result<ExitCode> {
-    let (budget, io, prefetch) = (a.budget, a.io.0, a.prefetch.0);
-    let c = Checkpointed::read(&a.model)?;
-    let (cfg, ck) = (&c.cfg, &c.ck);
-    let p = plan_unchecked(cfg, ck, budget, io, prefetch, a.max_context)?;
+    let (io, prefetch) = (a.io.0, a.prefetch.0);
+    let src = source(a)?;
+    let (cfg, ck) = (&src.cfg, &src.ck);
+    let p0 = plan_unchecked(cfg, ck, 0, io, prefetch, a.max_context)?;
+    let budget = a.budget.unwrap_or(p0.floor_bytes);
+    let p = p0.with_budget(cfg, budget);
     let below = budget < p.floor_bytes;
+    let bw = match (a.device_gbps, &a.iobench) {
+        (Some(g), _) if g.is_finite() && g > 0.0 => Some((g, "--device-gbps".to_string())),
+        (Some(g), _) => {
+            return Err(
+                UsageError::Invalid(format!("device bandwidth {g} GB/s is not positive")).into(),
+            )
+        }
+        (None, Some(dir)) => Some(iobench_gbps(dir, io)?),
+        (None, None) => None,
+    };
+    let ladder = ladder(cfg, &p)?;
     if a.json {
         let mut v = serde_json::to_value(&p)?;
         v["below_floor"] = serde_json::Value::Bool(below);
+        v["paper"] = serde_json::to_value(&src.paper)?;
+        v["ranking"] = serde_json::to_value(ranking(&p, cfg))?;
+        v["ladder"] = serde_json::Value::Array(
+            ladder
+                .iter()
+                .map(|(b, bpt)| {
+                    serde_json::json!({
+                        "budget_bytes": b, "bytes_per_token": bpt,
+                        "io_s_per_token": bw.as_ref().map(|(g, _)| *bpt as f64 / (g * 1e9)),
+                    })
+                })
+                .collect(),
+        );
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
+        if let Some(what) = &src.paper {
+            println!(
+                "source                    {what}: config only, no weights read; tensor sizes and dtypes \
+                 derived from config.json + quantization_config, layout assumed packed in schema order"
+            );
+        }
         print!("{}", describe(&p, cfg));
+        print!("{}", describe_ranking(&p, cfg));
+        print!("{}", describe_ladder(&ladder, bw.as_ref()));
     }
     if below {
         // Same refusal as `memdial run` (a usage error: exit 2).
-        memdial::store::plan::plan(cfg, ck, budget, io, prefetch, a.max_context)?;
+        memdial::store::plan::plan(cfg, ck, budget, io, prefetch, a.max_context)
+            .context("planning the budget")?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Budgets floor, 2×, 4×, … floor up to the first that pins everything, with the
+/// predicted bytes read per token at each; the requested budget included.
+fn ladder(cfg: &ModelConfig, p: &Plan) -> Result<Vec<(u64, u64)>> {
+    let mut budgets = vec![p.floor_bytes];
+    let all = p.floor_bytes + p.model_bytes;
+    while *budgets.last().unwrap() < all {
+        budgets.push((budgets.last().unwrap() * 2).min(all));
+    }
+    if p.budget_bytes >= p.floor_bytes && !budgets.contains(&p.budget_bytes) {
+        budgets.push(p.budget_bytes);
+        budgets.sort();
+    }
+    budgets
+        .into_iter()
+        .map(|b| {
+            let q = p.with_budget(cfg, b);
+            Ok((b, q.predicted_bytes_per_token))
+        })
+        .collect()
+}
+
+fn describe_ranking(p: &Plan, cfg: &ModelConfig) -> String {
+    let mut s = String::from(
+        "\nwhat a pinned byte saves (bytes read per token saved per byte pinned; pinned in this order,\n\
+         ties in layer order so the pinned groups are a prefix):\n",
+    );
+    s.push_str(&format!(
+        "  {:<50} {:>7} {:>8} {:>12} {:>10}\n",
+        "candidate", "count", "pinned", "size each", "saves/B"
+    ));
+    for c in ranking(p, cfg) {
+        s.push_str(&format!(
+            "  {:<50} {:>7} {:>8} {:>12} {:>10.3e}\n",
+            c.what,
+            c.count,
+            c.pinned,
+            fmt_bytes(c.bytes_each),
+            c.saves_per_byte
+        ));
+    }
+    s
+}
+
+fn describe_ladder(ladder: &[(u64, u64)], bw: Option<&(f64, String)>) -> String {
+    let mut s = String::from("\npredicted bytes read per decoded token (uniform routing)");
+    match bw {
+        Some((g, what)) => s.push_str(&format!(
+            " and the IO lower bound at {g:.2} GB/s ({what}):\n"
+        )),
+        None => s.push_str(":\n"),
+    }
+    for (b, bpt) in ladder {
+        s.push_str(&format!(
+            "  budget {:>12}  {:>12}/token",
+            fmt_bytes(*b),
+            fmt_bytes(*bpt)
+        ));
+        if let Some((g, _)) = bw {
+            s.push_str(&format!("  ≥ {:.3} s/token", *bpt as f64 / (g * 1e9)));
+        }
+        s.push('\n');
+    }
+    s
 }
 
 /// Human-readable plan (what `memdial plan` prints).
@@ -79,16 +310,26 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
         &mut s,
         "pinned globals",
         format!(
-            "{} (embeddings, lm_head, final norms)",
-            fmt_bytes(p.pinned_global_bytes)
+            "{} (final norms{})",
+            fmt_bytes(p.pinned_global_bytes),
+            if p.embedding_pinned {
+                ", embedding table"
+            } else {
+                ""
+            }
         ),
     );
     line(
         &mut s,
         "pinned per-layer small",
         format!(
-            "{} (norms, routers, gate params, conv)",
-            fmt_bytes(p.pinned_small_bytes)
+            "{} (norms, gate params, conv{})",
+            fmt_bytes(p.pinned_small_bytes),
+            if memdial::store::plan::routers_pinned(p.prefetch) {
+                ", routers"
+            } else {
+                ""
+            }
         ),
     );
     let (kda, mla) = cfg.layer_counts();
@@ -96,7 +337,9 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
         &mut s,
         "pinned trunk prefix",
         format!(
-            "{} of {} layers ({} KDA + {} MLA in model), {}",
+            "{} of {} groups, {} of {} layers whole ({} KDA + {} MLA in model), {}",
+            p.pinned_groups,
+            p.groups.len(),
             p.pinned_layers,
             cfg.num_hidden_layers,
             kda,
@@ -104,10 +347,35 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
             fmt_bytes(p.pinned_trunk_bytes)
         ),
     );
+    let largest = p
+        .groups
+        .iter()
+        .rev()
+        .max_by_key(|g| g.read.buffer_bytes)
+        .map(|g| {
+            if g.layer < cfg.num_hidden_layers {
+                format!("layer {} {}", g.layer, g.what)
+            } else {
+                g.what.clone()
+            }
+        })
+        .unwrap_or_default();
     line(
         &mut s,
         "rotating trunk slots",
-        format!("{} × {}", p.trunk_slots, fmt_bytes(p.slot_bytes)),
+        format!(
+            "{} × {} (largest group: {largest})",
+            p.trunk_slots,
+            fmt_bytes(p.slot_bytes)
+        ),
+    );
+    line(
+        &mut s,
+        "lm_head",
+        format!(
+            "{} row block(s), streamed with the trunk groups",
+            p.lm_head_blocks
+        ),
     );
     line(
         &mut s,
@@ -119,6 +387,20 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
             fmt_bytes(p.expert_buffer_bytes),
             fmt_bytes(p.expert_cache_bytes)
         ),
+    );
+    line(
+        &mut s,
+        "embedding rows",
+        if p.embedding_pinned {
+            format!("table pinned ({})", fmt_bytes(p.embedding_bytes))
+        } else {
+            format!(
+                "on demand: {} reserved (a prefill chunk of {}-byte row reads; table {} not pinned)",
+                fmt_bytes(p.embedding_rows_bytes),
+                p.embedding_row_buffer_bytes,
+                fmt_bytes(p.embedding_bytes)
+            )
+        },
     );
     line(
         &mut s,
@@ -143,7 +425,7 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
         &mut s,
         "trunk hit rate (pred.)",
         format!(
-            "{:.1}% of {} streamed trunk bytes per token",
+            "{:.1}% of {} streamed trunk bytes per token (lm_head included)",
             100.0 * p.predicted_trunk_hit_rate,
             fmt_bytes(p.trunk_bytes_per_token)
         ),
@@ -155,6 +437,11 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
             "{:.1}% if routing were uniform",
             100.0 * p.predicted_expert_hit_rate_uniform
         ),
+    );
+    line(
+        &mut s,
+        "bytes read / token (pred.)",
+        fmt_bytes(p.predicted_bytes_per_token),
     );
     if cfg.attn_kinds.contains(&AttnKind::Mla) {
         line(

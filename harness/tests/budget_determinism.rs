@@ -181,6 +181,8 @@ fn tiny_k3_ids_identical_across_the_full_grid() {
     assert_eq!(n, 90);
 }
 
+// The floor of tiny-k3 for a 4-position run is ≈ 550 KB since the trunk streams in
+// sub-layer groups and the embedding rows are read on demand; 64 KiB is below it.
 #[test]
 fn under_floor_budget_exits_2_with_one_line() {
     let (_scratch, m) = fixture("tiny-k3");
@@ -192,7 +194,7 @@ fn under_floor_budget_exits_2_with_one_line() {
             "--max-tokens",
             "2",
             "--budget",
-            "1MiB",
+            "64KiB",
             "--model",
         ])
         .arg(&m)

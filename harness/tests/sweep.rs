@@ -775,3 +775,69 @@ fn incomplete_sweep_verdict_says_so() {
         .count();
     assert_eq!(progress, 1, "{}", text(&o));
 }
+
+/// Issue #10 item 5: a full sweep plus its own shard 1/2 merges complete (each run
+/// counted once); two copies of a run that disagree, or a shard from another model
+/// (another model content hash in sweep.json), exit 2 naming both directories.
+#[test]
+fn merge_proves_its_inputs() {
+    let _g = lock();
+    let full = full_run();
+    let spec = spec_file("full.toml", SPEC);
+    let a = fresh("proof-shard1");
+    let o = sweep(&spec, &a, &["--shard", "1/2", "--check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // Full + its shard: complete, PASS, SPEC_RUNS runs (the shard's copies once).
+    let m = fresh("proof-merged");
+    let o = merge(&[full, &a, Path::new("--out"), &m, Path::new("--check")]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).starts_with(&format!("PASS: {SPEC_RUNS} runs")),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(rows(&m).len(), SPEC_RUNS);
+    // A copy of the shard whose first run reports another output: refused, naming both.
+    let bad = fresh("proof-conflict");
+    std::fs::create_dir_all(&bad).unwrap();
+    for f in ["sweep.json", "results.json", "spec.toml"] {
+        std::fs::copy(a.join(f), bad.join(f)).unwrap();
+    }
+    let mut rs = rows(&bad);
+    let id = rs[0]["run_id"].as_str().unwrap().to_string();
+    rs[0]["output_ids_sha256"] = serde_json::json!("0".repeat(64));
+    std::fs::write(
+        bad.join("results.json"),
+        serde_json::to_string(&rs).unwrap(),
+    )
+    .unwrap();
+    let o = merge(&[&a, &bad, Path::new("--out"), &fresh("proof-out1")]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!("run {id} differs between {}", a.display()))
+            && err.contains(&bad.display().to_string()),
+        "{}",
+        text(&o)
+    );
+    // A shard from another model (same size, another content hash): refused.
+    let other = fresh("proof-other-model");
+    std::fs::create_dir_all(&other).unwrap();
+    for f in ["results.json", "spec.toml"] {
+        std::fs::copy(a.join(f), other.join(f)).unwrap();
+    }
+    let mut meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(a.join("sweep.json")).unwrap()).unwrap();
+    assert!(meta["model_content_hash"].is_string(), "{meta}");
+    meta["model_content_hash"] = serde_json::json!("f".repeat(64));
+    std::fs::write(other.join("sweep.json"), meta.to_string()).unwrap();
+    let o = merge(&[full, &other, Path::new("--out"), &fresh("proof-out2")]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("was made from another model (model content hash ffffffffffff…)")
+            && err.contains(&full.display().to_string()),
+        "{}",
+        text(&o)
+    );
+}

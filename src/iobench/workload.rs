@@ -147,8 +147,7 @@ impl Workload {
         let files: Vec<PathBuf> = ck.shards.iter().map(|s| s.path.clone()).collect();
         let (requests, sequence, sequential) = match pattern {
             Pattern::Trunk => {
-                let reqs: Vec<Vec<Span>> =
-                    plan.layer_groups.iter().flatten().map(spans_of).collect();
+                let reqs: Vec<Vec<Span>> = plan.groups.iter().map(|g| spans_of(&g.read)).collect();
                 if reqs.is_empty() {
                     bail!("{}: the model has no streamed trunk", model_dir.display());
                 }

@@ -208,16 +208,17 @@ impl Model {
         // Residual stream per token: the running sum (plain residual) or the AttnRes partial sum.
         let prof = profile::scope(Op::Embed);
         let hidden = zeroed(&mut sc.main.hidden, n * d);
-        for (t, &tok) in tokens.iter().enumerate() {
-            self.w.row_into(
-                None,
-                "model.embed_tokens.weight",
-                cfg.vocab_size,
-                d,
-                tok as usize,
-                &mut hidden[t * d..(t + 1) * d],
-            )?;
-        }
+        // Embedding rows of the call's tokens, read together (a streaming store may
+        // read just these rows).
+        let ids: Vec<usize> = tokens.iter().map(|&t| t as usize).collect();
+        self.w.rows_into(
+            None,
+            "model.embed_tokens.weight",
+            cfg.vocab_size,
+            d,
+            &ids,
+            hidden,
+        )?;
         drop(prof);
         let attn_res = cfg.attn_res_block_size;
         // Completed AttnRes blocks, the same count for every token of the call.
@@ -264,9 +265,9 @@ impl Model {
         self.w
             .vec_into(None, "model.norm.weight", d, &mut main.ln_post)?;
         let head = if cfg.tie_word_embeddings {
-            self.mat(None, "model.embed_tokens.weight", cfg.vocab_size, d)?
+            "model.embed_tokens.weight"
         } else {
-            self.mat(None, "lm_head.weight", cfg.vocab_size, d)?
+            "lm_head.weight"
         };
         let xs = zeroed(&mut main.xin, rows * d);
         let b = sc.dims.blocks;
@@ -289,8 +290,29 @@ impl Model {
                 None => rms_norm_into(p, &main.ln_post, eps, x),
             }
         }
-        let logits = zeroed(&mut main.logits, rows * cfg.vocab_size);
-        head.mm_into(par, xs, rows, logits);
+        let vocab = cfg.vocab_size;
+        let logits = zeroed(&mut main.logits, rows * vocab);
+        // lm_head in the store's row blocks: each logit is the same fixed-order dot
+        // product as with the whole matrix (kernels/dense.rs), so logits are identical.
+        let blocks = self.w.row_blocks(None, head, vocab);
+        if blocks.len() == 1 {
+            self.w
+                .mat_rows(None, head, vocab, d, 0..vocab)?
+                .mm_into(par, xs, rows, logits);
+        } else {
+            let mut ys = Vec::new();
+            for r in blocks {
+                let block = self.w.mat_rows(None, head, vocab, d, r.clone())?;
+                let bn = r.len();
+                ys.clear();
+                ys.resize(rows * bn, 0f32);
+                block.mm_into(par, xs, rows, &mut ys);
+                for t in 0..rows {
+                    logits[t * vocab + r.start..t * vocab + r.end]
+                        .copy_from_slice(&ys[t * bn..(t + 1) * bn]);
+                }
+            }
+        }
         let row_ids: [usize; 1];
         let all_rows: Vec<usize>;
         let row_list: &[usize] = if mode == LogitsMode::Last {
@@ -485,12 +507,17 @@ impl Model {
                 let f = cfg.intermediate_size;
                 // Published dense layers live under `mlp.`; the store resolves the
                 // `block_sparse_moe.` alias to the schema name.
-                let mlp = mlp::GatedMlp {
-                    gate: self.mat(l, "mlp.gate_proj.weight", f, d)?,
-                    up: self.mat(l, "mlp.up_proj.weight", f, d)?,
-                    down: self.mat(l, "mlp.down_proj.weight", d, f)?,
-                };
-                mlp.forward_into(par, cfg.activation, xin2, n, mlp_sc, m);
+                // One matrix at a time (a streaming store may hold one per trunk
+                // slot); the same products as `GatedMlp::forward_into`.
+                let g = zeroed(&mut mlp_sc.g, n * f);
+                self.mat(l, "mlp.gate_proj.weight", f, d)?
+                    .mm_into(par, xin2, n, g);
+                let u = zeroed(&mut mlp_sc.u, n * f);
+                self.mat(l, "mlp.up_proj.weight", f, d)?
+                    .mm_into(par, xin2, n, u);
+                mlp::gated_act_inplace(cfg.activation, g, u);
+                self.mat(l, "mlp.down_proj.weight", d, f)?
+                    .mm_into(par, g, n, m);
             }
             MlpKind::Moe => {
                 let moe = cfg.moe.as_ref().context("MoE layer without MoE config")?;

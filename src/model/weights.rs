@@ -388,26 +388,110 @@ impl Weights {
         Ok(())
     }
 
-    /// Row `row` of a `[rows, cols]` matrix (embedding lookup), decoded to f32.
-    pub fn row(
+    /// Element type of the 2-D tensor `name` `[rows, cols]`: the dtype hint, else from
+    /// the whole tensor's byte length (fetched once for that).
+    fn elem_of(&self, layer: Option<usize>, name: &str, rows: usize, cols: usize) -> Result<Elem> {
+        match self.hint(layer, name) {
+            Some(Dtype::BF16) => Ok(Elem::Bf16),
+            Some(Dtype::F32) => Ok(Elem::F32),
+            _ => {
+                let bytes = self.raw(layer, name)?;
+                self.elem_for(layer, name, bytes.len(), rows * cols)
+            }
+        }
+    }
+
+    /// Rows `ids` of a `[rows, cols]` matrix (embedding lookup of a forward's tokens),
+    /// decoded to f32 into `out: [ids.len(), cols]`. The store reads only these rows
+    /// when it does not hold the table ([`WeightStore::rows`]).
+    ///
+    /// Errors: an id ≥ `rows`, a misshapen row, store errors (naming the tensor).
+    pub fn rows_into(
         &self,
         layer: Option<usize>,
         name: &str,
         rows: usize,
         cols: usize,
-        row: usize,
-    ) -> Result<Vec<f32>> {
-        let bytes = self.raw(layer, name)?;
-        let elem = self.elem_for(layer, name, bytes.len(), rows * cols)?;
-        if row >= rows {
+        ids: &[usize],
+        out: &mut [f32],
+    ) -> Result<()> {
+        if let Some(&bad) = ids.iter().find(|&&r| r >= rows) {
             bail!(
-                "row {row} out of range for tensor {} ({rows} rows)",
+                "row {bad} out of range for tensor {} ({rows} rows)",
                 full_name(layer, name)
             );
         }
-        Ok(match elem {
-            Elem::Bf16 => bf16_to_f32(&bytes[row * cols * 2..(row + 1) * cols * 2]),
-            Elem::F32 => f32_from_le(&bytes[row * cols * 4..(row + 1) * cols * 4]),
+        let elem = self.elem_of(layer, name, rows, cols)?;
+        let rb = cols * if elem == Elem::Bf16 { 2 } else { 4 };
+        let got = self
+            .store
+            .rows(layer, name, rb, ids)
+            .with_context(|| format!("reading rows of tensor {}", full_name(layer, name)))?;
+        for (b, o) in got.iter().zip(out.chunks_exact_mut(cols)) {
+            if b.len() != rb {
+                bail!(
+                    "tensor {}: a row of {} bytes, expected {rb}",
+                    full_name(layer, name),
+                    b.len()
+                );
+            }
+            match elem {
+                Elem::Bf16 => {
+                    for (o, c) in o.iter_mut().zip(b.chunks_exact(2)) {
+                        *o = f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16);
+                    }
+                }
+                Elem::F32 => {
+                    for (o, c) in o.iter_mut().zip(b.chunks_exact(4)) {
+                        *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The row blocks in which the store streams `[rows, ·]` matrix `name` ([`WeightStore::row_blocks`]).
+    pub fn row_blocks(
+        &self,
+        layer: Option<usize>,
+        name: &str,
+        rows: usize,
+    ) -> Vec<std::ops::Range<usize>> {
+        self.store.row_blocks(layer, name, rows)
+    }
+
+    /// Rows `r` (a block of [`Weights::row_blocks`]) of the `[rows, cols]` matrix `name`,
+    /// as a `[r.len(), cols]` matrix.
+    ///
+    /// Errors: store errors; a block whose size does not match (naming the tensor).
+    pub fn mat_rows(
+        &self,
+        layer: Option<usize>,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        r: std::ops::Range<usize>,
+    ) -> Result<Mat> {
+        let elem = self.elem_of(layer, name, rows, cols)?;
+        let rb = cols * if elem == Elem::Bf16 { 2 } else { 4 };
+        let bytes = self
+            .store
+            .tensor_rows(layer, name, r.clone(), rb)
+            .with_context(|| format!("reading rows {r:?} of tensor {}", full_name(layer, name)))?;
+        if bytes.len() != r.len() * rb {
+            bail!(
+                "tensor {}: rows {r:?} are {} bytes, expected {}",
+                full_name(layer, name),
+                bytes.len(),
+                r.len() * rb
+            );
+        }
+        Ok(Mat::Dense {
+            bytes,
+            elem,
+            rows: r.len(),
+            cols,
         })
     }
 

@@ -5,7 +5,7 @@ use serde::Serialize;
 /// Store counters; all byte counts are bytes, times seconds.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct StoreMetrics {
-    /// Bytes read from disk (or faulted in, mmap) after open: trunk + experts.
+    /// Bytes read from disk (or faulted in, mmap) after open: trunk + experts + embedding rows.
     pub bytes_read: u64,
     pub trunk_bytes_read: u64,
     pub expert_bytes_read: u64,
@@ -38,6 +38,8 @@ pub struct StoreMetrics {
     /// Times a buffer had to be allocated beyond the plan (should stay 0).
     pub budget_overflows: u64,
     pub verified_tensors: u64,
+    /// Bytes read for embedding rows on demand (included in `bytes_read`).
+    pub embedding_bytes_read: u64,
     /// Seconds during which at least one read of an IO thread was in flight (mmap:
     /// faulting in). Bytes read ÷ this is the device throughput the store got.
     pub read_busy_s: f64,

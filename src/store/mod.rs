@@ -10,8 +10,11 @@
 //! recycle a buffer only after every view of it has been dropped.
 
 pub mod cache;
+pub mod groups;
 pub mod metrics;
+pub mod paper;
 pub mod plan;
+pub mod rank;
 pub mod resident;
 pub mod streaming;
 pub mod trace;
@@ -71,6 +74,23 @@ impl std::fmt::Debug for Bytes {
     }
 }
 
+/// Views of rows `rows` (`row_bytes` each) of tensor bytes `t` (named `name` in errors).
+///
+/// Errors: a row past the end of `t`.
+pub fn slice_rows(t: &Bytes, name: &str, row_bytes: usize, rows: &[usize]) -> Result<Vec<Bytes>> {
+    rows.iter()
+        .map(|&r| {
+            if (r + 1) * row_bytes > t.len() {
+                anyhow::bail!(
+                    "row {r} out of range for tensor {name} ({} rows)",
+                    t.len() / row_bytes.max(1)
+                );
+            }
+            Ok(t.slice(r * row_bytes, row_bytes))
+        })
+        .collect()
+}
+
 /// One weight matrix of a routed expert, as stored.
 #[derive(Clone, Debug)]
 pub enum ExpertMat {
@@ -99,6 +119,49 @@ pub trait WeightStore: Send + Sync {
     /// Bytes of a tensor of layer `layer` (or a global tensor when `None`).
     /// Errors: unknown tensor, IO failure (with file and offset named).
     fn tensor(&self, layer: Option<usize>, name: &str) -> Result<Bytes>;
+
+    /// Rows `rows` (each `row_bytes` long) of the 2-D tensor `name` of `layer`, one
+    /// view per requested row in request order (the embedding lookup of a forward's
+    /// tokens). A streaming store may read only these rows (one read per distinct row).
+    /// Errors: unknown tensor, a row out of range, IO failure.
+    fn rows(
+        &self,
+        layer: Option<usize>,
+        name: &str,
+        row_bytes: usize,
+        rows: &[usize],
+    ) -> Result<Vec<Bytes>> {
+        let t = self.tensor(layer, name)?;
+        slice_rows(&t, name, row_bytes, rows)
+    }
+
+    /// The row blocks `[a, b)` (in order, covering `0..rows`) in which the store holds
+    /// or streams the 2-D tensor `name` of `layer` with `rows` rows; read each with
+    /// [`WeightStore::tensor_rows`]. Default: one block.
+    fn row_blocks(
+        &self,
+        _layer: Option<usize>,
+        _name: &str,
+        rows: usize,
+    ) -> Vec<std::ops::Range<usize>> {
+        vec![0..rows]
+    }
+
+    /// Bytes of rows `rows` (a block of [`WeightStore::row_blocks`]) of tensor `name`,
+    /// `row_bytes` per row. Errors: unknown tensor, rows that are not a block, IO failure.
+    fn tensor_rows(
+        &self,
+        layer: Option<usize>,
+        name: &str,
+        rows: std::ops::Range<usize>,
+        row_bytes: usize,
+    ) -> Result<Bytes> {
+        let t = self.tensor(layer, name)?;
+        if rows.end * row_bytes > t.len() {
+            anyhow::bail!("rows {rows:?} out of range for tensor {name}");
+        }
+        Ok(t.slice(rows.start * row_bytes, rows.len() * row_bytes))
+    }
 
     /// Routed expert `expert` of MoE layer `layer`.
     fn expert(&self, layer: usize, expert: usize) -> Result<ExpertWeights>;

@@ -1,16 +1,19 @@
 //! Memory plan: how a `--budget` is split between pinned weights, rotating trunk
 //! slots, the expert cache, recurrent/attention state and activations.
 //!
-//! Everything the engine holds is counted: pinned weights (embeddings, lm_head,
-//! final norms, every layer's norms/routers/small tensors, the trunk of a prefix
-//! of layers), rotating trunk slots (one, or two when the next layer is
-//! prefetched), the expert cache, KDA states and the MLA latent cache for
-//! `max_context` positions, IO alignment slack and the model's activation arena
-//! (exact: the same table the model allocates from, [`crate::arena`]).
+//! Everything the engine holds is counted: pinned weights (final norms, every
+//! layer's norms and small tensors, a prefix of the trunk groups, the embedding table
+//! when there is room), rotating trunk slots (one, or two when the next group is
+//! prefetched) of the largest trunk group ([`crate::store::groups`]: attention,
+//! each dense MLP matrix, the MoE trunk, `lm_head` row blocks), the expert cache,
+//! embedding rows read on demand for a prefill chunk, KDA states and the MLA latent
+//! cache for `max_context` positions, IO alignment slack and the model's activation
+//! arena (exact: the same table the model allocates from, [`crate::arena`]).
 //!
 //! Trunk bytes are pinned first (they are read for every token; a cyclic scan of
-//! layers through an LRU would hit 0%), then the rest of the budget becomes expert
-//! cache. The floor is the smallest budget that can run at all.
+//! groups through an LRU would hit 0%), then the rest of the budget becomes expert
+//! cache, then the embedding table ([`crate::store::rank`] ranks them). The floor is
+//! the smallest budget that can run at all.
 
 use std::collections::BTreeMap;
 
@@ -23,6 +26,7 @@ use crate::config::ModelConfig;
 use crate::error::UsageError;
 use crate::io::IoMode;
 use crate::schema::{expected_tensors, Role, TensorSpec};
+use crate::store::groups::{layer_groups, row_blocks, TrunkGroup};
 pub use crate::units::{fmt_bytes, parse_size};
 
 /// Prefetch policy (cumulative: each policy does what the one before it does, plus more).
@@ -90,6 +94,9 @@ pub struct Member {
     pub range: usize,
     pub offset: u64,
     pub len: u64,
+    /// Part of the tensor only (a block of `lm_head` rows): not checkable against the
+    /// tensor's whole-tensor sha256.
+    pub partial: bool,
 }
 
 /// A set of tensors read together (a layer's streamed trunk, or one routed expert),
@@ -108,7 +115,8 @@ pub struct ReadGroup {
 pub const COALESCE_GAP: u64 = 256 << 10;
 
 /// True for the small per-layer tensors that are always pinned: norms, routers,
-/// KDA gate parameters, conv weights, AttnRes weights.
+/// KDA gate parameters, conv weights, AttnRes weights. (Routers are streamed with
+/// their layer's `moe` group unless [`routers_pinned`].)
 pub fn is_small_pinned(name: &str) -> bool {
     name.ends_with("norm.weight")
         || name.ends_with("_layernorm.weight")
@@ -120,7 +128,19 @@ pub fn is_small_pinned(name: &str) -> bool {
         || name.ends_with("e_score_correction_bias")
 }
 
-fn group_for(
+/// Whether MoE routers (`block_sparse_moe.gate.weight`, F32 `[E, D]`: 25.7 MB per K3
+/// layer, 2.4 GB over 92 layers) stay pinned: only for look-ahead prefetch, which runs
+/// layer L+1's router while layer L computes. Otherwise a router is read with its
+/// layer's `moe` group (it saves one byte read per token per byte pinned, like any
+/// trunk byte, and is ranked with them).
+pub fn routers_pinned(prefetch: Prefetch) -> bool {
+    prefetch == Prefetch::Lookahead
+}
+
+/// Coalesced reads of the tensors `specs` (locations from `ck`, keys without `prefix`).
+///
+/// Errors: a tensor (and its aliases) missing from the checkpoint.
+pub fn group_for(
     specs: &[&TensorSpec],
     ck: &Checkpoint,
     prefix: &str,
@@ -161,6 +181,7 @@ fn group_for(
             range: ri,
             offset: off - r.start,
             len,
+            partial: false,
         });
     }
     g.buffer_bytes = g
@@ -182,15 +203,20 @@ pub struct Plan {
     pub prefetch: Prefetch,
     pub max_context: usize,
     pub model_bytes: u64,
-    /// Embeddings + lm_head + final norm / AttnRes output weights.
+    /// Final norm / AttnRes output weights, plus the embedding table when pinned.
     pub pinned_global_bytes: u64,
-    /// Norms, routers, gate parameters, conv weights of every layer.
+    /// Norms, gate parameters, conv weights of every layer (and routers with
+    /// look-ahead prefetch, [`routers_pinned`]).
     pub pinned_small_bytes: u64,
-    /// Number of leading layers whose whole trunk is pinned.
+    /// Number of leading layers whose whole streamed trunk is pinned.
     pub pinned_layers: usize,
+    /// Number of leading [`Plan::groups`] pinned (the pinned set is a prefix of them).
+    pub pinned_groups: usize,
+    /// Buffer bytes of the pinned groups.
     pub pinned_trunk_bytes: u64,
-    /// Rotating trunk slots (0 when every layer is pinned).
+    /// Rotating trunk slots (0 when every group is pinned).
     pub trunk_slots: usize,
+    /// Bytes of one slot: the largest group's buffer.
     pub slot_bytes: u64,
     /// Expert cache capacity in experts, and bytes per expert buffer.
     pub expert_cache_experts: usize,
@@ -202,22 +228,61 @@ pub struct Plan {
     /// The model's scratch arena for a [`planned_prefill_chunk`]-token prefill
     /// (exact: [`activation_bytes`]).
     pub activation_bytes: u64,
+    /// The embedding table `[vocab, hidden]` in bytes, and whether it is pinned (only
+    /// when the budget has room after everything that saves more per byte).
+    pub embedding_bytes: u64,
+    pub embedding_pinned: bool,
+    /// Buffer of one embedding row read on demand (direct IO: aligned), and the
+    /// reserve for a prefill chunk of them (0 when the table is pinned).
+    pub embedding_row_buffer_bytes: u64,
+    pub embedding_rows_bytes: u64,
+    /// `lm_head` row blocks (groups after the last layer).
+    pub lm_head_blocks: usize,
     /// The smallest budget that can run with this IO mode and prefetch policy.
     pub floor_bytes: u64,
-    /// Bytes per token of trunk (streamed part) across all layers.
+    /// Bytes per token of trunk (streamed part, `lm_head` included) across all layers.
     pub trunk_bytes_per_token: u64,
     /// Fraction of per-token trunk bytes served from pinned memory.
     pub predicted_trunk_hit_rate: f64,
     /// Expert-cache hit rate if routing were uniform: capacity / total experts.
     pub predicted_expert_hit_rate_uniform: f64,
+    /// Predicted bytes read per decoded token ([`crate::store::rank::bytes_per_token`]).
+    pub predicted_bytes_per_token: u64,
     /// Budget left unallocated (< one expert buffer).
     pub unused_bytes: u64,
+    /// Trunk groups in forward order (layers, then `lm_head` blocks); the first
+    /// `pinned_groups` are pinned.
     #[serde(skip)]
-    pub layer_groups: Vec<Option<ReadGroup>>,
+    pub groups: Vec<TrunkGroup>,
     #[serde(skip)]
     pub expert_groups: BTreeMap<(usize, usize), ReadGroup>,
+    /// Whole tensors read at open (keys without weight prefix).
     #[serde(skip)]
     pub pinned_keys: Vec<String>,
+    /// Key of the embedding table (without weight prefix).
+    #[serde(skip)]
+    pub embedding_key: String,
+}
+
+impl Plan {
+    /// Keys of every tensor the plan reads (pinned, in groups, experts), each once.
+    pub fn read_keys(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.pinned_keys.clone();
+        for g in &self.groups {
+            for m in &g.read.members {
+                if !v.last().is_some_and(|l| *l == m.key) {
+                    v.push(m.key.clone());
+                }
+            }
+        }
+        for g in self.expert_groups.values() {
+            v.extend(g.members.iter().map(|m| m.key.clone()));
+        }
+        if !self.embedding_pinned && !v.contains(&self.embedding_key) {
+            v.push(self.embedding_key.clone());
+        }
+        v
+    }
 }
 
 /// Activation memory of forwards of up to `chunk` tokens (bytes, exact): the
@@ -256,8 +321,8 @@ pub fn plan(
             floor: p.floor_bytes,
             detail: format!(
                 "IO mode {}, prefetch {}, max context {}: \
-                 pinned globals {} + pinned norms/routers {} + {} trunk slot(s) × {} + {} expert buffers × {} \
-                 + state {} + activations {}",
+                 pinned globals {} + pinned norms/gates {} + {} trunk slot(s) × {} + {} expert buffers × {} \
+                 + state {} + activations {} + embedding rows {}",
                 io.as_str(),
                 prefetch.as_str(),
                 max_context,
@@ -268,7 +333,8 @@ pub fn plan(
                 p.min_expert_buffers(cfg),
                 fmt_bytes(p.expert_buffer_bytes),
                 fmt_bytes(p.state_bytes),
-                fmt_bytes(p.activation_bytes)
+                fmt_bytes(p.activation_bytes),
+                fmt_bytes(p.embedding_rows_bytes)
             ),
         }
         .into());
@@ -300,6 +366,12 @@ impl Plan {
 
 /// Like [`plan`] but never refuses a budget (for printing the floor of any budget).
 ///
+/// The allocation ranks what it could pin by bytes read per token saved per byte
+/// pinned ([`crate::store::rank`]): trunk groups and `lm_head` blocks save 1 (each is
+/// read once per token when streamed), in layer order so the pinned set is a prefix;
+/// then the expert cache (k/E under uniform routing); then the embedding table (one
+/// row per token for the whole table: ≈ 0).
+///
 /// Errors: config dimensions the checkpoint cannot hold
 /// ([`crate::limits::check_dimensions`], checked before the tensor table is built).
 pub fn plan_unchecked(
@@ -314,42 +386,79 @@ pub fn plan_unchecked(
     let specs = expected_tensors(cfg);
     let prefix = cfg.weight_prefix.as_str();
     let align = 4096u64; // planning uses the minimum direct-IO alignment we ever use
+    let strip = |n: &str| n.strip_prefix(prefix).unwrap_or(n).to_string();
+    let streamed = |s: &TensorSpec| {
+        !is_small_pinned(&s.name)
+            || (!routers_pinned(prefetch) && s.name.ends_with("block_sparse_moe.gate.weight"))
+    };
     let mut global = 0u64;
     let mut small = 0u64;
     let mut pinned_keys = Vec::new();
-    let mut layer_specs: Vec<Vec<&TensorSpec>> = vec![vec![]; cfg.num_hidden_layers];
     let mut expert_specs: BTreeMap<(usize, usize), Vec<&TensorSpec>> = BTreeMap::new();
+    let mut embedding = None;
+    let mut head = None;
     for s in &specs {
-        let key = s.name.strip_prefix(prefix).unwrap_or(&s.name).to_string();
         match (s.role, s.layer, s.expert) {
             (Role::Expert, Some(l), Some(e)) => expert_specs.entry((l, e)).or_default().push(s),
-            (Role::Trunk, Some(l), _) if !is_small_pinned(&s.name) => layer_specs[l].push(s),
+            (Role::Trunk, Some(_), _) if streamed(s) => {}
             (Role::Trunk, Some(_), _) => {
                 small += s.nbytes() as u64;
-                pinned_keys.push(key);
+                pinned_keys.push(strip(&s.name));
             }
+            (Role::Embedding, ..) => embedding = Some(s),
+            (Role::LmHead, ..) => head = Some(s),
             _ => {
                 global += s.nbytes() as u64;
-                pinned_keys.push(key);
+                pinned_keys.push(strip(&s.name));
             }
         }
     }
-    let mut layer_groups = Vec::new();
-    for ls in &layer_specs {
-        layer_groups.push(if ls.is_empty() {
-            None
+    let emb = embedding.ok_or_else(|| anyhow::anyhow!("the config implies no embedding table"))?;
+    let emb_key = strip(&emb.name);
+    let emb_loc = ck.get(&emb.name).ok_or_else(|| {
+        anyhow::anyhow!("tensor {} is missing from {}", emb.name, ck.dir.display())
+    })?;
+    let emb_row = emb_loc.len / (cfg.vocab_size.max(1) as u64);
+    let mut groups = layer_groups(cfg, &specs, ck, io, align, streamed)?;
+    let max_layer_group = groups
+        .iter()
+        .map(|g| g.read.buffer_bytes)
+        .max()
+        .unwrap_or(0);
+    // lm_head (or the tied embedding) in row blocks no larger than the largest layer group.
+    let head_spec = head.unwrap_or(emb);
+    let head_loc = ck.get(&head_spec.name).ok_or_else(|| {
+        anyhow::anyhow!(
+            "tensor {} is missing from {}",
+            head_spec.name,
+            ck.dir.display()
+        )
+    })?;
+    let head_row = head_loc.len / (cfg.vocab_size.max(1) as u64);
+    let blocks = row_blocks(
+        &strip(&head_spec.name),
+        head_loc.shard,
+        head_loc.offset,
+        cfg.vocab_size,
+        head_row,
+        if max_layer_group == 0 {
+            u64::MAX
         } else {
-            Some(group_for(ls, ck, prefix, io, align)?)
-        });
-    }
+            max_layer_group
+        },
+        io,
+        align,
+        cfg.num_hidden_layers,
+    );
+    let lm_head_blocks = blocks.len();
+    groups.extend(blocks);
     let mut expert_groups = BTreeMap::new();
     for (k, es) in &expert_specs {
         expert_groups.insert(*k, group_for(es, ck, prefix, io, align)?);
     }
-    let slot_bytes = layer_groups
+    let slot_bytes = groups
         .iter()
-        .flatten()
-        .map(|g| g.buffer_bytes)
+        .map(|g| g.read.buffer_bytes)
         .max()
         .unwrap_or(0);
     let expert_buffer_bytes = expert_groups
@@ -357,7 +466,7 @@ pub fn plan_unchecked(
         .map(|g| g.buffer_bytes)
         .max()
         .unwrap_or(0);
-    let trunk_bytes_per_token: u64 = layer_groups.iter().flatten().map(|g| g.tensor_bytes).sum();
+    let trunk_bytes_per_token: u64 = groups.iter().map(|g| g.read.tensor_bytes).sum();
     let k = cfg
         .moe
         .as_ref()
@@ -373,82 +482,153 @@ pub fn plan_unchecked(
         k
     };
     let state = state_estimate(cfg, max_context);
-    let act = activation_bytes(cfg, planned_prefill_chunk(max_context));
-    let base = global + small + state + act;
+    let chunk = planned_prefill_chunk(max_context);
+    let act = activation_bytes(cfg, chunk);
+    let row_buffer = match io {
+        IoMode::Direct => emb_row.div_ceil(align) * align + align,
+        _ => emb_row,
+    };
+    let rows_reserve = chunk as u64 * row_buffer;
+    let base = global + small + state + act + rows_reserve;
     let floor = base + min_slots as u64 * slot_bytes + min_exp as u64 * expert_buffer_bytes;
     // Tensors the model uses (present-and-unused MTP layers excluded).
     let model_bytes = crate::inspect::model_bytes(cfg, ck);
 
-    // Allocate: pin layer trunks in order, then experts.
-    let mut left = budget.saturating_sub(floor);
-    let mut pinned_layers = 0;
-    let mut pinned_trunk = 0u64;
-    let n_groups = layer_groups.len();
-    for (i, g) in layer_groups.iter().enumerate() {
-        let cost = g.as_ref().map(|g| g.buffer_bytes).unwrap_or(0);
-        let last = i + 1 == n_groups;
-        // Pinning the last unpinned layer also frees the rotating slots.
-        let refund = if last {
-            min_slots as u64 * slot_bytes
-        } else {
-            0
-        };
-        if cost <= left + refund {
-            left = left + refund - cost;
-            pinned_layers += 1;
-            pinned_trunk += cost;
-        } else {
-            break;
-        }
-    }
-    let trunk_slots = if pinned_layers == n_groups {
-        0
-    } else {
-        min_slots
-    };
-    let extra_experts = left.checked_div(expert_buffer_bytes).unwrap_or(0) as usize;
-    let expert_cache = (min_exp + extra_experts).min(total_experts.max(min_exp));
-    let used_by_experts = (expert_cache - min_exp) as u64 * expert_buffer_bytes;
-    let unused = left - used_by_experts.min(left);
-    let pinned_trunk_tensor: u64 = layer_groups
-        .iter()
-        .take(pinned_layers)
-        .flatten()
-        .map(|g| g.tensor_bytes)
-        .sum();
-    Ok(Plan {
-        budget_bytes: budget,
+    let mut p = Plan {
+        budget_bytes: 0,
         io,
         prefetch,
         max_context,
         model_bytes,
         pinned_global_bytes: global,
         pinned_small_bytes: small,
-        pinned_layers,
-        pinned_trunk_bytes: pinned_trunk,
-        trunk_slots,
+        pinned_layers: 0,
+        pinned_groups: 0,
+        pinned_trunk_bytes: 0,
+        trunk_slots: min_slots,
         slot_bytes,
-        expert_cache_experts: expert_cache,
+        expert_cache_experts: min_exp,
         expert_buffer_bytes,
-        expert_cache_bytes: expert_cache as u64 * expert_buffer_bytes,
+        expert_cache_bytes: 0,
         total_experts,
         state_bytes: state,
         activation_bytes: act,
+        embedding_bytes: emb_loc.len,
+        embedding_pinned: false,
+        embedding_row_buffer_bytes: row_buffer,
+        embedding_rows_bytes: rows_reserve,
+        lm_head_blocks,
         floor_bytes: floor,
         trunk_bytes_per_token,
-        predicted_trunk_hit_rate: if trunk_bytes_per_token > 0 {
-            pinned_trunk_tensor as f64 / trunk_bytes_per_token as f64
+        predicted_trunk_hit_rate: 0.0,
+        predicted_expert_hit_rate_uniform: 0.0,
+        predicted_bytes_per_token: 0,
+        unused_bytes: 0,
+        groups,
+        expert_groups,
+        pinned_keys,
+        embedding_key: emb_key,
+    };
+    p.allocate(cfg, budget);
+    Ok(p)
+}
+
+impl Plan {
+    /// The same layout allocated for another `budget` (cheap: no checkpoint lookups).
+    pub fn with_budget(&self, cfg: &ModelConfig, budget: u64) -> Plan {
+        let mut q = self.clone();
+        q.allocate(cfg, budget);
+        q
+    }
+
+    /// Allocates `budget` over the layout, in the order of [`crate::store::rank`].
+    fn allocate(&mut self, cfg: &ModelConfig, budget: u64) {
+        if self.embedding_pinned {
+            self.pinned_global_bytes -= self.embedding_bytes;
+            let key = self.embedding_key.clone();
+            self.pinned_keys.retain(|k| *k != key);
+            self.embedding_pinned = false;
+        }
+        let min_slots = self.min_slots();
+        let min_exp = if self.total_experts == 0 {
+            0
+        } else {
+            self.min_expert_buffers(cfg)
+        };
+        let rows_reserve =
+            planned_prefill_chunk(self.max_context) as u64 * self.embedding_row_buffer_bytes;
+        let (slot_bytes, expert_buffer_bytes) = (self.slot_bytes, self.expert_buffer_bytes);
+        // 1. Trunk groups and lm_head blocks (saves 1 byte/token per byte): a prefix.
+        let mut left = budget.saturating_sub(self.floor_bytes);
+        let mut pinned_groups = 0;
+        let mut pinned_trunk = 0u64;
+        let n_groups = self.groups.len();
+        for (i, g) in self.groups.iter().enumerate() {
+            let cost = g.read.buffer_bytes;
+            // Pinning the last unpinned group also frees the rotating slots.
+            let refund = if i + 1 == n_groups {
+                min_slots as u64 * slot_bytes
+            } else {
+                0
+            };
+            if cost <= left + refund {
+                left = left + refund - cost;
+                pinned_groups += 1;
+                pinned_trunk += cost;
+            } else {
+                break;
+            }
+        }
+        // 2. Expert cache (k/E per byte under uniform routing).
+        let total_experts = self.total_experts;
+        let extra_experts = left.checked_div(expert_buffer_bytes).unwrap_or(0) as usize;
+        let expert_cache = (min_exp + extra_experts).min(total_experts.max(min_exp));
+        left -= ((expert_cache - min_exp) as u64 * expert_buffer_bytes).min(left);
+        // 3. The embedding table (one row per token: ≈ 0 per byte), only with room to spare.
+        let embedding_pinned = self.embedding_bytes <= left + rows_reserve;
+        if embedding_pinned {
+            left = left + rows_reserve - self.embedding_bytes;
+            self.pinned_global_bytes += self.embedding_bytes;
+            self.pinned_keys.insert(0, self.embedding_key.clone());
+        }
+        let groups = &self.groups;
+        let pinned_layers = (0..cfg.num_hidden_layers)
+            .take_while(|&l| {
+                groups[..pinned_groups]
+                    .iter()
+                    .filter(|g| g.layer == l)
+                    .count()
+                    == groups.iter().filter(|g| g.layer == l).count()
+            })
+            .count();
+        let pinned_trunk_tensor: u64 = groups[..pinned_groups]
+            .iter()
+            .map(|g| g.read.tensor_bytes)
+            .sum();
+        self.budget_bytes = budget;
+        self.pinned_layers = pinned_layers;
+        self.pinned_groups = pinned_groups;
+        self.pinned_trunk_bytes = pinned_trunk;
+        self.trunk_slots = if pinned_groups == n_groups {
+            0
+        } else {
+            min_slots
+        };
+        self.expert_cache_experts = expert_cache;
+        self.expert_cache_bytes = expert_cache as u64 * expert_buffer_bytes;
+        self.embedding_pinned = embedding_pinned;
+        self.embedding_rows_bytes = if embedding_pinned { 0 } else { rows_reserve };
+        self.predicted_trunk_hit_rate = if self.trunk_bytes_per_token > 0 {
+            pinned_trunk_tensor as f64 / self.trunk_bytes_per_token as f64
         } else {
             1.0
-        },
-        predicted_expert_hit_rate_uniform: if total_experts > 0 {
+        };
+        self.predicted_expert_hit_rate_uniform = if total_experts > 0 {
             expert_cache.min(total_experts) as f64 / total_experts as f64
         } else {
             1.0
-        },
-        unused_bytes: unused,
-        layer_groups,
-        expert_groups,
-        pinned_keys,
-    })
+        };
+        self.unused_bytes = left;
+        self.predicted_bytes_per_token = crate::store::rank::bytes_per_token(self, cfg);
+    }
 }

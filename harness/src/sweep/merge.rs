@@ -1,7 +1,7 @@
 //! `memdial report merge DIR…`: combine shard directories of one sweep into one
 //! report with one verdict.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
@@ -9,23 +9,43 @@ use anyhow::{bail, Result};
 use super::report::Meta;
 use super::row::Row;
 
+/// The model identity of a directory: its [`memdial::checkpoint::model_content_hash`]
+/// (recorded in `sweep.json`), or for directories written before it was recorded,
+/// the model's size.
+fn model_id(m: &Meta) -> String {
+    match &m.model_content_hash {
+        Some(h) => format!("model content hash {}…", &h[..12.min(h.len())]),
+        None => format!(
+            "a model of {} bytes (no content hash recorded)",
+            m.model_bytes
+        ),
+    }
+}
+
 /// Loads and combines the run directories. They must come from the same spec
-/// (same `spec_sha256`) and model size. Rows are de-duplicated by run id (the
-/// first directory wins) and ordered as a single sweep would run them.
+/// (same `spec_sha256`) and the same model (same model content hash; directories
+/// that predate it are compared by model size). A run present in several
+/// directories (a full sweep and one of its shards, or one shard given twice) is
+/// counted once, and its copies must agree in status and output hash.
 ///
-/// Returns the merged meta, the rows, and the shards of an `i/n` split that were
-/// not among the inputs (as `"i/n"`), so a lost shard makes the merge incomplete.
+/// Returns the merged meta, the rows (ordered as a single sweep would run them),
+/// and the shards of an `i/n` split that were not among the inputs (as `"i/n"`),
+/// so a lost shard makes the merge incomplete. With an unsharded directory among
+/// the inputs its plan is the plan of the merge.
+///
+/// Errors (the caller reports them as usage errors, exit 2), each naming both
+/// directories: another spec; another model; two copies of a run that disagree.
 pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
     if dirs.is_empty() {
         bail!("nothing to merge: give one or more run directories");
     }
-    let mut metas = vec![];
+    let mut metas: Vec<Meta> = vec![];
     let mut rows: Vec<Row> = vec![];
-    let mut seen = BTreeSet::new();
-    for d in dirs {
+    // run id → (index into rows, directory it came from)
+    let mut seen: HashMap<String, (usize, usize)> = HashMap::new();
+    for (di, d) in dirs.iter().enumerate() {
         let m = Meta::load(d)?;
         if let Some(first) = metas.first() {
-            let first: &Meta = first;
             if m.spec_sha256 != first.spec_sha256 {
                 bail!(
                     "{} was made from a different spec ({}…) than {} ({}…)",
@@ -35,19 +55,48 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
                     &first.spec_sha256[..12.min(first.spec_sha256.len())]
                 );
             }
-            if m.model_bytes != first.model_bytes {
+            let same_model = match (&m.model_content_hash, &first.model_content_hash) {
+                (Some(a), Some(b)) => a == b,
+                _ => m.model_bytes == first.model_bytes,
+            };
+            if !same_model {
                 bail!(
-                    "{} used a model of {} bytes, {} one of {} bytes",
+                    "{} was made from another model ({}) than {} ({})",
                     d.display(),
-                    m.model_bytes,
+                    model_id(&m),
                     dirs[0].display(),
-                    first.model_bytes
+                    model_id(first)
                 );
             }
         }
         for r in super::row::load(d)? {
-            if seen.insert(r.run_id.clone()) {
-                rows.push(r);
+            match seen.get(&r.run_id) {
+                None => {
+                    seen.insert(r.run_id.clone(), (rows.len(), di));
+                    rows.push(r);
+                }
+                Some(&(i, dj)) => {
+                    let a = &rows[i];
+                    if a.status != r.status || a.ids_hash() != r.ids_hash() {
+                        let desc = |x: &Row| {
+                            format!(
+                                "{}, output sha256 {}",
+                                x.status,
+                                x.ids_hash()
+                                    .map(|h| format!("{}…", &h[..12.min(h.len())]))
+                                    .unwrap_or_else(|| "none".into())
+                            )
+                        };
+                        bail!(
+                            "run {} differs between {} ({}) and {} ({}): the copies of one run must agree",
+                            r.run_id,
+                            dirs[dj].display(),
+                            desc(a),
+                            d.display(),
+                            desc(&r)
+                        );
+                    }
+                }
             }
         }
         metas.push(m);
@@ -60,6 +109,10 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
         if shards_seen.insert(key) {
             planned += m.runs_planned;
         }
+    }
+    // An unsharded directory plans the whole sweep: its shards add nothing.
+    if let Some(full) = metas.iter().find(|m| m.shard.is_none()) {
+        planned = full.runs_planned;
     }
     let mut missing = vec![];
     let counts: BTreeSet<usize> = metas

@@ -25,10 +25,11 @@ pub(super) enum Req {
     Wait,
 }
 
-/// What an entry holds: a streamed layer's trunk, or one routed expert (layer, expert).
+/// What an entry holds: a streamed trunk group (index into `Plan::groups`), or one
+/// routed expert (layer, expert).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub(super) enum Key {
-    Layer(usize),
+    Group(usize),
     Expert(usize, usize),
 }
 
@@ -49,8 +50,10 @@ pub(super) struct ExpertMeta {
 #[derive(Default)]
 pub(super) struct Inner {
     pub(super) entries: HashMap<Key, Entry>,
-    /// Layers currently occupying trunk slots (loading or ready), oldest first.
-    pub(super) slot_layers: VecDeque<usize>,
+    /// Groups currently occupying trunk slots (loading or ready), oldest first.
+    pub(super) slot_groups: VecDeque<usize>,
+    /// Streamed groups touched in the current forward (their prefetch was issued).
+    pub(super) touched: HashSet<usize>,
     /// Experts currently occupying cache buffers.
     pub(super) cached_experts: HashSet<(usize, usize)>,
     pub(super) meta: HashMap<(usize, usize), ExpertMeta>,
@@ -97,7 +100,8 @@ impl Inner {
 impl StreamingStore {
     /// Self-accounted resident bytes right now: pinned + allocated slot and expert
     /// buffers + state + the model's activation arena (as reported by the model;
-    /// the plan's figure before the first forward).
+    /// the plan's figure before the first forward) + the reserve for embedding rows
+    /// read on demand.
     fn accounted(&self, g: &Inner) -> u64 {
         let p = &self.shared.plan;
         let act = match g.metrics.activation_bytes {
@@ -109,6 +113,7 @@ impl StreamingStore {
             + g.allocated_expert_bufs as u64 * p.expert_buffer_bytes
             + p.state_bytes
             + act
+            + p.embedding_rows_bytes
     }
 
     /// Raises `peak_accounted_bytes` to the current accounting.
@@ -129,7 +134,7 @@ impl StreamingStore {
             if let Ok(loaded) = Arc::try_unwrap(a) {
                 if let LoadedData::Buf(b) = loaded.data {
                     match victim {
-                        Key::Layer(_) => g.free_slot_bufs.push(b),
+                        Key::Group(_) => g.free_slot_bufs.push(b),
                         Key::Expert(..) => g.free_expert_bufs.push(b),
                     }
                 }
@@ -144,18 +149,18 @@ impl StreamingStore {
     fn make_room(&self, g: &mut Inner, key: Key, optional: bool) -> Option<Req> {
         let plan = &self.shared.plan;
         let full = match key {
-            Key::Layer(_) => g.slot_layers.len() >= plan.trunk_slots.max(1),
+            Key::Group(_) => g.slot_groups.len() >= plan.trunk_slots.max(1),
             Key::Expert(..) => g.cached_experts.len() >= plan.expert_cache_experts.max(1),
         };
         if !full {
             return None;
         }
         let victim = match key {
-            Key::Layer(_) => g
-                .slot_layers
+            Key::Group(_) => g
+                .slot_groups
                 .iter()
-                .find(|&&ol| g.evictable(Key::Layer(ol)))
-                .map(|&ol| Key::Layer(ol)),
+                .find(|&&ol| g.evictable(Key::Group(ol)))
+                .map(|&ol| Key::Group(ol)),
             Key::Expert(..) => {
                 let policy = self.opts.cache;
                 g.cached_experts
@@ -171,7 +176,7 @@ impl StreamingStore {
         match victim {
             Some(v) => {
                 match v {
-                    Key::Layer(ol) => g.slot_layers.retain(|&x| x != ol),
+                    Key::Group(ol) => g.slot_groups.retain(|&x| x != ol),
                     Key::Expert(l, e) => {
                         g.cached_experts.remove(&(l, e));
                     }
@@ -183,7 +188,7 @@ impl StreamingStore {
             None => {
                 let loading = |k: Key| matches!(g.entries.get(&k), Some(Entry::Loading));
                 let in_flight = match key {
-                    Key::Layer(_) => g.slot_layers.iter().any(|&ol| loading(Key::Layer(ol))),
+                    Key::Group(_) => g.slot_groups.iter().any(|&ol| loading(Key::Group(ol))),
                     Key::Expert(..) => g
                         .cached_experts
                         .iter()
@@ -212,8 +217,8 @@ impl StreamingStore {
             return r;
         }
         let buf = match key {
-            Key::Layer(l) => {
-                g.slot_layers.push_back(l);
+            Key::Group(l) => {
+                g.slot_groups.push_back(l);
                 self.take_buf(g, true)
             }
             Key::Expert(l, e) => {
@@ -232,7 +237,7 @@ impl StreamingStore {
         if self.shared.io == IoMode::Mmap {
             // mmap: the "buffer" is the mapping; account the resident range instead.
             if slot {
-                g.allocated_slot_bufs = g.allocated_slot_bufs.max(g.slot_layers.len());
+                g.allocated_slot_bufs = g.allocated_slot_bufs.max(g.slot_groups.len());
             } else {
                 g.allocated_expert_bufs = g.allocated_expert_bufs.max(g.cached_experts.len());
             }

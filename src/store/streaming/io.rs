@@ -154,12 +154,10 @@ pub(super) fn read_group(
 }
 
 impl Shared {
-    /// The read group of `key` (a streamed layer's trunk or one routed expert).
+    /// The read group of `key` (a streamed trunk group or one routed expert).
     pub(super) fn group(&self, key: Key) -> &ReadGroup {
         match key {
-            Key::Layer(l) => self.plan.layer_groups[l]
-                .as_ref()
-                .expect("streamed layer has a group"),
+            Key::Group(g) => &self.plan.groups[g].read,
             Key::Expert(l, e) => &self.plan.expert_groups[&(l, e)],
         }
     }
@@ -174,6 +172,9 @@ impl Shared {
         let mut n = 0;
         for m in &g.members {
             let full = m.key.as_str();
+            if m.partial {
+                continue; // a block of rows: the manifest hashes whole tensors
+            }
             let Some(want) = man.get(full) else { continue };
             let p = loaded.range_pos[m.range] + m.offset as usize;
             let bytes: &[u8] = match &loaded.data {
@@ -298,7 +299,7 @@ pub(super) fn worker(shared: Arc<Shared>) {
             continue;
         };
         let group = shared.group(job.key);
-        let trunk = matches!(job.key, Key::Layer(_));
+        let trunk = matches!(job.key, Key::Group(_));
         let res = read_group(&shared, group, job.buf, trunk).and_then(|(l, n)| {
             let v = shared.verify(job.key, &l)?;
             shared.check_scales(job.key, &l)?;
@@ -317,7 +318,7 @@ pub(super) fn worker(shared: Arc<Shared>) {
                 g.metrics.reads += 1;
                 g.metrics.verified_tensors += v;
                 match job.key {
-                    Key::Layer(_) => g.metrics.trunk_bytes_read += n,
+                    Key::Group(_) => g.metrics.trunk_bytes_read += n,
                     Key::Expert(..) => g.metrics.expert_bytes_read += n,
                 }
                 g.entries.insert(job.key, Entry::Ready(Arc::new(loaded)));

@@ -62,9 +62,16 @@ pub struct StreamingStore {
     prefix: String,
     expert_format: Option<ExpertFormat>,
     opts: StreamOptions,
-    /// First layer index that is not pinned (== number of layers when all are).
+    /// First group index that is not pinned (== number of groups when all are).
     first_streamed: usize,
-    num_layers: usize,
+    /// Group of every streamed trunk tensor key (whole tensors only).
+    group_of: HashMap<String, usize>,
+    /// Groups of each layer (index `num_layers`: the `lm_head` blocks).
+    by_layer: Vec<Vec<usize>>,
+    /// Row-blocked tensors (`lm_head`): their blocks and groups.
+    row_groups: HashMap<String, Vec<(std::ops::Range<usize>, usize)>>,
+    /// Shard, offset and length of the embedding table when it is read row by row.
+    embedding_loc: Option<(usize, u64, u64)>,
     moe_layers: Vec<usize>,
     trace_in: HashMap<(usize, usize), Vec<usize>>,
     /// Bytes pinned at open.
@@ -107,7 +114,33 @@ impl StreamingStore {
         } else {
             None
         };
-        let first_streamed = plan.pinned_layers;
+        let first_streamed = plan.pinned_groups;
+        let mut group_of = HashMap::new();
+        let mut by_layer = vec![Vec::new(); cfg.num_hidden_layers + 1];
+        let mut row_groups: HashMap<String, Vec<_>> = HashMap::new();
+        for (i, g) in plan.groups.iter().enumerate() {
+            by_layer[g.layer.min(cfg.num_hidden_layers)].push(i);
+            match &g.rows {
+                Some((key, r)) => row_groups
+                    .entry(key.clone())
+                    .or_default()
+                    .push((r.clone(), i)),
+                None => {
+                    for m in &g.read.members {
+                        group_of.insert(m.key.clone(), i);
+                    }
+                }
+            }
+        }
+        let embedding_loc = if plan.embedding_pinned {
+            None
+        } else {
+            let full = format!("{}{}", cfg.weight_prefix, plan.embedding_key);
+            let loc = ck
+                .get(&full)
+                .with_context(|| format!("tensor {full} is missing from {}", ck.dir.display()))?;
+            Some((loc.shard, loc.offset, loc.len))
+        };
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner::default()),
             cv: Condvar::new(),
@@ -124,7 +157,7 @@ impl StreamingStore {
         });
         if opts.io == IoMode::Mmap {
             // Trunk ranges fault in through 2 MiB folios (see `mapped`).
-            for g in shared.plan.layer_groups.iter().flatten() {
+            for g in shared.plan.groups.iter().map(|g| &g.read) {
                 for r in g
                     .ranges
                     .iter()
@@ -185,19 +218,22 @@ impl StreamingStore {
             pinned_bytes += loc.len;
             pinned.insert(key.clone(), bytes);
         }
-        // Pinned trunk prefix: read each layer group into its own buffer.
-        for l in 0..first_streamed {
-            if let Some(g) = shared.plan.layer_groups[l].as_ref() {
-                let (loaded, n) = read_group(&shared, g, None, true)?;
-                pinned_ranges.extend(g.ranges.iter().map(|r| (r.shard, r.start, r.end)));
-                shared.verify(Key::Layer(l), &loaded)?;
-                load_read += n;
-                pinned_bytes += g.buffer_bytes;
-                let loaded = Arc::new(loaded);
-                for m in &g.members {
-                    let (owner, p) = loaded.locate(m.range, m.offset);
-                    pinned.insert(m.key.clone(), Bytes::new(owner, p, m.len as usize));
-                }
+        // Pinned trunk prefix: read each group into its own buffer.
+        for (i, tg) in shared.plan.groups[..first_streamed].iter().enumerate() {
+            let g = &tg.read;
+            let (loaded, n) = read_group(&shared, g, None, true)?;
+            pinned_ranges.extend(g.ranges.iter().map(|r| (r.shard, r.start, r.end)));
+            shared.verify(Key::Group(i), &loaded)?;
+            load_read += n;
+            pinned_bytes += g.buffer_bytes;
+            let loaded = Arc::new(loaded);
+            for m in &g.members {
+                let (owner, p) = loaded.locate(m.range, m.offset);
+                let key = match &tg.rows {
+                    Some((k, r)) => block_key(k, r.start),
+                    None => m.key.clone(),
+                };
+                pinned.insert(key, Bytes::new(owner, p, m.len as usize));
             }
         }
         {
@@ -222,7 +258,10 @@ impl StreamingStore {
             expert_format: cfg.moe.as_ref().map(|m| m.expert_format),
             opts,
             first_streamed,
-            num_layers: cfg.num_hidden_layers,
+            group_of,
+            by_layer,
+            row_groups,
+            embedding_loc,
             moe_layers,
             trace_in,
             pinned_bytes,
@@ -275,17 +314,83 @@ impl StreamingStore {
         Ok(Bytes::new(owner, p, m.len as usize))
     }
 
-    /// The streamed layer read after layer `l`: the next one in this token, else the
-    /// first streamed layer of the next token; `num_layers` when nothing streams.
-    fn next_streamed_layer(&self, l: usize) -> usize {
-        let n = self.num_layers;
-        let streamed =
-            |c: &usize| *c >= self.first_streamed && self.shared.plan.layer_groups[*c].is_some();
-        (l + 1..n)
-            .chain(self.first_streamed..=l.min(n - 1))
-            .find(streamed)
-            .unwrap_or(n)
+    /// The streamed group read after group `gi` (cyclically: after the last `lm_head`
+    /// block comes the first streamed group of the next token); `None` when `gi` is
+    /// the only streamed group.
+    fn next_streamed_group(&self, gi: usize) -> Option<usize> {
+        let n = self.shared.plan.groups.len();
+        let next = if gi + 1 < n {
+            gi + 1
+        } else {
+            self.first_streamed
+        };
+        (next != gi && next < n).then_some(next)
     }
+
+    /// Requests streamed group `gi` on its first use in this forward (and, with
+    /// trunk prefetch, the group after it); then blocks until it is loaded.
+    fn load_group(&self, gi: usize) -> Result<Arc<io::Loaded>> {
+        let mut g = lock(&self.shared);
+        if g.touched.insert(gi) {
+            g = self.request_blocking(g, Key::Group(gi));
+            if self.opts.prefetch.trunk_ahead() {
+                if let Some(n) = self.next_streamed_group(gi) {
+                    self.request(&mut g, Key::Group(n), true);
+                }
+            }
+        }
+        self.wait(g, Key::Group(gi))
+    }
+
+    /// Block `[r0, …)` of row-blocked tensor `key` read through group `gi` (or pinned).
+    fn block_bytes(&self, key: &str, r0: usize, gi: usize) -> Result<Bytes> {
+        let tb = self.shared.plan.groups[gi].read.tensor_bytes;
+        if let Some(b) = self.pinned.get(&block_key(key, r0)) {
+            let mut g = lock(&self.shared);
+            g.metrics.trunk_request_bytes += tb;
+            g.metrics.trunk_hit_bytes += tb;
+            return Ok(b.clone());
+        }
+        lock(&self.shared).metrics.trunk_request_bytes += tb;
+        let loaded = self.load_group(gi)?;
+        let m = &self.shared.group(Key::Group(gi)).members[0];
+        let (owner, p) = loaded.locate(m.range, m.offset);
+        Ok(Bytes::new(owner, p, m.len as usize))
+    }
+
+    /// Reads `len` bytes at `offset` of shard `shard` outside the plan's buffers (one
+    /// embedding row, or a whole tensor asked for by a tool); counts the bytes read.
+    fn read_loose(&self, shard: usize, offset: u64, len: u64) -> Result<Bytes> {
+        let f = &self.shared.files[shard];
+        let t0 = Instant::now();
+        let (bytes, n) = if self.opts.io == IoMode::Mmap {
+            // A copy, not a view of the mapping: faulting one row in would map the
+            // whole page-cache folio around it (measured: ~340 KiB per row on `mini`),
+            // memory the plan does not count.
+            f.check_unchanged()?;
+            let mut v = vec![0u8; len as usize];
+            std::os::unix::fs::FileExt::read_exact_at(f.file(), &mut v, offset)
+                .with_context(|| format!("reading {} at offset {offset}", f.path.display()))?;
+            (Bytes::from_vec(v), len)
+        } else {
+            let mut b = AlignedBuf::new(f.buffer_len_for(offset, len));
+            let d = f.read_into(offset, len, &mut b)?;
+            let n = b.len() as u64;
+            let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(b);
+            (Bytes::new(owner, d, len as usize), n)
+        };
+        let mut g = lock(&self.shared);
+        g.metrics.bytes_read += n;
+        g.metrics.reads += 1;
+        g.metrics.embedding_bytes_read += n;
+        g.metrics.io_wait_s += t0.elapsed().as_secs_f64();
+        Ok(bytes)
+    }
+}
+
+/// Key of a pinned block of rows starting at row `r0` of tensor `key`.
+fn block_key(key: &str, r0: usize) -> String {
+    format!("{key}#rows{r0}")
 }
 
 impl std::fmt::Debug for StreamingStore {
@@ -344,15 +449,107 @@ impl WeightStore for StreamingStore {
         if let Some(b) = self.pinned.get(&key) {
             return Ok(b.clone());
         }
-        let Some(l) = layer else {
-            bail!("tensor {}{key} is not in the checkpoint", self.prefix);
-        };
-        if l >= self.num_layers || self.shared.plan.layer_groups[l].is_none() {
-            bail!("tensor {}{key} is not in the checkpoint", self.prefix);
+        if let Some(&gi) = self.group_of.get(&key) {
+            let loaded = self.load_group(gi)?;
+            return self.view(Key::Group(gi), &loaded, &key);
         }
-        let g = lock(&self.shared);
-        let loaded = self.wait(g, Key::Layer(l))?;
-        self.view(Key::Layer(l), &loaded, &key)
+        // Whole-tensor access to a tensor the plan reads in parts (the model reads
+        // `lm_head` by blocks and embedding rows on demand; tools and tests may ask for
+        // the whole): read outside the plan's buffers.
+        if let Some(blocks) = self.row_groups.get(&key) {
+            let mut v = Vec::new();
+            for (r, gi) in blocks {
+                v.extend_from_slice(&self.block_bytes(&key, r.start, *gi)?);
+            }
+            return Ok(Bytes::from_vec(v));
+        }
+        if let (Some((shard, off, len)), true) =
+            (self.embedding_loc, key == self.shared.plan.embedding_key)
+        {
+            return self.read_loose(shard, off, len);
+        }
+        bail!("tensor {}{key} is not in the checkpoint", self.prefix);
+    }
+
+    fn rows(
+        &self,
+        layer: Option<usize>,
+        name: &str,
+        row_bytes: usize,
+        rows: &[usize],
+    ) -> Result<Vec<Bytes>> {
+        let on_demand = self
+            .embedding_loc
+            .filter(|_| layer.is_none() && name == self.shared.plan.embedding_key);
+        let Some((shard, off, len)) = on_demand else {
+            let t = self.tensor(layer, name)?;
+            return super::slice_rows(&t, name, row_bytes, rows);
+        };
+        // One read per distinct row of the call (a prefill chunk reads its rows together).
+        let mut got: HashMap<usize, Bytes> = HashMap::new();
+        let mut out = Vec::with_capacity(rows.len());
+        for &r in rows {
+            let end = (r as u64 + 1) * row_bytes as u64;
+            if end > len {
+                bail!(
+                    "row {r} out of range for tensor {}{name} ({} rows)",
+                    self.prefix,
+                    len / row_bytes.max(1) as u64
+                );
+            }
+            let b = match got.get(&r) {
+                Some(b) => b.clone(),
+                None => {
+                    let b = self.read_loose(
+                        shard,
+                        off + r as u64 * row_bytes as u64,
+                        row_bytes as u64,
+                    )?;
+                    got.insert(r, b.clone());
+                    b
+                }
+            };
+            out.push(b);
+        }
+        Ok(out)
+    }
+
+    fn row_blocks(
+        &self,
+        layer: Option<usize>,
+        name: &str,
+        rows: usize,
+    ) -> Vec<std::ops::Range<usize>> {
+        match (layer, self.row_groups.get(name)) {
+            (None, Some(b)) => b.iter().map(|(r, _)| r.clone()).collect(),
+            _ => vec![0..rows],
+        }
+    }
+
+    fn tensor_rows(
+        &self,
+        layer: Option<usize>,
+        name: &str,
+        rows: std::ops::Range<usize>,
+        row_bytes: usize,
+    ) -> Result<Bytes> {
+        if let (None, Some(blocks)) = (layer, self.row_groups.get(name)) {
+            let (_, gi) = blocks.iter().find(|(r, _)| *r == rows).with_context(|| {
+                format!(
+                    "rows {rows:?} of {}{name} are not a block of its plan",
+                    self.prefix
+                )
+            })?;
+            return self.block_bytes(name, rows.start, *gi);
+        }
+        let t = self.tensor(layer, name)?;
+        if rows.end * row_bytes > t.len() {
+            bail!(
+                "rows {rows:?} out of range for tensor {}{name}",
+                self.prefix
+            );
+        }
+        Ok(t.slice(rows.start * row_bytes, rows.len() * row_bytes))
     }
 
     fn expert(&self, layer: usize, expert: usize) -> Result<ExpertWeights> {
@@ -403,6 +600,7 @@ impl WeightStore for StreamingStore {
         g.guesses.clear();
         g.protected.clear();
         g.layer_calls.clear();
+        g.touched.clear();
     }
 
     fn wants_lookahead(&self) -> bool {
@@ -422,20 +620,24 @@ impl WeightStore for StreamingStore {
 
     fn begin_layer(&self, layer: usize) {
         let mut g = lock(&self.shared);
-        if layer >= self.first_streamed {
-            // A streamed layer is a miss even when prefetched: its bytes were read again.
-            g.metrics.trunk_request_bytes += self.shared.plan.layer_groups[layer]
-                .as_ref()
-                .map_or(0, |x| x.tensor_bytes);
-            g = self.request_blocking(g, Key::Layer(layer));
-        } else if let Some(grp) = self.shared.plan.layer_groups[layer].as_ref() {
-            g.metrics.trunk_request_bytes += grp.tensor_bytes;
-            g.metrics.trunk_hit_bytes += grp.tensor_bytes;
+        // A streamed group is a miss even when prefetched: its bytes were read again.
+        let groups = self.by_layer.get(layer).map_or(&[][..], |v| &v[..]);
+        for &gi in groups {
+            let tb = self.shared.plan.groups[gi].read.tensor_bytes;
+            g.metrics.trunk_request_bytes += tb;
+            if gi < self.first_streamed {
+                g.metrics.trunk_hit_bytes += tb;
+            }
         }
-        if self.opts.prefetch.trunk_ahead() {
-            let nl = self.next_streamed_layer(layer);
-            if nl < self.num_layers && nl != layer {
-                self.request(&mut g, Key::Layer(nl), true);
+        // Start the layer's first streamed group now (and the one after it).
+        if let Some(&gi) = groups.iter().find(|&&gi| gi >= self.first_streamed) {
+            if g.touched.insert(gi) {
+                g = self.request_blocking(g, Key::Group(gi));
+                if self.opts.prefetch.trunk_ahead() {
+                    if let Some(n) = self.next_streamed_group(gi) {
+                        self.request(&mut g, Key::Group(n), true);
+                    }
+                }
             }
         }
         if self.opts.prefetch == Prefetch::Oracle {

@@ -1,0 +1,113 @@
+//! `memdial plan` from a config alone (`--preset`, `--config`): the shipped published
+//! shapes plan with hand-derived sizes, the K3 floor meets its goal, and configs that
+//! cannot be planned are refused with exit 2.
+
+use std::process::{Command, Output};
+
+use memdial_testkit as testkit;
+
+const BIN: &str = env!("CARGO_BIN_EXE_memdial");
+
+fn plan(args: &[&str]) -> Output {
+    Command::new(BIN).arg("plan").args(args).output().unwrap()
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let o = plan(&[args, &["--json"]].concat());
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn u(v: &serde_json::Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("{k} missing"))
+}
+
+#[test]
+fn k3_floor_from_the_published_config_is_under_2_5_gib() {
+    let v = json(&[
+        "--preset",
+        "k3",
+        "--prefetch",
+        "none",
+        "--max-context",
+        "4096",
+    ]);
+    // 92 MoE layers × 896 experts (docs/architecture.md §9).
+    assert_eq!(u(&v, "total_experts"), 92 * 896);
+    // MXFP4 expert: w1, w3 [3072, 3584] and w2 [3584, 3072]: packed out·in/2 + scales out·in/32.
+    let expert = 3 * (3072 * 3584 / 2 + 3072 * 3584 / 32);
+    assert_eq!(expert, 17_547_264);
+    let eb = u(&v, "expert_buffer_bytes");
+    assert!(eb >= expert && eb <= expert + 8192, "{eb}");
+    // State: 69 KDA layers × (96·128·128·4 state + 3·3·12288·4 conv) + 24 MLA layers ×
+    // 4096 positions × (512 + 64)·4 (AttnRes block vectors are in the activation arena).
+    let state = 69 * (96 * 128 * 128 * 4 + 3 * 3 * 12288 * 4) + 24 * 4096 * 576 * 4;
+    assert_eq!(u(&v, "state_bytes"), state);
+    // The largest group: a KDA layer's projections q, k, v, g [12288, 7168], o [7168, 12288],
+    // f_a [128, 7168], f_b [12288, 128], b [96, 7168], BF16.
+    let attn = 2 * (5 * 12288 * 7168 + 128 * 7168 + 12288 * 128 + 96 * 7168);
+    assert_eq!(attn, 887_160_832);
+    let slot = u(&v, "slot_bytes");
+    assert!(slot >= attn && slot < attn + (1 << 20), "{slot}");
+    // Nothing big is pinned at the floor: no embedding table, no lm_head, no routers.
+    assert_eq!(v["embedding_pinned"], false);
+    assert_eq!(u(&v, "pinned_groups"), 0);
+    assert!(u(&v, "pinned_small_bytes") < 64 << 20);
+    let floor = u(&v, "floor_bytes");
+    assert!(floor <= 5 << 29, "K3 floor {floor} > 2.5 GiB");
+    assert_eq!(v["paper"].as_str().map(|s| s.contains("k3")), Some(true));
+}
+
+#[test]
+fn kimi_linear_plans_and_prints_the_io_bound_per_budget() {
+    let v = json(&["--preset", "kimi-linear-48b"]);
+    // 26 MoE layers × 256 BF16 experts of 3 × [1024, 2304].
+    assert_eq!(u(&v, "total_experts"), 26 * 256);
+    let eb = u(&v, "expert_buffer_bytes");
+    assert!((3 * 1024 * 2304 * 2..=3 * 1024 * 2304 * 2 + 8192).contains(&eb));
+    let o = plan(&["--preset", "kimi-linear-48b", "--device-gbps", "2.5"]);
+    assert!(o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("config only, no weights read"), "{out}");
+    assert!(out.contains("s/token"), "{out}");
+    assert!(out.contains("what a pinned byte saves"), "{out}");
+}
+
+#[test]
+fn the_config_file_plans_like_the_preset() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/configs/k3.json");
+    let a = json(&["--config", path]);
+    let b = json(&["--preset", "k3"]);
+    assert_eq!(u(&a, "floor_bytes"), u(&b, "floor_bytes"));
+}
+
+#[test]
+fn configs_that_cannot_be_planned_exit_2() {
+    let dir = testkit::scratch!("plan-config");
+    let text = include_str!("../../fixtures/configs/kimi-linear-48b.json");
+    let huge = text.replace("\"hidden_size\": 2304", "\"hidden_size\": 23040000");
+    assert_ne!(huge, text);
+    let cases = [
+        ("huge.json", huge),
+        ("broken.json", "{ not json".to_string()),
+        ("empty.json", "{}".to_string()),
+    ];
+    for (name, body) in cases {
+        let p = dir.join(name);
+        std::fs::write(&p, body).unwrap();
+        let o = plan(&["--config", p.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+    }
+    let o = plan(&["--config", dir.join("huge.json").to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("sanity limit"));
+    let o = plan(&["--config", "/nonexistent/config.json"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = plan(&["--preset", "k3", "--device-gbps", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+}

@@ -1,0 +1,116 @@
+//! What a pinned byte saves: the ranking behind the plan's allocation, and the bytes
+//! read per token it predicts.
+//!
+//! A candidate's worth is *bytes read per token saved per byte pinned*:
+//!
+//! | candidate | saves per token | per byte pinned |
+//! |---|---|---|
+//! | trunk group, `lm_head` block | its read buffer (read once per token when streamed) | 1 |
+//! | routed expert (cache buffer) | `k/E` of its buffer (uniform routing: a token needs `k` of `E` experts per MoE layer) | `k/E` |
+//! | embedding table | one row per token | `row / table` = `1/vocab` |
+//!
+//! Ties (every trunk group is worth 1) are broken by forward order, so the pinned
+//! set stays a prefix of the groups and the rotating slots serve the rest in a
+//! cycle. [`crate::store::plan::plan_unchecked`] allocates in this order.
+
+use serde::Serialize;
+
+use super::plan::Plan;
+use crate::config::{MlpKind, ModelConfig};
+
+/// One class of pin candidates, as `memdial plan` lists them.
+#[derive(Debug, Clone, Serialize)]
+pub struct Candidate {
+    /// What it is (`attention`, `dense MLP matrix`, `MoE trunk`, `lm_head row block`,
+    /// `routed expert`, `embedding table`).
+    pub what: String,
+    /// How many there are, and how many the plan pins (experts: cache buffers).
+    pub count: usize,
+    pub pinned: usize,
+    /// Bytes of the largest one (its buffer).
+    pub bytes_each: u64,
+    /// Bytes read per token saved per byte pinned.
+    pub saves_per_byte: f64,
+}
+
+/// Routed-expert selections per token per MoE layer, over experts per layer (`k/E`), 0 without MoE.
+pub fn expert_ratio(cfg: &ModelConfig) -> f64 {
+    cfg.moe
+        .as_ref()
+        .map(|m| m.num_experts_per_token as f64 / m.num_experts.max(1) as f64)
+        .unwrap_or(0.0)
+}
+
+/// The candidates in allocation order (highest `saves_per_byte` first, ties in
+/// forward order).
+pub fn ranking(p: &Plan, cfg: &ModelConfig) -> Vec<Candidate> {
+    let mut out: Vec<Candidate> = Vec::new();
+    for (i, g) in p.groups.iter().enumerate() {
+        let what = if g.rows.is_some() {
+            "lm_head row block"
+        } else if g.what == "attn" {
+            "attention projections"
+        } else if g.what.starts_with("mlp.") {
+            "dense MLP matrix"
+        } else {
+            "MoE trunk (router, shared experts, latent proj.)"
+        };
+        let pinned = usize::from(i < p.pinned_groups);
+        match out.iter_mut().find(|c| c.what == what) {
+            Some(c) => {
+                c.count += 1;
+                c.pinned += pinned;
+                c.bytes_each = c.bytes_each.max(g.read.buffer_bytes);
+            }
+            None => out.push(Candidate {
+                what: what.into(),
+                count: 1,
+                pinned,
+                bytes_each: g.read.buffer_bytes,
+                saves_per_byte: 1.0,
+            }),
+        }
+    }
+    if p.total_experts > 0 {
+        out.push(Candidate {
+            what: "routed expert".into(),
+            count: p.total_experts,
+            pinned: p.expert_cache_experts,
+            bytes_each: p.expert_buffer_bytes,
+            saves_per_byte: expert_ratio(cfg),
+        });
+    }
+    out.push(Candidate {
+        what: "embedding table".into(),
+        count: 1,
+        pinned: usize::from(p.embedding_pinned),
+        bytes_each: p.embedding_bytes,
+        saves_per_byte: 1.0 / cfg.vocab_size.max(1) as f64,
+    });
+    out
+}
+
+/// Predicted bytes read per decoded token (one forward with logits): every streamed
+/// trunk group and `lm_head` block once, the expected expert-cache misses under
+/// uniform routing (`MoE layers · k · (1 − cache/E) · expert buffer`), and one
+/// embedding row when the table is not pinned.
+pub fn bytes_per_token(p: &Plan, cfg: &ModelConfig) -> u64 {
+    let trunk: u64 = p.groups[p.pinned_groups.min(p.groups.len())..]
+        .iter()
+        .map(|g| g.read.buffer_bytes)
+        .sum();
+    let moe_layers = cfg.mlp_kinds.iter().filter(|k| **k == MlpKind::Moe).count() as f64;
+    let k = cfg
+        .moe
+        .as_ref()
+        .map(|m| m.num_experts_per_token)
+        .unwrap_or(0) as f64;
+    let miss = 1.0 - p.predicted_expert_hit_rate_uniform;
+    let experts = moe_layers * k * miss * p.expert_buffer_bytes as f64;
+    let emb = if p.embedding_pinned {
+        0
+    } else {
+        p.embedding_row_buffer_bytes
+    };
+    trunk + experts.round() as u64 + emb
+}
