@@ -17,6 +17,7 @@ use memdial::store::plan::parse_size;
 use crate::args::{as_usage, usage};
 use crate::sweep::baseline;
 use crate::sweep::cgroup::{self, Support};
+use crate::sweep::engines::{self, Registry};
 use crate::sweep::execute::{outcome_label, run_label, RunEnv};
 use crate::sweep::points::Points;
 use crate::sweep::report::{write_all, Baseline, Meta};
@@ -258,9 +259,13 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     let t_start = Instant::now();
     let inp = read_inputs(a)?;
     let spec = &inp.spec;
+    let mut engines = Registry::from_spec(spec).map_err(as_usage)?;
+    engines.require_available()?;
+    engines.set_model(&inp.model).map_err(as_usage)?;
+    let prompt_ids = engines::runs::prompt_ids(spec, &inp.model, engines.has_external())?;
     let points = Points::resolve(spec, &inp.model)?;
     let points_total = points.resolved.len();
-    let sel = points.select(spec, inp.shard);
+    let sel = points.select(spec, inp.shard, &engines);
     if let Some(p) = a.test_perturb_point {
         if p >= points_total {
             return Err(usage(format!(
@@ -294,7 +299,9 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         None => "off (--no-cgroup: engine accounting only, page cache unchecked)".into(),
         Some(s) => s.describe(),
     };
-    meta.runs_planned = slots.len() + sel.below.len();
+    meta.runs_planned = slots.len() + sel.below.len() + sel.na.len();
+    engines.prepare(&out, &inp.model, &inp.content_hash)?;
+    meta.engines = engines.meta();
     // sweep.json first: a directory with it is resumable; one without it holds at
     // most the same spec.toml, which a new sweep accepts (see rundir::open).
     meta.save(&out)?;
@@ -318,6 +325,8 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         slack: parse_size(&spec.cgroup_slack)?,
         timeout: Duration::from_secs_f64(spec.timeout_s),
         perturb: a.test_perturb_point.map(|p| (p, a.test_perturb_logit)),
+        engines: &engines,
+        prompt_ids: &prompt_ids,
     };
     for r in &sel.below {
         let row = env.below_floor_row(r);
@@ -325,10 +334,16 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
             rows.push(row);
         }
     }
+    for (r, why) in &sel.na {
+        let row = env.not_applicable_row(r, why);
+        if !rows.iter().any(|x| x.run_id == row.run_id) {
+            rows.push(row);
+        }
+    }
     // Finished runs are kept; failed ones are run again.
     let finished: HashSet<String> = rows
         .iter()
-        .filter(|r| r.status == "ok" || r.status == "below_floor")
+        .filter(|r| matches!(r.status.as_str(), "ok" | "below_floor" | "n/a"))
         .map(|r| r.run_id.clone())
         .collect();
     let todo: Vec<&RunSlot> = slots
@@ -382,6 +397,19 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         }
     }
     pb.finish_and_clear();
+    if !meta.engines.is_empty() {
+        if let Err(e) = engines::margins::find(
+            &out,
+            &env.bin,
+            &inp.model,
+            &rows,
+            &meta.engines,
+            &prompt_ids,
+            &spec.extra_args,
+        ) {
+            eprintln!("warning: cannot dump the reference logits for the engines' margins: {e:#}");
+        }
+    }
     finish(
         a, &out, &meta, &rows, slots, base, executed, stopped, t_start,
     )

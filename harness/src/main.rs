@@ -52,6 +52,8 @@ enum Command {
     Sweep(cmd_sweep::SweepArgs),
     /// Work with sweep run directories (merge shards).
     Report(cmd_report::ReportArgs),
+    /// Other engines a sweep can run (`engines check`: find binaries, say what is missing).
+    Engines(sweep::engines::check::EnginesArgs),
 }
 
 fn main() -> ExitCode {
@@ -66,6 +68,7 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd_run::run(a),
         Command::Sweep(a) => cmd_sweep::run(a),
         Command::Report(a) => cmd_report::run(a),
+        Command::Engines(a) => sweep::engines::check::run(a),
     };
     match res {
         Ok(code) => code,

@@ -65,14 +65,20 @@ pub(super) fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Seri
         v.dedup();
         v.len() > 1
     };
-    let (vc, vt, vp) = (
+    let (vc, vt, vp, ve) = (
         distinct(&|s| s.cache.clone()),
         distinct(&|s| s.threads.to_string()),
         distinct(&|s| s.prompt_index.to_string()),
+        distinct(&|s| s.engine.clone()),
     );
     let mut out: Vec<Series> = vec![];
     for s in stats.iter().filter(|s| !s.below_floor && s.n > 0) {
-        let mut rest = s.prefetch.clone();
+        // Several engines: the engine leads the label (one colour and marker each).
+        let mut rest = if ve {
+            format!("{} / {}", s.engine, s.prefetch)
+        } else {
+            s.prefetch.clone()
+        };
         if vc {
             rest += &format!(" / {}", s.cache);
         }
@@ -89,7 +95,14 @@ pub(super) fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Seri
                 label,
                 io: s.io.clone(),
                 rest,
-                floor: s.floor_bytes as f64,
+                // memdial's floor; other engines have none of their own here.
+                floor: if super::engines::engine_or_default(&s.engine)
+                    == super::engines::DEFAULT_ENGINE
+                {
+                    s.floor_bytes as f64
+                } else {
+                    0.0
+                },
                 pts: vec![(s.budget_bytes as f64, s.clone())],
             }),
         }

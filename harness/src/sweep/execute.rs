@@ -9,6 +9,7 @@ use memdial::store::plan::fmt_bytes;
 
 use super::cgroup::{self, Mode, RunCgroup};
 use super::coldcache::make_cold;
+use super::engines::{self, Registry};
 use super::host::Host;
 use super::points::Resolved;
 use super::row::Row;
@@ -42,13 +43,22 @@ pub struct RunEnv<'a> {
     pub timeout: Duration,
     /// Test only: (point index, logit id) to perturb.
     pub perturb: Option<(usize, u32)>,
+    /// The spec's engines.
+    pub engines: &'a Registry,
+    /// Prompt ids of every prompt (other engines are given ids).
+    pub prompt_ids: &'a [Vec<u32>],
 }
 
 /// `p3 25% direct/none lru 2t r0`: the progress label of a run.
 pub fn run_label(slot: &RunSlot, budget_bytes: u64) -> String {
     format!(
-        "p{} {} {}/{} {} {}t {}{}",
+        "p{}{} {} {}/{} {} {}t {}{}",
         slot.point.index,
+        if slot.point.engine_in_key {
+            format!(" {}", slot.point.engine)
+        } else {
+            String::new()
+        },
         super::spec::budget_label(&slot.point.budget_spec, budget_bytes),
         slot.point.io,
         slot.point.prefetch,
@@ -93,8 +103,18 @@ impl RunEnv<'_> {
             model_device: host.model_device.clone(),
             memdial_version: env!("CARGO_PKG_VERSION").to_string(),
             started_utc: utc_now_rfc3339(),
+            engine: p.engine.clone(),
             ..Default::default()
         }
+    }
+
+    /// The `n/a` row of a point its engine cannot run.
+    pub fn not_applicable_row(&self, r: &Resolved, why: &str) -> Row {
+        let mut row = self.base_row(&r.point, r.budget_bytes, r.floor_bytes);
+        row.run_id = format!("{}#na", r.point.key());
+        row.status = "n/a".into();
+        row.error = Some(why.to_string());
+        row
     }
 
     /// The `below_floor` row of a point whose budget is below the floor.
@@ -127,7 +147,18 @@ impl RunEnv<'_> {
         row.resident_before_bytes = cold.resident_bytes;
         row.cold_verified = cold.verified();
         row.cgroup_reason = Some(self.no_cg_reason.clone());
+        let engine = self
+            .engines
+            .get(&slot.point.engine)
+            .ok_or_else(|| anyhow::anyhow!("engine {:?} is not in the spec", slot.point.engine))?;
         let cg = match &self.cg_mode {
+            Some(_) if !engine.budget.wants_cgroup() => {
+                row.cgroup_reason = Some(format!(
+                    "engine {} holds its budget by its own flags (budget = \"flag\")",
+                    engine.name
+                ));
+                None
+            }
             Some(m) => match RunCgroup::create(m, &slot.dir_name(), r.budget_bytes + slack) {
                 Ok(c) => {
                     row.cgroup_reason = None;
@@ -148,6 +179,31 @@ impl RunEnv<'_> {
         };
         let prompt = &spec.prompts[slot.point.prompt_index];
         let run_dir = self.out.join("runs").join(slot.dir_name());
+        let ids = &self.prompt_ids[slot.point.prompt_index];
+        let ext_ctx = engines::RunCtx {
+            model_dir: self.model,
+            prompt_ids: ids,
+            point: &slot.point,
+            budget_bytes: r.budget_bytes,
+            max_tokens: spec.max_tokens,
+            run_dir: &run_dir,
+            trunk_share_bytes: engines::runs::trunk_share(
+                engine,
+                self.model,
+                r.budget_bytes,
+                &slot.point,
+                ids.len() + spec.max_tokens,
+            ),
+        };
+        let ext = if engine.is_memdial() {
+            None
+        } else {
+            Some(
+                self.engines
+                    .command(engine, &ext_ctx)
+                    .map_err(crate::args::as_usage)?,
+            )
+        };
         let req = RunRequest {
             bin: &self.bin,
             model: self.model,
@@ -164,9 +220,18 @@ impl RunEnv<'_> {
             timeout: self.timeout,
             cgroup: cg.as_ref(),
             watch_files: self.shard_files,
+            external: ext.as_ref(),
         };
         row.started_utc = utc_now_rfc3339();
-        let o = req.execute()?;
+        let mut o = req.execute()?;
+        engines::runs::finish_run(
+            self.engines,
+            engine,
+            &ext_ctx,
+            &mut o,
+            &mut row,
+            cg.is_some(),
+        );
         row.wall_s = Some(o.wall_s);
         row.exit_code = o.exit_code;
         if let Some(c) = &cg {

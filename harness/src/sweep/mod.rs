@@ -15,7 +15,8 @@
 //! - [`verdict`], [`stats`], [`baseline`]: what the rows mean;
 //! - [`report`], [`charts`]: `report.md`, `verdict.json`, `curve.*`, `io.*`;
 //! - [`merge`]: combining shard directories;
-//! - [`host`]: machine and storage facts.
+//! - [`host`]: machine and storage facts;
+//! - [`engines`]: other engines on the same points (the `engines` axis).
 
 pub mod baseline;
 pub mod bootstrap;
@@ -23,6 +24,7 @@ pub mod cgroup;
 pub mod charts;
 pub mod coldcache;
 pub mod compare;
+pub mod engines;
 pub mod execute;
 pub mod host;
 pub mod interrupt;

@@ -12,6 +12,7 @@ use memdial::store::plan::{plan_unchecked, Prefetch};
 
 use crate::args::as_usage;
 
+use super::engines::Registry;
 use super::spec::{BudgetExpr, Point, PromptSpec, RunSlot, Shard, Spec, DEFAULT_PLAN_CONTEXT};
 
 /// A point with its budget resolved against the plan.
@@ -40,6 +41,9 @@ pub struct Selection<'a> {
     pub by_index: BTreeMap<usize, &'a Resolved>,
     /// Points whose budget is below the floor (recorded, never run).
     pub below: Vec<&'a Resolved>,
+    /// Points their engine cannot run (resident-only under its memory need, an IO
+    /// mode it lacks), with the reason: recorded as `n/a`, neither run nor failed.
+    pub na: Vec<(&'a Resolved, String)>,
     /// Runs of the points at or above the floor, in run order.
     pub slots: Vec<RunSlot>,
 }
@@ -103,16 +107,27 @@ impl Points {
         })
     }
 
-    /// The points of `shard` (all when `None`) split into runs and below-floor points.
-    pub fn select(&self, spec: &Spec, shard: Option<Shard>) -> Selection<'_> {
+    /// The points of `shard` (all when `None`) split into runs, below-floor points
+    /// and points their engine cannot run.
+    pub fn select(&self, spec: &Spec, shard: Option<Shard>, engines: &Registry) -> Selection<'_> {
         let selected: Vec<&Resolved> = self
             .resolved
             .iter()
             .filter(|r| shard.map(|s| s.contains(r.point.index)).unwrap_or(true))
             .collect();
+        let na: Vec<(&Resolved, String)> = selected
+            .iter()
+            .filter_map(|r| {
+                let e = engines.get(&r.point.engine)?;
+                engines
+                    .not_applicable(e, spec, &r.point, r.budget_bytes, self.model_bytes)
+                    .map(|why| (*r, why))
+            })
+            .collect();
+        let is_na = |r: &Resolved| na.iter().any(|(x, _)| x.point.index == r.point.index);
         let runnable: Vec<Point> = selected
             .iter()
-            .filter(|r| r.budget_bytes >= r.floor_bytes)
+            .filter(|r| r.budget_bytes >= r.floor_bytes && !is_na(r))
             .map(|r| r.point.clone())
             .collect();
         Selection {
@@ -120,9 +135,10 @@ impl Points {
             below: selected
                 .iter()
                 .copied()
-                .filter(|r| r.budget_bytes < r.floor_bytes)
+                .filter(|r| r.budget_bytes < r.floor_bytes && !is_na(r))
                 .collect(),
             slots: spec.runs(&runnable),
+            na,
         }
     }
 }

@@ -313,6 +313,8 @@ mod tests {
             s_per_token_hi: None,
             high_variance: false,
             insufficient_repeats: false,
+            engine: String::new(),
+            not_applicable: None,
         }
     }
 

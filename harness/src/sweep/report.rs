@@ -57,6 +57,9 @@ pub struct Meta {
     /// [`memdial::checkpoint::model_content_hash`] of the model.
     #[serde(default)]
     pub model_content_hash: Option<String>,
+    /// The engines of the sweep (empty for memdial-only sweeps).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub engines: Vec<super::engines::registry::EngineMeta>,
 }
 
 impl Meta {
@@ -104,14 +107,31 @@ pub fn write_all(
     baseline: Option<&Baseline>,
 ) -> Result<(Verdict, Option<Comparison>)> {
     super::row::save(dir, rows)?;
-    let v = verdict(rows).with_planned(meta.runs_planned);
+    let mut v = verdict(rows).with_planned(meta.runs_planned);
+    if !meta.engines.is_empty() {
+        let margins: super::engines::agreement::Margins =
+            std::fs::read_to_string(dir.join("engines").join("margins.json"))
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default();
+        let c = super::engines::agreement::cross(&v, rows, &meta.engines, &margins);
+        v.pass &= c.pass;
+        v.engines = Some(c);
+    }
     let stats = per_point(rows);
     let cmp = baseline.map(|b| super::baseline::compare(&b.path, &b.runs, rows, b.tolerance));
     let baseline = cmp.as_ref();
-    let rec = super::recommend::recommend(&stats, &super::stats::point_runs(rows));
+    let rec = super::recommend::recommend(
+        &reference_stats(&stats, meta),
+        &super::stats::point_runs(rows),
+    );
+    let ratios = engine_ratios(&stats, rows, meta);
     let mut vj = serde_json::to_value(&v)?;
     if let Some(o) = vj.as_object_mut() {
         o.insert("recommendation".into(), serde_json::to_value(&rec)?);
+        if !meta.engines.is_empty() {
+            o.insert("engine_ratios".into(), serde_json::to_value(&ratios)?);
+        }
     }
     crate::export::write_json(&dir.join("verdict.json"), &vj)?;
     let title = meta
@@ -126,6 +146,35 @@ pub fn write_all(
     let md = markdown(meta, rows, &v, &stats, baseline, chart_err.as_ref());
     crate::export::write_text(&dir.join("report.md"), &md)?;
     Ok((v, cmp))
+}
+
+/// The reference engine's points (all points of a memdial-only sweep): what the
+/// budget recommendation is about.
+fn reference_stats(stats: &[PointStats], meta: &Meta) -> Vec<PointStats> {
+    match meta.engines.iter().find(|e| e.reference) {
+        None => stats.to_vec(),
+        Some(r) => stats
+            .iter()
+            .filter(|p| super::engines::engine_or_default(&p.engine) == r.name)
+            .cloned()
+            .collect(),
+    }
+}
+
+/// Each engine's speed against the reference engine's (empty for one engine).
+fn engine_ratios(
+    stats: &[PointStats],
+    rows: &[Row],
+    meta: &Meta,
+) -> Vec<super::engines::ratio::EngineRatio> {
+    match meta.engines.iter().find(|e| e.reference) {
+        Some(r) if meta.engines.len() > 1 => super::engines::ratio::against_reference(
+            stats,
+            &super::stats::point_runs(rows),
+            &r.name,
+        ),
+        _ => vec![],
+    }
 }
 
 /// The Markdown report.
@@ -168,7 +217,10 @@ pub fn markdown(
             "> **Partial report:** {done} of {planned_runs} runs finished. Re-run the same command with `--out` set to this directory to complete it.\n"
         );
     }
-    let rec = super::recommend::recommend(stats, &super::stats::point_runs(rows));
+    let rec = super::recommend::recommend(
+        &reference_stats(stats, meta),
+        &super::stats::point_runs(rows),
+    );
     s += &rec.markdown(&|spec, bytes| super::spec::budget_label(spec, bytes));
     let _ = writeln!(s, "## Verdict\n\n**{}**\n", v.one_line());
     let diff = v.differing_points();
@@ -185,7 +237,12 @@ pub fn markdown(
     for g in &v.groups {
         let _ = writeln!(
             s,
-            "- prompt {} × {} tokens: {} runs, reference `{}` (run `{}`), {} differing",
+            "- {}prompt {} × {} tokens: {} runs, reference `{}` (run `{}`), {} differing",
+            if g.engine.is_empty() {
+                String::new()
+            } else {
+                format!("{}: ", g.engine)
+            },
             g.prompt_index,
             g.max_tokens,
             g.runs,
@@ -211,7 +268,36 @@ pub fn markdown(
     for k in &v.below_floor {
         let _ = writeln!(s, "- skipped (budget below the floor): `{k}`");
     }
+    for (k, why) in &v.not_applicable {
+        let _ = writeln!(s, "- n/a (skipped): `{k}`: {why}");
+    }
     s.push('\n');
+    if let Some(c) = &v.engines {
+        s += &c.markdown();
+        let _ = writeln!(
+            s,
+            "| engine | adapter | version | budget held by | must match |\n|---|---|---|---|---|"
+        );
+        for e in &meta.engines {
+            let _ = writeln!(
+                s,
+                "| {}{} | {} | {} | {} | {} |",
+                e.name,
+                if e.reference { " (reference)" } else { "" },
+                e.adapter,
+                rows.iter()
+                    .find(|r| r.engine == e.name && r.engine_version.is_some())
+                    .and_then(|r| r.engine_version.clone())
+                    .unwrap_or_else(|| e.version.clone()),
+                e.budget,
+                if e.must_match { "yes" } else { "no" }
+            );
+        }
+        s.push('\n');
+        if let Some(r) = meta.engines.iter().find(|e| e.reference) {
+            s += &super::engines::ratio::markdown(&engine_ratios(stats, rows, meta), &r.name);
+        }
+    }
 
     let _ = writeln!(s, "## Environment\n");
     let _ = writeln!(s, "| | |\n|---|---|");
@@ -273,6 +359,23 @@ pub fn markdown(
     );
     for p in stats {
         let budget = super::spec::budget_label(&p.budget_spec, p.budget_bytes);
+        // Several engines: the engine is named with the point.
+        let budget = if meta.engines.is_empty() {
+            budget
+        } else {
+            format!(
+                "{budget} · {}",
+                super::engines::engine_or_default(&p.engine)
+            )
+        };
+        if let Some(why) = &p.not_applicable {
+            let _ = writeln!(
+                s,
+                "| p{} | {budget} | {} | {} | {} | {} | n/a: {why} | | | | | | | | | | |",
+                p.point_index, p.io, p.prefetch, p.cache, p.threads
+            );
+            continue;
+        }
         if p.below_floor {
             let _ = writeln!(
                 s,

@@ -34,7 +34,8 @@ pub struct Row {
     pub warmup: bool,
     /// `ok`, `failed` (non-zero exit or unreadable metrics), `refused` (exit 2: below
     /// the engine's floor or usage error), `timeout`, `below_floor` (not run: the
-    /// budget resolved below the planned floor).
+    /// budget resolved below the planned floor), `n/a` (not run: the engine cannot
+    /// run this point, e.g. a resident-only engine under the model size).
     pub status: String,
     /// Exit code of `memdial run` (`None` when killed by a signal or not run).
     pub exit_code: Option<i32>,
@@ -122,6 +123,17 @@ pub struct Row {
     /// runs held to the budget.
     #[serde(default)]
     pub over_budget: bool,
+    // --- engines axis (appended; never renamed)
+    /// Engine that ran (`memdial`, `mlx-lm`, …; empty in rows of older sweeps = memdial).
+    #[serde(default)]
+    pub engine: String,
+    /// The engine's version or commit (its own report, else the binary's SHA-256).
+    #[serde(default)]
+    pub engine_version: Option<String>,
+    /// How the budget was held: `flag` (the engine's own budget flags), `cgroup`,
+    /// `flag+cgroup`, or `none` (neither: see `cgroup_reason`).
+    #[serde(default)]
+    pub budget_held_by: Option<String>,
 }
 
 /// The schema: every column of `results.csv`, in order (same keys as each object of
@@ -218,6 +230,10 @@ pub const COLUMNS: &[&str] = &[
     "device_read_bytes_per_token",
     "read_busy_s_decode",
     "read_throughput_busy_decode_bytes_per_s",
+    // Engines axis (appended after the device columns).
+    "engine",
+    "engine_version",
+    "budget_held_by",
 ];
 
 /// A row reads as its engine figures: `row.ttft_s` is `row.metrics.ttft_s`.

@@ -198,6 +198,7 @@ pub fn open(
         command,
         results_schema: None,
         model_content_hash: None,
+        engines: vec![],
     };
     Ok((meta, vec![]))
 }

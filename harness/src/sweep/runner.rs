@@ -45,6 +45,9 @@ pub struct RunRequest<'a> {
     pub cgroup: Option<&'a RunCgroup>,
     /// Model shard files whose page-cache residency is sampled during the run.
     pub watch_files: &'a [PathBuf],
+    /// Another engine's command, run instead of `memdial run` (no metrics file: the
+    /// caller reads its output, see `sweep::engines::output`).
+    pub external: Option<&'a super::engines::registry::ExtCommand>,
 }
 
 /// What a child run produced.
@@ -128,15 +131,21 @@ impl RunRequest<'_> {
             .join(format!("metrics.{}.{}.json", std::process::id(), nonce()));
         let final_metrics = self.run_dir.join("metrics.json");
         let _ = std::fs::remove_file(&final_metrics);
-        let args = self.args(&attempt);
+        let (bin, args) = match self.external {
+            Some(x) => (x.program.as_path(), x.args.clone()),
+            None => (self.bin, self.args(&attempt)),
+        };
         let mut cmd = match self.cgroup {
-            Some(cg) => cg.command(self.bin, &args),
+            Some(cg) => cg.command(bin, &args),
             None => {
-                let mut c = Command::new(self.bin);
+                let mut c = Command::new(bin);
                 c.args(&args);
                 c
             }
         };
+        if let Some(x) = self.external {
+            cmd.envs(x.env.iter().map(|(k, v)| (k, v)));
+        }
         let out = std::fs::File::create(self.run_dir.join("stdout.txt"))?;
         let err = std::fs::File::create(self.run_dir.join("stderr.txt"))?;
         cmd.stdin(Stdio::null()).stdout(out).stderr(err);
@@ -157,7 +166,7 @@ impl RunRequest<'_> {
         let t0 = Instant::now();
         let mut child = cmd
             .spawn()
-            .with_context(|| format!("cannot start {}", self.bin.display()))?;
+            .with_context(|| format!("cannot start {}", bin.display()))?;
         let mut timed_out = false;
         let mut mem = MemSamples::default();
         let mut next_sample = Instant::now();

@@ -5,6 +5,7 @@
 //! point index is the position in that product, so it is identical on every
 //! machine and in every shard.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -82,6 +83,26 @@ pub struct Spec {
     /// allocator slack), e.g. `"32MiB"`.
     #[serde(default = "d_slack")]
     pub cgroup_slack: String,
+    /// Engines run at every point (innermost axis): `memdial`, `mlx-lm`,
+    /// `kimi-k3-in-c`, `llama.cpp`, or a name defined in an `[engine.NAME]` table
+    /// (see `sweep::engines::def`). Default `["memdial"]`; left out of the spec hash
+    /// and of point keys when it is the default.
+    #[serde(default = "d_engines", skip_serializing_if = "is_default_engines")]
+    pub engines: Vec<String>,
+    /// Engine whose ids the others are checked against (default: `memdial` when
+    /// listed, else the first engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference_engine: Option<String>,
+    /// Adapter settings per engine (`[engine.NAME]`), overriding the built-in ones.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub engine: BTreeMap<String, super::engines::def::EngineDef>,
+}
+
+fn d_engines() -> Vec<String> {
+    vec![super::engines::DEFAULT_ENGINE.into()]
+}
+fn is_default_engines(v: &[String]) -> bool {
+    v.len() == 1 && v[0] == super::engines::DEFAULT_ENGINE
 }
 
 fn d_io() -> Vec<String> {
@@ -197,15 +218,27 @@ pub struct Point {
     pub threads: usize,
     /// Index into `Spec::prompts`.
     pub prompt_index: usize,
+    /// Engine (`memdial` unless the spec lists others).
+    #[serde(default)]
+    pub engine: String,
+    /// The spec has several engines: the key names the engine.
+    #[serde(default)]
+    pub engine_in_key: bool,
 }
 
 impl Point {
     /// Stable identity of the point, independent of sharding and of the run directory.
+    /// `;engine=NAME` is appended only when the spec has several engines, so keys (and
+    /// baselines) of single-engine sweeps are unchanged.
     pub fn key(&self) -> String {
-        format!(
+        let mut k = format!(
             "budget={};io={};prefetch={};cache={};threads={};prompt={}",
             self.budget_spec, self.io, self.prefetch, self.cache, self.threads, self.prompt_index
-        )
+        );
+        if self.engine_in_key {
+            k += &format!(";engine={}", self.engine);
+        }
+        k
     }
 }
 
@@ -346,6 +379,7 @@ impl Spec {
             bail!("timeout_s must be positive");
         }
         parse_size(&self.cgroup_slack).context("invalid cgroup_slack")?;
+        super::engines::registry::validate(self)?;
         for p in &self.prompts {
             if let PromptSpec::File { file } = p {
                 if !file.is_file() {
@@ -356,24 +390,30 @@ impl Spec {
         Ok(())
     }
 
-    /// All points in the fixed order (budgets, io, prefetch, cache, threads, prompts).
+    /// All points in the fixed order (budgets, io, prefetch, cache, threads, prompts,
+    /// engines).
     pub fn points(&self) -> Vec<Point> {
         let mut v = Vec::new();
+        let multi = self.engines.len() > 1;
         for b in &self.budgets {
             for io in &self.io {
                 for pf in &self.prefetch {
                     for c in &self.cache {
                         for &t in &self.threads {
                             for pi in 0..self.prompts.len() {
-                                v.push(Point {
-                                    index: v.len(),
-                                    budget_spec: b.clone(),
-                                    io: io.clone(),
-                                    prefetch: pf.clone(),
-                                    cache: c.clone(),
-                                    threads: t,
-                                    prompt_index: pi,
-                                });
+                                for e in &self.engines {
+                                    v.push(Point {
+                                        index: v.len(),
+                                        budget_spec: b.clone(),
+                                        io: io.clone(),
+                                        prefetch: pf.clone(),
+                                        cache: c.clone(),
+                                        threads: t,
+                                        prompt_index: pi,
+                                        engine: e.clone(),
+                                        engine_in_key: multi,
+                                    });
+                                }
                             }
                         }
                     }
@@ -490,6 +530,40 @@ warmup = 1
         }
         assert!(Shard::parse("0/2").is_err());
         assert!(Shard::parse("3/2").is_err());
+    }
+
+    #[test]
+    fn engines_axis_is_innermost_and_keyed_only_when_several() {
+        let one = Spec::parse("budgets = [\"floor\"]", Path::new(".")).unwrap();
+        let k = one.points()[0].key();
+        assert!(!k.contains("engine"), "{k}");
+        assert_eq!(
+            one.hash(),
+            Spec::parse(
+                "budgets = [\"floor\"]\nengines = [\"memdial\"]",
+                Path::new(".")
+            )
+            .unwrap()
+            .hash()
+        );
+        let two = Spec::parse(
+            "budgets = [\"floor\", \"2GiB\"]\nengines = [\"memdial\", \"mlx-lm\"]",
+            Path::new("."),
+        )
+        .unwrap();
+        let p = two.points();
+        assert_eq!(p.len(), 4);
+        assert_eq!(
+            (p[1].budget_spec.as_str(), p[1].engine.as_str()),
+            ("floor", "mlx-lm")
+        );
+        assert!(p[1].key().ends_with(";engine=mlx-lm"), "{}", p[1].key());
+        assert!(Spec::parse("budgets = [\"1GiB\"]\nengines = [\"nope\"]", Path::new(".")).is_err());
+        assert!(Spec::parse(
+            "budgets = [\"1GiB\"]\nengines = [\"memdial\"]\nreference_engine = \"mlx-lm\"",
+            Path::new(".")
+        )
+        .is_err());
     }
 
     #[test]

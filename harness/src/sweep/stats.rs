@@ -76,6 +76,10 @@ pub struct PointStats {
     pub s_per_token_hi: Option<f64>,
     /// The interval is wider than ±10 % of the median.
     pub high_variance: bool,
+    /// Engine (empty: memdial, in rows of older sweeps).
+    pub engine: String,
+    /// Why the engine cannot run this point (`n/a` rows), when it cannot.
+    pub not_applicable: Option<String>,
     /// Too few runs (or decode tokens) for an interval.
     pub insufficient_repeats: bool,
 }
@@ -135,7 +139,7 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                 n: ok.len(),
                 failed: all
                     .iter()
-                    .filter(|r| !matches!(r.status.as_str(), "ok" | "below_floor"))
+                    .filter(|r| !matches!(r.status.as_str(), "ok" | "below_floor" | "n/a"))
                     .count(),
                 cold_verified: ok.iter().all(|r| r.cold_verified),
                 s_per_token: median(&spt),
@@ -156,6 +160,11 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                 s_per_token_lo: iv.as_ref().and_then(|i| i.lo),
                 s_per_token_hi: iv.as_ref().and_then(|i| i.hi),
                 high_variance: iv.as_ref().is_some_and(|i| i.high_variance),
+                engine: first.engine.clone(),
+                not_applicable: all
+                    .iter()
+                    .find(|r| r.status == "n/a")
+                    .map(|r| r.error.clone().unwrap_or_default()),
                 insufficient_repeats: iv.as_ref().is_some_and(|i| i.insufficient),
             }
         })

@@ -33,9 +33,12 @@ pub struct Mismatch {
     pub got_id: Option<u32>,
 }
 
-/// One (prompt, max_tokens) group.
+/// One (prompt, max_tokens, engine) group.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Group {
+    /// Engine (empty for single-engine sweeps of memdial).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub engine: String,
     /// Prompt index.
     pub prompt_index: usize,
     /// Generated tokens requested.
@@ -78,6 +81,12 @@ pub struct Verdict {
     /// + slack): their speed is not comparable. Does not affect `pass`.
     #[serde(default)]
     pub over_budget: Vec<String>,
+    /// Points an engine cannot run (`n/a` rows: point key and reason).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_applicable: Vec<(String, String)>,
+    /// The cross-engine verdict (sweeps with several engines).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engines: Option<crate::sweep::engines::agreement::CrossEngine>,
 }
 
 /// Position where `a` and `b` first differ (`None` when equal).
@@ -90,7 +99,8 @@ pub fn first_difference(a: &[u32], b: &[u32]) -> Option<usize> {
 
 /// Computes the verdict of `rows`.
 pub fn verdict(rows: &[Row]) -> Verdict {
-    let mut groups: BTreeMap<(usize, usize), Vec<&Row>> = BTreeMap::new();
+    let mut groups: BTreeMap<(usize, usize, String), Vec<&Row>> = BTreeMap::new();
+    let mut not_applicable = vec![];
     let mut failed = vec![];
     let mut below_floor = vec![];
     let mut hash_inconsistent = vec![];
@@ -105,7 +115,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
             "ok" => {
                 points.insert(r.point_index);
                 groups
-                    .entry((r.prompt_index, r.max_tokens))
+                    .entry((r.prompt_index, r.max_tokens, r.engine.clone()))
                     .or_default()
                     .push(r);
                 if let Some(h) = &r.output_ids_sha256 {
@@ -115,6 +125,9 @@ pub fn verdict(rows: &[Row]) -> Verdict {
                 }
             }
             "below_floor" => below_floor.push(r.point_key.clone()),
+            "n/a" => {
+                not_applicable.push((r.point_key.clone(), r.error.clone().unwrap_or_default()))
+            }
             s => failed.push((
                 r.run_id.clone(),
                 s.to_string(),
@@ -124,7 +137,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
     }
     let mut out = vec![];
     let mut runs_compared = 0;
-    for ((prompt_index, max_tokens), mut rs) in groups {
+    for ((prompt_index, max_tokens, engine), mut rs) in groups {
         rs.sort_by_key(|r| (r.point_index, r.warmup, r.repeat));
         runs_compared += rs.len();
         // most common hash; ties → earliest
@@ -156,6 +169,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
             })
             .collect();
         out.push(Group {
+            engine,
             prompt_index,
             max_tokens,
             hash,
@@ -166,6 +180,8 @@ pub fn verdict(rows: &[Row]) -> Verdict {
     }
     below_floor.sort();
     below_floor.dedup();
+    not_applicable.sort();
+    not_applicable.dedup();
     let pass = failed.is_empty()
         && hash_inconsistent.is_empty()
         && out.iter().all(|g| g.mismatches.is_empty());
@@ -186,6 +202,8 @@ pub fn verdict(rows: &[Row]) -> Verdict {
         runs_compared,
         points: points.len(),
         over_budget,
+        not_applicable,
+        engines: None,
     }
 }
 
@@ -241,6 +259,20 @@ impl Verdict {
                 self.runs_done, self.runs_planned
             )
         };
+        if let Some(c) = &self.engines {
+            if !c.pass {
+                if let Some(rest) = l.strip_prefix("PASS: ") {
+                    l = format!("FAIL: {rest}");
+                }
+            }
+            l += &format!("; {}", c.one_line());
+        }
+        if !self.not_applicable.is_empty() {
+            l += &format!(
+                "; {} point(s) n/a for their engine (skipped)",
+                self.not_applicable.len()
+            );
+        }
         if !self.over_budget.is_empty() {
             l += &format!(
                 "; {} run(s) exceeded their budget through the page cache; their speed is not comparable",
@@ -255,7 +287,10 @@ impl Verdict {
             return "FAIL: no finished runs".into();
         }
         let hashes: Vec<String> = self.groups.iter().map(|g| short(&g.hash)).collect();
-        if self.pass {
+        let within_pass = self.failed.is_empty()
+            && self.hash_inconsistent.is_empty()
+            && self.groups.iter().all(|g| g.mismatches.is_empty());
+        if within_pass {
             return format!(
                 "PASS: {} runs at {} points produced identical output ids (sha256 {}){}",
                 self.runs_compared,

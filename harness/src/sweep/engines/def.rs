@@ -1,0 +1,334 @@
+//! `[engine.NAME]` tables of a sweep spec ([`EngineDef`]) and the built-in adapters
+//! they override ([`builtin`]).
+//!
+//! An adapter is a command template plus how to read what the command wrote:
+//!
+//! ```toml
+//! engines = ["memdial", "mine"]
+//! [engine.mine]
+//! adapter = "command"
+//! command = ["/opt/mine/bin/gen", "{model}", "--ids", "{prompt_ids}", "-n", "{max_tokens}",
+//!            "--threads", "{threads}", "--out", "{run_dir}/out.json"]
+//! ids_json = "{run_dir}/out.json"   # file the ids are read from …
+//! ids_key = "tokens"                # … at this key (dotted path), or instead:
+//! # ids_stdout_regex = "^ids: (.*)$" # first capture group of a stdout line
+//! decode_key = "step_seconds"       # optional: per-token decode seconds (array)
+//! ttft_key = "ttft"                 # optional: time to first token, seconds
+//! budget = "cgroup"                 # flag | cgroup | both
+//! resident_only = true              # points under the model size are n/a
+//! must_match = true                 # ids must equal the reference engine's
+//! ```
+//!
+//! Placeholders (in `command`, `env`, `setup`, `ids_json`): see
+//! [`super::template::PLACEHOLDERS`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// How an engine's run is held to its budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BudgetHold {
+    /// Only the engine's own flags (no memory cgroup).
+    Flag,
+    /// Only a memory cgroup of budget + `cgroup_slack` (engines without a budget flag).
+    Cgroup,
+    /// The engine's flags and a memory cgroup.
+    Both,
+}
+
+impl BudgetHold {
+    /// `flag`, `cgroup` or `both`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetHold::Flag => "flag",
+            BudgetHold::Cgroup => "cgroup",
+            BudgetHold::Both => "both",
+        }
+    }
+    /// Whether the run should be started in a memory cgroup.
+    pub fn wants_cgroup(self) -> bool {
+        !matches!(self, BudgetHold::Flag)
+    }
+}
+
+/// One `[engine.NAME]` table: every key optional, overriding the built-in adapter of
+/// the same name (or of `adapter`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineDef {
+    /// Built-in adapter this engine is (`memdial`, `mlx-lm`, `kimi-k3-in-c`,
+    /// `llama.cpp`) or `command` (default: the engine's name when it is a built-in,
+    /// else `command`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
+    /// The engine's binary (`{bin}`); built-ins also read an environment variable
+    /// (`MEMDIAL_K3C_BIN`, `MEMDIAL_LLAMA_BIN`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bin: Option<String>,
+    /// The model file or directory given to the engine (`{model}`), when it is not
+    /// the sweep's model directory (e.g. a GGUF file). Placeholders allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Command template: program and arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// Extra environment of the child (values are templates).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// JSON file the output ids are read from (template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids_json: Option<String>,
+    /// Dotted key of the ids array in `ids_json` (default `output_ids`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids_key: Option<String>,
+    /// Regex over stdout lines; capture group 1 holds the ids (comma/space separated).
+    /// Every matching line contributes (streamed one id per line works too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids_stdout_regex: Option<String>,
+    /// Regex over stdout lines whose capture group 1 is the seconds of one generation
+    /// step, in order: the first is the time to first token (prefill + first token),
+    /// the others the decode steps (e.g. kimi-k3-in-c's step table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_stdout_regex: Option<String>,
+    /// Dotted key (in `ids_json`) of the per-token decode seconds (array).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_key: Option<String>,
+    /// Dotted key of the median (or mean) decode seconds per token, when no array.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_median_key: Option<String>,
+    /// Dotted key of the time to first token, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_key: Option<String>,
+    /// Dotted key of the load time, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_key: Option<String>,
+    /// Dotted key of a version string in `ids_json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_key: Option<String>,
+    /// Command printing the version on stdout (first line is kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_command: Option<Vec<String>>,
+    /// How the budget is held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetHold>,
+    /// IO modes the engine supports, each with the arguments `{io_args}` expands to.
+    /// Unset: the engine has no IO modes and runs at the spec's first `io` value only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io: Option<BTreeMap<String, Vec<String>>>,
+    /// Prefetch policies the engine supports. Unset: the first `prefetch` value only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefetch: Option<Vec<String>>,
+    /// Holds the whole model in memory: points whose budget is under the model size
+    /// are `n/a` (skipped, not failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident_only: Option<bool>,
+    /// Resident-only engines: memory the weights take in the engine, as a multiple of
+    /// the checkpoint's tensor bytes (default 1; mlx-lm upcasts to float32: ≤ 32/4.25
+    /// ≈ 7.5 for MXFP4 experts, 2 for bf16, so 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident_factor: Option<f64>,
+    /// Resident-only engines: memory of the runtime beside the weights (a size, e.g.
+    /// `"512MiB"` for python + mlx). Points whose budget is under
+    /// model bytes × `resident_factor` + this are `n/a`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_overhead: Option<String>,
+    /// `model_type`s of config.json the engine runs (unset: any); points of other
+    /// models are `n/a`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_types: Option<Vec<String>>,
+    /// Setup command run once per model (cached under `{setup_dir}`, which it fills).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<Vec<String>>,
+    /// A mismatch against the reference engine fails the sweep (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub must_match: Option<bool>,
+    /// Python interpreter for `{python}` (mlx-lm: the oracle venv's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<String>,
+}
+
+/// Names of the built-in adapters.
+pub const BUILTINS: &[&str] = &["memdial", "mlx-lm", "kimi-k3-in-c", "llama.cpp", "command"];
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+/// The built-in definition of adapter `name` (`None` for an unknown name). Built-ins
+/// are ordinary [`EngineDef`]s; a spec's `[engine.NAME]` overrides any key.
+pub fn builtin(name: &str) -> Option<EngineDef> {
+    let d = match name {
+        "memdial" => EngineDef {
+            adapter: Some("memdial".into()),
+            budget: Some(BudgetHold::Both),
+            must_match: Some(true),
+            ..Default::default()
+        },
+        "mlx-lm" => EngineDef {
+            adapter: Some("mlx-lm".into()),
+            command: Some(s(&[
+                "{python}",
+                "{scripts}/mlx_generate.py",
+                "{model}",
+                "--ids",
+                "{prompt_ids}",
+                "--max-tokens",
+                "{max_tokens}",
+                "--eos",
+                "{eos_ids}",
+                "--out",
+                "{run_dir}/engine-out.json",
+            ])),
+            ids_json: Some("{run_dir}/engine-out.json".into()),
+            ids_key: Some("output_ids".into()),
+            decode_key: Some("decode_s_per_token".into()),
+            ttft_key: Some("ttft_s".into()),
+            load_key: Some("load_s".into()),
+            version_key: Some("version".into()),
+            budget: Some(BudgetHold::Cgroup),
+            resident_only: Some(true),
+            // Float32 upcast; python + mlx measured at 350 MB peak RSS on tiny-k3.
+            resident_factor: Some(8.0),
+            runtime_overhead: Some("512MiB".into()),
+            must_match: Some(true),
+            env: [("OMP_NUM_THREADS".to_string(), "{threads}".to_string())].into(),
+            ..Default::default()
+        },
+        "kimi-k3-in-c" => EngineDef {
+            adapter: Some("kimi-k3-in-c".into()),
+            command: Some(s(&[
+                "{bin}",
+                "{model}",
+                "--trunk",
+                "{setup_dir}",
+                "--trunk-gb",
+                "{k3c_trunk_gb}",
+                "--cache-gb",
+                "{k3c_cache_gb}",
+                "--ids",
+                "{prompt_ids}",
+                "--gen",
+                "{max_tokens}",
+                "--stop-id",
+                "{eos_id}",
+                "--threads",
+                "{threads}",
+                "--incremental",
+                "--out",
+                "{run_dir}/engine-out.json",
+            ])),
+            env: [("OMP_NUM_THREADS".to_string(), "{threads}".to_string())].into(),
+            ids_json: Some("{run_dir}/engine-out.json".into()),
+            ids_key: Some("generated_ids".into()),
+            // Its step table: `STEP TOKEN SECONDS …` rows, step 0 = prefill + first token.
+            steps_stdout_regex: Some(
+                r"^\d+\s+\d+\s+([0-9.]+)\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+\s*$".into(),
+            ),
+            version_command: Some(s(&["{bin}", "--version"])),
+            setup: Some(s(&[
+                "python3",
+                "{bin_dir}/../tools/pack_trunk.py",
+                "{model}",
+                "{setup_dir}",
+                "{num_layers}",
+            ])),
+            model_types: Some(vec!["kimi_k3".into()]),
+            budget: Some(BudgetHold::Both),
+            must_match: Some(true),
+            ..Default::default()
+        },
+        "llama.cpp" => EngineDef {
+            adapter: Some("llama.cpp".into()),
+            // llama-completion reads text, not ids: no verified command template yet
+            // (a `[engine.llama.cpp] command = [...]` in the spec supplies one).
+            io: Some(
+                [
+                    ("mmap".to_string(), vec![]),
+                    ("buffered".to_string(), s(&["--no-mmap"])),
+                ]
+                .into(),
+            ),
+            budget: Some(BudgetHold::Cgroup),
+            must_match: Some(false),
+            ..Default::default()
+        },
+        "command" => EngineDef {
+            adapter: Some("command".into()),
+            budget: Some(BudgetHold::Cgroup),
+            must_match: Some(true),
+            ..Default::default()
+        },
+        _ => return None,
+    };
+    Some(d)
+}
+
+/// Environment variable naming the binary of a built-in adapter.
+pub fn bin_env(adapter: &str) -> Option<&'static str> {
+    match adapter {
+        "kimi-k3-in-c" => Some("MEMDIAL_K3C_BIN"),
+        "llama.cpp" => Some("MEMDIAL_LLAMA_BIN"),
+        _ => None,
+    }
+}
+
+/// How to obtain the binary of a built-in adapter (for `memdial engines check` and
+/// error messages).
+pub fn how_to_build(adapter: &str) -> &'static str {
+    match adapter {
+        "kimi-k3-in-c" => {
+            "git clone https://github.com/Speedstu/kimi-k3-in-c && make -C kimi-k3-in-c -j2 all, \
+             then export MEMDIAL_K3C_BIN=$PWD/kimi-k3-in-c/bin/k3 (see the README, \"memdial against other engines\")"
+        }
+        "llama.cpp" => {
+            "pip download --no-binary :all: --no-deps llama-cpp-python==0.3.36, unpack, \
+             cmake -S vendor/llama.cpp -B build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF \
+             && cmake --build build --target llama-completion llama-bench -j2, \
+             then export MEMDIAL_LLAMA_BIN=$PWD/build/bin/llama-completion"
+        }
+        "mlx-lm" => {
+            "bash fixtures/oracle/setup.sh (creates fixtures/oracle/.venv with mlx-lm), \
+             or set MEMDIAL_MLX_PYTHON to a python with mlx-lm 0.32"
+        }
+        _ => "",
+    }
+}
+
+/// `a` with every key set in `b` replaced by `b`'s value.
+pub fn overlay(a: EngineDef, b: &EngineDef) -> EngineDef {
+    macro_rules! pick {
+        ($($f:ident),*) => {
+            EngineDef { $($f: b.$f.clone().or(a.$f),)* env: {
+                let mut e = a.env; e.extend(b.env.clone()); e
+            } }
+        };
+    }
+    pick!(
+        adapter,
+        bin,
+        model,
+        command,
+        ids_json,
+        ids_key,
+        ids_stdout_regex,
+        steps_stdout_regex,
+        decode_key,
+        decode_median_key,
+        ttft_key,
+        load_key,
+        version_key,
+        version_command,
+        budget,
+        io,
+        prefetch,
+        resident_only,
+        resident_factor,
+        runtime_overhead,
+        model_types,
+        setup,
+        must_match,
+        python
+    )
+}

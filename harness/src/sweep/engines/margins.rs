@@ -1,0 +1,158 @@
+//! The reference engine's top-2 logit margin where another engine's ids first
+//! differ: one resident `memdial run --logits-out` per differing prompt (memdial's
+//! output does not depend on the budget, so one run stands for every point), written
+//! to `engines/margins.json` for [`super::agreement`].
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+use super::agreement::{cross, margin_key, Margins};
+use super::registry::EngineMeta;
+use crate::sweep::row::Row;
+use crate::sweep::verdict::verdict;
+
+/// Reads a little-endian float32 C-order 2-D `.npy` (format 1.0 / 2.0) as
+/// (rows, cols, data).
+pub fn read_npy_f32(bytes: &[u8]) -> Result<(usize, usize, Vec<f32>)> {
+    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+        bail!("not an .npy file");
+    }
+    let (hlen, start) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        _ => (u32::from_le_bytes(bytes[8..12].try_into()?) as usize, 12),
+    };
+    let header = std::str::from_utf8(&bytes[start..start + hlen])?;
+    if !header.contains("'<f4'") || header.contains("'fortran_order': True") {
+        bail!("expected little-endian float32 in C order: {header}");
+    }
+    let shape = header
+        .split("'shape':")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .context("no shape")?;
+    let dims: Vec<usize> = shape
+        .trim()
+        .trim_start_matches('(')
+        .split(',')
+        .filter(|t| !t.trim().is_empty())
+        .map(|t| t.trim().parse::<usize>())
+        .collect::<std::result::Result<_, _>>()?;
+    if dims.len() != 2 {
+        bail!("expected a 2-D array, shape {dims:?}");
+    }
+    let data: Vec<f32> = bytes[start + hlen..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    if data.len() != dims[0] * dims[1] {
+        bail!("data holds {} values, shape says {dims:?}", data.len());
+    }
+    Ok((dims[0], dims[1], data))
+}
+
+/// max − second max of `row`.
+pub fn top2_margin(row: &[f32]) -> f64 {
+    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &x in row {
+        if x > a {
+            b = a;
+            a = x;
+        } else if x > b {
+            b = x;
+        }
+    }
+    (a as f64) - (b as f64)
+}
+
+/// Finds the reference margins of every first difference (reference = memdial only)
+/// and writes `out/engines/margins.json`. `prompt_ids[i]` are prompt i's ids.
+pub fn find(
+    out: &Path,
+    bin: &Path,
+    model: &Path,
+    rows: &[Row],
+    engines: &[EngineMeta],
+    prompt_ids: &[Vec<u32>],
+    extra_args: &[String],
+) -> Result<()> {
+    let Some(r) = engines.iter().find(|e| e.reference) else {
+        return Ok(());
+    };
+    if r.adapter != "memdial" {
+        return Ok(());
+    }
+    let c = cross(&verdict(rows), rows, engines, &Margins::new());
+    let mut margins = Margins::new();
+    let dir = out.join("engines");
+    std::fs::create_dir_all(&dir)?;
+    for a in c.comparisons.iter() {
+        let Some(k) = a.first_diff_position else {
+            continue;
+        };
+        let key = margin_key(a.prompt_index, a.max_tokens, k);
+        if margins.contains_key(&key) {
+            continue;
+        }
+        let ids = &prompt_ids[a.prompt_index];
+        let f = dir.join(format!("logits-p{}-n{}.npy", a.prompt_index, a.max_tokens));
+        let mut cmd = Command::new(bin);
+        cmd.arg("run")
+            .arg("--model")
+            .arg(model)
+            .arg("--prompt-ids")
+            .arg(
+                ids.iter()
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            )
+            .args(["--max-tokens", &a.max_tokens.to_string(), "--output", "ids"])
+            .arg("--logits-out")
+            .arg(&f);
+        if extra_args.iter().any(|x| x == "--ignore-eos") {
+            cmd.arg("--ignore-eos");
+        }
+        let o = cmd.output().context("memdial run --logits-out")?;
+        if !o.status.success() {
+            bail!(
+                "memdial run --logits-out failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let bytes = std::fs::read(&f)?;
+        let (rows_n, cols, data) = read_npy_f32(&bytes)?;
+        // Row i predicts token i+1: generated token k comes from row prompt + k − 1.
+        let row = ids.len() + k - 1;
+        if row < rows_n {
+            margins.insert(key, top2_margin(&data[row * cols..(row + 1) * cols]));
+        }
+        let _ = std::fs::remove_file(&f);
+    }
+    crate::export::write_json(&dir.join("margins.json"), &margins)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn npy_and_margin() {
+        // numpy's format 1.0, as `np.save` writes it (header padded to 64 bytes).
+        let mut h = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }".to_string();
+        h.push_str(&" ".repeat(64 - (10 + h.len() + 1) % 64));
+        h.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend((h.len() as u16).to_le_bytes());
+        b.extend(h.as_bytes());
+        for v in [1.0f32, 3.0, 2.5, 0.0, -1.0, 0.5] {
+            b.extend(v.to_le_bytes());
+        }
+        let (r, c, d) = read_npy_f32(&b).unwrap();
+        assert_eq!((r, c), (2, 3));
+        assert_eq!(top2_margin(&d[..3]), 0.5);
+        assert_eq!(top2_margin(&d[3..]), 0.5);
+        assert!(read_npy_f32(b"nope").is_err());
+    }
+}

@@ -1,0 +1,41 @@
+//! Other engines on the same sweep: the `engines` axis of the spec.
+//!
+//! Each engine is an adapter ([`def::EngineDef`]): `memdial` runs as before (`memdial
+//! run --metrics-json`); every other engine is a command template ([`template`]) run
+//! as the child instead, in the same cold cache and (when its budget is held by a
+//! cgroup) the same memory cgroup, whose output ids (and timings, when it reports
+//! them) are read back by [`output`]. [`agreement`] compares the engines' ids with
+//! the reference engine's and [`ratio`] their speed.
+//!
+//! - [`def`]: the `[engine.NAME]` table and the built-in adapters;
+//! - [`registry`]: the spec's engines resolved (binaries, versions, setup step,
+//!   which points each one can run);
+//! - [`runs`]: per-run glue (prompt ids, trunk share, reading an engine's output);
+//! - [`setup`]: cached setup steps and versions;
+//! - [`check`]: `memdial engines check`.
+
+pub mod agreement;
+pub mod check;
+pub mod def;
+pub mod margins;
+pub mod output;
+pub mod ratio;
+pub mod registry;
+pub mod runs;
+pub mod setup;
+pub mod template;
+
+pub use registry::{Registry, RunCtx};
+
+/// The engine of a row whose `engine` column is empty (rows of sweeps before the
+/// engines axis): memdial.
+pub const DEFAULT_ENGINE: &str = "memdial";
+
+/// `name`, or [`DEFAULT_ENGINE`] when empty.
+pub fn engine_or_default(name: &str) -> &str {
+    if name.is_empty() {
+        DEFAULT_ENGINE
+    } else {
+        name
+    }
+}

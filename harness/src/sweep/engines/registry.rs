@@ -1,0 +1,618 @@
+//! The spec's engines resolved: adapter definitions merged with the spec's
+//! `[engine.NAME]` tables, binaries found, versions read, setup steps run (once per
+//! model, cached), and which points each engine can run.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::def::{bin_env, builtin, how_to_build, overlay, BudgetHold, EngineDef, BUILTINS};
+use super::template::Vars;
+use crate::sweep::spec::{Point, Spec};
+
+/// Scripts of the built-in adapters, embedded so a sweep works outside the repository
+/// (written to `<run dir>/engines/scripts/` when used).
+const SCRIPTS: &[(&str, &str)] = &[
+    (
+        "mlx_generate.py",
+        include_str!("../../../../fixtures/oracle/mlx_generate.py"),
+    ),
+    (
+        "mlx_logits.py",
+        include_str!("../../../../fixtures/oracle/mlx_logits.py"),
+    ),
+    (
+        "common.py",
+        include_str!("../../../../fixtures/oracle/common.py"),
+    ),
+];
+
+/// Environment variable naming the python of the `mlx-lm` adapter.
+pub const MLX_PYTHON_ENV: &str = "MEMDIAL_MLX_PYTHON";
+/// Environment variable naming the cache of engine setup steps
+/// (default `$XDG_CACHE_HOME/memdial/engines` or `~/.cache/memdial/engines`).
+pub const SETUP_CACHE_ENV: &str = "MEMDIAL_ENGINE_CACHE";
+
+/// One engine of the sweep.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    /// Name on the `engines` axis.
+    pub name: String,
+    /// Built-in adapter (`memdial`, `mlx-lm`, `kimi-k3-in-c`, `llama.cpp`, `command`).
+    pub adapter: String,
+    /// The merged definition.
+    pub def: EngineDef,
+    /// How the budget is held.
+    pub budget: BudgetHold,
+    /// Ids must equal the reference engine's.
+    pub must_match: bool,
+    /// The binary (`{bin}`), when the adapter has one.
+    pub bin: Option<PathBuf>,
+    /// Python for `{python}`.
+    pub python: Option<PathBuf>,
+    /// Version or commit (empty until [`Registry::prepare`]; may be filled from the
+    /// engine's output per run).
+    pub version: String,
+    /// Setup directory of this model (after [`Registry::prepare`]).
+    pub setup_dir: Option<PathBuf>,
+}
+
+impl Engine {
+    /// Whether this is memdial itself (run through `memdial run`).
+    pub fn is_memdial(&self) -> bool {
+        self.adapter == "memdial"
+    }
+}
+
+/// What `sweep.json` records of each engine.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineMeta {
+    /// Engine name.
+    pub name: String,
+    /// Adapter.
+    pub adapter: String,
+    /// Version or commit.
+    pub version: String,
+    /// Ids must equal the reference engine's.
+    pub must_match: bool,
+    /// This engine is the reference.
+    pub reference: bool,
+    /// How its budget is held (`flag`, `cgroup`, `both`).
+    pub budget: String,
+}
+
+/// Everything a command template needs for one run.
+#[derive(Debug, Clone)]
+pub struct RunCtx<'a> {
+    /// The sweep's model directory.
+    pub model_dir: &'a Path,
+    /// Prompt ids.
+    pub prompt_ids: &'a [u32],
+    /// The point.
+    pub point: &'a Point,
+    /// Budget, bytes.
+    pub budget_bytes: u64,
+    /// Tokens to generate.
+    pub max_tokens: usize,
+    /// The run directory.
+    pub run_dir: &'a Path,
+    /// Memdial's pinned trunk + slot bytes at this budget (kimi-k3-in-c's trunk share).
+    pub trunk_share_bytes: Option<u64>,
+}
+
+/// A resolved child command.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExtCommand {
+    /// Program.
+    pub program: PathBuf,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+}
+
+/// The engines of one spec.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    /// In axis order.
+    pub engines: Vec<Engine>,
+    /// The reference engine's name.
+    pub reference: String,
+    /// Eos ids of the model (for `{eos_ids}`).
+    pub eos_ids: Vec<u32>,
+    /// `--ignore-eos` is in the spec's extra_args.
+    pub ignore_eos: bool,
+    /// config.json's `model_type` and `num_hidden_layers` (after [`Registry::prepare`]).
+    pub model_type: String,
+    /// Layers of the model.
+    pub num_layers: usize,
+    /// Where the embedded scripts were written.
+    pub scripts_dir: Option<PathBuf>,
+}
+
+/// The python of the oracle venv: `$MEMDIAL_MLX_PYTHON`, `fixtures/oracle/.venv` under
+/// the current directory, else under the repository this binary was built from.
+pub fn default_python() -> PathBuf {
+    if let Some(p) = std::env::var_os(MLX_PYTHON_ENV).filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    let rel = Path::new("fixtures/oracle/.venv/bin/python");
+    if rel.exists() {
+        return rel.to_path_buf();
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+}
+
+/// The merged definition of engine `name` of `spec` (errors: unknown adapter, an
+/// engine that is neither a built-in nor defined with a `command`).
+pub fn resolve_def(spec: &Spec, name: &str) -> Result<EngineDef> {
+    let table = spec.engine.get(name).cloned().unwrap_or_default();
+    let adapter = table.adapter.clone().unwrap_or_else(|| {
+        if builtin(name).is_some() {
+            name.to_string()
+        } else {
+            "command".into()
+        }
+    });
+    let Some(base) = builtin(&adapter) else {
+        bail!(
+            "engine {name:?}: unknown adapter {adapter:?} (known: {})",
+            BUILTINS.join(", ")
+        );
+    };
+    let d = overlay(base, &table);
+    if adapter != "memdial" && d.command.is_none() {
+        bail!(
+            "engine {name:?} (adapter {adapter}) has no command template: add `command = [...]` to [engine.{name}]"
+        );
+    }
+    if adapter != "memdial" && d.ids_json.is_none() && d.ids_stdout_regex.is_none() {
+        bail!("engine {name:?}: say where its ids are (`ids_json` + `ids_key`, or `ids_stdout_regex`)");
+    }
+    if let Some(r) = &d.steps_stdout_regex {
+        let re =
+            regex::Regex::new(r).with_context(|| format!("engine {name:?}: steps_stdout_regex"))?;
+        if re.captures_len() < 2 {
+            bail!("engine {name:?}: steps_stdout_regex needs a capture group holding the seconds");
+        }
+    }
+    if let Some(r) = &d.ids_stdout_regex {
+        let re =
+            regex::Regex::new(r).with_context(|| format!("engine {name:?}: ids_stdout_regex"))?;
+        if re.captures_len() < 2 {
+            bail!("engine {name:?}: ids_stdout_regex needs a capture group holding the ids");
+        }
+    }
+    if let Some(o) = &d.runtime_overhead {
+        memdial::store::plan::parse_size(o)
+            .with_context(|| format!("engine {name:?}: runtime_overhead"))?;
+    }
+    if d.resident_factor.is_some_and(|f| !(f > 0.0)) {
+        bail!("engine {name:?}: resident_factor must be positive");
+    }
+    if let Some(io) = &d.io {
+        for k in io.keys() {
+            memdial::io::IoMode::parse(k).with_context(|| format!("engine {name:?}: io"))?;
+        }
+    }
+    Ok(d)
+}
+
+/// Checks the spec's engine settings (called by `Spec::validate`).
+pub fn validate(spec: &Spec) -> Result<()> {
+    if spec.engines.is_empty() {
+        bail!("axis `engines` is empty");
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for e in &spec.engines {
+        if !seen.insert(e) {
+            bail!("engine {e:?} is listed twice");
+        }
+        resolve_def(spec, e)?;
+    }
+    for k in spec.engine.keys() {
+        if !spec.engines.contains(k) {
+            bail!("[engine.{k}] is defined but {k:?} is not in `engines`");
+        }
+    }
+    if let Some(r) = &spec.reference_engine {
+        if !spec.engines.contains(r) {
+            bail!("reference_engine {r:?} is not in `engines`");
+        }
+    }
+    Ok(())
+}
+
+impl Registry {
+    /// The engines of `spec` (definitions only; nothing is run).
+    pub fn from_spec(spec: &Spec) -> Result<Registry> {
+        let mut engines = vec![];
+        for name in &spec.engines {
+            let def = resolve_def(spec, name)?;
+            let adapter = def.adapter.clone().unwrap_or_else(|| "command".into());
+            let bin = def.bin.clone().map(PathBuf::from).or_else(|| {
+                bin_env(&adapter)
+                    .and_then(std::env::var_os)
+                    .map(PathBuf::from)
+            });
+            let python =
+                def.python.clone().map(PathBuf::from).or_else(|| {
+                    (adapter == "mlx-lm" || uses(&def, "{python}")).then(default_python)
+                });
+            engines.push(Engine {
+                name: name.clone(),
+                budget: def.budget.unwrap_or(BudgetHold::Cgroup),
+                must_match: def.must_match.unwrap_or(true),
+                version: if adapter == "memdial" {
+                    format!("memdial {}", env!("CARGO_PKG_VERSION"))
+                } else {
+                    String::new()
+                },
+                adapter,
+                def,
+                bin,
+                python,
+                setup_dir: None,
+            });
+        }
+        let reference = spec
+            .reference_engine
+            .clone()
+            .or_else(|| spec.engines.iter().find(|e| *e == "memdial").cloned())
+            .unwrap_or_else(|| spec.engines[0].clone());
+        Ok(Registry {
+            engines,
+            reference,
+            eos_ids: vec![],
+            model_type: String::new(),
+            num_layers: 0,
+            ignore_eos: spec.extra_args.iter().any(|a| a == "--ignore-eos"),
+            scripts_dir: None,
+        })
+    }
+
+    /// Engine `name`.
+    pub fn get(&self, name: &str) -> Option<&Engine> {
+        self.engines.iter().find(|e| e.name == name)
+    }
+
+    /// Whether the sweep has engines other than memdial.
+    pub fn has_external(&self) -> bool {
+        self.engines.iter().any(|e| !e.is_memdial())
+    }
+
+    /// What each engine is, for `sweep.json` (only when the spec has several engines
+    /// or a non-memdial one).
+    pub fn meta(&self) -> Vec<EngineMeta> {
+        if self.engines.len() < 2 && !self.has_external() {
+            return vec![];
+        }
+        self.engines
+            .iter()
+            .map(|e| EngineMeta {
+                name: e.name.clone(),
+                adapter: e.adapter.clone(),
+                version: e.version.clone(),
+                must_match: e.must_match,
+                reference: e.name == self.reference,
+                budget: e.budget.as_str().into(),
+            })
+            .collect()
+    }
+
+    /// Problems that stop engine `e` from running here: a missing binary or python,
+    /// each with how to get it. Empty when it can run.
+    pub fn missing(&self, e: &Engine) -> Vec<String> {
+        let mut v = vec![];
+        if e.is_memdial() {
+            return v;
+        }
+        if uses(&e.def, "{bin}") {
+            match &e.bin {
+                None => v.push(format!(
+                    "engine {:?}: no binary: set {} (or `bin` in [engine.{}]); to build it: {}",
+                    e.name,
+                    bin_env(&e.adapter).unwrap_or("`bin`"),
+                    e.name,
+                    how_to_build(&e.adapter)
+                )),
+                Some(b) if !b.is_file() => v.push(format!(
+                    "engine {:?}: binary {} does not exist; to build it: {}",
+                    e.name,
+                    b.display(),
+                    how_to_build(&e.adapter)
+                )),
+                _ => {}
+            }
+        }
+        if let Some(p) = &e.python {
+            if !p.exists() {
+                v.push(format!(
+                    "engine {:?}: python {} does not exist; {}",
+                    e.name,
+                    p.display(),
+                    how_to_build("mlx-lm")
+                ));
+            }
+        }
+        v
+    }
+
+    /// Reads the model facts templates and applicability need (eos ids, model type,
+    /// layers) from `model`'s config.json.
+    pub fn set_model(&mut self, model: &Path) -> Result<()> {
+        let cfg = memdial::config::load_config(model)?;
+        self.eos_ids = cfg.eos_token_ids.clone();
+        self.model_type = cfg.model_type.clone();
+        self.num_layers = cfg.num_hidden_layers;
+        Ok(())
+    }
+
+    /// A usage error listing every missing binary or python with how to get it.
+    pub fn require_available(&self) -> Result<()> {
+        let missing: Vec<String> = self.engines.iter().flat_map(|e| self.missing(e)).collect();
+        if !missing.is_empty() {
+            return Err(crate::args::usage(missing.join("\n")));
+        }
+        Ok(())
+    }
+
+    /// Readies the engines for a sweep writing into `out`: checks binaries (a missing
+    /// one is a usage error naming how to build it), writes the embedded scripts, runs
+    /// each setup step once per model (cached by `content_hash`), reads versions.
+    pub fn prepare(&mut self, out: &Path, model: &Path, content_hash: &str) -> Result<()> {
+        self.set_model(model)?;
+        self.require_available()?;
+        if self.engines.iter().any(|e| {
+            e.def
+                .command
+                .iter()
+                .flatten()
+                .any(|a| a.contains("{scripts}"))
+        }) {
+            let d = out.join("engines").join("scripts");
+            std::fs::create_dir_all(&d)?;
+            for (name, text) in SCRIPTS {
+                std::fs::write(d.join(name), text)?;
+            }
+            self.scripts_dir = Some(d);
+        }
+        for i in 0..self.engines.len() {
+            let e = self.engines[i].clone();
+            if e.is_memdial() {
+                continue;
+            }
+            let mut vars = self.base_vars(&e, model);
+            let runs_here = e
+                .def
+                .model_types
+                .as_ref()
+                .is_none_or(|t| t.contains(&self.model_type));
+            if let (Some(setup), true) = (&e.def.setup, runs_here) {
+                let dir = super::setup::setup_cache()
+                    .join(sanitize(&e.name))
+                    .join(&content_hash[..content_hash.len().min(16)]);
+                vars.set("setup_dir", dir.display());
+                super::setup::run_setup(&e.name, setup, &vars, &dir)?;
+                self.engines[i].setup_dir = Some(dir);
+            }
+            let version = match &e.def.version_command {
+                Some(cmd) => super::setup::first_line_of(&vars.expand_args(cmd)?),
+                None => None,
+            };
+            self.engines[i].version = version
+                .or_else(|| e.bin.as_deref().and_then(super::setup::file_sha_label))
+                .unwrap_or_default();
+        }
+        Ok(())
+    }
+
+    fn base_vars(&self, e: &Engine, model: &Path) -> Vars {
+        let mut v = Vars::default();
+        v.set("model_dir", model.display());
+        v.set("model", model.display());
+        if let Some(b) = &e.bin {
+            v.set("bin", b.display());
+            let dir = b.parent().unwrap_or(Path::new("."));
+            v.set("bin_dir", dir.display());
+        }
+        if let Some(p) = &e.python {
+            v.set("python", p.display());
+        }
+        if let Some(s) = &self.scripts_dir {
+            v.set("scripts", s.display());
+        }
+        if let Some(s) = &e.setup_dir {
+            v.set("setup_dir", s.display());
+        }
+        v.set("model_type", &self.model_type);
+        v.set("num_layers", self.num_layers);
+        let eos: Vec<u32> = if self.ignore_eos {
+            vec![]
+        } else {
+            self.eos_ids.clone()
+        };
+        v.set("eos_ids", join(&eos, ","));
+        v.set(
+            "eos_id",
+            eos.first().map(|x| *x as i64).unwrap_or(-1).to_string(),
+        );
+        v
+    }
+
+    /// Why engine `e` does not run at point `p` (budget `budget` bytes of a model of
+    /// `model_bytes`), or `None` when it does: a resident-only engine under the model
+    /// size, an IO mode or prefetch policy it does not have (engines without IO modes
+    /// or prefetch run at the spec's first value only).
+    pub fn not_applicable(
+        &self,
+        e: &Engine,
+        spec: &Spec,
+        p: &Point,
+        budget: u64,
+        model_bytes: u64,
+    ) -> Option<String> {
+        if e.is_memdial() {
+            return None;
+        }
+        if let Some(types) = &e.def.model_types {
+            if !types.contains(&self.model_type) {
+                return Some(format!(
+                    "{} runs {} models, this one is {}",
+                    e.name,
+                    types.join(", "),
+                    self.model_type
+                ));
+            }
+        }
+        if e.def.resident_only.unwrap_or(false) {
+            let need = resident_need(&e.def, model_bytes);
+            if budget < need {
+                return Some(format!(
+                    "{} holds the whole model: it needs {} (model × {} + runtime {}), the budget is {}",
+                    e.name,
+                    memdial::store::plan::fmt_bytes(need),
+                    e.def.resident_factor.unwrap_or(1.0),
+                    e.def.runtime_overhead.as_deref().unwrap_or("0"),
+                    memdial::store::plan::fmt_bytes(budget)
+                ));
+            }
+        }
+        match &e.def.io {
+            Some(m) if !m.contains_key(&p.io) => {
+                return Some(format!(
+                    "{} has no IO mode {:?} (it has: {})",
+                    e.name,
+                    p.io,
+                    m.keys().cloned().collect::<Vec<_>>().join(", ")
+                ))
+            }
+            None if spec.io.first() != Some(&p.io) => {
+                return Some(format!(
+                    "{} has no IO modes: run at io = {:?} only",
+                    e.name,
+                    spec.io.first().cloned().unwrap_or_default()
+                ))
+            }
+            _ => {}
+        }
+        match &e.def.prefetch {
+            Some(v) if !v.contains(&p.prefetch) => Some(format!(
+                "{} has no prefetch policy {:?}",
+                e.name, p.prefetch
+            )),
+            None if spec.prefetch.first() != Some(&p.prefetch) => Some(format!(
+                "{} has no prefetch policies: run at prefetch = {:?} only",
+                e.name,
+                spec.prefetch.first().cloned().unwrap_or_default()
+            )),
+            _ if spec.cache.first() != Some(&p.cache) => Some(format!(
+                "{} has no expert-cache policies: run at cache = {:?} only",
+                e.name,
+                spec.cache.first().cloned().unwrap_or_default()
+            )),
+            _ => None,
+        }
+    }
+
+    /// The child command of engine `e` for one run.
+    pub fn command(&self, e: &Engine, c: &RunCtx) -> Result<ExtCommand> {
+        let vars = self.run_vars(e, c)?;
+        let t = e
+            .def
+            .command
+            .as_ref()
+            .with_context(|| format!("engine {:?} has no command", e.name))?;
+        let mut args = vars.expand_args(t)?;
+        if args.is_empty() {
+            bail!("engine {:?}: empty command", e.name);
+        }
+        let program = PathBuf::from(args.remove(0));
+        let env = e
+            .def
+            .env
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), vars.expand(v)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ExtCommand { program, args, env })
+    }
+
+    /// The placeholder values of one run.
+    pub fn run_vars(&self, e: &Engine, c: &RunCtx) -> Result<Vars> {
+        let mut v = self.base_vars(e, c.model_dir);
+        let b = c.budget_bytes as f64;
+        v.set("prompt_ids", join(c.prompt_ids, ","))
+            .set("prompt_ids_space", join(c.prompt_ids, " "))
+            .set("prompt_tokens", c.prompt_ids.len())
+            .set("max_tokens", c.max_tokens)
+            .set("threads", c.point.threads)
+            .set("budget_bytes", c.budget_bytes)
+            .set("budget_mib", format!("{:.2}", b / 1048576.0))
+            .set("budget_gib", format!("{:.3}", b / 1073741824.0))
+            .set("budget_gb", format!("{:.3}", b / 1e9))
+            .set("io", &c.point.io)
+            .set("prefetch", &c.point.prefetch)
+            .set("run_dir", c.run_dir.display());
+        if let Some(t) = c.trunk_share_bytes {
+            // kimi-k3-in-c: the trunk ring gets memdial's pinned + slot bytes, the
+            // expert cache the rest after its fixed overhead (≈144 MB measured on mini).
+            let cache = c
+                .budget_bytes
+                .saturating_sub(K3C_OVERHEAD_BYTES)
+                .saturating_sub(t);
+            v.set("k3c_trunk_gb", format!("{:.4}", t as f64 / 1e9));
+            v.set("k3c_cache_gb", format!("{:.4}", cache as f64 / 1e9));
+        }
+        if let Some(m) = &e.def.model {
+            let m = v.expand(m)?;
+            v.set("model", m);
+        }
+        if let Some(io) = &e.def.io {
+            v.io_args = io.get(&c.point.io).cloned().unwrap_or_default();
+        }
+        Ok(v)
+    }
+}
+
+/// kimi-k3-in-c's memory outside its trunk ring and expert cache (binary, KV and
+/// state buffers, allocator), bytes: ≈144 MB, measured on `mini` by hand (peak RSS
+/// with --trunk-gb 0 --cache-gb 0, see the README).
+pub const K3C_OVERHEAD_BYTES: u64 = 144_000_000;
+
+/// Memory a resident-only engine needs: model bytes × `resident_factor` +
+/// `runtime_overhead`, bytes.
+pub fn resident_need(d: &EngineDef, model_bytes: u64) -> u64 {
+    let f = d.resident_factor.unwrap_or(1.0);
+    let o = d
+        .runtime_overhead
+        .as_deref()
+        .and_then(|s| memdial::store::plan::parse_size(s).ok())
+        .unwrap_or(0);
+    (model_bytes as f64 * f).ceil() as u64 + o
+}
+
+pub(super) fn uses(d: &EngineDef, ph: &str) -> bool {
+    d.command.iter().flatten().any(|a| a.contains(ph))
+        || d.setup.iter().flatten().any(|a| a.contains(ph))
+        || d.version_command.iter().flatten().any(|a| a.contains(ph))
+}
+
+fn join(ids: &[u32], sep: &str) -> String {
+    ids.iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,110 @@
+//! Per-run glue between the sweep and the engines: prompt ids for every prompt,
+//! kimi-k3-in-c's trunk share, and reading another engine's output after its run.
+
+use std::path::Path;
+
+use anyhow::Result;
+
+use super::def::BudgetHold;
+use super::registry::{uses, Engine, Registry, RunCtx};
+use crate::sweep::spec::{Point, Spec};
+
+/// Prompt ids of every prompt of `spec` (text tokenized with the model's tokenizer,
+/// as `memdial run` does). Other engines get ids, never text, so every engine sees
+/// the same tokens. Errors (usage) only when `needed` and a prompt cannot be tokenized.
+pub fn prompt_ids(spec: &Spec, model: &Path, needed: bool) -> Result<Vec<Vec<u32>>> {
+    use crate::sweep::spec::PromptSpec;
+    let tok = memdial::tokenizer::Tokenizer::from_dir(model).ok();
+    let mut out = vec![];
+    for p in &spec.prompts {
+        let text = match p {
+            PromptSpec::Ids { ids } => {
+                out.push(ids.clone());
+                continue;
+            }
+            PromptSpec::Text(t) => Some(t.clone()),
+            PromptSpec::File { file } => std::fs::read_to_string(file).ok(),
+        };
+        match (text, &tok) {
+            (Some(t), Some(k)) => out.push(k.encode(&t, true)),
+            _ if !needed => out.push(vec![]),
+            _ => {
+                return Err(crate::args::usage(format!(
+                    "other engines are given token ids: the model at {} has no tokenizer for the text prompts \
+                     (give prompts as {{ ids = [...] }})",
+                    model.display()
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// kimi-k3-in-c's trunk share of `budget`: memdial's pinned trunk + trunk slot bytes
+/// at the same budget, IO mode and context (`store::plan`), so both engines give the
+/// trunk the same memory. `None` for other engines or when the plan fails.
+pub fn trunk_share(
+    e: &Engine,
+    model: &Path,
+    budget: u64,
+    p: &Point,
+    context: usize,
+) -> Option<u64> {
+    if !uses(&e.def, "{k3c_") {
+        return None;
+    }
+    let cfg = memdial::config::load_config(model).ok()?;
+    let ck = memdial::checkpoint::Checkpoint::open(model).ok()?;
+    let plan = memdial::store::plan::plan_unchecked(
+        &cfg,
+        &ck,
+        budget,
+        memdial::io::IoMode::parse(&p.io).ok()?,
+        memdial::store::plan::Prefetch::parse(&p.prefetch).ok()?,
+        context,
+    )
+    .ok()?;
+    Some(plan.pinned_trunk_bytes + plan.trunk_slots as u64 * plan.slot_bytes)
+}
+
+/// After a run of engine `e`: records how the budget was held and the engine's
+/// version, and for another engine reads its output into `o.metrics`.
+pub fn finish_run(
+    reg: &Registry,
+    e: &Engine,
+    c: &RunCtx,
+    o: &mut crate::sweep::runner::RunOutcome,
+    row: &mut crate::sweep::row::Row,
+    in_cgroup: bool,
+) {
+    row.budget_held_by = Some(
+        match (e.budget, in_cgroup) {
+            (BudgetHold::Flag, _) => "flag",
+            (BudgetHold::Cgroup, true) => "cgroup",
+            (BudgetHold::Cgroup, false) => "none",
+            (BudgetHold::Both, true) => "flag+cgroup",
+            (BudgetHold::Both, false) => "flag",
+        }
+        .into(),
+    );
+    row.engine_version = (!e.version.is_empty()).then(|| e.version.clone());
+    if e.is_memdial() || o.timed_out || o.exit_code != Some(0) {
+        return;
+    }
+    let got = reg
+        .run_vars(e, c)
+        .and_then(|v| super::output::read_metrics(e, &v, c.run_dir, c.prompt_ids.len()));
+    match got {
+        Ok(m) => {
+            if let Some(v) = m.get("engine_version").and_then(|v| v.as_str()) {
+                row.engine_version = Some(v.to_string());
+            }
+            o.metrics = Some(m);
+            o.metrics_error = None;
+        }
+        Err(err) => {
+            o.metrics = None;
+            o.metrics_error = Some(format!("{err:#}"));
+        }
+    }
+}

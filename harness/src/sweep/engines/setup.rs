@@ -1,0 +1,84 @@
+//! Setup steps of engines (run once per model, cached) and how an engine's version
+//! is found.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+use super::registry::SETUP_CACHE_ENV;
+use super::template::Vars;
+
+/// `$MEMDIAL_ENGINE_CACHE`, `$XDG_CACHE_HOME/memdial/engines`, `~/.cache/memdial/engines`.
+pub fn setup_cache() -> PathBuf {
+    if let Some(p) = std::env::var_os(SETUP_CACHE_ENV).filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from(".cache"));
+    base.join("memdial").join("engines")
+}
+
+/// Runs a setup step into `dir` unless `dir/.memdial-setup-done` exists (then the
+/// cached result is used); its output goes to `dir/setup.log`.
+pub fn run_setup(name: &str, setup: &[String], vars: &Vars, dir: &Path) -> Result<()> {
+    let stamp = dir.join(".memdial-setup-done");
+    if stamp.exists() {
+        return Ok(());
+    }
+    let args = vars.expand_args(setup)?;
+    if args.is_empty() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    eprintln!(
+        "engine {name}: setup (once per model, cached in {}): {}",
+        dir.display(),
+        args.join(" ")
+    );
+    let log = std::fs::File::create(dir.join("setup.log"))?;
+    let st = Command::new(&args[0])
+        .args(&args[1..])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .status()
+        .with_context(|| format!("engine {name}: cannot start setup {}", args[0]))?;
+    if !st.success() {
+        bail!(
+            "engine {name}: setup failed ({st}); see {}",
+            dir.join("setup.log").display()
+        );
+    }
+    std::fs::write(&stamp, args.join(" "))?;
+    Ok(())
+}
+
+pub fn first_line_of(args: &[String]) -> Option<String> {
+    let o = Command::new(args.first()?)
+        .args(&args[1..])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(|l| l.chars().take(120).collect())
+}
+
+/// `sha256 abcdef123456` of a binary (its identity when it reports no version).
+pub fn file_sha_label(p: &Path) -> Option<String> {
+    let bytes = std::fs::read(p).ok()?;
+    Some(format!(
+        "sha256 {}",
+        &crate::sweep::util::sha256_hex(&bytes)[..12]
+    ))
+}

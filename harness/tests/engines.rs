@@ -1,0 +1,391 @@
+//! The `engines` axis of `memdial sweep`: memdial and another engine on the same
+//! points, one verdict.
+//!
+//! - `mlx_lm_agrees_with_memdial_on_tiny_fixtures`: a two-engine sweep (memdial +
+//!   mlx-lm, the independent oracle, greedy in float32) on `tiny-k3` and
+//!   `tiny-linear`: mlx-lm's ids equal memdial's, the resident-only engine's point
+//!   under its memory need is `n/a` (not failed), the sweep passes. Needs the oracle
+//!   venv (`fixtures/oracle/.venv`): reported as `ignored, REASON` without it and a
+//!   failure under `CI=true`.
+//! - `command_engine_mismatch_fails_only_when_it_must_match`: a generic `command`
+//!   engine whose ids (read from stdout by a regex) differ from memdial's at token 0:
+//!   exit 1 with `must_match = true`, exit 0 and reported with `must_match = false`;
+//!   memdial's top-2 margin at the differing position is dumped.
+//! - `unknown_engine_is_a_usage_error`, `missing_binary_is_a_usage_error_naming_how_to_build`.
+//!
+//! Runs one at a time (a global lock): concurrent sweeps would evict each other's pages.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Output};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use memdial_testkit as testkit;
+
+const BIN: &str = env!("CARGO_BIN_EXE_memdial");
+
+fn lock() -> MutexGuard<'static, ()> {
+    static L: Mutex<()> = Mutex::new(());
+    L.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn scratch() -> PathBuf {
+    static D: OnceLock<PathBuf> = OnceLock::new();
+    D.get_or_init(|| testkit::until_exit(testkit::scratch!("engines-tests")))
+        .clone()
+}
+
+fn model(preset: &str) -> PathBuf {
+    let out = scratch().join(preset);
+    if !out.join("config.json").exists() {
+        let o = Command::new(BIN)
+            .args(["fixture", "--preset", preset, "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    out
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn sweep(model: &Path, spec: &str, name: &str, env: &[(&str, &Path)]) -> (Output, PathBuf) {
+    let spec_path = scratch().join(format!("{name}.toml"));
+    std::fs::write(&spec_path, spec).unwrap();
+    let out = scratch().join(name);
+    let _ = std::fs::remove_dir_all(&out);
+    let mut c = Command::new(BIN);
+    c.arg("sweep")
+        .arg("--model")
+        .arg(model)
+        .arg("--spec")
+        .arg(&spec_path)
+        .arg("--out")
+        .arg(&out)
+        .args(["--bandwidth-probe", "4MiB"]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    (c.output().unwrap(), out)
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn json(p: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn rows(dir: &Path) -> Vec<serde_json::Value> {
+    json(&dir.join("results.json")).as_array().unwrap().clone()
+}
+
+fn ids(r: &serde_json::Value) -> Vec<u64> {
+    r["output_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
+}
+
+/// Two engines, two budgets; one prompt per model (text on tiny-k3, ids on
+/// tiny-linear) to keep the mlx-lm loads (~10 s each) few.
+fn two_engines(prompt: &str) -> String {
+    format!(
+        r#"
+name = "two engines"
+budgets = ["floor", "2GiB"]
+prompts = [{prompt}]
+max_tokens = 8
+repeats = 1
+engines = ["memdial", "mlx-lm"]
+"#
+    )
+}
+
+fn mlx_lm_agrees_with_memdial_on_tiny_fixtures() -> testkit::Outcome {
+    let python = match testkit::oracle::python(&repo_root()) {
+        Ok(p) => p,
+        Err(e) => return testkit::skip(format!("no oracle venv (mlx-lm): {e}")),
+    };
+    let _g = lock();
+    for (preset, prompt) in [
+        ("tiny-k3", "\"The capital of France is\""),
+        (
+            "tiny-linear",
+            "{ ids = [976, 274, 403, 278, 280, 328, 454, 81, 766, 382, 17, 1200] }",
+        ),
+    ] {
+        let m = model(preset);
+        let (o, out) = sweep(
+            &m,
+            &two_engines(prompt),
+            &format!("two-{preset}"),
+            &[("MEMDIAL_MLX_PYTHON", &python)],
+        );
+        assert_eq!(o.status.code(), Some(0), "{preset}: {}", text(&o));
+        let line = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            line.contains("engines: mlx-lm identical to memdial"),
+            "{line}"
+        );
+        let rows = rows(&out);
+        // 2 budgets × 2 engines.
+        assert_eq!(rows.len(), 4, "{rows:?}");
+        let st = |e: &str, b: &str| -> Vec<&serde_json::Value> {
+            rows.iter()
+                .filter(|r| r["engine"] == e && r["budget_spec"] == b)
+                .collect()
+        };
+        // mlx-lm holds the whole model in float32 plus python: the floor is n/a.
+        for r in st("mlx-lm", "floor") {
+            assert_eq!(r["status"], "n/a", "{r}");
+            assert!(r["error"]
+                .as_str()
+                .unwrap()
+                .contains("holds the whole model"));
+        }
+        for prompt in 0..1u64 {
+            let pick = |e: &str, b: &str| {
+                st(e, b)
+                    .into_iter()
+                    .find(|r| r["prompt_index"] == prompt)
+                    .unwrap()
+                    .clone()
+            };
+            let mlx = pick("mlx-lm", "2GiB");
+            assert_eq!(mlx["status"], "ok", "{mlx}");
+            let held = if mlx["cgroup_enforced"] == true {
+                "cgroup"
+            } else {
+                "none"
+            };
+            assert_eq!(mlx["budget_held_by"], held, "{mlx}");
+            assert!(
+                mlx["engine_version"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("mlx-lm "),
+                "{mlx}"
+            );
+            assert_eq!(mlx["metric_sources"]["output_ids"], "engine");
+            assert_eq!(mlx["metric_sources"]["output_ids_sha256"], "harness");
+            let want = ids(&mlx);
+            assert!(!want.is_empty());
+            for b in ["floor", "2GiB"] {
+                let me = pick("memdial", b);
+                assert_eq!(me["status"], "ok", "{me}");
+                assert_eq!(
+                    ids(&me),
+                    want,
+                    "{preset} prompt {prompt} at {b}: memdial vs mlx-lm"
+                );
+            }
+        }
+        let v = json(&out.join("verdict.json"));
+        assert_eq!(v["pass"], true);
+        assert_eq!(v["engines"]["reference"], "memdial");
+        assert_eq!(v["engines"]["pass"], true);
+        for c in v["engines"]["comparisons"].as_array().unwrap() {
+            assert_eq!(c["status"], "identical", "{c}");
+        }
+        assert_eq!(v["engines"]["table"][0][1], "identical");
+        let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+        assert!(md.contains("## Engines agreement"), "{md}");
+        assert!(md.contains("## Engines against memdial"), "{md}");
+    }
+    Ok(testkit::Completion::Completed)
+}
+
+fn fake_spec(must_match: bool) -> String {
+    format!(
+        r#"
+budgets = ["2x floor"]
+prompts = ["The capital of France is"]
+max_tokens = 4
+repeats = 1
+engines = ["memdial", "fake"]
+[engine.fake]
+command = ["sh", "-c", "echo 'log line'; echo 'ids: 5, 6,7 8' ; echo '{{prompt_ids}} {{max_tokens}}' > {{run_dir}}/args.txt"]
+ids_stdout_regex = "^ids: (.*)$"
+budget = "flag"
+must_match = {must_match}
+"#
+    )
+}
+
+fn command_engine_mismatch_fails_only_when_it_must_match() {
+    let _g = lock();
+    let m = model("tiny-k3");
+    let (o, out) = sweep(&m, &fake_spec(true), "fake-must", &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let line = String::from_utf8_lossy(&o.stdout);
+    assert!(line.starts_with("FAIL: "), "{line}");
+    assert!(
+        line.contains("fake differs from memdial at token 0"),
+        "{line}"
+    );
+    let rows = rows(&out);
+    let fake = rows.iter().find(|r| r["engine"] == "fake").unwrap();
+    assert_eq!(fake["status"], "ok", "{fake}");
+    assert_eq!(ids(fake), vec![5, 6, 7, 8]);
+    assert_eq!(fake["budget_held_by"], "flag");
+    assert_eq!(fake["cgroup_enforced"], false);
+    assert!(fake["point_key"]
+        .as_str()
+        .unwrap()
+        .ends_with(";engine=fake"));
+    // The template got memdial's prompt ids and the token count.
+    let args = std::fs::read_to_string(
+        out.join("runs")
+            .join(format!("p{:03}-r0", fake["point_index"].as_u64().unwrap()))
+            .join("args.txt"),
+    )
+    .unwrap();
+    let me = rows.iter().find(|r| r["engine"] == "memdial").unwrap();
+    assert_eq!(
+        args.split_whitespace().nth(1),
+        Some("4"),
+        "max_tokens placeholder: {args}"
+    );
+    assert_eq!(
+        args.split_whitespace().next().unwrap().split(',').count() as u64,
+        me["prompt_tokens"].as_u64().unwrap()
+    );
+    let v = json(&out.join("verdict.json"));
+    let c = &v["engines"]["comparisons"][0];
+    assert_eq!(c["first_diff_position"], 0);
+    assert_eq!(c["engine_id"], 5);
+    assert_eq!(c["reference_id"], ids(me)[0]);
+    // memdial's logits were dumped: its top-2 margin at token 0 is known.
+    let margin = c["reference_margin"].as_f64().expect("margin");
+    assert!(margin >= 0.0);
+    assert!(
+        c["status"] == "tie-break" || c["status"] == "disagrees",
+        "{c}"
+    );
+
+    let (o, out) = sweep(&m, &fake_spec(false), "fake-report", &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let line = String::from_utf8_lossy(&o.stdout);
+    assert!(line.starts_with("PASS: "), "{line}");
+    assert!(line.contains("reported only: must_match = false"), "{line}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains("| **memdial** | identical | differs at token 0 (prompt 0) |"),
+        "{md}"
+    );
+}
+
+fn unknown_engine_is_a_usage_error() {
+    let m = model("tiny-k3");
+    let (o, _) = sweep(
+        &m,
+        "budgets = [\"floor\"]\nengines = [\"memdial\", \"nope\"]\n",
+        "unknown",
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no command template"),
+        "{}",
+        text(&o)
+    );
+    let (o, _) = sweep(
+        &m,
+        "budgets = [\"floor\"]\nengines = [\"memdial\"]\n[engine.memdial]\nbogus = 1\n",
+        "unknown-key",
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
+
+fn missing_binary_is_a_usage_error_naming_how_to_build() {
+    let m = model("tiny-k3");
+    let (o, _) = sweep(
+        &m,
+        "budgets = [\"floor\"]\nengines = [\"memdial\", \"kimi-k3-in-c\"]\n[engine.kimi-k3-in-c]\nbin = \"/nonexistent/k3\"\n",
+        "missing-bin",
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("/nonexistent/k3 does not exist") && e.contains("make"),
+        "{e}"
+    );
+}
+
+/// kimi-k3-in-c (`MEMDIAL_K3C_BIN`) against memdial on tiny-k3. Its trunk packer
+/// needs every layer's trunk in one shard, which tiny-k3 does not have, so the
+/// command is overridden to hold the trunk resident (`--cache-gb` only, no setup):
+/// the ids, the step-table timings and the version are still read by the built-in
+/// adapter's rules.
+fn kimi_k3_in_c_agrees_with_memdial_on_tiny_k3() -> testkit::Outcome {
+    let Some(bin) = std::env::var_os("MEMDIAL_K3C_BIN").filter(|b| !b.is_empty()) else {
+        return testkit::skip("MEMDIAL_K3C_BIN is not set (build kimi-k3-in-c, see the README)");
+    };
+    let bin = PathBuf::from(bin);
+    let _g = lock();
+    let spec = r#"
+budgets = ["2x floor"]
+prompts = ["The capital of France is"]
+max_tokens = 8
+repeats = 1
+engines = ["memdial", "kimi-k3-in-c"]
+[engine.kimi-k3-in-c]
+command = ["{bin}", "{model}", "--cache-gb", "0.1", "--ids", "{prompt_ids}", "--gen", "{max_tokens}",
+           "--stop-id", "{eos_id}", "--threads", "{threads}", "--incremental", "--out", "{run_dir}/engine-out.json"]
+setup = []
+"#;
+    let (o, out) = sweep(&model("tiny-k3"), spec, "k3c", &[("MEMDIAL_K3C_BIN", &bin)]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let rows = rows(&out);
+    let k = rows.iter().find(|r| r["engine"] == "kimi-k3-in-c").unwrap();
+    let me = rows.iter().find(|r| r["engine"] == "memdial").unwrap();
+    assert_eq!(ids(k), ids(me));
+    assert!(k["ttft_s"].as_f64().is_some(), "{k}");
+    assert_eq!(k["metric_sources"]["decode_s_per_token"], "engine");
+    assert!(
+        k["engine_version"].as_str().unwrap().starts_with("k3 "),
+        "{k}"
+    );
+    Ok(testkit::Completion::Completed)
+}
+
+fn main() -> ExitCode {
+    testkit::main(
+        include_str!("engines.rs"),
+        vec![
+            testkit::ignorable(
+                "mlx_lm_agrees_with_memdial_on_tiny_fixtures",
+                mlx_lm_agrees_with_memdial_on_tiny_fixtures,
+            ),
+            testkit::ignorable(
+                "kimi_k3_in_c_agrees_with_memdial_on_tiny_k3",
+                kimi_k3_in_c_agrees_with_memdial_on_tiny_k3,
+            ),
+            testkit::test(
+                "command_engine_mismatch_fails_only_when_it_must_match",
+                command_engine_mismatch_fails_only_when_it_must_match,
+            ),
+            testkit::test(
+                "unknown_engine_is_a_usage_error",
+                unknown_engine_is_a_usage_error,
+            ),
+            testkit::test(
+                "missing_binary_is_a_usage_error_naming_how_to_build",
+                missing_binary_is_a_usage_error_naming_how_to_build,
+            ),
+        ],
+    )
+}
