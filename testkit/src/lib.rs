@@ -9,6 +9,8 @@
 //!   cannot run here (no oracle venv, no tmpfs, not root) is reported as
 //!   `test NAME ... ignored, REASON` and counted in the `N ignored` of the summary line —
 //!   and is a failure when `CI` is set (`CI=true`), so CI never passes a check it skipped.
+//!   [`skip_optional`] is for inputs that are optional by design (another engine's binary
+//!   given by path): visibly skipped everywhere, CI included.
 //! - [`oracle`]: the Python oracle venv, created on first use under a file lock.
 
 use std::fmt::Display;
@@ -124,6 +126,16 @@ pub fn skip(reason: impl Display) -> Outcome {
     } else {
         Ok(Completion::ignored_with(reason))
     }
+}
+
+/// A check whose input is optional by design (a binary of another engine given by an
+/// environment variable, a large fixture the user generates): always reported as
+/// `ignored, REASON (optional input)` — also under CI, where the input is not expected.
+/// Use [`skip`] for anything CI is meant to check.
+pub fn skip_optional(reason: impl Display) -> Outcome {
+    Ok(Completion::ignored_with(format!(
+        "{reason} (optional input)"
+    )))
 }
 
 /// A trial that always runs: `f` passes unless it panics.
