@@ -126,6 +126,9 @@ enum Model {
     /// One byte of the final `model.norm.weight` (a pinned tensor, read at open) changed;
     /// `tensors.sha256` still has the clean checksums.
     PinnedFlip,
+    /// One byte of `lm_head.weight` changed (read in row blocks at a budget near the
+    /// floor); `tensors.sha256` still has the clean checksums.
+    LmHeadFlip,
     /// `tensors.sha256` present but empty.
     EmptyManifest,
     /// `tensors.sha256` without the entries of the used expert's w2 scale.
@@ -233,6 +236,7 @@ fn make(m: Model) -> (testkit::Scratch, PathBuf) {
             std::fs::write(&p, serde_json::to_string(&v).unwrap()).unwrap();
         }
         Model::PinnedFlip => poke(&d, "language_model.model.norm.weight", 1, &[0x00]),
+        Model::LmHeadFlip => poke(&d, "language_model.lm_head.weight", 100, &[0x5a]),
         Model::EmptyManifest => std::fs::write(d.join("tensors.sha256"), "").unwrap(),
         Model::PartialManifest => {
             let p = d.join("tensors.sha256");
@@ -343,6 +347,35 @@ fn cases() -> Vec<Case> {
             args: &["--budget", "1GiB", "--io", "buffered", "--verify-reads"],
             code: 1,
             expect: &["verifying reads: tensor language_model.model.norm.weight read from"],
+        },
+        // ... and a tensor read in row blocks (lm_head near the floor) is hashed whole.
+        Case {
+            model: Model::LmHeadFlip,
+            args: &[
+                "--budget",
+                "9MiB",
+                "--max-context",
+                "4096",
+                "--io",
+                "direct",
+                "--verify-reads",
+            ],
+            code: 1,
+            expect: &["verifying reads: tensor language_model.lm_head.weight read from"],
+        },
+        Case {
+            model: Model::LmHeadFlip,
+            args: &[
+                "--budget",
+                "9MiB",
+                "--max-context",
+                "4096",
+                "--io",
+                "mmap",
+                "--verify-reads",
+            ],
+            code: 1,
+            expect: &["verifying reads: tensor language_model.lm_head.weight read from"],
         },
         Case {
             model: Model::PartialManifest,

@@ -173,7 +173,7 @@ impl Shared {
         for m in &g.members {
             let full = m.key.as_str();
             if m.partial {
-                continue; // a block of rows: the manifest hashes whole tensors
+                continue; // a block of rows: its tensor was hashed whole at open (`verify_parts`)
             }
             let Some(want) = man.get(full) else { continue };
             let p = loaded.range_pos[m.range] + m.offset as usize;

@@ -14,6 +14,7 @@ mod caches;
 mod io;
 mod mapped;
 mod rows;
+mod verify_parts;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -220,6 +221,13 @@ impl StreamingStore {
             pinned_bytes += loc.len;
             pinned.insert(key.clone(), bytes);
         }
+        // Tensors read in parts (lm_head blocks, embedding rows): hashed whole once.
+        load_read += verify_parts::verify_partial_tensors(
+            &shared,
+            ck,
+            &cfg.weight_prefix,
+            &verify_parts::partial_keys(&shared),
+        )?;
         // Pinned trunk prefix: read each group into its own buffer.
         for (i, tg) in shared.plan.groups[..first_streamed].iter().enumerate() {
             let g = &tg.read;
