@@ -127,6 +127,11 @@ pub struct Registry {
     pub model_type: String,
     /// Layers of the model.
     pub num_layers: usize,
+    /// kimi-k3-in-c's smallest expert cache on this model: top-k + 2 routed experts
+    /// (it refuses fewer than top-k + 1 slots; one more covers its slot size being a
+    /// little larger than memdial's expert buffer), bytes; 0 until [`Registry::set_model`] or when no
+    /// engine uses the kimi-k3-in-c placeholders.
+    pub k3c_min_cache_bytes: u64,
     /// Where the embedded scripts were written.
     pub scripts_dir: Option<PathBuf>,
 }
@@ -267,6 +272,7 @@ impl Registry {
             eos_ids: vec![],
             model_type: String::new(),
             num_layers: 0,
+            k3c_min_cache_bytes: 0,
             ignore_eos: spec.extra_args.iter().any(|a| a == "--ignore-eos"),
             scripts_dir: None,
         })
@@ -346,6 +352,20 @@ impl Registry {
         self.eos_ids = cfg.eos_token_ids.clone();
         self.model_type = cfg.model_type.clone();
         self.num_layers = cfg.num_hidden_layers;
+        if self.engines.iter().any(|e| uses(&e.def, "{k3c_")) {
+            let ck = memdial::checkpoint::Checkpoint::open(model)?;
+            let plan = memdial::store::plan::plan_unchecked(
+                &cfg,
+                &ck,
+                u64::MAX / 4,
+                memdial::io::IoMode::Direct,
+                memdial::store::plan::Prefetch::None,
+                1,
+            )?;
+            self.k3c_min_cache_bytes =
+                (cfg.moe.as_ref().map_or(0, |m| m.num_experts_per_token) as u64 + 2)
+                    * plan.expert_buffer_bytes;
+        }
         Ok(())
     }
 
@@ -466,6 +486,18 @@ impl Registry {
                 ));
             }
         }
+        if uses(&e.def, "{k3c_") {
+            let need = K3C_OVERHEAD_BYTES + self.k3c_min_cache_bytes;
+            if budget < need {
+                return Some(format!(
+                    "{} needs at least {} (its fixed {} plus top-k + 2 expert cache slots), the budget is {}",
+                    e.name,
+                    memdial::store::plan::fmt_bytes(need),
+                    memdial::store::plan::fmt_bytes(K3C_OVERHEAD_BYTES),
+                    memdial::store::plan::fmt_bytes(budget)
+                ));
+            }
+        }
         if e.def.resident_only.unwrap_or(false) {
             let need = resident_need(&e.def, model_bytes);
             if budget < need {
@@ -555,8 +587,14 @@ impl Registry {
             .set("prefetch", &c.point.prefetch)
             .set("run_dir", c.run_dir.display());
         if let Some(t) = c.trunk_share_bytes {
-            // kimi-k3-in-c: the trunk ring gets memdial's pinned + slot bytes, the
-            // expert cache the rest after its fixed overhead (≈144 MB measured on mini).
+            // kimi-k3-in-c: the trunk ring gets memdial's pinned + slot bytes, capped so
+            // the expert cache keeps its top-k + 2 slots; the cache gets the rest after
+            // the engine's fixed overhead (≈144 MB measured on mini).
+            let room = c
+                .budget_bytes
+                .saturating_sub(K3C_OVERHEAD_BYTES)
+                .saturating_sub(self.k3c_min_cache_bytes);
+            let t = t.min(room);
             let cache = c
                 .budget_bytes
                 .saturating_sub(K3C_OVERHEAD_BYTES)
