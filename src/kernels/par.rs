@@ -249,15 +249,14 @@ impl Pool {
         };
         for tid in 1..threads {
             let s = Arc::clone(&pool.shared);
-            let h = std::thread::Builder::new()
-                .name(format!("memdial-par-{tid}"))
-                .spawn(move || worker(s))
-                .map_err(|e| {
+            let h = spawn_thread(format!("memdial-par-{tid}"), tid, move || worker(s)).map_err(
+                |e| {
                     std::io::Error::new(
                         e.kind(),
                         format!("cannot start kernel thread {tid} of {threads}: {e}"),
                     )
-                })?;
+                },
+            )?;
             pool.handles.push(h);
         }
         Ok(pool)
@@ -479,4 +478,25 @@ mod tests {
         });
         assert_eq!(count.load(SeqCst), 5);
     }
+}
+
+/// Starts thread `name` (index `i` of its pool) with [`std::thread::Builder::spawn`];
+/// the OS's refusal (EAGAIN, ENOMEM) is returned, never a panic.
+///
+/// Test-only hook: with `MEMDIAL_TEST_SPAWN_FAIL_AT=i` in the environment the spawn of
+/// index `i` fails as if the OS refused it (EAGAIN), so callers' error paths can be
+/// tested deterministically (an address-space limit fails at whichever allocation
+/// comes first, which may be inside a thread already started).
+pub fn spawn_thread<F>(name: String, i: usize, f: F) -> std::io::Result<std::thread::JoinHandle<()>>
+where
+    F: FnOnce() + Send + 'static,
+{
+    if std::env::var("MEMDIAL_TEST_SPAWN_FAIL_AT")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        == Some(i)
+    {
+        return Err(std::io::Error::from_raw_os_error(11));
+    }
+    std::thread::Builder::new().name(name).spawn(f)
 }

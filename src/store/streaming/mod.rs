@@ -341,10 +341,7 @@ fn spawn_workers(shared: &Arc<Shared>, n: usize) -> Result<Vec<std::thread::Join
     let mut workers = Vec::with_capacity(n);
     for i in 0..n {
         let s = shared.clone();
-        match std::thread::Builder::new()
-            .name(format!("memdial-io-{i}"))
-            .spawn(move || worker(s))
-        {
+        match crate::kernels::par::spawn_thread(format!("memdial-io-{i}"), i, move || worker(s)) {
             Ok(h) => workers.push(h),
             Err(e) => {
                 lock(shared).shutdown = true;
