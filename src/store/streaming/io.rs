@@ -182,15 +182,14 @@ impl Shared {
                 LoadedData::Maps(maps) => &maps[m.range][..],
             };
             let got = hex(&Sha256::digest(&bytes[p..p + m.len as usize]));
-            if &got != want {
-                let r = &g.ranges[m.range];
-                bail!(
-                    "verifying reads: tensor {} read from {} at offset {} has sha256 {got}, manifest says {want}",
-                    m.key,
-                    self.files[r.shard].path.display(),
-                    r.start + m.offset
-                );
-            }
+            let r = &g.ranges[m.range];
+            check_sha(
+                &m.key,
+                &self.files[r.shard].path,
+                r.start + m.offset,
+                &got,
+                Some(want),
+            )?;
             n += 1;
         }
         Ok(n)
@@ -330,4 +329,25 @@ pub(super) fn worker(shared: Arc<Shared>) {
         drop(g);
         shared.cv.notify_all();
     }
+}
+
+/// `--verify-reads`: tensor `name`, read from `path` at `offset` (bytes), hashed to
+/// sha256 `got` (hex) must match the manifest's `want` (`None`: no entry).
+///
+/// Errors: a mismatch, naming tensor, file, offset and both hashes.
+pub(super) fn check_sha(
+    name: &str,
+    path: &std::path::Path,
+    offset: u64,
+    got: &str,
+    want: Option<&str>,
+) -> Result<()> {
+    if want != Some(got) {
+        bail!(
+            "verifying reads: tensor {name} read from {} at offset {offset} has sha256 {got}, manifest says {}",
+            path.display(),
+            want.unwrap_or("nothing")
+        );
+    }
+    Ok(())
 }

@@ -209,14 +209,13 @@ impl StreamingStore {
             };
             if let Some(man) = &shared.manifest {
                 let got = hex(&Sha256::digest(&bytes[..]));
-                if man.get(key) != Some(&got) {
-                    bail!(
-                        "verifying reads: tensor {full} read from {} at offset {} has sha256 {got}, manifest says {}",
-                        f.path.display(),
-                        loc.offset,
-                        man.get(key).map_or("nothing", |s| s.as_str())
-                    );
-                }
+                io::check_sha(
+                    &full,
+                    &f.path,
+                    loc.offset,
+                    &got,
+                    man.get(key).map(|s| s.as_str()),
+                )?;
             }
             pinned_bytes += loc.len;
             pinned.insert(key.clone(), bytes);

@@ -78,13 +78,7 @@ pub(super) fn verify_partial_tensors(
             off += len;
         }
         let got = hex(&h.finalize());
-        if &got != want {
-            bail!(
-                "verifying reads: tensor {full} read from {} at offset {} has sha256 {got}, manifest says {want}",
-                f.path.display(),
-                loc.offset
-            );
-        }
+        super::io::check_sha(&full, &f.path, loc.offset, &got, Some(want))?;
     }
     Ok(read)
 }
