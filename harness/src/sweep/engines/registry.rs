@@ -356,6 +356,9 @@ impl Registry {
         if let Some(s) = &e.setup_dir {
             v.set("setup_dir", s.display());
         }
+        if let Ok(me) = std::env::current_exe() {
+            v.set("memdial", me.display());
+        }
         v.set("model_type", &self.model_type);
         v.set("num_layers", self.num_layers);
         let eos: Vec<u32> = if self.ignore_eos {
