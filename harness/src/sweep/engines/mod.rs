@@ -8,19 +8,22 @@
 //! the reference engine's and [`ratio`] their speed.
 //!
 //! - [`def`]: the `[engine.NAME]` table and the built-in adapters;
-//! - [`registry`]: the spec's engines resolved (binaries, versions, setup step,
-//!   which points each one can run);
+//! - [`resolve`]: an engine's definition merged from the built-in and the spec;
+//! - [`registry`]: the spec's engines resolved (binaries, versions, setup step);
+//! - [`applicable`]: which points each engine can run;
 //! - [`runs`]: per-run glue (prompt ids, trunk share, reading an engine's output);
 //! - [`setup`]: cached setup steps and versions;
 //! - [`check`]: `memdial engines check`.
 
 pub mod agreement;
+pub mod applicable;
 pub mod check;
 pub mod def;
 pub mod margins;
 pub mod output;
 pub mod ratio;
 pub mod registry;
+pub mod resolve;
 pub mod runs;
 pub mod setup;
 pub mod template;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::def::{bin_env, builtin, how_to_build, overlay, BudgetHold, EngineDef, BUILTINS};
+use super::def::{bin_env, how_to_build, BudgetHold, EngineDef};
 use super::template::Vars;
 use crate::sweep::spec::{Point, Spec};
 
@@ -136,98 +136,8 @@ pub struct Registry {
     pub scripts_dir: Option<PathBuf>,
 }
 
-/// The python of the oracle venv: `$MEMDIAL_MLX_PYTHON`, `fixtures/oracle/.venv` under
-/// the current directory, else under the repository this binary was built from.
-pub fn default_python() -> PathBuf {
-    if let Some(p) = std::env::var_os(MLX_PYTHON_ENV).filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let rel = Path::new("fixtures/oracle/.venv/bin/python");
-    if rel.exists() {
-        return rel.to_path_buf();
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
-}
-
-/// The merged definition of engine `name` of `spec` (errors: unknown adapter, an
-/// engine that is neither a built-in nor defined with a `command`).
-pub fn resolve_def(spec: &Spec, name: &str) -> Result<EngineDef> {
-    let table = spec.engine.get(name).cloned().unwrap_or_default();
-    let adapter = table.adapter.clone().unwrap_or_else(|| {
-        if builtin(name).is_some() {
-            name.to_string()
-        } else {
-            "command".into()
-        }
-    });
-    let Some(base) = builtin(&adapter) else {
-        bail!(
-            "engine {name:?}: unknown adapter {adapter:?} (known: {})",
-            BUILTINS.join(", ")
-        );
-    };
-    let d = overlay(base, &table);
-    if adapter != "memdial" && d.command.is_none() {
-        bail!(
-            "engine {name:?} (adapter {adapter}) has no command template: add `command = [...]` to [engine.{name}]"
-        );
-    }
-    if adapter != "memdial" && d.ids_json.is_none() && d.ids_stdout_regex.is_none() {
-        bail!("engine {name:?}: say where its ids are (`ids_json` + `ids_key`, or `ids_stdout_regex`)");
-    }
-    if let Some(r) = &d.steps_stdout_regex {
-        let re =
-            regex::Regex::new(r).with_context(|| format!("engine {name:?}: steps_stdout_regex"))?;
-        if re.captures_len() < 2 {
-            bail!("engine {name:?}: steps_stdout_regex needs a capture group holding the seconds");
-        }
-    }
-    if let Some(r) = &d.ids_stdout_regex {
-        let re =
-            regex::Regex::new(r).with_context(|| format!("engine {name:?}: ids_stdout_regex"))?;
-        if re.captures_len() < 2 {
-            bail!("engine {name:?}: ids_stdout_regex needs a capture group holding the ids");
-        }
-    }
-    if let Some(o) = &d.runtime_overhead {
-        memdial::store::plan::parse_size(o)
-            .with_context(|| format!("engine {name:?}: runtime_overhead"))?;
-    }
-    if d.resident_factor.is_some_and(|f| !(f > 0.0)) {
-        bail!("engine {name:?}: resident_factor must be positive");
-    }
-    if let Some(io) = &d.io {
-        for k in io.keys() {
-            memdial::io::IoMode::parse(k).with_context(|| format!("engine {name:?}: io"))?;
-        }
-    }
-    Ok(d)
-}
-
-/// Checks the spec's engine settings (called by `Spec::validate`).
-pub fn validate(spec: &Spec) -> Result<()> {
-    if spec.engines.is_empty() {
-        bail!("axis `engines` is empty");
-    }
-    let mut seen = std::collections::BTreeSet::new();
-    for e in &spec.engines {
-        if !seen.insert(e) {
-            bail!("engine {e:?} is listed twice");
-        }
-        resolve_def(spec, e)?;
-    }
-    for k in spec.engine.keys() {
-        if !spec.engines.contains(k) {
-            bail!("[engine.{k}] is defined but {k:?} is not in `engines`");
-        }
-    }
-    if let Some(r) = &spec.reference_engine {
-        if !spec.engines.contains(r) {
-            bail!("reference_engine {r:?} is not in `engines`");
-        }
-    }
-    Ok(())
-}
+use super::applicable::K3C_OVERHEAD_BYTES;
+pub use super::resolve::{default_python, resolve_def, validate};
 
 impl Registry {
     /// The engines of `spec` (definitions only; nothing is run).
@@ -446,6 +356,9 @@ impl Registry {
         if let Some(s) = &e.setup_dir {
             v.set("setup_dir", s.display());
         }
+        if let Ok(me) = std::env::current_exe() {
+            v.set("memdial", me.display());
+        }
         v.set("model_type", &self.model_type);
         v.set("num_layers", self.num_layers);
         let eos: Vec<u32> = if self.ignore_eos {
@@ -459,93 +372,6 @@ impl Registry {
             eos.first().map(|x| *x as i64).unwrap_or(-1).to_string(),
         );
         v
-    }
-
-    /// Why engine `e` does not run at point `p` (budget `budget` bytes of a model of
-    /// `model_bytes`), or `None` when it does: a resident-only engine under the model
-    /// size, an IO mode or prefetch policy it does not have (engines without IO modes
-    /// or prefetch run at the spec's first value only).
-    pub fn not_applicable(
-        &self,
-        e: &Engine,
-        spec: &Spec,
-        p: &Point,
-        budget: u64,
-        model_bytes: u64,
-    ) -> Option<String> {
-        if e.is_memdial() {
-            return None;
-        }
-        if let Some(types) = &e.def.model_types {
-            if !types.contains(&self.model_type) {
-                return Some(format!(
-                    "{} runs {} models, this one is {}",
-                    e.name,
-                    types.join(", "),
-                    self.model_type
-                ));
-            }
-        }
-        if uses(&e.def, "{k3c_") {
-            let need = K3C_OVERHEAD_BYTES + self.k3c_min_cache_bytes;
-            if budget < need {
-                return Some(format!(
-                    "{} needs at least {} (its fixed {} plus top-k + 2 expert cache slots), the budget is {}",
-                    e.name,
-                    memdial::store::plan::fmt_bytes(need),
-                    memdial::store::plan::fmt_bytes(K3C_OVERHEAD_BYTES),
-                    memdial::store::plan::fmt_bytes(budget)
-                ));
-            }
-        }
-        if e.def.resident_only.unwrap_or(false) {
-            let need = resident_need(&e.def, model_bytes);
-            if budget < need {
-                return Some(format!(
-                    "{} holds the whole model: it needs {} (model × {} + runtime {}), the budget is {}",
-                    e.name,
-                    memdial::store::plan::fmt_bytes(need),
-                    e.def.resident_factor.unwrap_or(1.0),
-                    e.def.runtime_overhead.as_deref().unwrap_or("0"),
-                    memdial::store::plan::fmt_bytes(budget)
-                ));
-            }
-        }
-        match &e.def.io {
-            Some(m) if !m.contains_key(&p.io) => {
-                return Some(format!(
-                    "{} has no IO mode {:?} (it has: {})",
-                    e.name,
-                    p.io,
-                    m.keys().cloned().collect::<Vec<_>>().join(", ")
-                ))
-            }
-            None if spec.io.first() != Some(&p.io) => {
-                return Some(format!(
-                    "{} has no IO modes: run at io = {:?} only",
-                    e.name,
-                    spec.io.first().cloned().unwrap_or_default()
-                ))
-            }
-            _ => {}
-        }
-        match &e.def.prefetch {
-            Some(v) if !v.contains(&p.prefetch) => Some(format!(
-                "{} has no prefetch policy {:?}",
-                e.name, p.prefetch
-            )),
-            None if spec.prefetch.first() != Some(&p.prefetch) => Some(format!(
-                "{} has no prefetch policies: run at prefetch = {:?} only",
-                e.name,
-                spec.prefetch.first().cloned().unwrap_or_default()
-            )),
-            _ if spec.cache.first() != Some(&p.cache) => Some(format!(
-                "{} has no expert-cache policies: run at cache = {:?} only",
-                e.name,
-                spec.cache.first().cloned().unwrap_or_default()
-            )),
-            _ => None,
-        }
     }
 
     /// The child command of engine `e` for one run.
@@ -611,23 +437,6 @@ impl Registry {
         }
         Ok(v)
     }
-}
-
-/// kimi-k3-in-c's memory outside its trunk ring and expert cache (binary, KV and
-/// state buffers, allocator), bytes: ≈144 MB, measured on `mini` by hand (peak RSS
-/// with --trunk-gb 0 --cache-gb 0, see the README).
-pub const K3C_OVERHEAD_BYTES: u64 = 144_000_000;
-
-/// Memory a resident-only engine needs: model bytes × `resident_factor` +
-/// `runtime_overhead`, bytes.
-pub fn resident_need(d: &EngineDef, model_bytes: u64) -> u64 {
-    let f = d.resident_factor.unwrap_or(1.0);
-    let o = d
-        .runtime_overhead
-        .as_deref()
-        .and_then(|s| memdial::store::plan::parse_size(s).ok())
-        .unwrap_or(0);
-    (model_bytes as f64 * f).ceil() as u64 + o
 }
 
 pub(super) fn uses(d: &EngineDef, ph: &str) -> bool {

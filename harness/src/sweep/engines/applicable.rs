@@ -1,0 +1,112 @@
+//! Which points an engine can run: model types, kimi-k3-in-c's floor, resident-only
+//! engines under the model size, IO modes and prefetch policies it lacks.
+
+use super::def::EngineDef;
+use super::registry::{uses, Engine, Registry};
+use crate::sweep::spec::{Point, Spec};
+
+impl Registry {
+    /// Why engine `e` does not run at point `p` (budget `budget` bytes of a model of
+    /// `model_bytes`), or `None` when it does: a resident-only engine under the model
+    /// size, an IO mode or prefetch policy it does not have (engines without IO modes
+    /// or prefetch run at the spec's first value only).
+    pub fn not_applicable(
+        &self,
+        e: &Engine,
+        spec: &Spec,
+        p: &Point,
+        budget: u64,
+        model_bytes: u64,
+    ) -> Option<String> {
+        if e.is_memdial() {
+            return None;
+        }
+        if let Some(types) = &e.def.model_types {
+            if !types.contains(&self.model_type) {
+                return Some(format!(
+                    "{} runs {} models, this one is {}",
+                    e.name,
+                    types.join(", "),
+                    self.model_type
+                ));
+            }
+        }
+        if uses(&e.def, "{k3c_") {
+            let need = K3C_OVERHEAD_BYTES + self.k3c_min_cache_bytes;
+            if budget < need {
+                return Some(format!(
+                    "{} needs at least {} (its fixed {} plus top-k + 2 expert cache slots), the budget is {}",
+                    e.name,
+                    memdial::store::plan::fmt_bytes(need),
+                    memdial::store::plan::fmt_bytes(K3C_OVERHEAD_BYTES),
+                    memdial::store::plan::fmt_bytes(budget)
+                ));
+            }
+        }
+        if e.def.resident_only.unwrap_or(false) {
+            let need = resident_need(&e.def, model_bytes);
+            if budget < need {
+                return Some(format!(
+                    "{} holds the whole model: it needs {} (model × {} + runtime {}), the budget is {}",
+                    e.name,
+                    memdial::store::plan::fmt_bytes(need),
+                    e.def.resident_factor.unwrap_or(1.0),
+                    e.def.runtime_overhead.as_deref().unwrap_or("0"),
+                    memdial::store::plan::fmt_bytes(budget)
+                ));
+            }
+        }
+        match &e.def.io {
+            Some(m) if !m.contains_key(&p.io) => {
+                return Some(format!(
+                    "{} has no IO mode {:?} (it has: {})",
+                    e.name,
+                    p.io,
+                    m.keys().cloned().collect::<Vec<_>>().join(", ")
+                ))
+            }
+            None if spec.io.first() != Some(&p.io) => {
+                return Some(format!(
+                    "{} has no IO modes: run at io = {:?} only",
+                    e.name,
+                    spec.io.first().cloned().unwrap_or_default()
+                ))
+            }
+            _ => {}
+        }
+        match &e.def.prefetch {
+            Some(v) if !v.contains(&p.prefetch) => Some(format!(
+                "{} has no prefetch policy {:?}",
+                e.name, p.prefetch
+            )),
+            None if spec.prefetch.first() != Some(&p.prefetch) => Some(format!(
+                "{} has no prefetch policies: run at prefetch = {:?} only",
+                e.name,
+                spec.prefetch.first().cloned().unwrap_or_default()
+            )),
+            _ if spec.cache.first() != Some(&p.cache) => Some(format!(
+                "{} has no expert-cache policies: run at cache = {:?} only",
+                e.name,
+                spec.cache.first().cloned().unwrap_or_default()
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// kimi-k3-in-c's memory outside its trunk ring and expert cache (binary, KV and
+/// state buffers, allocator), bytes: ≈144 MB, measured on `mini` by hand (peak RSS
+/// with --trunk-gb 0 --cache-gb 0, see the README).
+pub const K3C_OVERHEAD_BYTES: u64 = 144_000_000;
+
+/// Memory a resident-only engine needs: model bytes × `resident_factor` +
+/// `runtime_overhead`, bytes.
+pub fn resident_need(d: &EngineDef, model_bytes: u64) -> u64 {
+    let f = d.resident_factor.unwrap_or(1.0);
+    let o = d
+        .runtime_overhead
+        .as_deref()
+        .and_then(|s| memdial::store::plan::parse_size(s).ok())
+        .unwrap_or(0);
+    (model_bytes as f64 * f).ceil() as u64 + o
+}
