@@ -83,6 +83,11 @@ pub struct Row {
     pub status: String,
     /// Error message, or what the fio job was.
     pub note: String,
+    /// True on the row at the io-depth knee of its series (same tool, pattern, io
+    /// mode and cache state over ≥ 2 queue depths): the smallest depth whose GB/s is
+    /// within 5 % of the series' best ([`super::mark_knees`]).
+    #[serde(default)]
+    pub knee: bool,
 }
 
 impl Row {
@@ -514,6 +519,7 @@ fn row_of(w: &Workload, spec: &CellSpec, p: &Pass, cold_ok: bool) -> Row {
         passes: n as f64 / distinct as f64,
         status: "ok".into(),
         note: String::new(),
+        knee: false,
     }
 }
 
