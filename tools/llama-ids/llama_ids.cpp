@@ -3,12 +3,18 @@
 // text and prints text, which would put two tokenizers between the engines).
 //
 //   llama_ids -m MODEL.gguf --ids 1,2,3 -n N [-t THREADS] [--eos 7,9]
-//             [--load-mode mmap|none|dio] --out OUT.json
+//             [--load-mode mmap|none|dio] [--no-repack] [--logits-out F.f32] --out OUT.json
 //
 // Prefills the prompt ids in one llama_process call, then decodes one token per
 // step. Each step's token is the argmax of the last position's logits, ties to the
 // lowest id (memdial's rule); llama.cpp's sampler is not used. Generation stops after
 // an id in --eos (included) or after N tokens.
+//
+// --no-repack keeps quantized weights where they were loaded (llama.cpp's CPU backend
+// otherwise repacks MXFP4 / Q-type weights into anonymous memory for its faster
+// kernels, which holds the whole model in RAM whatever the load mode).
+// --logits-out writes every step's logits (last position), raw little-endian f32,
+// steps × n_vocab, for comparisons with `memdial run --logits-out`.
 //
 // Writes OUT.json: {"engine": "llama.cpp", "load_mode": ..., "output_ids": [...], "ttft_s": s, "decode_s_per_token": [...], "load_s": s,
 // "top2_margin": [...]} (seconds from ggml_time_us around each llama_process call).
@@ -54,7 +60,7 @@ static std::vector<int> parse_ids(const char * s) {
 
 static void usage() {
     fprintf(stderr, "usage: llama_ids -m MODEL.gguf --ids 1,2,3 -n N [-t THREADS] [--eos 7,9] "
-                    "[--load-mode mmap|none|dio] --out OUT.json\n");
+                    "[--load-mode mmap|none|dio] [--no-repack] [--logits-out F.f32] --out OUT.json\n");
     std::exit(2);
 }
 
@@ -64,11 +70,13 @@ static void silent(enum ggml_log_level level, const char * text, void *) {
 
 int main(int argc, char ** argv) {
     std::setlocale(LC_NUMERIC, "C");
-    std::string model_path, out_path, mode = "mmap";
+    std::string model_path, out_path, logits_path, mode = "mmap";
     std::vector<int> ids, eos;
     int n_predict = -1, threads = 1;
+    bool repack = true;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
+        if (a == "--no-repack") { repack = false; continue; }
         if (i + 1 >= argc) usage();
         const char * v = argv[++i];
         if (a == "-m") model_path = v;
@@ -78,11 +86,13 @@ int main(int argc, char ** argv) {
         else if (a == "--eos") eos = parse_ids(v);
         else if (a == "--load-mode") mode = v;
         else if (a == "--out") out_path = v;
+        else if (a == "--logits-out") logits_path = v;
         else usage();
     }
     if (model_path.empty() || out_path.empty() || ids.empty() || n_predict < 1 || threads < 1) usage();
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    mp.use_extra_bufts = repack;
     mp.progress_callback = [](float, void *) { return true; };  // no progress dots
     if (mode == "mmap") mp.load_mode = LLAMA_LOAD_MODE_MMAP;
     else if (mode == "none") mp.load_mode = LLAMA_LOAD_MODE_NONE;
@@ -118,6 +128,11 @@ int main(int argc, char ** argv) {
         return 1;
     }
     const double load_s = (ggml_time_us() - t0) / 1e6;
+    FILE * lf = nullptr;
+    if (!logits_path.empty() && !(lf = fopen(logits_path.c_str(), "wb"))) {
+        fprintf(stderr, "llama_ids: cannot write %s\n", logits_path.c_str());
+        return 1;
+    }
     llama_batch_ext * batch = llama_batch_ext_init(ctx);
     std::vector<int> out;
     std::vector<double> decode, margins;
@@ -138,6 +153,7 @@ int main(int argc, char ** argv) {
             return 1;
         }
         const float * logits = llama_get_logits_ith(ctx, -1);
+        if (lf) fwrite(logits, sizeof(float), n_vocab, lf);
         int best = 0;
         float b1 = logits[0], b2 = -INFINITY;
         for (int i = 1; i < n_vocab; ++i) {
@@ -154,6 +170,7 @@ int main(int argc, char ** argv) {
         for (int e : eos) stop |= (e == best);
         if (stop) break;
     }
+    if (lf) fclose(lf);
     FILE * f = fopen(out_path.c_str(), "w");
     if (!f) {
         fprintf(stderr, "llama_ids: cannot write %s\n", out_path.c_str());

@@ -5,7 +5,8 @@
 //! - [`gguf`]: the container (GGUF v3);
 //! - [`kimi`]: tensor names, shapes, types and transforms;
 //! - [`meta`]: the architecture keys; [`vocab`]: the tokenizer keys;
-//! - [`mxfp4`]: MXFP4 experts repacked to ggml's block layout.
+//! - [`reader`]: each tensor's bytes; [`mxfp4`]: MXFP4 experts repacked to ggml's
+//!   block layout.
 //!
 //! The file is written to `OUT.partial` and renamed to `OUT` when complete, so a
 //! failed conversion leaves no file behind.
@@ -14,6 +15,7 @@ pub mod gguf;
 pub mod kimi;
 pub mod meta;
 pub mod mxfp4;
+pub mod reader;
 pub mod vocab;
 
 use std::io::BufWriter;
@@ -102,7 +104,7 @@ pub fn write(a: &ConvertArgs) -> Result<usize> {
     };
     kvs.extend(vocab::tokenizer_kvs(&a.model, vocab_size, eos)?);
     let infos: Vec<gguf::TensorInfo> = planned.iter().map(|p| p.info.clone()).collect();
-    let reader = kimi::Reader::new(&ck)?;
+    let reader = reader::Reader::new(&ck)?;
     let mut part = a.out.clone().into_os_string();
     part.push(".partial");
     let part = PathBuf::from(part);

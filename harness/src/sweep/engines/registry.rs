@@ -39,7 +39,8 @@ pub const SETUP_CACHE_ENV: &str = "MEMDIAL_ENGINE_CACHE";
 pub struct Engine {
     /// Name on the `engines` axis.
     pub name: String,
-    /// Built-in adapter (`memdial`, `mlx-lm`, `kimi-k3-in-c`, `llama.cpp`, `command`).
+    /// Built-in adapter (`memdial`, `mlx-lm`, `kimi-k3-in-c`, `llama.cpp`,
+    /// `llama.cpp-f32`, `command`).
     pub adapter: String,
     /// The merged definition.
     pub def: EngineDef,
