@@ -44,8 +44,9 @@ pub struct Args {
     /// IO modes, comma-separated: direct, buffered, mmap.
     #[arg(long, default_value = "direct,buffered,mmap")]
     pub modes: String,
-    /// Queue depths (reader threads), comma-separated.
-    #[arg(long, default_value = "1,4,16")]
+    /// Queue depths (reader threads), comma-separated. The report marks each series'
+    /// knee: the smallest depth within 5 % of its best GB/s.
+    #[arg(long, default_value = "1,2,4,8,16")]
     pub qd: String,
     /// Page-cache states, comma-separated: cold (evicted and verified empty with
     /// mincore) and warm (read once first).
@@ -239,6 +240,8 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         };
         run_matrix(w, &matrix, &mut on_row);
     }
+    memdial::iobench::mark_knees(&mut rows);
+    save_rows(&out, &rows)?;
     meta.wall_s = t_start.elapsed().as_secs_f64();
     export::write_json(&out.join("iobench.json"), &meta)?;
     let chart_err = write_chart(&out, &rows, &meta.model_dir).err();

@@ -20,6 +20,7 @@ mod cmd_report;
 mod cmd_run;
 mod cmd_sweep;
 mod cmd_tokenize;
+mod convert;
 mod export;
 mod iobench;
 mod sweep;
@@ -54,6 +55,8 @@ enum Command {
     Report(cmd_report::ReportArgs),
     /// Other engines a sweep can run (`engines check`: find binaries, say what is missing).
     Engines(sweep::engines::check::EnginesArgs),
+    /// Convert a checkpoint to another engine's format (`--to gguf` for llama.cpp).
+    Convert(convert::ConvertArgs),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
         Command::Sweep(a) => cmd_sweep::run(a),
         Command::Report(a) => cmd_report::run(a),
         Command::Engines(a) => sweep::engines::check::run(a),
+        Command::Convert(a) => convert::run(a),
     };
     match res {
         Ok(code) => code,

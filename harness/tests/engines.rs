@@ -11,6 +11,8 @@
 //!   engine whose ids (read from stdout by a regex) differ from memdial's at token 0:
 //!   exit 1 with `must_match = true`, exit 0 and reported with `must_match = false`;
 //!   memdial's top-2 margin at the differing position is dumped.
+//! - `llama_cpp_f32_agrees_with_memdial_on_tiny_fixtures`: with `MEMDIAL_LLAMA_BIN`
+//!   (else visibly skipped): llama.cpp on the F32 GGUF gives memdial's ids.
 //! - `unknown_engine_is_a_usage_error`, `missing_binary_is_a_usage_error_naming_how_to_build`.
 //!
 //! Runs one at a time (a global lock): concurrent sweeps would evict each other's pages.
@@ -364,6 +366,68 @@ setup = []
     Ok(testkit::Completion::Completed)
 }
 
+/// llama.cpp (`MEMDIAL_LLAMA_BIN`: memdial's `tools/llama-ids` driver built against
+/// llama.cpp) against memdial on tiny-k3 and tiny-linear: the setup step converts
+/// each model with `memdial convert --to gguf` (cached under a scratch
+/// `MEMDIAL_ENGINE_CACHE`); `llama.cpp-f32` (every weight F32) must give memdial's
+/// ids, `llama.cpp` (native BF16 / MXFP4) is reported only. IO modes mmap and buffered.
+fn llama_cpp_f32_agrees_with_memdial_on_tiny_fixtures() -> testkit::Outcome {
+    let Some(bin) = std::env::var_os("MEMDIAL_LLAMA_BIN").filter(|b| !b.is_empty()) else {
+        return testkit::skip_optional(
+            "MEMDIAL_LLAMA_BIN is not set (build llama.cpp and tools/llama-ids, see the README)",
+        );
+    };
+    let bin = PathBuf::from(bin);
+    let cache = scratch().join("engine-cache");
+    let _g = lock();
+    for preset in ["tiny-k3", "tiny-linear"] {
+        let spec = r#"
+budgets = ["2GiB"]
+io = ["mmap", "buffered"]
+prompts = ["The capital of France is"]
+max_tokens = 8
+repeats = 1
+engines = ["memdial", "llama.cpp-f32", "llama.cpp"]
+"#;
+        let (o, out) = sweep(
+            &model(preset),
+            spec,
+            &format!("llama-{preset}"),
+            &[
+                ("MEMDIAL_LLAMA_BIN", &bin),
+                ("MEMDIAL_ENGINE_CACHE", &cache),
+            ],
+        );
+        assert_eq!(o.status.code(), Some(0), "{preset}: {}", text(&o));
+        let rows = rows(&out);
+        let me = rows
+            .iter()
+            .find(|r| r["engine"] == "memdial" && r["status"] == "ok")
+            .unwrap();
+        for io in ["mmap", "buffered"] {
+            for e in ["llama.cpp-f32", "llama.cpp"] {
+                let r = rows
+                    .iter()
+                    .find(|r| r["engine"] == e && r["io"] == io)
+                    .unwrap_or_else(|| panic!("{preset}: no {e} row at {io}"));
+                assert_eq!(r["status"], "ok", "{preset} {e} {io}: {r}");
+                assert_eq!(r["budget_held_by"] != "flag", true, "{r}");
+                assert_eq!(r["metric_sources"]["decode_s_per_token"], "engine");
+                if e == "llama.cpp-f32" {
+                    assert_eq!(
+                        ids(r),
+                        ids(me),
+                        "{preset} {io}: llama.cpp on the F32 GGUF vs memdial"
+                    );
+                }
+            }
+        }
+        let v = json(&out.join("verdict.json"));
+        assert_eq!(v["pass"], true, "{v}");
+    }
+    Ok(testkit::Completion::Completed)
+}
+
 fn main() -> ExitCode {
     testkit::main(
         include_str!("engines.rs"),
@@ -375,6 +439,10 @@ fn main() -> ExitCode {
             testkit::ignorable(
                 "kimi_k3_in_c_agrees_with_memdial_on_tiny_k3",
                 kimi_k3_in_c_agrees_with_memdial_on_tiny_k3,
+            ),
+            testkit::ignorable(
+                "llama_cpp_f32_agrees_with_memdial_on_tiny_fixtures",
+                llama_cpp_f32_agrees_with_memdial_on_tiny_fixtures,
             ),
             testkit::test(
                 "command_engine_mismatch_fails_only_when_it_must_match",

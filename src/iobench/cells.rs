@@ -83,6 +83,11 @@ pub struct Row {
     pub status: String,
     /// Error message, or what the fio job was.
     pub note: String,
+    /// True on the row at the io-depth knee of its series (same tool, pattern, io
+    /// mode and cache state over ≥ 2 queue depths): the smallest depth whose GB/s is
+    /// within 5 % of the series' best ([`super::mark_knees`]).
+    #[serde(default)]
+    pub knee: bool,
 }
 
 impl Row {
@@ -409,7 +414,11 @@ fn run_pass(w: &Workload, spec: &CellSpec, seconds: f64) -> Result<Pass> {
     let (cpu0, dev0, t0, results) = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..spec.qd)
             .map(|_| {
-                let mut buf = AlignedBuf::new(buf_len);
+                // One buffer per reader, on 2 MiB pages as the streaming store's
+                // (AlignedBuf::carve; docs/io.md §2).
+                let mut buf = AlignedBuf::carve(1, buf_len)
+                    .pop()
+                    .expect("carve(1, _) returns one buffer");
                 let (files, seq, next, stop, barrier) = (&files, &seq, &next, &stop, &barrier);
                 sc.spawn(move || -> Result<(Histogram<u64>, u64, u64)> {
                     let mut hist = new_hist();
@@ -514,6 +523,7 @@ fn row_of(w: &Workload, spec: &CellSpec, p: &Pass, cold_ok: bool) -> Row {
         passes: n as f64 / distinct as f64,
         status: "ok".into(),
         note: String::new(),
+        knee: false,
     }
 }
 

@@ -1,4 +1,19 @@
 //! The `fio` job equivalent to a cell, and running it for comparison.
+//!
+//! Direct and buffered cells are compared with fio **replaying the cell's own reads**
+//! ([`super::replay::FioReplay`]: `read_iolog`, one line per range, in the cell's order): the same files,
+//! offsets, lengths (direct: the aligned superset the cell reads), order and amount (a cold
+//! cell's passes one by one from an evicted cache, a warm cell's request count). At queue
+//! depth 1 fio runs `psync` (one `pread` at a time, as our one reader thread); at depth
+//! `qd` > 1 it runs one `io_uring` job with `iodepth=qd`: up to `qd` reads of one ordered
+//! queue in flight, as our `qd` threads taking the next request (several independent jobs
+//! would drift apart and read other parts of the files at the same moment).
+//! fio's IO buffers are hugetlb 2 MiB pages (`--mem=shmhuge`) when enough are free, because
+//! ours are transparent huge pages and a direct read into 4 KiB pages is cut into more device
+//! requests (`docs/io.md` §2); otherwise the row's note says so.
+//! mmap cells keep a synthetic fio job ([`FioJob`]): fio 3.33's mmap engine fails an iolog
+//! replay (`EINVAL` from its `mmap` of the file), so it reads the same files at the median
+//! request size, qd 1 only.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -179,11 +194,17 @@ pub fn fio_job(w: &Workload, spec: &CellSpec) -> Result<FioJob> {
     })
 }
 
-/// Runs the fio job equivalent to `spec` (cold: files evicted and verified first;
-/// warm: fio's region read through the page cache first) and returns its row.
+/// Runs the fio job equivalent to `spec` and returns its row: for direct and buffered
+/// cells a replay of the cell's reads ([`run_fio_replay`], `ours` = our row of the
+/// cell, whose passes / request count fio matches), for mmap the synthetic job (cold:
+/// files evicted and verified first; warm: fio's region read through the page cache
+/// first).
 ///
 /// Errors: fio missing or failing (its stderr is quoted), unparsable output.
-pub fn run_fio_cell(w: &Workload, spec: &CellSpec) -> Result<Row> {
+pub fn run_fio_cell(w: &Workload, spec: &CellSpec, ours: Option<&Row>) -> Result<Row> {
+    if spec.mode != IoMode::Mmap {
+        return super::replay::run_fio_replay(w, spec, ours);
+    }
     let job = fio_job(w, spec)?;
     if spec.mode == IoMode::Mmap && spec.qd > 1 {
         // fio 3.33's mmap engine maps every job's file from offset 0, ignoring
@@ -266,6 +287,7 @@ pub fn run_fio_cell(w: &Workload, spec: &CellSpec) -> Result<Row> {
             v["fio version"].as_str().unwrap_or("fio"),
             job.describe()
         ),
+        knee: false,
     })
 }
 

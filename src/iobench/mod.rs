@@ -54,10 +54,12 @@
 pub mod cells;
 pub mod fio;
 pub mod probe;
+pub mod replay;
 pub mod workload;
 
 pub use cells::*;
 pub use fio::*;
+pub use replay::*;
 pub use workload::*;
 
 use crate::io::IoMode;
@@ -109,11 +111,96 @@ pub fn run_matrix(w: &Workload, m: &Matrix, on_row: &mut dyn FnMut(&Row)) -> Vec
         on_row(&row);
         rows.push(row);
         if m.fio {
-            let row =
-                run_fio_cell(w, &spec).unwrap_or_else(|e| Row::error("fio", &w.name, &spec, &e));
+            let ours = rows.last();
+            let row = run_fio_cell(w, &spec, ours)
+                .unwrap_or_else(|e| Row::error("fio", &w.name, &spec, &e));
             on_row(&row);
             rows.push(row);
         }
     }
     rows
+}
+
+/// A series is within this fraction of its best GB/s at its knee.
+pub const KNEE_TOLERANCE: f64 = 0.05;
+
+/// The io-depth knee of a series of `(queue depth, GB/s)` points: the smallest depth
+/// whose GB/s is at least (1 − [`KNEE_TOLERANCE`]) × the series' best. `None` for
+/// fewer than 2 distinct depths or no positive figure.
+pub fn knee_of(points: &[(usize, f64)]) -> Option<usize> {
+    let mut depths: Vec<usize> = points.iter().map(|p| p.0).collect();
+    depths.sort_unstable();
+    depths.dedup();
+    let best = points.iter().map(|p| p.1).fold(0.0f64, f64::max);
+    if depths.len() < 2 || best <= 0.0 {
+        return None;
+    }
+    points
+        .iter()
+        .filter(|p| p.1 >= (1.0 - KNEE_TOLERANCE) * best)
+        .map(|p| p.0)
+        .min()
+}
+
+/// Sets [`Row::knee`] on every row: true on the knee ([`knee_of`]) of its series, the
+/// `ok` rows with the same tool, pattern, io mode and cache state.
+pub fn mark_knees(rows: &mut [Row]) {
+    let key = |r: &Row| {
+        (
+            r.tool.clone(),
+            r.pattern.clone(),
+            r.io.clone(),
+            r.cache.clone(),
+        )
+    };
+    let knees: Vec<bool> = rows
+        .iter()
+        .map(|r| {
+            let pts: Vec<(usize, f64)> = rows
+                .iter()
+                .filter(|x| x.status == "ok" && key(x) == key(r))
+                .map(|x| (x.qd, x.gb_per_s))
+                .collect();
+            r.status == "ok" && knee_of(&pts) == Some(r.qd)
+        })
+        .collect();
+    for (r, k) in rows.iter_mut().zip(knees) {
+        r.knee = k;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hand-derived: best 2.00 GB/s at qd 16; 5 % below is 1.90; qd 4 (1.92) is the
+    /// smallest depth at or above it (qd 2 at 1.50 is not).
+    #[test]
+    fn knee_is_the_smallest_depth_within_5_percent_of_the_best() {
+        let pts = [(1, 1.0), (2, 1.5), (4, 1.92), (8, 1.95), (16, 2.0)];
+        assert_eq!(knee_of(&pts), Some(4));
+        assert_eq!(knee_of(&[(1, 1.0), (4, 0.96)]), Some(1));
+        assert_eq!(knee_of(&[(4, 1.0)]), None, "one depth has no knee");
+        assert_eq!(knee_of(&[(1, 0.0), (2, 0.0)]), None);
+        let row = |tool: &str, qd, gb| Row {
+            tool: tool.into(),
+            pattern: "trunk".into(),
+            io: "direct".into(),
+            cache: "cold".into(),
+            qd,
+            gb_per_s: gb,
+            status: "ok".into(),
+            ..Default::default()
+        };
+        let mut rows = vec![
+            row("memdial", 1, 1.0),
+            row("fio", 1, 2.0),
+            row("memdial", 2, 1.97),
+            row("fio", 2, 1.0),
+            row("memdial", 4, 2.0),
+        ];
+        mark_knees(&mut rows);
+        let k: Vec<bool> = rows.iter().map(|r| r.knee).collect();
+        assert_eq!(k, [false, true, true, false, false]);
+    }
 }

@@ -177,7 +177,11 @@ where
                     color.filled(),
                 ));
                 texts.push(Text::new(
-                    format!("{:.2}", row.gb_per_s),
+                    format!(
+                        "{:.2}{}",
+                        row.gb_per_s,
+                        if row.knee { "  (knee)" } else { "" }
+                    ),
                     (row.gb_per_s + xmax * 0.005, y1),
                     ("sans-serif", 11).into_font().color(&BLACK),
                 ));

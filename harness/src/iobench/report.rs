@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
-use memdial::iobench::{fio_job, Matrix, Row, Workload};
+use memdial::iobench::{fio_job, fio_replay, CellSpec, Matrix, Row, Workload, KNEE_TOLERANCE};
 use memdial::units::fmt_bytes;
 use serde::Serialize;
 
@@ -114,7 +114,7 @@ pub fn markdown(
     let _ = writeln!(s, "# memdial iobench\n");
     let _ = writeln!(
         s,
-        "Model `{}` ({} files, {}), {}s per cell (a cold cell stops after one pass), seed {}. Started {}, took {:.0} s.\n",
+        "Model `{}` ({} files, {}), {}s per cell (a cold cell repeats evict + one pass until 2 s or 2 GB), seed {}. Started {}, took {:.0} s.\n",
         meta.model_dir,
         meta.model_files,
         fmt_bytes(meta.model_bytes),
@@ -145,7 +145,8 @@ pub fn markdown(
     let _ = writeln!(
         s,
         "## How to read this\n\n\
-         - **GB/s** is requested bytes (10⁹) per wall second over `qd` threads; **fio GB/s** is the equivalent fio job on the same file (block size = our median request, `direct=1` for direct, `ioengine=mmap` for mmap, `numjobs` = qd, each job its own slice); **ours/fio** near 1 means the engine's reads get what the device gives.\n\
+         - **GB/s** is requested bytes (10⁹) per wall second over `qd` threads; **fio GB/s** is fio on the same cell: for direct and buffered a replay of the cell's own reads (`read_iolog`: same files, offsets, lengths, order and amount; `psync` at qd 1, one `io_uring` job with `iodepth` = qd above; buffers in hugetlb 2 MiB pages like ours when enough are free), for mmap a synthetic job at our median request size (qd 1 only; fio's mmap engine cannot replay a log); **ours/fio** near 1 means the engine's reads get what the device gives.\n\
+         - **knee** (the depth table): the smallest queue depth whose GB/s is within 5 % of the series' best; more reader threads (`--io-depth`) than that buy nothing on this disk.\n\
          - **cold** rows start with the model's files evicted and **cold ✓** = `yes` only if mincore found 0 bytes cached just before the timed reads; a cold cell reads each distinct request once. **warm** rows read the data once first and then replay for the whole cell: warm buffered/mmap is the page cache's speed, warm direct should equal cold direct (O_DIRECT ignores the cache).\n\
          - **device** is what the kernel fetched from storage for these reads: for cold rows and every direct row it should be ≈ the bytes read. A figure far above the drive's speed with little device traffic was served from memory.\n\
          - **resident** = page-cache bytes of the model before → after the timed reads: direct reads must not change it.\n\
@@ -230,6 +231,7 @@ pub fn markdown(
                 let _ = writeln!(s, "- {n}");
             }
         }
+        knee_table(&mut s, rows, &w.name);
         if matrix.fio {
             let fio_rows: Vec<&Row> = rows
                 .iter()
@@ -246,10 +248,14 @@ pub fn markdown(
                         .find(|c| c.mode.as_str() == r.io
                             && c.qd == r.qd
                             && c.cache.as_str() == r.cache)
-                        .and_then(|c| fio_job(w, c)
-                            .ok()
-                            .map(|j| j.command_line(c.seconds, c.cache)))
+                        .and_then(|c| fio_command(w, c))
                         .unwrap_or_default()
+                );
+            }
+            if fio_rows.iter().any(|r| r.note.contains("4 KiB pages")) {
+                let _ = writeln!(
+                    s,
+                    "- **fio's IO buffers were 4 KiB pages** (not enough free hugetlb pages; `sysctl vm.nr_hugepages=N` as root gives them): its direct reads were cut into more, smaller device requests than ours, so ours/fio is too high (docs/io.md §2)"
                 );
             }
             if fio_rows.iter().any(|r| r.status == "skipped") {
@@ -287,6 +293,79 @@ pub fn markdown(
         "Files: `results.csv` / `results.json` (one row per cell and tool, units in the column names), `iobench.json` (environment and settings)."
     );
     s
+}
+
+/// The fio command for cell `c` of `w` (a replay names its iolog `<iolog>`).
+fn fio_command(w: &Workload, c: &CellSpec) -> Option<String> {
+    if c.mode == memdial::io::IoMode::Mmap {
+        return fio_job(w, c)
+            .ok()
+            .map(|j| j.command_line(c.seconds, c.cache));
+    }
+    fio_replay(w, c, 1)
+        .ok()
+        .map(|j| j.command_line("<iolog of the cell's reads>", c.cache))
+}
+
+/// The io-depth table of pattern `pattern`: one row per tool × io mode × cache state,
+/// GB/s per queue depth, the knee (smallest depth within 5 % of the row's best) in bold.
+fn knee_table(s: &mut String, rows: &[Row], pattern: &str) {
+    let mut qds: Vec<usize> = rows
+        .iter()
+        .filter(|r| r.pattern == pattern)
+        .map(|r| r.qd)
+        .collect();
+    qds.sort_unstable();
+    qds.dedup();
+    if qds.len() < 2 {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n**GB/s by queue depth** (the knee, the smallest depth within {:.0} % of the row's best, in bold)\n",
+        KNEE_TOLERANCE * 100.0
+    );
+    let _ = writeln!(
+        s,
+        "| tool | io | cache | {} | knee |\n|---|---|---|{}---:|",
+        qds.iter()
+            .map(|q| format!("qd {q}"))
+            .collect::<Vec<_>>()
+            .join(" | "),
+        "---:|".repeat(qds.len())
+    );
+    let mut keys: Vec<(&str, &str, &str)> = Vec::new();
+    for r in rows.iter().filter(|r| r.pattern == pattern) {
+        let k = (r.tool.as_str(), r.io.as_str(), r.cache.as_str());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    for (tool, io, cache) in keys {
+        let series: Vec<&Row> = rows
+            .iter()
+            .filter(|r| r.pattern == pattern && r.tool == tool && r.io == io && r.cache == cache)
+            .collect();
+        let cells: Vec<String> = qds
+            .iter()
+            .map(|q| match series.iter().find(|r| r.qd == *q) {
+                Some(r) if r.status == "ok" && r.knee => format!("**{:.3}**", r.gb_per_s),
+                Some(r) if r.status == "ok" => format!("{:.3}", r.gb_per_s),
+                Some(r) if r.status == "skipped" => "n/a".into(),
+                Some(_) => "error".into(),
+                None => "–".into(),
+            })
+            .collect();
+        let knee = series
+            .iter()
+            .find(|r| r.knee)
+            .map_or("–".to_string(), |r| format!("qd {}", r.qd));
+        let _ = writeln!(
+            s,
+            "| {tool} | {io} | {cache} | {} | {knee} |",
+            cells.join(" | ")
+        );
+    }
 }
 
 #[cfg(test)]

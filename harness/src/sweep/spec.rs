@@ -84,7 +84,7 @@ pub struct Spec {
     #[serde(default = "d_slack")]
     pub cgroup_slack: String,
     /// Engines run at every point (innermost axis): `memdial`, `mlx-lm`,
-    /// `kimi-k3-in-c`, `llama.cpp`, or a name defined in an `[engine.NAME]` table
+    /// `kimi-k3-in-c`, `llama.cpp`, `llama.cpp-f32`, or a name defined in an `[engine.NAME]` table
     /// (see `sweep::engines::def`). Default `["memdial"]`; left out of the spec hash
     /// and of point keys when it is the default.
     #[serde(default = "d_engines", skip_serializing_if = "is_default_engines")]

@@ -150,7 +150,14 @@ pub struct EngineDef {
 }
 
 /// Names of the built-in adapters.
-pub const BUILTINS: &[&str] = &["memdial", "mlx-lm", "kimi-k3-in-c", "llama.cpp", "command"];
+pub const BUILTINS: &[&str] = &[
+    "memdial",
+    "mlx-lm",
+    "kimi-k3-in-c",
+    "llama.cpp",
+    "llama.cpp-f32",
+    "command",
+];
 
 fn s(v: &[&str]) -> Vec<String> {
     v.iter().map(|x| x.to_string()).collect()
@@ -239,21 +246,7 @@ pub fn builtin(name: &str) -> Option<EngineDef> {
             must_match: Some(true),
             ..Default::default()
         },
-        "llama.cpp" => EngineDef {
-            adapter: Some("llama.cpp".into()),
-            // llama-completion reads text, not ids: no verified command template yet
-            // (a `[engine.llama.cpp] command = [...]` in the spec supplies one).
-            io: Some(
-                [
-                    ("mmap".to_string(), vec![]),
-                    ("buffered".to_string(), s(&["--no-mmap"])),
-                ]
-                .into(),
-            ),
-            budget: Some(BudgetHold::Cgroup),
-            must_match: Some(false),
-            ..Default::default()
-        },
+        "llama.cpp" | "llama.cpp-f32" => llama_cpp(name == "llama.cpp-f32"),
         "command" => EngineDef {
             adapter: Some("command".into()),
             budget: Some(BudgetHold::Cgroup),
@@ -265,11 +258,85 @@ pub fn builtin(name: &str) -> Option<EngineDef> {
     Some(d)
 }
 
+/// The `llama.cpp` adapters: memdial's `tools/llama-ids` driver (ids in, ids out,
+/// greedy argmax over llama.cpp's logits) on a GGUF that the setup step writes with
+/// `memdial convert --to gguf` (cached per model). `f32`: every weight F32, so the
+/// arithmetic is exact enough to match memdial (`must_match`); native (BF16 trunk,
+/// MXFP4 experts): llama.cpp rounds activations (Q8_0 against MXFP4, BF16 against
+/// BF16), its ids may differ, reported but not failed. IO modes: `mmap` and
+/// `buffered` (read into memory); the budget is held by a memory cgroup (it has no
+/// budget flag).
+fn llama_cpp(f32: bool) -> EngineDef {
+    let dtype = if f32 { "f32" } else { "native" };
+    EngineDef {
+        adapter: Some(if f32 { "llama.cpp-f32" } else { "llama.cpp" }.into()),
+        model: Some("{setup_dir}/model.gguf".into()),
+        setup: Some(s(&[
+            "{memdial}",
+            "convert",
+            "--to",
+            "gguf",
+            "--dtype",
+            dtype,
+            "--model",
+            "{model_dir}",
+            "--out",
+            "{setup_dir}/model.gguf",
+        ])),
+        command: Some(s(&[
+            "{bin}",
+            "-m",
+            "{model}",
+            "--ids",
+            "{prompt_ids}",
+            "-n",
+            "{max_tokens}",
+            "-t",
+            "{threads}",
+            "--eos",
+            "{eos_ids}",
+            "{io_args}",
+            "--out",
+            "{run_dir}/engine-out.json",
+        ])),
+        ids_json: Some("{run_dir}/engine-out.json".into()),
+        ids_key: Some("output_ids".into()),
+        decode_key: Some("decode_s_per_token".into()),
+        ttft_key: Some("ttft_s".into()),
+        load_key: Some("load_s".into()),
+        // mmap: the weights stay in the file mapping (`--no-repack`: llama.cpp's CPU
+        // backend otherwise copies MXFP4 weights into anonymous memory to repack them,
+        // which holds the whole model whatever the budget; measured on mini: OOM-killed
+        // at the floor with repacking, 0.96 s/token without). buffered (`--no-mmap`,
+        // load mode `none`): read into memory, resident.
+        io: Some(
+            [
+                (
+                    "mmap".to_string(),
+                    s(&["--load-mode", "mmap", "--no-repack"]),
+                ),
+                ("buffered".to_string(), s(&["--load-mode", "none"])),
+            ]
+            .into(),
+        ),
+        model_types: Some(vec!["kimi_k3".into(), "kimi_linear".into()]),
+        // OpenMP threads spin-wait between ops: on a busy machine that costs 5-10x.
+        env: [
+            ("OMP_NUM_THREADS".to_string(), "{threads}".to_string()),
+            ("OMP_WAIT_POLICY".to_string(), "passive".to_string()),
+        ]
+        .into(),
+        budget: Some(BudgetHold::Cgroup),
+        must_match: Some(f32),
+        ..Default::default()
+    }
+}
+
 /// Environment variable naming the binary of a built-in adapter.
 pub fn bin_env(adapter: &str) -> Option<&'static str> {
     match adapter {
         "kimi-k3-in-c" => Some("MEMDIAL_K3C_BIN"),
-        "llama.cpp" => Some("MEMDIAL_LLAMA_BIN"),
+        "llama.cpp" | "llama.cpp-f32" => Some("MEMDIAL_LLAMA_BIN"),
         _ => None,
     }
 }
@@ -282,11 +349,12 @@ pub fn how_to_build(adapter: &str) -> &'static str {
             "git clone https://github.com/Speedstu/kimi-k3-in-c && make -C kimi-k3-in-c -j2 all, \
              then export MEMDIAL_K3C_BIN=$PWD/kimi-k3-in-c/bin/k3 (see the README, \"memdial against other engines\")"
         }
-        "llama.cpp" => {
-            "pip download --no-binary :all: --no-deps llama-cpp-python==0.3.36, unpack, \
-             cmake -S vendor/llama.cpp -B build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF \
-             && cmake --build build --target llama-completion llama-bench -j2, \
-             then export MEMDIAL_LLAMA_BIN=$PWD/build/bin/llama-completion"
+        "llama.cpp" | "llama.cpp-f32" => {
+            "get llama.cpp's source (e.g. vendor/llama.cpp of the llama-cpp-python==0.3.36 sdist), \
+             cmake -S llama.cpp -B llama.cpp/build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF \
+             && cmake --build llama.cpp/build --target llama -j2, build memdial's driver \
+             tools/llama-ids/llama_ids.cpp against it (command in that file's header), \
+             then export MEMDIAL_LLAMA_BIN=$PWD/llama_ids (see the README, \"memdial against other engines\")"
         }
         "mlx-lm" => {
             "bash fixtures/oracle/setup.sh (creates fixtures/oracle/.venv with mlx-lm), \

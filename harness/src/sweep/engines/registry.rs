@@ -39,7 +39,8 @@ pub const SETUP_CACHE_ENV: &str = "MEMDIAL_ENGINE_CACHE";
 pub struct Engine {
     /// Name on the `engines` axis.
     pub name: String,
-    /// Built-in adapter (`memdial`, `mlx-lm`, `kimi-k3-in-c`, `llama.cpp`, `command`).
+    /// Built-in adapter (`memdial`, `mlx-lm`, `kimi-k3-in-c`, `llama.cpp`,
+    /// `llama.cpp-f32`, `command`).
     pub adapter: String,
     /// The merged definition.
     pub def: EngineDef,
@@ -271,6 +272,7 @@ impl Registry {
                 memdial::io::IoMode::Direct,
                 memdial::store::plan::Prefetch::None,
                 1,
+                1,
             )?;
             self.k3c_min_cache_bytes =
                 (cfg.moe.as_ref().map_or(0, |m| m.num_experts_per_token) as u64 + 2)
@@ -355,6 +357,9 @@ impl Registry {
         }
         if let Some(s) = &e.setup_dir {
             v.set("setup_dir", s.display());
+        }
+        if let Ok(me) = std::env::current_exe() {
+            v.set("memdial", me.display());
         }
         v.set("model_type", &self.model_type);
         v.set("num_layers", self.num_layers);

@@ -47,6 +47,10 @@ pub const PLACEHOLDERS: &[(&str, &str)] = &[
         "the engine's cached setup directory for this model",
     ),
     ("bin", "the engine's binary"),
+    (
+        "memdial",
+        "this memdial binary (setup steps such as `{memdial} convert --to gguf`)",
+    ),
     ("bin_dir", "directory of the engine's binary"),
     (
         "python",
