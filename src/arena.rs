@@ -12,10 +12,13 @@
 //! the affected buffers, and [`Scratch::bytes`] then reports more than planned.
 //!
 //! Design as llama2.c `RunState` (every scratch buffer allocated once next to the
-//! KV cache). Not held here: the kernels' own per-call workspaces (the batched
-//! matmuls' x panels and per-thread decoded weight rows, `[ROW_BLOCK, cols]`; MLA
-//! attention's score matrix `[positions, heads]`), the expert-grouped prefill's
-//! routing index (a few integers per token), and tensor-name strings.
+//! KV cache). The kernels' workspace ([`crate::kernels::Workspace`]: the batched
+//! products' input panels and per-thread decoded weight rows, MXFP4's permuted
+//! input, MLA attention's `[positions, heads]` scores) is held here too, sized by
+//! the kernels' own formulas ([`crate::kernels::workspace::product_floats`] for the
+//! widest product input and the chunk, one region per kernel thread;
+//! [`crate::kernels::workspace::attend_floats`] for `max_context` positions). Not
+//! held here: tensor-name strings.
 //!
 //! Dimensions (f32 unless noted): `c` chunk tokens, `D` hidden, `V` vocab, KDA
 //! `P = H·K` with conv width `W`, MLA heads `h` with `dn, dr, dv, r`, MoE `E`
@@ -23,6 +26,8 @@
 //! Layer kinds a config lacks get no buffers.
 
 use crate::config::{AttnKind, MlpKind, ModelConfig};
+use crate::kernels::workspace::{attend_floats, product_floats};
+use crate::kernels::Workspace;
 
 /// Prefill tokens per forward call the plan reserves activations for, at most:
 /// the plan uses `min(max_context, PLANNED_PREFILL_CHUNK)` ([`planned_prefill_chunk`])
@@ -86,11 +91,27 @@ pub struct Dims {
     /// Widest gated-MLP intermediate: dense `intermediate_size`, routed
     /// `moe_intermediate_size`, shared `moe_intermediate_size · num_shared_experts`.
     pub f: usize,
+    /// Widest input of a matrix product of the forward: the max of `D`, `q_lora`,
+    /// `r`, `P`, `K`, `F`, `ed` and `h·dv` (present layer kinds only).
+    pub cols: usize,
+    /// Kernel threads (the kernel workspace holds one region per thread).
+    pub threads: usize,
+    /// Positions the MLA attention scores are sized for (`max_context`).
+    pub ctx: usize,
 }
 
 impl Dims {
-    /// The widths of `cfg` for forwards of up to `chunk` tokens (`chunk` 0 counts as 1).
+    /// The widths of `cfg` for forwards of up to `chunk` tokens with one kernel
+    /// thread and `chunk` positions of context (the layer buffers alone; a run's
+    /// arena uses [`Dims::for_run`]).
     pub fn new(cfg: &ModelConfig, chunk: usize) -> Dims {
+        Dims::for_run(cfg, chunk, 1, chunk)
+    }
+
+    /// The widths of `cfg` for forwards of up to `chunk` tokens (`chunk` 0 counts as
+    /// 1) on `threads` kernel threads (0 counts as 1), with up to `max_context`
+    /// positions in the MLA caches.
+    pub fn for_run(cfg: &ModelConfig, chunk: usize, threads: usize, max_context: usize) -> Dims {
         let m = &cfg.mla;
         let kda = cfg.attn_kinds.contains(&AttnKind::Kda);
         let mla = cfg.attn_kinds.contains(&AttnKind::Mla);
@@ -104,6 +125,20 @@ impl Dims {
             f = f
                 .max(x.moe_intermediate_size)
                 .max(x.moe_intermediate_size * x.num_shared_experts);
+        }
+        let mut cols = cfg.hidden_size;
+        if kda {
+            cols = cols.max(cfg.kda_proj_dim()).max(cfg.kda.head_dim);
+        }
+        if mla {
+            cols = cols
+                .max(m.q_lora_rank.unwrap_or(0))
+                .max(m.kv_lora_rank)
+                .max(m.num_heads * m.v_head_dim);
+        }
+        cols = cols.max(f);
+        if let Some(x) = moe {
+            cols = cols.max(x.expert_dim(cfg.hidden_size));
         }
         Dims {
             c: chunk.max(1),
@@ -136,7 +171,21 @@ impl Dims {
                 .and_then(|x| x.routed_expert_hidden_size)
                 .unwrap_or(0),
             f,
+            cols,
+            threads: threads.max(1),
+            ctx: max_context,
         }
+    }
+
+    /// `(shared, per-thread)` f32 of the kernel workspace: the products' needs at
+    /// the widest input and the chunk ([`product_floats`]), the shared region also
+    /// covering MLA attention over `ctx` positions ([`attend_floats`]).
+    pub fn kernel_floats(&self) -> (usize, usize) {
+        let (mut shared, per) = product_floats(self.cols, self.c);
+        if self.mla {
+            shared = shared.max(attend_floats(self.ctx, self.r, self.dr, self.mla_h));
+        }
+        (shared, per)
     }
 }
 
@@ -194,6 +243,8 @@ buffers! {
         mix: f32 = if d.blocks > 0 { d.blocks + 1 } else { 0 },
         /// Logits of the last position `[V]`.
         logits: f32 = d.vocab,
+        /// Token ids of the call as embedding rows `[c]`.
+        ids: usize = d.c,
     }
 }
 
@@ -316,6 +367,17 @@ buffers! {
         gvals: f32 = d.e / d.groups.max(1),
         /// Selected expert ids of one token `[k]`.
         ids: usize = d.topk,
+        /// Expert-grouped prefill (chunks of more than one token): the chunk's
+        /// expert ids per token `[c, k]`.
+        tok_ids: usize = if d.c > 1 { d.c * d.topk } else { 0 },
+        /// Distinct experts of the chunk in first-use order `[min(c·k, E)]`.
+        chunk_order: usize = if d.c > 1 { (d.c * d.topk).min(d.e) } else { 0 },
+        /// `(token, rank)` slots grouped by expert, groups in `chunk_order` `[c, k]`.
+        users: (usize, usize) = if d.c > 1 { d.c * d.topk } else { 0 },
+        /// Group boundaries into `users` `[min(c·k, E) + 1]`.
+        starts: usize = if d.c > 1 { (d.c * d.topk).min(d.e) + 1 } else { 0 },
+        /// Group of each expert while indexing (`usize::MAX`: none yet) `[E]`.
+        group_of: usize = if d.c > 1 { d.e } else { 0 },
     }
 }
 
@@ -336,17 +398,22 @@ pub struct Scratch {
     pub moe: Moe,
     /// Router buffers.
     pub router: Router,
+    /// The kernels' workspace ([`Dims::kernel_floats`]; one region per thread).
+    pub kern: Workspace,
 }
 
 impl Scratch {
-    /// The arena for forwards of up to `chunk` tokens of `cfg` (`Vec::with_capacity`
-    /// per buffer: virtual memory until first written).
-    pub fn new(cfg: &ModelConfig, chunk: usize) -> Scratch {
-        Scratch::from_dims(Dims::new(cfg, chunk))
+    /// The arena for forwards of up to `chunk` tokens of `cfg` on `threads` kernel
+    /// threads with up to `max_context` positions (`Vec::with_capacity` per buffer:
+    /// virtual memory until first written).
+    pub fn new(cfg: &ModelConfig, chunk: usize, threads: usize, max_context: usize) -> Scratch {
+        Scratch::from_dims(Dims::for_run(cfg, chunk, threads, max_context))
     }
 
     fn from_dims(d: Dims) -> Scratch {
+        let (shared, per) = d.kernel_floats();
         Scratch {
+            kern: Workspace::with_capacity(shared, per, d.threads),
             dims: d,
             main: Main::new(&d),
             kda: if d.kda { Kda::new(&d) } else { Kda::default() },
@@ -366,9 +433,14 @@ impl Scratch {
     }
 
     /// `(group.buffer, bytes)` of every buffer [`Scratch::new`] allocates for
-    /// `cfg` and `chunk` (absent layer kinds omitted).
-    pub fn planned_buffers(cfg: &ModelConfig, chunk: usize) -> Vec<(String, u64)> {
-        let d = Dims::new(cfg, chunk);
+    /// `cfg`, `chunk`, `threads` and `max_context` (absent layer kinds omitted).
+    pub fn planned_buffers(
+        cfg: &ModelConfig,
+        chunk: usize,
+        threads: usize,
+        max_context: usize,
+    ) -> Vec<(String, u64)> {
+        let d = Dims::for_run(cfg, chunk, threads, max_context);
         let mut out = Vec::new();
         let mut add = |group: &str, on: bool, v: Vec<(&'static str, u64)>| {
             if on {
@@ -381,12 +453,21 @@ impl Scratch {
         add("mlp", d.f > 0, Mlp::planned(&d));
         add("moe", d.moe, Moe::planned(&d));
         add("router", d.moe, Router::planned(&d));
+        let (shared, per) = d.kernel_floats();
+        out.push(("kern.shared".into(), shared as u64 * 4));
+        out.push(("kern.per_thread".into(), (per * d.threads) as u64 * 4));
         out
     }
 
-    /// Bytes [`Scratch::new`] allocates for `cfg` and `chunk`: the plan's activation figure.
-    pub fn planned_bytes(cfg: &ModelConfig, chunk: usize) -> u64 {
-        Scratch::planned_buffers(cfg, chunk)
+    /// Bytes [`Scratch::new`] allocates for `cfg`, `chunk`, `threads` and
+    /// `max_context`: the plan's activation figure.
+    pub fn planned_bytes(
+        cfg: &ModelConfig,
+        chunk: usize,
+        threads: usize,
+        max_context: usize,
+    ) -> u64 {
+        Scratch::planned_buffers(cfg, chunk, threads, max_context)
             .iter()
             .map(|b| b.1)
             .sum()
@@ -401,6 +482,7 @@ impl Scratch {
             + self.mlp.bytes()
             + self.moe.bytes()
             + self.router.bytes()
+            + self.kern.bytes()
     }
 }
 

@@ -107,7 +107,7 @@ impl Model {
                 None,
             ),
             StoreOptions::Streaming(opts) => {
-                let s = Arc::new(StreamingStore::open(cfg, ck, opts)?);
+                let s = Arc::new(StreamingStore::open(cfg, ck, opts, threads)?);
                 (s.clone(), Some(s))
             }
         };

@@ -8,6 +8,7 @@
 //! `mxfp4-pack-quantized` (docs/architecture.md §6).
 
 pub use crate::kernels::{
-    bf16_to_f32, dequant_mxfp4, matmul_bf16, matmul_f32, matmul_mxfp4, matvec_bf16, matvec_f32,
-    matvec_mxfp4, Par,
+    bf16_to_f32, dequant_mxfp4, matmul_bf16, matmul_bf16_in, matmul_f32, matmul_f32_in,
+    matmul_mxfp4, matmul_mxfp4_in, matvec_bf16, matvec_f32, matvec_mxfp4, matvec_mxfp4_in, Par,
+    Workspace,
 };

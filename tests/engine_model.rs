@@ -288,11 +288,12 @@ impl memdial::store::WeightStore for Grouping {
     fn groups_chunk_experts(&self) -> bool {
         true
     }
-    fn chunk_experts_selected(&self, layer: usize, per_token: &[Vec<usize>], order: &[usize]) {
+    fn chunk_experts_selected(&self, layer: usize, per_token: &[usize], k: usize, order: &[usize]) {
+        let per_token: Vec<Vec<usize>> = per_token.chunks(k).map(|t| t.to_vec()).collect();
         self.hints
             .lock()
             .unwrap()
-            .push((layer, per_token.to_vec(), order.to_vec()));
+            .push((layer, per_token, order.to_vec()));
     }
 }
 

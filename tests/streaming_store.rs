@@ -112,14 +112,14 @@ fn bytes_equal_resident_store_at_every_setting() {
     let mut checked = 0;
     for io in [IoMode::Direct, IoMode::Buffered, IoMode::Mmap] {
         for prefetch in [Prefetch::None, Prefetch::NextLayer] {
-            let floor = plan_unchecked(&cfg, &ck, 0, io, prefetch, 256)
+            let floor = plan_unchecked(&cfg, &ck, 0, io, prefetch, 256, 1)
                 .unwrap()
                 .floor_bytes;
             let model = ck.total_bytes();
             for budget in [floor, 2 * floor, floor + model / 4, floor + model] {
                 for cache in [CachePolicy::Lru, CachePolicy::Lfru] {
-                    let s =
-                        StreamingStore::open(&cfg, &ck, opts(budget, io, prefetch, cache)).unwrap();
+                    let s = StreamingStore::open(&cfg, &ck, opts(budget, io, prefetch, cache), 1)
+                        .unwrap();
                     walk_and_compare(&s, &r, dir);
                     let m = s.metrics();
                     assert_eq!(m.budget_overflows, 0, "{io:?} {prefetch:?} budget {budget}");
@@ -145,13 +145,14 @@ fn floor_budget_streams_and_full_budget_does_not() {
     let cfg = load_config(dir).unwrap();
     let ck = Checkpoint::open(dir).unwrap();
     let r = ResidentStore::open(&cfg, &ck).unwrap();
-    let floor = plan_unchecked(&cfg, &ck, 0, IoMode::Buffered, Prefetch::None, 256)
+    let floor = plan_unchecked(&cfg, &ck, 0, IoMode::Buffered, Prefetch::None, 256, 1)
         .unwrap()
         .floor_bytes;
     let s = StreamingStore::open(
         &cfg,
         &ck,
         opts(floor, IoMode::Buffered, Prefetch::None, CachePolicy::Lru),
+        1,
     )
     .unwrap();
     walk_and_compare(&s, &r, dir);
@@ -167,6 +168,7 @@ fn floor_budget_streams_and_full_budget_does_not() {
             Prefetch::None,
             CachePolicy::Lru,
         ),
+        1,
     )
     .unwrap();
     walk_and_compare(&s, &r, dir);
@@ -187,6 +189,7 @@ fn budget_under_floor_is_refused_with_the_floor() {
         &cfg,
         &ck,
         opts(1 << 20, IoMode::Direct, Prefetch::None, CachePolicy::Lru),
+        1,
     )
     .err()
     .unwrap();
@@ -220,13 +223,14 @@ fn corrupted_bytes_are_caught_by_verify_reads_and_truncation_names_file_and_offs
     bytes[loc.offset as usize + 5] ^= 0xFF;
     fs::write(&path, &bytes).unwrap();
     let ck = Checkpoint::open(&d).unwrap();
-    let floor = plan_unchecked(&cfg, &ck, 0, IoMode::Buffered, Prefetch::None, 256)
+    let floor = plan_unchecked(&cfg, &ck, 0, IoMode::Buffered, Prefetch::None, 256, 1)
         .unwrap()
         .floor_bytes;
     let s = StreamingStore::open(
         &cfg,
         &ck,
         opts(floor, IoMode::Buffered, Prefetch::None, CachePolicy::Lru),
+        1,
     )
     .unwrap();
     s.begin_token(0);
@@ -251,6 +255,7 @@ fn corrupted_bytes_are_caught_by_verify_reads_and_truncation_names_file_and_offs
         &cfg,
         &ck,
         opts(floor, IoMode::Buffered, Prefetch::None, CachePolicy::Lru),
+        1,
     )
     .unwrap();
     fs::OpenOptions::new()
@@ -288,7 +293,7 @@ fn streaming_run_accounts_exactly_the_plans_activation_bytes() {
     let ck = Checkpoint::open(dir).unwrap();
     let max_context = 64;
     for prefetch in [Prefetch::None, Prefetch::NextLayer] {
-        let floor = plan_unchecked(&cfg, &ck, 0, IoMode::Buffered, prefetch, max_context)
+        let floor = plan_unchecked(&cfg, &ck, 0, IoMode::Buffered, prefetch, max_context, 2)
             .unwrap()
             .floor_bytes;
         let mut o = opts(
@@ -301,7 +306,10 @@ fn streaming_run_accounts_exactly_the_plans_activation_bytes() {
         let opened = Model::open(dir, StoreOptions::Streaming(o), 2).unwrap();
         let s = opened.streaming.unwrap();
         let planned = s.plan().activation_bytes;
-        assert_eq!(planned, memdial::arena::Scratch::planned_bytes(&cfg, 64));
+        assert_eq!(
+            planned,
+            memdial::arena::Scratch::planned_bytes(&cfg, 64, 2, max_context)
+        );
         let mut st = opened.model.new_state(max_context);
         assert_eq!(st.scratch_bytes(), planned, "arena as allocated");
         let prompt: Vec<u32> = (0..40).map(|i| (i * 7 + 3) % 200).collect();

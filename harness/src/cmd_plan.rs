@@ -46,6 +46,9 @@ pub struct PlanArgs {
     /// Positions the MLA latent cache must hold.
     #[arg(long, default_value_t = 4096)]
     pub max_context: usize,
+    /// Kernel threads of the run (the activation arena holds a kernel workspace region per thread).
+    #[arg(long, default_value_t = 1, value_parser = crate::args::thread_count)]
+    pub threads: usize,
     /// IO mode (direct adds alignment slack).
     #[arg(long, value_enum, default_value_t = IoArg(IoMode::Direct))]
     pub io: IoArg,
@@ -170,7 +173,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
     let (io, prefetch) = (a.io.0, a.prefetch.0);
     let src = source(a)?;
     let (cfg, ck) = (&src.cfg, &src.ck);
-    let p0 = plan_unchecked(cfg, ck, 0, io, prefetch, a.max_context)?;
+    let p0 = plan_unchecked(cfg, ck, 0, io, prefetch, a.max_context, a.threads)?;
     let budget = a.budget.unwrap_or(p0.floor_bytes);
     let p = p0.with_budget(cfg, budget);
     let below = budget < p.floor_bytes;
@@ -215,7 +218,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
     }
     if below {
         // Same refusal as `memdial run` (a usage error: exit 2).
-        memdial::store::plan::plan(cfg, ck, budget, io, prefetch, a.max_context)
+        memdial::store::plan::plan(cfg, ck, budget, io, prefetch, a.max_context, a.threads)
             .context("planning the budget")?;
     }
     Ok(ExitCode::SUCCESS)
@@ -415,9 +418,10 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
         &mut s,
         "activations",
         format!(
-            "{} (the model's scratch arena for {}-token forwards)",
+            "{} (the model's scratch arena for {}-token forwards on {} kernel thread(s))",
             fmt_bytes(p.activation_bytes),
-            memdial::store::plan::planned_prefill_chunk(p.max_context)
+            memdial::store::plan::planned_prefill_chunk(p.max_context),
+            p.threads
         ),
     );
     line(&mut s, "unused", fmt_bytes(p.unused_bytes));

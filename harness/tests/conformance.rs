@@ -298,7 +298,7 @@ fn mtp_layers_are_present_and_unused() {
         ck_b.total_bytes()
     );
     let plan = |cfg, ck| {
-        plan_unchecked(cfg, ck, u64::MAX / 4, IoMode::Direct, Prefetch::None, 64).unwrap()
+        plan_unchecked(cfg, ck, u64::MAX / 4, IoMode::Direct, Prefetch::None, 64, 1).unwrap()
     };
     let (pm, pb) = (plan(&cfg_m, &ck_m), plan(&cfg, &ck_b));
     assert_eq!(pm.model_bytes, pb.model_bytes);

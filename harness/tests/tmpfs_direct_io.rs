@@ -52,6 +52,7 @@ fn direct_io_on_tmpfs_is_refused_with_a_hint() -> testkit::Outcome {
             trace: None,
             verify_reads: true,
         },
+        1,
     );
     let err = res.err().expect("tmpfs must not pass for direct IO");
     let msg = format!("{err:#}");

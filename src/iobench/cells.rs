@@ -414,7 +414,11 @@ fn run_pass(w: &Workload, spec: &CellSpec, seconds: f64) -> Result<Pass> {
     let (cpu0, dev0, t0, results) = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..spec.qd)
             .map(|_| {
-                let mut buf = AlignedBuf::new(buf_len);
+                // One buffer per reader, on 2 MiB pages as the streaming store's
+                // (AlignedBuf::carve; docs/io.md §2).
+                let mut buf = AlignedBuf::carve(1, buf_len)
+                    .pop()
+                    .expect("carve(1, _) returns one buffer");
                 let (files, seq, next, stop, barrier) = (&files, &seq, &next, &stop, &barrier);
                 sc.spawn(move || -> Result<(Histogram<u64>, u64, u64)> {
                     let mut hist = new_hist();

@@ -143,7 +143,15 @@ impl Workload {
     pub fn from_model(model_dir: &Path, pattern: &Pattern, seed: u64) -> Result<Self> {
         let cfg = load_config(model_dir)?;
         let ck = Checkpoint::open(model_dir)?;
-        let plan = plan_unchecked(&cfg, &ck, u64::MAX / 4, IoMode::Buffered, Prefetch::None, 1)?;
+        let plan = plan_unchecked(
+            &cfg,
+            &ck,
+            u64::MAX / 4,
+            IoMode::Buffered,
+            Prefetch::None,
+            1,
+            1,
+        )?;
         let files: Vec<PathBuf> = ck.shards.iter().map(|s| s.path.clone()).collect();
         let (requests, sequence, sequential) = match pattern {
             Pattern::Trunk => {

@@ -18,6 +18,7 @@
 //! these operations; the scalar path is the literal definition.
 
 use super::par::OutPtr;
+use super::workspace::{product_floats, Workspace};
 use super::{Isa, Par};
 
 /// Lanes of the canonical accumulator.
@@ -101,7 +102,36 @@ pub fn matmul_bf16(
     n: usize,
     ys: &mut [f32],
 ) {
-    matmul(par, Dtype::Bf16, w, rows, cols, xs, n, ys)
+    matmul(
+        par,
+        &mut Workspace::default(),
+        Dtype::Bf16,
+        w,
+        rows,
+        cols,
+        xs,
+        n,
+        ys,
+    )
+}
+
+/// [`matmul_bf16`] working in `ws` (no allocation while `ws` holds
+/// [`product_floats`]`(cols, n)`; bit-identical results).
+///
+/// # Panics
+/// On any length mismatch.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_bf16_in(
+    par: &Par,
+    ws: &mut Workspace,
+    w: &[u8],
+    rows: usize,
+    cols: usize,
+    xs: &[f32],
+    n: usize,
+    ys: &mut [f32],
+) {
+    matmul(par, ws, Dtype::Bf16, w, rows, cols, xs, n, ys)
 }
 
 /// Prefill variant of [`matvec_f32`]: `xs` `[n, cols]` → `ys` `[n, rows]`,
@@ -118,7 +148,35 @@ pub fn matmul_f32(
     n: usize,
     ys: &mut [f32],
 ) {
-    matmul(par, Dtype::F32, w, rows, cols, xs, n, ys)
+    matmul(
+        par,
+        &mut Workspace::default(),
+        Dtype::F32,
+        w,
+        rows,
+        cols,
+        xs,
+        n,
+        ys,
+    )
+}
+
+/// [`matmul_f32`] working in `ws` (see [`matmul_bf16_in`]).
+///
+/// # Panics
+/// On any length mismatch.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_f32_in(
+    par: &Par,
+    ws: &mut Workspace,
+    w: &[u8],
+    rows: usize,
+    cols: usize,
+    xs: &[f32],
+    n: usize,
+    ys: &mut [f32],
+) {
+    matmul(par, ws, Dtype::F32, w, rows, cols, xs, n, ys)
 }
 
 fn check_w(kernel: &str, dt: Dtype, w: &[u8], rows: usize, cols: usize) {
@@ -165,6 +223,7 @@ fn matvec(par: &Par, dt: Dtype, w: &[u8], rows: usize, cols: usize, x: &[f32], y
 #[allow(clippy::too_many_arguments)]
 fn matmul(
     par: &Par,
+    ws: &mut Workspace,
     dt: Dtype,
     w: &[u8],
     rows: usize,
@@ -194,35 +253,40 @@ fn matmul(
     let isa = par.isa();
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar {
-        return super::matmul::dense(par, dt == Dtype::Bf16, w, rows, cols, xs, n, ys);
+        return super::matmul::dense(par, ws, dt == Dtype::Bf16, w, rows, cols, xs, n, ys);
     }
     let rb = cols * dt.size();
+    let (shared, per) = product_floats(cols, n);
+    let (_, slots) = ws.split(shared, per, par.threads());
     let out = OutPtr::new(ys);
-    par.for_ranges(rows, ROW_ALIGN, rows * cols * n, PAR_MIN_ELEMS, &|range| {
-        // One f32 copy of the current weight row (exact for BF16), reused
-        // for all n vectors; the f32 kernel has the same summation order.
-        let mut rowbuf: Vec<f32> = if dt == Dtype::Bf16 {
-            vec![0.0; cols]
-        } else {
-            Vec::new()
-        };
-        for r in range {
-            let wr = &w[r * rb..(r + 1) * rb];
-            let wf: &[u8] = if dt == Dtype::Bf16 {
-                for (d, b) in rowbuf.iter_mut().zip(wr.chunks_exact(2)) {
-                    *d = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
+    par.for_ranges_on(
+        rows,
+        ROW_ALIGN,
+        rows * cols * n,
+        PAR_MIN_ELEMS,
+        &|who, range| {
+            // One f32 copy of the current weight row (exact for BF16), reused
+            // for all n vectors; the f32 kernel has the same summation order.
+            // SAFETY: one live view per participant (Par::for_ranges_on).
+            let rowbuf = &mut unsafe { slots.get(who) }[..cols];
+            for r in range {
+                let wr = &w[r * rb..(r + 1) * rb];
+                let wf: &[u8] = if dt == Dtype::Bf16 {
+                    for (d, b) in rowbuf.iter_mut().zip(wr.chunks_exact(2)) {
+                        *d = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
+                    }
+                    bytemuck::cast_slice(&*rowbuf)
+                } else {
+                    wr
+                };
+                for v in 0..n {
+                    let s = dot(isa, Dtype::F32, wf, &xs[v * cols..(v + 1) * cols]);
+                    // SAFETY: row r belongs to this thread only.
+                    unsafe { out.slice(v * rows + r..v * rows + r + 1)[0] = s };
                 }
-                bytemuck::cast_slice(&rowbuf)
-            } else {
-                wr
-            };
-            for v in 0..n {
-                let s = dot(isa, Dtype::F32, wf, &xs[v * cols..(v + 1) * cols]);
-                // SAFETY: row r belongs to this thread only.
-                unsafe { out.slice(v * rows + r..v * rows + r + 1)[0] = s };
             }
-        }
-    });
+        },
+    );
 }
 
 /// One output element in the canonical order. `w` holds exactly `x.len()`

@@ -30,6 +30,7 @@
 use super::dense::{reduce32, reduce8, PAR_MIN_ELEMS};
 use super::mxfp4::HALF_SCALE;
 use super::par::OutPtr;
+use super::workspace::{product_floats, Workspace};
 use super::Par;
 
 /// Output rows decoded into one f32 panel.
@@ -47,10 +48,12 @@ fn row_stride(nb: usize) -> usize {
 }
 
 /// Dense (BF16 when `bf16`, else F32) tiled matmul; shapes already checked
-/// by the caller: `w: [rows, cols]` bytes, `xs: [n, cols]`, `ys: [n, rows]`.
+/// by the caller: `w: [rows, cols]` bytes, `xs: [n, cols]`, `ys: [n, rows]`;
+/// scratch in `ws` ([`product_floats`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dense(
     par: &Par,
+    ws: &mut Workspace,
     bf16: bool,
     w: &[u8],
     rows: usize,
@@ -63,8 +66,10 @@ pub(crate) fn dense(
     let nb = cols / 32;
     let m = nb * 32;
     let ms = row_stride(nb);
+    let (shared, per) = product_floats(cols, n);
+    let (xk, slots) = ws.split(shared, per, par.threads());
+    let xk = &mut xk[..n * ms];
     // xk[t][k][b][8] = xs[t][32b + 8k ..][..8]
-    let mut xk = vec![0f32; n * ms];
     for t in 0..n {
         let x = &xs[t * cols..(t + 1) * cols];
         let d = &mut xk[t * ms..t * ms + m];
@@ -82,10 +87,13 @@ pub(crate) fn dense(
             f32::from_le_bytes([w[p], w[p + 1], w[p + 2], w[p + 3]])
         }
     };
+    let xk = &*xk;
     let out = OutPtr::new(ys);
-    par.for_ranges(rows, 16, rows * cols * n, PAR_MIN_ELEMS, &|range| {
-        let mut panel = vec![0f32; ROW_BLOCK * ms];
-        let mut part = vec![0f32; ROW_BLOCK * n * 32];
+    par.for_ranges_on(rows, 16, rows * cols * n, PAR_MIN_ELEMS, &|who, range| {
+        // SAFETY: one live view per participant (Par::for_ranges_on).
+        let mine = unsafe { slots.get(who) };
+        let (panel, part) = mine.split_at_mut(ROW_BLOCK * ms);
+        let part = &mut part[..ROW_BLOCK * n * 32];
         let mut r0 = range.start;
         while r0 < range.end {
             let nr = (range.end - r0).min(ROW_BLOCK);
@@ -96,7 +104,7 @@ pub(crate) fn dense(
             }
             part[..nr * n * 32].fill(0.0);
             // SAFETY: Par selects AVX2 only on CPUs that have it (caller checks the ISA).
-            unsafe { avx2::dense_block(&panel, nb, nr, &xk, n, &mut part) };
+            unsafe { avx2::dense_block(panel, nb, nr, xk, n, part) };
             for i in 0..nr {
                 for t in 0..n {
                     let a: &[f32; 32] = part[(i * n + t) * 32..][..32].try_into().expect("32");
@@ -113,40 +121,50 @@ pub(crate) fn dense(
     });
 }
 
-/// MXFP4 tiled matmul; shapes already checked by the caller. `xq` is `xs` in
-/// the matvec's permuted block order (`[x0, x2, …, x30, x1, …, x31]` per block);
+/// MXFP4 tiled matmul; shapes already checked by the caller (`cols` a multiple
+/// of 32): `xs: [n, cols]` in natural order, scratch in `ws` ([`product_floats`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn mxfp4(
     par: &Par,
+    ws: &mut Workspace,
     packed: &[u8],
     scales: &[u8],
     rows: usize,
     cols: usize,
-    xq: &[f32],
+    xs: &[f32],
     n: usize,
     ys: &mut [f32],
 ) {
     let nb = cols / 32;
     let ms = row_stride(nb);
-    // xk[t][k][b][16] = [xq[32b + 8k ..][..8] | xq[32b + 16 + 8k ..][..8]]
-    let mut xk = vec![0f32; n * ms];
+    let (shared, per) = product_floats(cols, n);
+    let (xk, slots) = ws.split(shared, per, par.threads());
+    let xk = &mut xk[..n * ms];
+    // With xq = x in the matvec's permuted block order ([x0, x2, …, x30, x1, …, x31]
+    // per block): xk[t][k][b][16] = [xq[32b + 8k ..][..8] | xq[32b + 16 + 8k ..][..8]],
+    // i.e. the even then the odd elements 16k .. 16k+16 of block b.
     for t in 0..n {
-        let x = &xq[t * cols..(t + 1) * cols];
+        let x = &xs[t * cols..(t + 1) * cols];
         let d = &mut xk[t * ms..t * ms + cols];
         for b in 0..nb {
             for k in 0..2 {
                 let o = (k * nb + b) * 16;
-                d[o..o + 8].copy_from_slice(&x[32 * b + 8 * k..][..8]);
-                d[o + 8..o + 16].copy_from_slice(&x[32 * b + 16 + 8 * k..][..8]);
+                for i in 0..8 {
+                    d[o + i] = x[32 * b + 16 * k + 2 * i];
+                    d[o + 8 + i] = x[32 * b + 16 * k + 2 * i + 1];
+                }
             }
         }
     }
+    let xk = &*xk;
     let (pb, sb) = (cols / 2, nb);
     let out = OutPtr::new(ys);
-    par.for_ranges(rows, 16, rows * cols * n, PAR_MIN_ELEMS, &|range| {
-        let mut panel = vec![0f32; ROW_BLOCK * ms];
-        let mut sp = vec![0f32; ROW_BLOCK * nb];
-        let mut part = vec![0f32; ROW_BLOCK * n * 16];
+    par.for_ranges_on(rows, 16, rows * cols * n, PAR_MIN_ELEMS, &|who, range| {
+        // SAFETY: one live view per participant (Par::for_ranges_on).
+        let mine = unsafe { slots.get(who) };
+        let (panel, rest) = mine.split_at_mut(ROW_BLOCK * ms);
+        let (sp, part) = rest.split_at_mut(ROW_BLOCK * nb);
+        let part = &mut part[..ROW_BLOCK * n * 16];
         let mut r0 = range.start;
         while r0 < range.end {
             let nr = (range.end - r0).min(ROW_BLOCK);
@@ -169,7 +187,7 @@ pub(crate) fn mxfp4(
             }
             part[..nr * n * 16].fill(0.0);
             // SAFETY: Par selects AVX2 only on CPUs that have it (caller checks the ISA).
-            unsafe { avx2::mxfp4_block(&panel, &sp, nb, nr, &xk, n, &mut part) };
+            unsafe { avx2::mxfp4_block(panel, sp, nb, nr, xk, n, part) };
             for i in 0..nr {
                 for t in 0..n {
                     let a = &part[(i * n + t) * 16..][..16];

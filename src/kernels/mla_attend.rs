@@ -30,6 +30,7 @@
 //! FLOPs per call: `2·H·len·(ld + r)` multiplies and adds (plus `H·len` exp).
 
 use super::par::OutPtr;
+use super::workspace::{attend_floats, Workspace};
 use super::{Isa, Par};
 
 /// Positions per block of the context product (the block's latent columns
@@ -54,25 +55,45 @@ pub fn attend_latent_ref(
     q_pe: &[f32],
     tau: f32,
 ) -> Vec<f32> {
+    let mut scores = vec![0f32; len];
+    let mut ctx = vec![0f32; r];
+    attend_one(latents, len, r, dr, qh, q_pe, tau, &mut scores, &mut ctx);
+    ctx
+}
+
+/// [`attend_latent_ref`] into `ctx: [r]` with `scores: [len]` as scratch (the same
+/// operations in the same order).
+#[allow(clippy::too_many_arguments)]
+fn attend_one(
+    latents: &[f32],
+    len: usize,
+    r: usize,
+    dr: usize,
+    qh: &[f32],
+    q_pe: &[f32],
+    tau: f32,
+    scores: &mut [f32],
+    ctx: &mut [f32],
+) {
     let ld = r + dr;
     assert!(
         latents.len() >= len * ld,
         "attend_latent_ref: cache too short"
     );
-    let mut scores = Vec::with_capacity(len);
-    for s in 0..len {
+    for (s, sc) in scores[..len].iter_mut().enumerate() {
         let lat = &latents[s * ld..(s + 1) * ld];
         let a: f32 = qh[..r].iter().zip(&lat[..r]).map(|(x, y)| x * y).sum();
         let b: f32 = q_pe[..dr].iter().zip(&lat[r..]).map(|(x, y)| x * y).sum();
-        scores.push(tau * a + tau * b);
+        *sc = tau * a + tau * b;
     }
+    let scores = &mut scores[..len];
     let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0f32;
     for sc in scores.iter_mut() {
         *sc = (*sc - m).exp();
         sum += *sc;
     }
-    let mut ctx = vec![0f32; r];
+    ctx.fill(0.0);
     for (s, p) in scores.iter().enumerate() {
         let p = p / sum;
         let lat = &latents[s * ld..s * ld + r];
@@ -80,7 +101,6 @@ pub fn attend_latent_ref(
             *c += p * l;
         }
     }
-    ctx
 }
 
 /// Attention of all `heads` heads for one query over the cache, bit-identical
@@ -89,13 +109,38 @@ pub fn attend_latent_ref(
 /// Shapes: `latents: [len, r + dr]` (at least), `q_abs: [heads, r]` (absorbed
 /// queries `W_UK,hᵀ q_nope,h`), `q_pe: [heads, dr]`, `ctx: [heads, r]` (output,
 /// `Σ_s p_{h,s} c_s`); `tau` is the softmax scale `(dn + dr)^−½`.
-/// Scratch: `len·⌈heads/8⌉·8 + (r+dr)·⌈heads/8⌉·8` f32.
+/// Allocates its scratch per call; the forward uses [`attend_latent_heads_in`].
 ///
 /// # Panics
 /// On a length mismatch.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_latent_heads(
     par: &Par,
+    latents: &[f32],
+    len: usize,
+    r: usize,
+    dr: usize,
+    heads: usize,
+    q_abs: &[f32],
+    q_pe: &[f32],
+    tau: f32,
+    ctx: &mut [f32],
+) {
+    let mut ws = Workspace::default();
+    attend_latent_heads_in(
+        par, &mut ws, latents, len, r, dr, heads, q_abs, q_pe, tau, ctx,
+    )
+}
+
+/// [`attend_latent_heads`] with its scratch in `ws`'s shared region
+/// ([`attend_floats`]`(len, r, dr, heads)` f32: no allocation while `ws` holds it).
+///
+/// # Panics
+/// On a length mismatch.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_latent_heads_in(
+    par: &Par,
+    ws: &mut Workspace,
     latents: &[f32],
     len: usize,
     r: usize,
@@ -121,10 +166,14 @@ pub fn attend_latent_heads(
     );
     match par.isa() {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx512 => batched(par, latents, len, r, dr, heads, q_abs, q_pe, tau, ctx),
+        Isa::Avx2 | Isa::Avx512 => {
+            let buf = ws.shared(attend_floats(len, r, dr, heads));
+            batched(par, buf, latents, len, r, dr, heads, q_abs, q_pe, tau, ctx)
+        }
         _ => {
+            let scores = ws.shared(len);
             for h in 0..heads {
-                let c = attend_latent_ref(
+                attend_one(
                     latents,
                     len,
                     r,
@@ -132,8 +181,9 @@ pub fn attend_latent_heads(
                     &q_abs[h * r..(h + 1) * r],
                     &q_pe[h * dr..(h + 1) * dr],
                     tau,
+                    scores,
+                    &mut ctx[h * r..(h + 1) * r],
                 );
-                ctx[h * r..(h + 1) * r].copy_from_slice(&c);
             }
         }
     }
@@ -143,6 +193,7 @@ pub fn attend_latent_heads(
 #[allow(clippy::too_many_arguments)]
 fn batched(
     par: &Par,
+    buf: &mut [f32],
     latents: &[f32],
     len: usize,
     r: usize,
@@ -159,8 +210,13 @@ fn batched(
     }
     let ld = r + dr;
     let hp = heads.div_ceil(8) * 8;
+    // buf = [qt: ld·hp | sc: len·hp | m: hp | sum: hp] (attend_floats).
+    let (qt, rest) = buf.split_at_mut(ld * hp);
+    let (sc, rest) = rest.split_at_mut(len * hp);
+    let (m, rest) = rest.split_at_mut(hp);
+    let sum = &mut rest[..hp];
     // Queries transposed: qt[i][h] (heads padded with zeros to hp).
-    let mut qt = vec![0f32; ld * hp];
+    qt.fill(0.0);
     for h in 0..heads {
         for i in 0..r {
             qt[i * hp + h] = q_abs[h * r + i];
@@ -170,10 +226,9 @@ fn batched(
         }
     }
     // Pass 1: scores [len, hp], threads split positions.
-    let mut sc = vec![0f32; len * hp];
     {
-        let out = OutPtr::new(&mut sc);
-        let qt = &qt;
+        let out = OutPtr::new(sc);
+        let qt = &*qt;
         par.for_ranges(len, 5, len * hp * ld, PAR_MIN_WORK, &|range| {
             // SAFETY: AVX2 checked by Par; rows of different ranges are disjoint.
             unsafe {
@@ -183,14 +238,14 @@ fn batched(
         });
     }
     // Softmax per head (element-wise across heads, in position order).
-    let mut m = vec![f32::NEG_INFINITY; hp];
+    m.fill(f32::NEG_INFINITY);
     for row in sc.chunks_exact(hp) {
         // SAFETY: AVX2 checked by Par.
-        unsafe { avx2::max_into(&mut m, row) };
+        unsafe { avx2::max_into(m, row) };
     }
     {
-        let out = OutPtr::new(&mut sc);
-        let m = &m;
+        let out = OutPtr::new(sc);
+        let m = &*m;
         par.for_ranges(len, 16, len * hp * 16, PAR_MIN_WORK, &|range| {
             // SAFETY: disjoint rows.
             let s = unsafe { out.slice(range.start * hp..range.end * hp) };
@@ -201,21 +256,21 @@ fn batched(
             }
         });
     }
-    let mut sum = vec![0f32; hp];
+    sum.fill(0.0);
     for row in sc.chunks_exact(hp) {
         for (a, e) in sum.iter_mut().zip(row) {
             *a += *e;
         }
     }
     for row in sc.chunks_exact_mut(hp) {
-        for (e, s) in row.iter_mut().zip(&sum) {
+        for (e, s) in row.iter_mut().zip(&*sum) {
             *e /= *s;
         }
     }
     // Pass 2: ctx[h][j] = Σ_s p[s][h]·c_s[j]; threads split 8-column vectors.
     let rv = r / 8;
     let out = OutPtr::new(ctx);
-    let p = &sc;
+    let p = &*sc;
     par.for_ranges(rv, 2, heads * len * r, PAR_MIN_WORK, &|range| {
         // SAFETY: AVX2 checked by Par; each range writes only its own columns.
         unsafe { avx2::context(latents, ld, len, r, p, hp, heads, range, out) }

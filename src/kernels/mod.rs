@@ -22,6 +22,11 @@
 //!   `avx2`) to force a path, or build a `Par` with [`Par::with_isa`].
 //! * Denormals are not flushed (Rust default MXCSR).
 //!
+//! # Memory
+//! The `*_in` variants work in a caller-held [`Workspace`] (sized by
+//! [`workspace::product_floats`] / [`workspace::attend_floats`]) and allocate
+//! nothing; the plain variants allocate a workspace per call (tests, benches).
+//!
 //! # Errors
 //! Shape mismatches are programming errors and panic with a message naming
 //! the kernel and the shapes (the loader validates shapes beforehand).
@@ -33,13 +38,17 @@ pub mod mla_attend;
 pub mod mxfp4;
 pub mod par;
 pub mod peak;
+pub mod workspace;
 
 pub use bandwidth::ram_read_bandwidth;
-pub use dense::{bf16_to_f32, matmul_bf16, matmul_f32, matvec_bf16, matvec_f32};
-pub use mla_attend::{attend_latent_heads, attend_latent_ref};
-pub use mxfp4::{dequant_mxfp4, matmul_mxfp4, matvec_mxfp4};
+pub use dense::{
+    bf16_to_f32, matmul_bf16, matmul_bf16_in, matmul_f32, matmul_f32_in, matvec_bf16, matvec_f32,
+};
+pub use mla_attend::{attend_latent_heads, attend_latent_heads_in, attend_latent_ref};
+pub use mxfp4::{dequant_mxfp4, matmul_mxfp4, matmul_mxfp4_in, matvec_mxfp4, matvec_mxfp4_in};
 pub use par::Par;
 pub use peak::f32_peak_flops;
+pub use workspace::Workspace;
 
 /// Instruction-set path used by the kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

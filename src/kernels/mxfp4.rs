@@ -44,8 +44,8 @@
 
 use super::dense::{reduce8, PAR_MIN_ELEMS};
 use super::par::OutPtr;
+use super::workspace::{product_floats, Workspace};
 use super::{Isa, Par};
-use std::borrow::Cow;
 
 /// E2M1 values by 4-bit code (OCP MX v1.0 table; transformers `FP4_VALUES`).
 pub const E2M1_VALUES: [f32; 16] = [
@@ -148,6 +148,34 @@ pub fn matvec_mxfp4(
     x: &[f32],
     y: &mut [f32],
 ) {
+    matvec_mxfp4_in(
+        par,
+        &mut Workspace::default(),
+        packed,
+        scales,
+        rows,
+        cols,
+        x,
+        y,
+    )
+}
+
+/// [`matvec_mxfp4`] working in `ws` (the permuted copy of `x`: no allocation while
+/// `ws` holds [`product_floats`]`(cols, 1)`; bit-identical results).
+///
+/// # Panics
+/// On shape mismatch or `cols % 32 != 0`.
+#[allow(clippy::too_many_arguments)]
+pub fn matvec_mxfp4_in(
+    par: &Par,
+    ws: &mut Workspace,
+    packed: &[u8],
+    scales: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    y: &mut [f32],
+) {
     check("matvec_mxfp4", packed, scales, rows, cols);
     assert!(
         x.len() == cols,
@@ -161,7 +189,15 @@ pub fn matvec_mxfp4(
     );
     let isa = par.isa();
     let (pb, sb) = (cols / 2, cols / 32);
-    let xq = permute_x(isa, x);
+    let xq: &[f32] = match isa {
+        Isa::Scalar => x,
+        _ => {
+            // cols ≤ product_floats(cols, 1).0
+            let q = ws.shared(cols);
+            permute_block_order(x, q);
+            q
+        }
+    };
     let out = OutPtr::new(y);
     par.for_ranges(rows, 16, rows * cols, PAR_MIN_ELEMS, &|range| {
         // SAFETY: ranges of different threads are disjoint.
@@ -169,7 +205,7 @@ pub fn matvec_mxfp4(
         for (yr, r) in y.iter_mut().zip(range) {
             let p = &packed[r * pb..(r + 1) * pb];
             let s = &scales[r * sb..(r + 1) * sb];
-            *yr = dot_packed(isa, p, s, &xq);
+            *yr = dot_packed(isa, p, s, xq);
         }
     });
 }
@@ -185,6 +221,36 @@ pub fn matvec_mxfp4(
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_mxfp4(
     par: &Par,
+    packed: &[u8],
+    scales: &[u8],
+    rows: usize,
+    cols: usize,
+    xs: &[f32],
+    n: usize,
+    ys: &mut [f32],
+) {
+    matmul_mxfp4_in(
+        par,
+        &mut Workspace::default(),
+        packed,
+        scales,
+        rows,
+        cols,
+        xs,
+        n,
+        ys,
+    )
+}
+
+/// [`matmul_mxfp4`] working in `ws` (no allocation while `ws` holds
+/// [`product_floats`]`(cols, n)`; bit-identical results).
+///
+/// # Panics
+/// On shape mismatch or `cols % 32 != 0`.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_mxfp4_in(
+    par: &Par,
+    ws: &mut Workspace,
     packed: &[u8],
     scales: &[u8],
     rows: usize,
@@ -209,19 +275,24 @@ pub fn matmul_mxfp4(
     }
     let isa = par.isa();
     let (pb, sb) = (cols / 2, cols / 32);
-    // Every path reads the decoded row and x in the permuted block layout.
-    let xq: Vec<f32> = xs
-        .chunks_exact(cols)
-        .flat_map(permute_block_order)
-        .collect();
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar {
-        return super::matmul::mxfp4(par, packed, scales, rows, cols, &xq, n, ys);
+        return super::matmul::mxfp4(par, ws, packed, scales, rows, cols, xs, n, ys);
     }
+    // The decoded row and x in the permuted block order.
+    let (shared, per) = product_floats(cols, n);
+    let (xq, slots) = ws.split(shared, per, par.threads());
+    let xq = &mut xq[..n * cols];
+    for (x, q) in xs.chunks_exact(cols).zip(xq.chunks_exact_mut(cols)) {
+        permute_block_order(x, q);
+    }
+    let xq = &*xq;
     let out = OutPtr::new(ys);
-    par.for_ranges(rows, 16, rows * cols * n, PAR_MIN_ELEMS, &|range| {
-        let mut wf = vec![0f32; cols];
-        let mut sf = vec![0f32; sb];
+    par.for_ranges_on(rows, 16, rows * cols * n, PAR_MIN_ELEMS, &|who, range| {
+        // SAFETY: one live view per participant (Par::for_ranges_on).
+        let mine = unsafe { slots.get(who) };
+        let (wf, sf) = mine.split_at_mut(cols);
+        let sf = &mut sf[..sb];
         for r in range {
             for (d, pbk) in wf
                 .chunks_exact_mut(32)
@@ -237,7 +308,7 @@ pub fn matmul_mxfp4(
                 *d = HALF_SCALE[s as usize];
             }
             for v in 0..n {
-                let s = dot_decoded(isa, &wf, &sf, &xq[v * cols..(v + 1) * cols]);
+                let s = dot_decoded(isa, wf, sf, &xq[v * cols..(v + 1) * cols]);
                 // SAFETY: row r belongs to this thread only.
                 unsafe { out.slice(v * rows + r..v * rows + r + 1)[0] = s };
             }
@@ -245,23 +316,15 @@ pub fn matmul_mxfp4(
     });
 }
 
-/// `x` in the block-permuted order `[x0, x2, …, x30, x1, x3, …, x31]` per
-/// 32-block (SIMD paths), or `x` itself (scalar path).
-fn permute_x(isa: Isa, x: &[f32]) -> Cow<'_, [f32]> {
-    match isa {
-        Isa::Scalar => Cow::Borrowed(x),
-        _ => Cow::Owned(permute_block_order(x)),
+/// `x` into `out` in the block-permuted order `[x0, x2, …, x30, x1, x3, …, x31]`
+/// per 32-block (`out.len() == x.len()`).
+fn permute_block_order(x: &[f32], out: &mut [f32]) {
+    for (b, o) in x.chunks_exact(32).zip(out.chunks_exact_mut(32)) {
+        for i in 0..16 {
+            o[i] = b[2 * i];
+            o[16 + i] = b[2 * i + 1];
+        }
     }
-}
-
-fn permute_block_order(x: &[f32]) -> Vec<f32> {
-    x.chunks_exact(32)
-        .flat_map(|b| {
-            let even = (0..16).map(move |i| b[2 * i]);
-            let odd = (0..16).map(move |i| b[2 * i + 1]);
-            even.chain(odd)
-        })
-        .collect()
 }
 
 /// One output row from packed bytes `p` (`cols/2`) and scale bytes `s`;

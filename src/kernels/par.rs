@@ -37,8 +37,8 @@ pub const SPIN_TIME: Duration = Duration::from_micros(50);
 /// balancing when a thread is slow or descheduled).
 pub const PARTS_PER_THREAD: usize = 4;
 
-/// Erased pointer to the job closure of the current epoch.
-type JobPtr = *const (dyn Fn(usize) + Sync);
+/// Erased pointer to the job closure of the current epoch: `f(part, participant)`.
+type JobPtr = *const (dyn Fn(usize, usize) + Sync);
 
 struct Shared {
     /// `(epoch << 1) | open`. Set open (after the job fields are written)
@@ -156,9 +156,18 @@ impl Par {
     /// parts have finished. `f` must not depend on which thread runs it.
     /// A panic in any part is re-raised here after all parts finished.
     pub fn run(&self, nparts: usize, f: &(dyn Fn(usize) + Sync)) {
+        self.run_on(nparts, &|i, _| f(i))
+    }
+
+    /// [`Par::run`] that also tells each part which participant runs it:
+    /// `f(part, participant)` with `participant < self.threads()` (0 is the calling
+    /// thread). Parts run one after another on a participant, so two parts running
+    /// at the same time never share a participant index: a kernel can give each
+    /// participant its own slice of a workspace ([`crate::kernels::Workspace`]).
+    pub fn run_on(&self, nparts: usize, f: &(dyn Fn(usize, usize) + Sync)) {
         match &self.pool {
             Some(pool) if nparts > 1 => pool.run(nparts, f),
-            _ => (0..nparts).for_each(f),
+            _ => (0..nparts).for_each(|i| f(i, 0)),
         }
     }
 
@@ -178,19 +187,33 @@ impl Par {
         min_work: usize,
         f: &(dyn Fn(Range<usize>) + Sync),
     ) {
+        self.for_ranges_on(n, align, work, min_work, &|_, r| f(r))
+    }
+
+    /// [`Par::for_ranges`] calling `f(participant, range)`, the participant index
+    /// as in [`Par::run_on`] (`< self.threads()`; 0 when the call runs on the
+    /// calling thread alone).
+    pub fn for_ranges_on(
+        &self,
+        n: usize,
+        align: usize,
+        work: usize,
+        min_work: usize,
+        f: &(dyn Fn(usize, Range<usize>) + Sync),
+    ) {
         if n == 0 {
             return;
         }
         let align = align.max(1);
         let parts = (self.threads * PARTS_PER_THREAD).min(n.div_ceil(align));
         if self.threads == 1 || work < min_work || parts <= 1 {
-            f(0..n);
+            f(0, 0..n);
             return;
         }
-        self.run(parts, &|i| {
+        self.run_on(parts, &|i, who| {
             let r = partition(n, parts, align, i);
             if !r.is_empty() {
-                f(r);
+                f(who, r);
             }
         });
     }
@@ -210,14 +233,14 @@ pub(crate) fn partition(n: usize, parts: usize, align: usize, i: usize) -> Range
     bound(i)..bound(i + 1)
 }
 
-/// Claims and runs parts until none are left; records panics.
-fn claim_loop(s: &Shared, f: &(dyn Fn(usize) + Sync), nparts: usize) {
+/// Claims and runs parts until none are left (as participant `who`); records panics.
+fn claim_loop(s: &Shared, f: &(dyn Fn(usize, usize) + Sync), nparts: usize, who: usize) {
     loop {
         let i = s.next.fetch_add(1, SeqCst);
         if i >= nparts {
             return;
         }
-        if catch_unwind(AssertUnwindSafe(|| f(i))).is_err() {
+        if catch_unwind(AssertUnwindSafe(|| f(i, who))).is_err() {
             s.panicked.store(true, SeqCst);
         }
     }
@@ -249,25 +272,24 @@ impl Pool {
         };
         for tid in 1..threads {
             let s = Arc::clone(&pool.shared);
-            let h = spawn_thread(format!("memdial-par-{tid}"), tid, move || worker(s)).map_err(
-                |e| {
+            let h = spawn_thread(format!("memdial-par-{tid}"), tid, move || worker(s, tid))
+                .map_err(|e| {
                     std::io::Error::new(
                         e.kind(),
                         format!("cannot start kernel thread {tid} of {threads}: {e}"),
                     )
-                },
-            )?;
+                })?;
             pool.handles.push(h);
         }
         Ok(pool)
     }
 
-    fn run(&self, nparts: usize, f: &(dyn Fn(usize) + Sync)) {
+    fn run(&self, nparts: usize, f: &(dyn Fn(usize, usize) + Sync)) {
         let _guard = match self.call_lock.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => {
-                (0..nparts).for_each(f);
+                (0..nparts).for_each(|i| f(i, 0));
                 return;
             }
         };
@@ -275,7 +297,8 @@ impl Pool {
         // SAFETY: erase the closure's lifetime. Workers dereference it only
         // while registered in `active`, and we return (or unwind) only after
         // closing the job and seeing `active == 0`.
-        let ptr: JobPtr = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), JobPtr>(f) };
+        let ptr: JobPtr =
+            unsafe { std::mem::transmute::<&(dyn Fn(usize, usize) + Sync), JobPtr>(f) };
         unsafe { *s.job.get() = Some(ptr) };
         s.nparts.store(nparts, SeqCst);
         s.next.store(0, SeqCst);
@@ -289,7 +312,7 @@ impl Pool {
             }
         }
 
-        claim_loop(s, f, nparts);
+        claim_loop(s, f, nparts, 0);
 
         // All parts are claimed; close the job and wait for the workers that
         // are still inside one.
@@ -333,7 +356,8 @@ impl Drop for Pool {
     }
 }
 
-fn worker(s: Arc<Shared>) {
+/// Worker `tid` (its participant index, 1..threads).
+fn worker(s: Arc<Shared>, tid: usize) {
     let mut seen = 0u64; // last epoch this worker looked at
     loop {
         // Wait for a new epoch: spin for SPIN_TIME, then block.
@@ -370,7 +394,7 @@ fn worker(s: Arc<Shared>) {
             // SAFETY: see `Shared`; the job is open and we are active.
             let job = unsafe { (*s.job.get()).expect("open job without closure") };
             let nparts = s.nparts.load(SeqCst);
-            claim_loop(&s, unsafe { &*job }, nparts);
+            claim_loop(&s, unsafe { &*job }, nparts, tid);
         }
         if s.active.fetch_sub(1, SeqCst) == 1 && s.caller_sleeping.load(SeqCst) {
             let _l = s.done_lock.lock().unwrap_or_else(|p| p.into_inner());

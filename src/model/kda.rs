@@ -26,7 +26,7 @@ use super::state::KdaState;
 use super::weights::{Mat, Weights};
 use crate::arena::{zeroed, Dims, Kda};
 use crate::config::ModelConfig;
-use crate::ops::Par;
+use crate::ops::{Par, Workspace};
 use crate::profile::{self, Op};
 
 /// Output gate of a KDA layer.
@@ -243,14 +243,17 @@ pub fn kda_forward(
 ) -> Vec<f32> {
     let mut sc = Kda::new(&Dims::new(cfg, n));
     let mut out = vec![0f32; n * cfg.hidden_size];
-    kda_forward_into(par, cfg, w, xs, n, st, &mut sc, &mut out);
+    let ws = &mut Workspace::default();
+    kda_forward_into(par, ws, cfg, w, xs, n, st, &mut sc, &mut out);
     out
 }
 
-/// [`kda_forward`] into `out: [n, D]` with every intermediate in the arena `sc`.
+/// [`kda_forward`] into `out: [n, D]` with every intermediate in the arena `sc` and
+/// the kernels' scratch in `ws`.
 #[allow(clippy::too_many_arguments)]
 pub fn kda_forward_into(
     par: &Par,
+    ws: &mut Workspace,
     cfg: &ModelConfig,
     w: &KdaWeights,
     xs: &[f32],
@@ -269,24 +272,24 @@ pub fn kda_forward_into(
 
     let prof = profile::scope(Op::KdaProj);
     let qs = zeroed(&mut sc.q, n * p);
-    w.q.mm_into(par, xs, n, qs);
+    w.q.mm_into(par, ws, xs, n, qs);
     let ks = zeroed(&mut sc.k, n * p);
-    w.k.mm_into(par, xs, n, ks);
+    w.k.mm_into(par, ws, xs, n, ks);
     let vs = zeroed(&mut sc.v, n * p);
-    w.v.mm_into(par, xs, n, vs);
+    w.v.mm_into(par, ws, xs, n, vs);
     let fa = zeroed(&mut sc.fa, n * k);
-    w.f_a.mm_into(par, xs, n, fa);
+    w.f_a.mm_into(par, ws, xs, n, fa);
     let a_all = zeroed(&mut sc.a, n * p);
-    w.f_b.mm_into(par, fa, n, a_all);
+    w.f_b.mm_into(par, ws, fa, n, a_all);
     let b_all = zeroed(&mut sc.b, n * h);
-    w.b.mm_into(par, xs, n, b_all);
+    w.b.mm_into(par, ws, xs, n, b_all);
     let g_all = zeroed(&mut sc.g, n * p);
     match &w.gate {
-        OutGate::Full(g) => g.mm_into(par, xs, n, g_all),
+        OutGate::Full(g) => g.mm_into(par, ws, xs, n, g_all),
         OutGate::LowRank(ga, gb) => {
             let t = zeroed(&mut sc.fa, n * k);
-            ga.mm_into(par, xs, n, t);
-            gb.mm_into(par, t, n, g_all);
+            ga.mm_into(par, ws, xs, n, t);
+            gb.mm_into(par, ws, t, n, g_all);
         }
     }
 
@@ -334,5 +337,5 @@ pub fn kda_forward_into(
     }
     drop(prof);
     let _prof = profile::scope(Op::KdaOut);
-    w.o.mm_into(par, ys, n, out);
+    w.o.mm_into(par, ws, ys, n, out);
 }

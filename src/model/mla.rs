@@ -22,8 +22,8 @@ use super::state::MlaCache;
 use super::weights::{Mat, Weights};
 use crate::arena::{zeroed, Dims, Mla};
 use crate::config::ModelConfig;
-use crate::kernels::{attend_latent_heads, attend_latent_ref};
-use crate::ops::Par;
+use crate::kernels::{attend_latent_heads_in, attend_latent_ref};
+use crate::ops::{Par, Workspace};
 use crate::profile::{self, Op};
 
 /// Query projection of an MLA layer.
@@ -148,7 +148,8 @@ pub fn attend_latent(
 
 /// MLA sub-layer over `n` consecutive tokens `xs: [n, D]` (after `input_layernorm`),
 /// appending `n` latents to `cache`. Returns `[n, D]`; each token's result is
-/// bit-identical whatever `n` is.
+/// bit-identical whatever `n` is. Allocates its buffers (tests); the forward uses
+/// [`mla_forward_into`].
 pub fn mla_forward(
     par: &Par,
     cfg: &ModelConfig,
@@ -159,14 +160,17 @@ pub fn mla_forward(
 ) -> Vec<f32> {
     let mut sc = Mla::new(&Dims::new(cfg, n));
     let mut out = vec![0f32; n * cfg.hidden_size];
-    mla_forward_into(par, cfg, w, xs, n, cache, &mut sc, &mut out);
+    let ws = &mut Workspace::default();
+    mla_forward_into(par, ws, cfg, w, xs, n, cache, &mut sc, &mut out);
     out
 }
 
-/// [`mla_forward`] into `out: [n, D]` with every intermediate in the arena `sc`.
+/// [`mla_forward`] into `out: [n, D]` with every intermediate in the arena `sc` and
+/// the kernels' scratch (products, attention scores) in `ws`.
 #[allow(clippy::too_many_arguments)]
 pub fn mla_forward_into(
     par: &Par,
+    ws: &mut Workspace,
     cfg: &ModelConfig,
     w: &MlaWeights,
     xs: &[f32],
@@ -190,23 +194,23 @@ pub fn mla_forward_into(
     let prof = profile::scope(Op::MlaProj);
     let qs = zeroed(&mut sc.q, n * h * qhd);
     match &w.q {
-        QProj::Full(q) => q.mm_into(par, xs, n, qs),
+        QProj::Full(q) => q.mm_into(par, ws, xs, n, qs),
         QProj::Lora { a, norm, b } => {
             let ql = a.rows();
             let qa = zeroed(&mut sc.qa, n * ql);
-            a.mm_into(par, xs, n, qa);
+            a.mm_into(par, ws, xs, n, qa);
             for t in 0..n {
                 rms_norm_inplace(&mut qa[t * ql..(t + 1) * ql], norm, Q_NORM_EPS);
             }
-            b.mm_into(par, qa, n, qs);
+            b.mm_into(par, ws, qa, n, qs);
         }
     }
     let kvs = zeroed(&mut sc.kv, n * ld);
-    w.kv_a.mm_into(par, xs, n, kvs);
+    w.kv_a.mm_into(par, ws, xs, n, kvs);
     let gates = match &w.g {
         Some(g) => {
             let gs = zeroed(&mut sc.gate, n * h * dv);
-            g.mm_into(par, xs, n, gs);
+            g.mm_into(par, ws, xs, n, gs);
             Some(&*gs)
         }
         None => None,
@@ -235,8 +239,9 @@ pub fn mla_forward_into(
                 .tmv_into(&qh[..dn], &mut q_abs[hh * r..(hh + 1) * r]);
             q_pe[hh * dr..(hh + 1) * dr].copy_from_slice(&qh[dn..]);
         }
-        attend_latent_heads(
+        attend_latent_heads_in(
             par,
+            ws,
             &cache.latents,
             cache.len,
             r,
@@ -252,7 +257,7 @@ pub fn mla_forward_into(
             let o = &mut outs[(t * h + hh) * dv..(t * h + hh + 1) * dv];
             w.kv_b
                 .row_block(base + dn, dv)
-                .mv_into(par, &ctx[hh * r..(hh + 1) * r], o);
+                .mv_into(par, ws, &ctx[hh * r..(hh + 1) * r], o);
         }
         if let Some(g) = gates {
             let o = &mut outs[t * h * dv..(t + 1) * h * dv];
@@ -263,5 +268,5 @@ pub fn mla_forward_into(
     }
     drop(prof);
     let _prof = profile::scope(Op::MlaOut);
-    w.o.mm_into(par, outs, n, out);
+    w.o.mm_into(par, ws, outs, n, out);
 }

@@ -65,10 +65,11 @@ impl GatedMlp {
     }
 
     /// [`GatedMlp::forward`] into `out: [n, D]`, with the intermediates in the
-    /// arena's `g` / `u` buffers (bit-identical to `forward`).
+    /// arena's `g` / `u` buffers and the kernels' scratch in `ws` (bit-identical to `forward`).
     pub fn forward_into(
         &self,
         par: &Par,
+        ws: &mut crate::ops::Workspace,
         act: Activation,
         xs: &[f32],
         n: usize,
@@ -77,10 +78,10 @@ impl GatedMlp {
     ) {
         let f = self.gate.rows();
         let g = zeroed(&mut sc.g, n * f);
-        self.gate.mm_into(par, xs, n, g);
+        self.gate.mm_into(par, ws, xs, n, g);
         let u = zeroed(&mut sc.u, n * f);
-        self.up.mm_into(par, xs, n, u);
+        self.up.mm_into(par, ws, xs, n, u);
         gated_act_inplace(act, g, u);
-        self.down.mm_into(par, g, n, out);
+        self.down.mm_into(par, ws, g, n, out);
     }
 }

@@ -128,12 +128,12 @@ impl Model {
     /// A fresh per-sequence state with room for `max_context` positions and a
     /// scratch arena for the plan's prefill chunk ([`State::new`]).
     pub fn new_state(&self, max_context: usize) -> State {
-        State::new(&self.cfg, max_context)
+        State::new(&self.cfg, max_context, self.par.threads())
     }
 
     /// A fresh per-sequence state whose arena fits forwards of up to `chunk` tokens.
     pub fn new_state_with_chunk(&self, max_context: usize, chunk: usize) -> State {
-        State::with_chunk(&self.cfg, max_context, chunk)
+        State::with_chunk(&self.cfg, max_context, chunk, self.par.threads())
     }
 
     fn mat(&self, layer: Option<usize>, name: &str, rows: usize, cols: usize) -> Result<Mat> {
@@ -210,13 +210,15 @@ impl Model {
         let hidden = zeroed(&mut sc.main.hidden, n * d);
         // Embedding rows of the call's tokens, read together (a streaming store may
         // read just these rows).
-        let ids: Vec<usize> = tokens.iter().map(|&t| t as usize).collect();
+        let ids = &mut sc.main.ids;
+        ids.clear();
+        ids.extend(tokens.iter().map(|&t| t as usize));
         self.w.rows_into(
             None,
             "model.embed_tokens.weight",
             cfg.vocab_size,
             d,
-            &ids,
+            ids,
             hidden,
         )?;
         drop(prof);
@@ -295,18 +297,27 @@ impl Model {
         // lm_head in the store's row blocks: each logit is the same fixed-order dot
         // product as with the whole matrix (kernels/dense.rs), so logits are identical.
         let blocks = self.w.row_blocks(None, head, vocab);
+        let ws = &mut sc.kern;
         if blocks.len() == 1 {
             self.w
                 .mat_rows(None, head, vocab, d, 0..vocab)?
-                .mm_into(par, xs, rows, logits);
+                .mm_into(par, ws, xs, rows, logits);
+        } else if rows == 1 {
+            // One row: each block's logits are a contiguous slice of the row.
+            for r in blocks {
+                let block = self.w.mat_rows(None, head, vocab, d, r.clone())?;
+                block.mm_into(par, ws, xs, 1, &mut logits[r]);
+            }
         } else {
+            // Several rows (`LogitsMode::All`, outside the plan: the logits
+            // buffer grows to `[n, vocab]` too): one block's rows at a time.
             let mut ys = Vec::new();
             for r in blocks {
                 let block = self.w.mat_rows(None, head, vocab, d, r.clone())?;
                 let bn = r.len();
                 ys.clear();
                 ys.resize(rows * bn, 0f32);
-                block.mm_into(par, xs, rows, &mut ys);
+                block.mm_into(par, ws, xs, rows, &mut ys);
                 for t in 0..rows {
                     logits[t * vocab + r.start..t * vocab + r.end]
                         .copy_from_slice(&ys[t * bn..(t + 1) * bn]);
@@ -360,7 +371,7 @@ impl Model {
             &mut sc.moe.bias,
         )?;
         let logits = zeroed(&mut sc.moe.logits, moe.num_experts);
-        gate.mv_into(&self.par, x, logits);
+        gate.mv_into(&self.par, &mut sc.kern, x, logits);
         let r = &mut sc.router;
         r.routes.clear();
         moe::route_into(logits, &sc.moe.bias, moe, r);
@@ -394,6 +405,7 @@ impl Model {
             mlp: mlp_sc,
             moe: moe_sc,
             router,
+            kern: ws,
         } = sc;
         let b = dims.blocks;
         let prof = profile::scope(Op::Norms);
@@ -448,12 +460,12 @@ impl Model {
         match (cfg.attn_kinds[i], ls) {
             (AttnKind::Kda, LayerState::Kda(st)) => {
                 let w = kda::KdaWeights::load_from(&self.w, cfg, i, kda_sc)?;
-                kda::kda_forward_into(par, cfg, &w, xin, n, st, kda_sc, a);
+                kda::kda_forward_into(par, ws, cfg, &w, xin, n, st, kda_sc, a);
                 w.recycle(kda_sc);
             }
             (AttnKind::Mla, LayerState::Mla(cache)) => {
                 let w = mla::MlaWeights::load_from(&self.w, cfg, i, mla_sc)?;
-                mla::mla_forward_into(par, cfg, &w, xin, n, cache, mla_sc, a);
+                mla::mla_forward_into(par, ws, cfg, &w, xin, n, cache, mla_sc, a);
                 w.recycle(mla_sc);
             }
             _ => bail!("state layer kind does not match the config"),
@@ -511,13 +523,13 @@ impl Model {
                 // slot); the same products as `GatedMlp::forward_into`.
                 let g = zeroed(&mut mlp_sc.g, n * f);
                 self.mat(l, "mlp.gate_proj.weight", f, d)?
-                    .mm_into(par, xin2, n, g);
+                    .mm_into(par, ws, xin2, n, g);
                 let u = zeroed(&mut mlp_sc.u, n * f);
                 self.mat(l, "mlp.up_proj.weight", f, d)?
-                    .mm_into(par, xin2, n, u);
+                    .mm_into(par, ws, xin2, n, u);
                 mlp::gated_act_inplace(cfg.activation, g, u);
                 self.mat(l, "mlp.down_proj.weight", d, f)?
-                    .mm_into(par, g, n, m);
+                    .mm_into(par, ws, g, n, m);
             }
             MlpKind::Moe => {
                 let moe = cfg.moe.as_ref().context("MoE layer without MoE config")?;
@@ -526,6 +538,7 @@ impl Model {
                     moe: moe_sc,
                     router,
                     mlp: mlp_sc,
+                    kern: ws,
                 };
                 moe::moe_forward(par, cfg, moe, &self.w, &mw, i, xin2, n, bufs, m)?;
                 mw.recycle(moe_sc);

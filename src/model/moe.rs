@@ -26,7 +26,7 @@ use super::norm::{rms_norm_inplace, sigmoid};
 use super::weights::{Mat, Weights};
 use crate::arena::{zeroed, Mlp, Moe, Router};
 use crate::config::{Activation, ModelConfig, MoeConfig};
-use crate::ops::Par;
+use crate::ops::{Par, Workspace};
 use crate::profile::{self, Op};
 
 /// Routing decision for one token: `(expert id, weight)` in router-rank order.
@@ -198,6 +198,8 @@ pub struct MoeScratch<'a> {
     pub router: &'a mut Router,
     /// Gated-MLP intermediates (experts and shared experts).
     pub mlp: &'a mut Mlp,
+    /// The kernels' scratch.
+    pub kern: &'a mut Workspace,
 }
 
 /// MoE sub-layer over `n` tokens `xs: [n, D]` (after `post_attention_layernorm`),
@@ -228,15 +230,16 @@ pub fn moe_forward(
         moe: ms,
         router,
         mlp,
+        kern: ws,
     } = sc;
     let prof = profile::scope(Op::Router);
 
     let logits = zeroed(&mut ms.logits, n * e);
-    mw.gate.mm_into(par, xs, n, logits);
+    mw.gate.mm_into(par, ws, xs, n, logits);
     let zs: &[f32] = match &mw.latent {
         Some((down, _)) => {
             let z = zeroed(&mut ms.z, n * ed);
-            down.mm_into(par, xs, n, z);
+            down.mm_into(par, ws, xs, n, z);
             z
         }
         None => xs,
@@ -251,6 +254,7 @@ pub fn moe_forward(
     if n == 1 || !w.store.groups_chunk_experts() {
         per_token_experts(
             par,
+            ws,
             cfg,
             moe,
             w,
@@ -265,19 +269,7 @@ pub fn moe_forward(
         )?;
     } else {
         let bufs = (&mut ms.zg, &mut ms.eo, &mut ms.slots);
-        grouped_experts(
-            par,
-            cfg,
-            moe,
-            w,
-            layer,
-            &router.routes,
-            k,
-            zs,
-            mlp,
-            bufs,
-            ys,
-        )?;
+        grouped_experts(par, ws, cfg, moe, w, layer, router, k, zs, mlp, bufs, ys)?;
     }
     let _prof = profile::scope(Op::SharedLatent);
     if let Some(nw) = &mw.latent_norm {
@@ -286,12 +278,12 @@ pub fn moe_forward(
         }
     }
     match &mw.latent {
-        Some((_, up)) => up.mm_into(par, ys, n, out),
+        Some((_, up)) => up.mm_into(par, ws, ys, n, out),
         None => out.copy_from_slice(ys),
     }
     if let Some(sh) = &mw.shared {
         let s = zeroed(&mut ms.shared, n * d);
-        sh.forward_into(par, act, xs, n, mlp, s);
+        sh.forward_into(par, ws, act, xs, n, mlp, s);
         for (o, v) in out.iter_mut().zip(s.iter()) {
             *o += v;
         }
@@ -305,6 +297,7 @@ pub fn moe_forward(
 #[allow(clippy::too_many_arguments)]
 fn per_token_experts(
     par: &Par,
+    ws: &mut Workspace,
     cfg: &ModelConfig,
     moe: &MoeConfig,
     w: &Weights,
@@ -331,7 +324,7 @@ fn per_token_experts(
             drop(fetch);
             let _prof = profile::scope(Op::ExpertMlp);
             let o = zeroed(eo, ed);
-            ex.forward_into(par, cfg.activation, z, 1, mlp, o);
+            ex.forward_into(par, ws, cfg.activation, z, 1, mlp, o);
             for (yv, ov) in y.iter_mut().zip(o.iter()) {
                 *yv += wt * ov;
             }
@@ -364,22 +357,76 @@ fn expert_groups_flat(routes: &[(usize, f32)], k: usize) -> Vec<(usize, Vec<(usi
     groups
 }
 
+/// Indexes a chunk's routing `routes: [n, k]` in the router's arena buffers:
+/// `tok_ids` (the ids per token), `chunk_order` (distinct experts in first-use
+/// order: token order, then router rank) and, per expert of that order, its
+/// `(token, rank)` slots `users[starts[g]..starts[g + 1]]` in scan order — the
+/// groups of [`expert_groups`], without allocating (a counting sort).
+pub fn index_chunk(r: &mut Router, k: usize, num_experts: usize) {
+    const NONE: usize = usize::MAX;
+    let Router {
+        routes,
+        tok_ids,
+        chunk_order,
+        users,
+        starts,
+        group_of,
+        ..
+    } = r;
+    if group_of.len() != num_experts {
+        group_of.clear();
+        group_of.resize(num_experts, NONE);
+    }
+    tok_ids.clear();
+    chunk_order.clear();
+    starts.clear();
+    starts.push(0);
+    for &(e, _) in routes.iter() {
+        tok_ids.push(e);
+        if group_of[e] == NONE {
+            group_of[e] = chunk_order.len();
+            chunk_order.push(e);
+            starts.push(0);
+        }
+        starts[group_of[e] + 1] += 1;
+    }
+    for g in 0..chunk_order.len() {
+        starts[g + 1] += starts[g];
+    }
+    users.clear();
+    users.resize(routes.len(), (0, 0));
+    // starts[g] is group g's write cursor; afterwards it is group g's end.
+    for (i, &(e, _)) in routes.iter().enumerate() {
+        let g = group_of[e];
+        users[starts[g]] = (i / k.max(1), i % k.max(1));
+        starts[g] += 1;
+    }
+    for g in (1..starts.len()).rev() {
+        starts[g] = starts[g - 1];
+    }
+    starts[0] = 0;
+    for &e in chunk_order.iter() {
+        group_of[e] = NONE;
+    }
+}
+
 /// Expert-grouped chunk (prefill): tells the store the chunk's routing
 /// ([`WeightStore::chunk_experts_selected`](crate::store::WeightStore::chunk_experts_selected)),
 /// then fetches each distinct expert once, in first-use order, and runs it as a
 /// matmul over the tokens that picked it (bit-identical to one matvec per token).
 /// Outputs are kept per `(token, rank)` slot (`n·k·ed` f32, the arena's `slots`)
 /// and summed per token in router-rank order afterwards into `ys` (zeros on
-/// entry), exactly as [`per_token_experts`] sums them. The routing index (groups,
-/// per-token ids) is allocated per chunk.
+/// entry), exactly as [`per_token_experts`] sums them. The routing index is the
+/// router's arena buffers ([`index_chunk`]).
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn grouped_experts(
     par: &Par,
+    ws: &mut Workspace,
     cfg: &ModelConfig,
     moe: &MoeConfig,
     w: &Weights,
     layer: usize,
-    routes: &[(usize, f32)],
+    router: &mut Router,
     k: usize,
     zs: &[f32],
     mlp: &mut Mlp,
@@ -388,16 +435,14 @@ fn grouped_experts(
 ) -> Result<()> {
     let ed = moe.expert_dim(cfg.hidden_size);
     let fi = moe.moe_intermediate_size;
+    index_chunk(router, k, moe.num_experts);
+    let routes = &router.routes;
     let n = routes.len() / k.max(1);
-    let groups = expert_groups_flat(routes, k);
-    let ids: Vec<Vec<usize>> = routes
-        .chunks_exact(k.max(1))
-        .map(|r| r.iter().map(|x| x.0).collect())
-        .collect();
-    let order: Vec<usize> = groups.iter().map(|g| g.0).collect();
-    w.store.chunk_experts_selected(layer, &ids, &order);
+    w.store
+        .chunk_experts_selected(layer, &router.tok_ids, k, &router.chunk_order);
     let slots = zeroed(slots, n * k * ed);
-    for (eid, users) in &groups {
+    for (g, eid) in router.chunk_order.iter().enumerate() {
+        let users = &router.users[router.starts[g]..router.starts[g + 1]];
         let fetch = profile::scope(Op::ExpertFetch);
         let ex = load_expert(w, layer, *eid, ed, fi)?;
         drop(fetch);
@@ -407,7 +452,7 @@ fn grouped_experts(
             zg.extend_from_slice(&zs[t * ed..(t + 1) * ed]);
         }
         let o = zeroed(eo, users.len() * ed);
-        ex.forward_into(par, cfg.activation, zg, users.len(), mlp, o);
+        ex.forward_into(par, ws, cfg.activation, zg, users.len(), mlp, o);
         for (j, &(t, r)) in users.iter().enumerate() {
             slots[(t * k + r) * ed..][..ed].copy_from_slice(&o[j * ed..(j + 1) * ed]);
         }

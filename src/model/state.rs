@@ -52,14 +52,26 @@ pub struct State {
 
 impl State {
     /// Fresh state for `cfg` with room for `max_context` positions, and an arena
-    /// for the plan's prefill chunk ([`planned_prefill_chunk`]`(max_context)`).
-    pub fn new(cfg: &ModelConfig, max_context: usize) -> State {
-        State::with_chunk(cfg, max_context, planned_prefill_chunk(max_context))
+    /// for the plan's prefill chunk ([`planned_prefill_chunk`]`(max_context)`) on
+    /// `threads` kernel threads.
+    pub fn new(cfg: &ModelConfig, max_context: usize, threads: usize) -> State {
+        State::with_chunk(
+            cfg,
+            max_context,
+            planned_prefill_chunk(max_context),
+            threads,
+        )
     }
 
     /// Fresh state with room for `max_context` positions (the MLA latent caches
-    /// reserved for all of them) and an arena for forwards of up to `chunk` tokens.
-    pub fn with_chunk(cfg: &ModelConfig, max_context: usize, chunk: usize) -> State {
+    /// reserved for all of them) and an arena for forwards of up to `chunk` tokens
+    /// on `threads` kernel threads.
+    pub fn with_chunk(
+        cfg: &ModelConfig,
+        max_context: usize,
+        chunk: usize,
+        threads: usize,
+    ) -> State {
         let ld = cfg.mla.latent_dim();
         let h = cfg.kda.num_heads;
         let k = cfg.kda.head_dim;
@@ -86,7 +98,7 @@ impl State {
             pos: 0,
             max_context,
             layers,
-            scratch: Scratch::new(cfg, chunk),
+            scratch: Scratch::new(cfg, chunk, threads, max_context),
             latent_dim: ld,
         }
     }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 
-use crate::ops::{self, Par};
+use crate::ops::{self, Par, Workspace};
 use crate::schema::Dtype;
 use crate::store::{Bytes, ExpertMat, WeightStore};
 
@@ -67,15 +67,16 @@ impl Mat {
         }
     }
 
-    /// `y = W x`; `x: [cols]` → returns `[rows]`.
+    /// `y = W x`; `x: [cols]` → returns `[rows]` (allocates the result and the
+    /// kernel workspace: tests and tools; the forward uses [`Mat::mv_into`]).
     pub fn mv(&self, par: &Par, x: &[f32]) -> Vec<f32> {
         let mut y = vec![0f32; self.rows()];
-        self.mv_into(par, x, &mut y);
+        self.mv_into(par, &mut Workspace::default(), x, &mut y);
         y
     }
 
-    /// `y = W x` into `y: [rows]`.
-    pub fn mv_into(&self, par: &Par, x: &[f32], y: &mut [f32]) {
+    /// `y = W x` into `y: [rows]`, the kernels' scratch in `ws`.
+    pub fn mv_into(&self, par: &Par, ws: &mut Workspace, x: &[f32], y: &mut [f32]) {
         match self {
             Mat::Dense {
                 bytes,
@@ -94,7 +95,7 @@ impl Mat {
                 scale,
                 rows,
                 cols,
-            } => ops::matvec_mxfp4(par, packed, scale, *rows, *cols, x, y),
+            } => ops::matvec_mxfp4_in(par, ws, packed, scale, *rows, *cols, x, y),
         }
     }
 
@@ -178,16 +179,18 @@ impl Mat {
         }
     }
 
-    /// Batched product: `xs` `[n, cols]` → `[n, rows]`, each row bit-identical to [`Mat::mv`].
+    /// Batched product: `xs` `[n, cols]` → `[n, rows]`, each row bit-identical to
+    /// [`Mat::mv`] (allocates; the forward uses [`Mat::mm_into`]).
     pub fn mm(&self, par: &Par, xs: &[f32], n: usize) -> Vec<f32> {
         let mut ys = vec![0f32; n * self.rows()];
-        self.mm_into(par, xs, n, &mut ys);
+        self.mm_into(par, &mut Workspace::default(), xs, n, &mut ys);
         ys
     }
 
     /// [`Mat::mm`] into `ys: [n, rows]` (every element written; pass zeros for
-    /// the same bytes as [`Mat::mm`] on any path).
-    pub fn mm_into(&self, par: &Par, xs: &[f32], n: usize, ys: &mut [f32]) {
+    /// the same bytes as [`Mat::mm`] on any path), the kernels' scratch in `ws`
+    /// (no allocation while it holds [`crate::kernels::workspace::product_floats`]`(cols, n)`).
+    pub fn mm_into(&self, par: &Par, ws: &mut Workspace, xs: &[f32], n: usize, ys: &mut [f32]) {
         let (rows, cols) = (self.rows(), self.cols());
         let ys = &mut ys[..n * rows];
         match self {
@@ -195,19 +198,20 @@ impl Mat {
                 bytes,
                 elem: Elem::Bf16,
                 ..
-            } if n > 1 => ops::matmul_bf16(par, bytes, rows, cols, xs, n, ys),
+            } if n > 1 => ops::matmul_bf16_in(par, ws, bytes, rows, cols, xs, n, ys),
             Mat::Dense {
                 bytes,
                 elem: Elem::F32,
                 ..
-            } if n > 1 => ops::matmul_f32(par, bytes, rows, cols, xs, n, ys),
+            } if n > 1 => ops::matmul_f32_in(par, ws, bytes, rows, cols, xs, n, ys),
             Mat::Mxfp4 { packed, scale, .. } if n > 1 => {
-                ops::matmul_mxfp4(par, packed, scale, rows, cols, xs, n, ys)
+                ops::matmul_mxfp4_in(par, ws, packed, scale, rows, cols, xs, n, ys)
             }
             _ => {
                 for v in 0..n {
                     self.mv_into(
                         par,
+                        ws,
                         &xs[v * cols..(v + 1) * cols],
                         &mut ys[v * rows..(v + 1) * rows],
                     );

@@ -194,12 +194,20 @@ pub trait WeightStore: Send + Sync {
         false
     }
 
-    /// Hint for an expert-grouped prefill chunk: `per_token[t]` are the experts the
-    /// router of `layer` selected for the chunk's token `t` (router rank order);
+    /// Hint for an expert-grouped prefill chunk: `per_token[t·k .. (t+1)·k]` are the
+    /// `k` experts the router of `layer` selected for the chunk's token `t` (router
+    /// rank order; `per_token: [n, k]` flat);
     /// the model then fetches each expert of `order` (the distinct ones, in that
     /// order) once with [`WeightStore::expert`] and holds at most one at a time.
     /// Called instead of one [`WeightStore::experts_selected`] per token.
-    fn chunk_experts_selected(&self, _layer: usize, _per_token: &[Vec<usize>], _order: &[usize]) {}
+    fn chunk_experts_selected(
+        &self,
+        _layer: usize,
+        _per_token: &[usize],
+        _k: usize,
+        _order: &[usize],
+    ) {
+    }
 
     /// Hint: layer `layer` is finished for the current token.
     fn end_layer(&self, _layer: usize) {}

@@ -202,6 +202,8 @@ pub struct Plan {
     pub io: IoMode,
     pub prefetch: Prefetch,
     pub max_context: usize,
+    /// Kernel threads the activation arena holds a workspace region for.
+    pub threads: usize,
     pub model_bytes: u64,
     /// Final norm / AttnRes output weights, plus the embedding table when pinned.
     pub pinned_global_bytes: u64,
@@ -289,8 +291,13 @@ impl Plan {
 /// model's scratch arena, [`crate::arena::Scratch::planned_bytes`] — the same
 /// table the model allocates from (every buffer listed by
 /// [`crate::arena::Scratch::planned_buffers`]).
-pub fn activation_bytes(cfg: &ModelConfig, chunk: usize) -> u64 {
-    crate::arena::Scratch::planned_bytes(cfg, chunk)
+pub fn activation_bytes(
+    cfg: &ModelConfig,
+    chunk: usize,
+    threads: usize,
+    max_context: usize,
+) -> u64 {
+    crate::arena::Scratch::planned_bytes(cfg, chunk, threads, max_context)
 }
 
 /// State bytes for `max_context` positions: KDA states of every KDA layer and the
@@ -313,19 +320,21 @@ pub fn plan(
     io: IoMode,
     prefetch: Prefetch,
     max_context: usize,
+    threads: usize,
 ) -> Result<Plan> {
-    let p = plan_unchecked(cfg, ck, budget, io, prefetch, max_context)?;
+    let p = plan_unchecked(cfg, ck, budget, io, prefetch, max_context, threads)?;
     if budget < p.floor_bytes {
         return Err(UsageError::BelowFloor {
             budget,
             floor: p.floor_bytes,
             detail: format!(
-                "IO mode {}, prefetch {}, max context {}: \
+                "IO mode {}, prefetch {}, max context {}, {} kernel thread(s): \
                  pinned globals {} + pinned norms/gates {} + {} trunk slot(s) × {} + {} expert buffers × {} \
                  + state {} + activations {} + embedding rows {}",
                 io.as_str(),
                 prefetch.as_str(),
                 max_context,
+                p.threads,
                 fmt_bytes(p.pinned_global_bytes),
                 fmt_bytes(p.pinned_small_bytes),
                 p.min_slots(),
@@ -381,6 +390,7 @@ pub fn plan_unchecked(
     io: IoMode,
     prefetch: Prefetch,
     max_context: usize,
+    threads: usize,
 ) -> Result<Plan> {
     crate::limits::check_dimensions(cfg, ck)?;
     let specs = expected_tensors(cfg);
@@ -483,7 +493,8 @@ pub fn plan_unchecked(
     };
     let state = state_estimate(cfg, max_context);
     let chunk = planned_prefill_chunk(max_context);
-    let act = activation_bytes(cfg, chunk);
+    let threads = threads.max(1);
+    let act = activation_bytes(cfg, chunk, threads, max_context);
     let row_buffer = match io {
         IoMode::Direct => emb_row.div_ceil(align) * align + align,
         _ => emb_row,
@@ -499,6 +510,7 @@ pub fn plan_unchecked(
         io,
         prefetch,
         max_context,
+        threads,
         model_bytes,
         pinned_global_bytes: global,
         pinned_small_bytes: small,

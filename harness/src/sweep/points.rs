@@ -75,11 +75,11 @@ impl Points {
                 }
             })
             .collect();
-        let mut floors: HashMap<(String, String, usize), (u64, u64)> = HashMap::new();
+        let mut floors: HashMap<(String, String, usize, usize), (u64, u64)> = HashMap::new();
         let mut out = vec![];
         for p in spec.points() {
             let ctx = contexts[p.prompt_index];
-            let key = (p.io.clone(), p.prefetch.clone(), ctx);
+            let key = (p.io.clone(), p.prefetch.clone(), ctx, p.threads);
             if !floors.contains_key(&key) {
                 let plan = plan_unchecked(
                     &cfg,
@@ -88,6 +88,7 @@ impl Points {
                     IoMode::parse(&p.io)?,
                     Prefetch::parse(&p.prefetch)?,
                     ctx,
+                    p.threads,
                 )
                 .with_context(|| format!("planning {} / {}", p.io, p.prefetch))?;
                 floors.insert(key.clone(), (plan.floor_bytes, plan.model_bytes));

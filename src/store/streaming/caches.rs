@@ -61,6 +61,11 @@ pub(super) struct Inner {
     pub(super) protected: HashSet<(usize, usize)>,
     pub(super) free_slot_bufs: Vec<AlignedBuf>,
     pub(super) free_expert_bufs: Vec<AlignedBuf>,
+    /// Buffers carved at first need for every trunk slot / expert buffer of the plan
+    /// ([`AlignedBuf::carve`]: 2 MiB pages for direct reads) and not handed out yet;
+    /// `None` until then. Only handed-out buffers are accounted (and touched).
+    pub(super) carved_slot_bufs: Option<Vec<AlignedBuf>>,
+    pub(super) carved_expert_bufs: Option<Vec<AlignedBuf>>,
     pub(super) allocated_slot_bufs: usize,
     pub(super) allocated_expert_bufs: usize,
     pub(super) queue: VecDeque<Job>,
@@ -249,13 +254,32 @@ impl StreamingStore {
                 return Some(b);
             }
             g.allocated_slot_bufs += 1;
-            Some(AlignedBuf::new(plan.slot_bytes as usize))
+            let carved = g.carved_slot_bufs.get_or_insert_with(|| {
+                let mut v = AlignedBuf::carve(plan.trunk_slots, plan.slot_bytes as usize);
+                v.reverse(); // handed out from the mapping's start
+                v
+            });
+            Some(
+                carved
+                    .pop()
+                    .unwrap_or_else(|| AlignedBuf::new(plan.slot_bytes as usize)),
+            )
         } else {
             if let Some(b) = g.free_expert_bufs.pop() {
                 return Some(b);
             }
             g.allocated_expert_bufs += 1;
-            Some(AlignedBuf::new(plan.expert_buffer_bytes as usize))
+            let carved = g.carved_expert_bufs.get_or_insert_with(|| {
+                let n = plan.expert_cache_experts;
+                let mut v = AlignedBuf::carve(n, plan.expert_buffer_bytes as usize);
+                v.reverse(); // handed out from the mapping's start
+                v
+            });
+            Some(
+                carved
+                    .pop()
+                    .unwrap_or_else(|| AlignedBuf::new(plan.expert_buffer_bytes as usize)),
+            )
         }
     }
 

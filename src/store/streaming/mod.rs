@@ -84,9 +84,15 @@ pub struct StreamingStore {
 }
 
 impl StreamingStore {
-    /// Plans the budget (refusing one under the floor), opens the shards in the
-    /// chosen IO mode, reads the pinned set and starts the IO threads.
-    pub fn open(cfg: &ModelConfig, ck: &Checkpoint, opts: StreamOptions) -> Result<Self> {
+    /// Plans the budget for a model computing on `threads` kernel threads (refusing
+    /// one under the floor), opens the shards in the chosen IO mode, reads the
+    /// pinned set and starts the IO threads.
+    pub fn open(
+        cfg: &ModelConfig,
+        ck: &Checkpoint,
+        opts: StreamOptions,
+        threads: usize,
+    ) -> Result<Self> {
         let t0 = Instant::now();
         let plan = plan(
             cfg,
@@ -95,6 +101,7 @@ impl StreamingStore {
             opts.io,
             opts.prefetch,
             opts.max_context,
+            threads,
         )?;
         if opts.prefetch == Prefetch::Oracle && opts.trace.is_none() {
             return Err(crate::error::UsageError::OracleNeedsTrace.into());
@@ -568,11 +575,11 @@ impl WeightStore for StreamingStore {
         true
     }
 
-    fn chunk_experts_selected(&self, layer: usize, per_token: &[Vec<usize>], order: &[usize]) {
+    fn chunk_experts_selected(&self, layer: usize, per_token: &[usize], k: usize, order: &[usize]) {
         // Same trace rows and per-token request counts as one `experts_selected` per
         // token; the loads happen in `expert` (each distinct expert once, in `order`).
         let mut g = lock(&self.shared);
-        for experts in per_token {
+        for experts in per_token.chunks(k.max(1)) {
             self.note_selection(&mut g, layer, experts);
             g.metrics.expert_requests += experts.len() as u64;
             if layer < g.metrics.expert_layer.len() {
@@ -580,7 +587,7 @@ impl WeightStore for StreamingStore {
             }
         }
         // A request is a hit unless it is the one fetch of an expert not resident now.
-        let total: u64 = per_token.iter().map(|e| e.len() as u64).sum();
+        let total = per_token.len() as u64;
         let misses = order
             .iter()
             .filter(|&&e| !g.entries.contains_key(&Key::Expert(layer, e)))

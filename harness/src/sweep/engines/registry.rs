@@ -272,6 +272,7 @@ impl Registry {
                 memdial::io::IoMode::Direct,
                 memdial::store::plan::Prefetch::None,
                 1,
+                1,
             )?;
             self.k3c_min_cache_bytes =
                 (cfg.moe.as_ref().map_or(0, |m| m.num_experts_per_token) as u64 + 2)

@@ -62,6 +62,7 @@ pub fn trunk_share(
         memdial::io::IoMode::parse(&p.io).ok()?,
         memdial::store::plan::Prefetch::parse(&p.prefetch).ok()?,
         context,
+        p.threads,
     )
     .ok()?;
     Some(plan.pinned_trunk_bytes + plan.trunk_slots as u64 * plan.slot_bytes)
