@@ -413,6 +413,9 @@ engines = ["memdial", "llama.cpp-f32", "llama.cpp"]
                 assert_eq!(r["status"], "ok", "{preset} {e} {io}: {r}");
                 assert_eq!(r["budget_held_by"] != "flag", true, "{r}");
                 assert_eq!(r["metric_sources"]["decode_s_per_token"], "engine");
+                // the GGUF (setup directory) is evicted with the model's 2 shards
+                assert!(r["model_files"].as_u64().unwrap() > 2, "{r}");
+                assert_eq!(r["cold_verified"], true, "{r}");
                 if e == "llama.cpp-f32" {
                     assert_eq!(
                         ids(r),

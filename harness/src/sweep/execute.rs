@@ -142,15 +142,35 @@ impl RunEnv<'_> {
         row.run_id = slot.run_id();
         row.repeat = slot.repeat;
         row.warmup = slot.warmup;
-        let cold = make_cold(self.shard_files)?;
-        row.model_files = cold.files;
-        row.resident_before_bytes = cold.resident_bytes;
-        row.cold_verified = cold.verified();
-        row.cgroup_reason = Some(self.no_cg_reason.clone());
         let engine = self
             .engines
             .get(&slot.point.engine)
             .ok_or_else(|| anyhow::anyhow!("engine {:?} is not in the spec", slot.point.engine))?;
+        let run_dir = self.out.join("runs").join(slot.dir_name());
+        let ids = &self.prompt_ids[slot.point.prompt_index];
+        let ext_ctx = engines::RunCtx {
+            model_dir: self.model,
+            prompt_ids: ids,
+            point: &slot.point,
+            budget_bytes: r.budget_bytes,
+            max_tokens: spec.max_tokens,
+            run_dir: &run_dir,
+            trunk_share_bytes: engines::runs::trunk_share(
+                engine,
+                self.model,
+                r.budget_bytes,
+                &slot.point,
+                ids.len() + spec.max_tokens,
+            ),
+        };
+        // Another engine's own files (a GGUF, a packed trunk) are made cold too.
+        let mut files = self.shard_files.to_vec();
+        files.extend(engines::runs::cold_files(self.engines, engine, &ext_ctx));
+        let cold = make_cold(&files)?;
+        row.model_files = cold.files;
+        row.resident_before_bytes = cold.resident_bytes;
+        row.cold_verified = cold.verified();
+        row.cgroup_reason = Some(self.no_cg_reason.clone());
         let cg = match &self.cg_mode {
             Some(_) if !engine.budget.wants_cgroup() => {
                 row.cgroup_reason = Some(format!(
@@ -178,23 +198,6 @@ impl RunEnv<'_> {
             None => None,
         };
         let prompt = &spec.prompts[slot.point.prompt_index];
-        let run_dir = self.out.join("runs").join(slot.dir_name());
-        let ids = &self.prompt_ids[slot.point.prompt_index];
-        let ext_ctx = engines::RunCtx {
-            model_dir: self.model,
-            prompt_ids: ids,
-            point: &slot.point,
-            budget_bytes: r.budget_bytes,
-            max_tokens: spec.max_tokens,
-            run_dir: &run_dir,
-            trunk_share_bytes: engines::runs::trunk_share(
-                engine,
-                self.model,
-                r.budget_bytes,
-                &slot.point,
-                ids.len() + spec.max_tokens,
-            ),
-        };
         let ext = if engine.is_memdial() {
             None
         } else {
@@ -219,7 +222,7 @@ impl RunEnv<'_> {
             run_dir: &run_dir,
             timeout: self.timeout,
             cgroup: cg.as_ref(),
-            watch_files: self.shard_files,
+            watch_files: &files,
             external: ext.as_ref(),
         };
         row.started_utc = utc_now_rfc3339();

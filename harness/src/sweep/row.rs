@@ -65,7 +65,8 @@ pub struct Row {
     /// Floor computed by the plan for this point's io/prefetch/max_context, bytes.
     pub planned_floor_bytes: u64,
     // --- cold cache and memory enforcement
-    /// Model shard files evicted before the run.
+    /// Model shard files evicted before the run (plus, for another engine, the files
+    /// it reads besides them: its setup directory's, e.g. a GGUF).
     pub model_files: usize,
     /// Page-cache residency of the shard files after eviction, bytes (mincore).
     pub resident_before_bytes: u64,

@@ -231,7 +231,7 @@ impl Registry {
                     "engine {:?}: no binary: set {} (or `bin` in [engine.{}]); to build it: {}",
                     e.name,
                     bin_env(&e.adapter).unwrap_or("`bin`"),
-                    e.name,
+                    toml_key(&e.name),
                     how_to_build(&e.adapter)
                 )),
                 Some(b) if !b.is_file() => v.push(format!(
@@ -452,6 +452,19 @@ fn join(ids: &[u32], sep: &str) -> String {
         .map(|i| i.to_string())
         .collect::<Vec<_>>()
         .join(sep)
+}
+
+/// `name` as a TOML key: bare when it can be (`kimi-k3-in-c`), quoted otherwise
+/// (`"llama.cpp"`).
+pub(super) fn toml_key(name: &str) -> String {
+    if name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        name.to_string()
+    } else {
+        format!("{name:?}")
+    }
 }
 
 fn sanitize(s: &str) -> String {

@@ -42,7 +42,8 @@ pub fn resolve_def(spec: &Spec, name: &str) -> Result<EngineDef> {
     let d = overlay(base, &table);
     if adapter != "memdial" && d.command.is_none() {
         bail!(
-            "engine {name:?} (adapter {adapter}) has no command template: add `command = [...]` to [engine.{name}]"
+            "engine {name:?} (adapter {adapter}) has no command template: add `command = [...]` to [engine.{}]",
+            super::registry::toml_key(name)
         );
     }
     if adapter != "memdial" && d.ids_json.is_none() && d.ids_stdout_regex.is_none() {
@@ -91,7 +92,10 @@ pub fn validate(spec: &Spec) -> Result<()> {
     }
     for k in spec.engine.keys() {
         if !spec.engines.contains(k) {
-            bail!("[engine.{k}] is defined but {k:?} is not in `engines`");
+            bail!(
+                "[engine.{}] is defined but {k:?} is not in `engines`",
+                super::registry::toml_key(k)
+            );
         }
     }
     if let Some(r) = &spec.reference_engine {

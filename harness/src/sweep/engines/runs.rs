@@ -109,3 +109,40 @@ pub fn finish_run(
         }
     }
 }
+
+/// Files of engine `e` that a run reads besides the model's shards, to be evicted with
+/// them before each run (and watched during it): every file of its setup directory
+/// (e.g. llama.cpp's GGUF, kimi-k3-in-c's packed trunk — written by the setup step,
+/// so hot in the page cache otherwise) and its `{model}` when that is a file or
+/// directory outside the model directory. Sorted, without duplicates.
+pub fn cold_files(reg: &Registry, e: &Engine, c: &RunCtx) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    if e.is_memdial() {
+        return out;
+    }
+    fn walk(p: &Path, out: &mut Vec<std::path::PathBuf>) {
+        if p.is_file() {
+            out.push(p.to_path_buf());
+        } else if let Ok(rd) = std::fs::read_dir(p) {
+            for ent in rd.flatten() {
+                walk(&ent.path(), out);
+            }
+        }
+    }
+    if let Some(d) = &e.setup_dir {
+        walk(d, &mut out);
+    }
+    if let Some(m) = reg
+        .run_vars(e, c)
+        .ok()
+        .and_then(|v| v.scalars.get("model").cloned())
+    {
+        let m = std::path::PathBuf::from(m);
+        if !m.starts_with(c.model_dir) {
+            walk(&m, &mut out);
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
