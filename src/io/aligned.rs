@@ -76,7 +76,8 @@ impl AlignedBuf {
     /// end in one anonymous mapping whose first buffer starts on a [`HUGE_PAGE`]
     /// boundary, advised `MADV_HUGEPAGE` (see the module doc): a direct read into
     /// buffer `i` covers whole 2 MiB pages except where it meets its neighbours. The
-    /// mapping reserves `n × capacity + HUGE_PAGE` bytes of address space; pages become
+    /// mapping reserves `n × capacity` rounded up to 2 MiB, plus 2 MiB, of address
+    /// space; pages become
     /// resident when first touched, so the resident set exceeds the buffers touched by
     /// at most the huge page around the last one's end (< 2 MiB).
     ///
@@ -86,7 +87,10 @@ impl AlignedBuf {
         if n == 0 || cap == 0 {
             return (0..n).map(|_| AlignedBuf::new(len)).collect();
         }
-        let m = memmap2::MmapMut::map_anon(n * cap + HUGE_PAGE)
+        // A whole number of huge pages plus one for the alignment: the huge page around
+        // the last buffer's end lies inside the mapping whatever the base address (and a
+        // length that is a multiple of 2 MiB lets Linux ≥ 6.7 align the base itself).
+        let m = memmap2::MmapMut::map_anon((n * cap).next_multiple_of(HUGE_PAGE) + HUGE_PAGE)
             .expect("anonymous mapping for IO buffers");
         #[cfg(target_os = "linux")]
         let _ = m.advise(memmap2::Advice::HugePage);

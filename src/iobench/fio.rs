@@ -92,6 +92,10 @@ impl FioJob {
             format!("--direct={}", u8::from(self.direct)),
             format!("--ioengine={}", self.ioengine),
             "--iodepth=1".into(),
+            // The kernel's default read-around, as the engine's mmap faults get; fio's
+            // default hint would madvise(MADV_RANDOM) a random pattern (one 4 KiB page
+            // per fault, measured 31–50 MB/s on 1 MiB records against 244–288 MB/s).
+            "--fadvise_hint=0".into(),
             format!("--numjobs={}", self.numjobs),
             format!("--size={}", self.per_job()),
             format!("--offset_increment={}", self.per_job_per_file),
