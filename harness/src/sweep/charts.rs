@@ -359,17 +359,26 @@ fn draw_io<DB: DrawingBackend>(
             }
         }
         if pi == 0 {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK.mix(0.4))
-                .label_font(("sans-serif", 13))
-                .draw()
-                .map_err(pe)?;
+            legend(&mut chart, 13)?;
         }
     }
     root.present().map_err(pe)
+}
+
+/// The legend box of every chart: upper right, on a translucent white ground,
+/// labels in `font_size` px.
+pub(super) fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    font_size: u32,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font(("sans-serif", font_size))
+        .draw()
+        .map_err(pe)
 }
 
 /// Seconds to two significant digits (ticks of a log axis: 0.0063, 0.079, 1.3, 16).

@@ -10,7 +10,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::charts::{
-    empty, fmt_tick_bytes, format_secs, marker, pe, series, whisker, x_range, Series, CAP, COLORS,
+    empty, fmt_tick_bytes, format_secs, legend, marker, pe, series, whisker, x_range, Series, CAP,
+    COLORS,
 };
 use super::stats::PointStats;
 
@@ -202,14 +203,7 @@ pub(super) fn draw<DB: DrawingBackend>(
         if m.per_io {
             legend_keys(&mut chart, stats)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .label_font(("sans-serif", 12))
-            .draw()
-            .map_err(pe)?;
+        legend(&mut chart, 12)?;
     }
     root.present().map_err(pe)
 }
