@@ -29,6 +29,7 @@ fn plan_json(
     io: &str,
     prefetch: &str,
     max_context: usize,
+    threads: &str,
 ) -> serde_json::Value {
     let out = Command::new(BIN)
         .args([
@@ -41,7 +42,13 @@ fn plan_json(
             "--prefetch",
             prefetch,
         ])
-        .args(["--max-context", &max_context.to_string(), "--model"])
+        .args([
+            "--max-context",
+            &max_context.to_string(),
+            "--threads",
+            threads,
+        ])
+        .arg("--model")
         .arg(model)
         .output()
         .unwrap();
@@ -95,18 +102,19 @@ fn tiny_k3_ids_identical_across_the_full_grid() {
     let mut n = 0;
     for prefetch in ["none", "next-layer", "lookahead"] {
         for io in ["direct", "buffered", "mmap"] {
-            let floor = plan_json(&m, 0, io, prefetch, 64)["floor_bytes"]
-                .as_u64()
-                .unwrap();
-            let budgets = [
-                floor,
-                2 * floor,
-                (model_bytes / 4).max(floor),
-                (model_bytes / 2).max(floor),
-                floor + model_bytes,
-            ];
-            for b in budgets {
-                for threads in ["1", "2"] {
+            // The floor holds a kernel workspace region per thread: plan each count.
+            for threads in ["1", "2"] {
+                let floor = plan_json(&m, 0, io, prefetch, 64, threads)["floor_bytes"]
+                    .as_u64()
+                    .unwrap();
+                let budgets = [
+                    floor,
+                    2 * floor,
+                    (model_bytes / 4).max(floor),
+                    (model_bytes / 2).max(floor),
+                    floor + model_bytes,
+                ];
+                for b in budgets {
                     let bs = b.to_string();
                     let r = run(
                         &m,
@@ -137,7 +145,7 @@ fn tiny_k3_ids_identical_across_the_full_grid() {
         }
     }
     // cache policy and oracle prefetch (with a recorded trace)
-    let floor = plan_json(&m, 0, "buffered", "oracle", 64)["floor_bytes"]
+    let floor = plan_json(&m, 0, "buffered", "oracle", 64, "1")["floor_bytes"]
         .as_u64()
         .unwrap()
         .to_string();
@@ -220,7 +228,7 @@ fn mini_rss_within_budget_and_ids_identical() {
         ("mmap", "lookahead"),
         ("buffered", "next-layer"),
     ] {
-        let floor = plan_json(&m, 0, io, prefetch, 64)["floor_bytes"]
+        let floor = plan_json(&m, 0, io, prefetch, 64, "2")["floor_bytes"]
             .as_u64()
             .unwrap();
         for b in [floor, (model_bytes / 4).max(floor), model_bytes + floor] {

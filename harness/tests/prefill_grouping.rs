@@ -24,9 +24,19 @@ fn fixture(preset: &str) -> (testkit::Scratch, PathBuf) {
     (s, d)
 }
 
+/// The floor of a 2-kernel-thread run (the runs below use `--threads 2`).
 fn floor(model: &Path, io: &str, max_context: usize) -> u64 {
     let out = Command::new(BIN)
-        .args(["plan", "--json", "--budget", "0", "--io", io])
+        .args([
+            "plan",
+            "--json",
+            "--budget",
+            "0",
+            "--io",
+            io,
+            "--threads",
+            "2",
+        ])
         .args(["--max-context", &max_context.to_string(), "--model"])
         .arg(model)
         .output()

@@ -131,7 +131,7 @@ pub(super) fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Seri
 }
 
 /// Half-width of a whisker's end caps, as a factor on the (log) x axis.
-const CAP: f64 = 1.02;
+pub(super) const CAP: f64 = 1.02;
 
 /// Where a point of budget `b` (bytes) is drawn for dodge factor `f` (≥ 1): `b × f`,
 /// except a point at or under the model size `m` whose dodged marker or whisker cap
@@ -206,7 +206,7 @@ pub(super) fn empty<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &s
 }
 
 /// A point's whisker: its 95 % interval, else the min–max over repeats.
-fn whisker(p: &PointStats) -> Option<(f64, f64)> {
+pub(super) fn whisker(p: &PointStats) -> Option<(f64, f64)> {
     p.s_per_token_lo
         .zip(p.s_per_token_hi)
         .or(p.s_per_token_min.zip(p.s_per_token_max))
@@ -245,179 +245,16 @@ pub(super) fn marker<DB: DrawingBackend>(
     .map_err(pe)
 }
 
-/// Draws the curve: one panel per IO mode (shared axes), one line per prefetch
-/// policy (colour and marker shape), s/token (log) against budget (log). Markers at
-/// the medians, filled when every run was held to its budget by a memory cgroup
-/// and hollow otherwise; whiskers are the 95 % intervals; floors are dashed
-/// vertical lines in the line's colour, the model size a solid black line. Lines at
-/// the same budget are shifted sideways by up to 5 %, whiskers with their markers,
-/// never onto or past the model-size line.
-/// The y axis is drawn as log10 on a linear scale so tick labels span the range.
+/// The decode curve: s/token against the budget, one panel per IO mode
+/// ([`super::metric_chart::DECODE`]).
 fn draw_curve<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     stats: &[PointStats],
     model_bytes: Option<u64>,
     title: &str,
 ) -> Result<()> {
-    let ser: Vec<Series> = series(stats, model_bytes)
-        .into_iter()
-        .filter(|s| s.pts.iter().any(|p| p.1.s_per_token.is_some()))
-        .collect();
-    if ser.is_empty() {
-        return empty(&root, title);
-    }
-    root.fill(&WHITE).map_err(pe)?;
-    let root = root.titled(title, ("sans-serif", 22)).map_err(pe)?;
-    let (x0, x1) = x_range(&ser, model_bytes);
-    let mut y0 = f64::INFINITY;
-    let mut y1 = 0f64;
-    for s in &ser {
-        for (_, p) in &s.pts {
-            let w = whisker(p);
-            for v in [p.s_per_token, w.map(|w| w.0), w.map(|w| w.1)]
-                .into_iter()
-                .flatten()
-            {
-                if v > 0.0 {
-                    y0 = y0.min(v);
-                    y1 = y1.max(v);
-                }
-            }
-        }
-    }
-    if !y0.is_finite() {
-        y0 = 1e-3;
-        y1 = 1.0;
-    }
-    let (y0, y1) = if y1 / y0 < 4.0 {
-        let c = (y0 * y1).sqrt();
-        (c / 2.5, c * 2.5)
-    } else {
-        (y0 / 1.3, y1 * 1.3)
-    };
-    let (ly0, ly1) = (y0.log10(), y1.log10());
-    // Panels by IO mode; colours and shapes by the rest of the label.
-    let mut ios: Vec<String> = vec![];
-    let mut rest: Vec<String> = vec![];
-    for s in &ser {
-        if !ios.contains(&s.io) {
-            ios.push(s.io.clone());
-        }
-        if !rest.contains(&s.rest) {
-            rest.push(s.rest.clone());
-        }
-    }
-    let panels = root.split_evenly((1, ios.len()));
-    for (pi, (area, io)) in panels.iter().zip(&ios).enumerate() {
-        let mut chart = ChartBuilder::on(area)
-            .caption(format!("io = {io}"), ("sans-serif", 18))
-            .margin(10)
-            .x_label_area_size(52)
-            .y_label_area_size(if pi == 0 { 78 } else { 52 })
-            .build_cartesian_2d((x0..x1).log_scale().base(2.0), ly0..ly1)
-            .map_err(pe)?;
-        chart
-            .configure_mesh()
-            .x_desc("memory budget (bytes, log scale)")
-            .y_desc(if pi == 0 {
-                "decode time (s/token, log scale)"
-            } else {
-                ""
-            })
-            .x_labels(6)
-            .y_labels(12)
-            .x_label_formatter(&|v| fmt_tick_bytes(*v))
-            .y_label_formatter(&|v| format_secs(10f64.powf(*v)))
-            .label_style(("sans-serif", 12))
-            .axis_desc_style(("sans-serif", 14))
-            .draw()
-            .map_err(pe)?;
-        for s in ser.iter().filter(|s| &s.io == io) {
-            let k = rest.iter().position(|r| *r == s.rest).unwrap_or(0);
-            let c = COLORS[k % COLORS.len()];
-            if s.floor > 0.0 {
-                chart
-                    .draw_series(DashedLineSeries::new(
-                        vec![(s.floor, ly0), (s.floor, ly1)],
-                        6,
-                        4,
-                        c.stroke_width(2),
-                    ))
-                    .map_err(pe)?;
-            }
-            let line: Vec<(f64, f64)> = s
-                .pts
-                .iter()
-                .filter_map(|(x, p)| p.s_per_token.map(|y| (*x, y.log10())))
-                .collect();
-            chart
-                .draw_series(LineSeries::new(line.clone(), c.stroke_width(2)))
-                .map_err(pe)?
-                .label(s.label.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 22, y)], c.stroke_width(2))
-                });
-            for (x, p) in &s.pts {
-                let Some(y) = p.s_per_token else { continue };
-                if let Some((lo, hi)) = whisker(p) {
-                    let b = match model_bytes.map(|m| m as f64) {
-                        Some(m) if *x < m => (x * CAP).min(m),
-                        _ => x * CAP,
-                    };
-                    let a = x / CAP;
-                    let (lo, hi) = (lo.log10(), hi.log10());
-                    chart
-                        .draw_series([
-                            PathElement::new(vec![(*x, lo), (*x, hi)], c.stroke_width(1)),
-                            PathElement::new(vec![(a, lo), (b, lo)], c.stroke_width(1)),
-                            PathElement::new(vec![(a, hi), (b, hi)], c.stroke_width(1)),
-                        ])
-                        .map_err(pe)?;
-                }
-                let filled = p.unenforced == 0 && p.over_budget == 0;
-                marker(&mut chart, (*x, y.log10()), k, c, filled)?;
-            }
-        }
-        if let Some(m) = model_bytes {
-            let m = m as f64;
-            chart
-                .draw_series(LineSeries::new(
-                    vec![(m, ly0), (m, ly1)],
-                    BLACK.stroke_width(1),
-                ))
-                .map_err(pe)?
-                .label(format!("model size ({})", fmt_bytes(m as u64)))
-                .legend(|(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 22, y)], BLACK.stroke_width(1))
-                });
-        }
-        chart
-            .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
-            .map_err(pe)?
-            .label("floor (dashed)")
-            .legend(|(x, y)| {
-                PathElement::new(
-                    vec![(x, y), (x + 6, y), (x + 10, y), (x + 16, y)],
-                    BLACK.mix(0.5).stroke_width(1),
-                )
-            });
-        if stats.iter().any(|p| p.unenforced > 0 || p.over_budget > 0) {
-            chart
-                .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
-                .map_err(pe)?
-                .label("hollow: not held by a cgroup")
-                .legend(|(x, y)| Circle::new((x + 8, y), 4, BLACK.stroke_width(2)));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.4))
-            .label_font(("sans-serif", 12))
-            .draw()
-            .map_err(pe)?;
-    }
-    root.present().map_err(pe)
+    use super::metric_chart::{draw, DECODE};
+    draw(root, stats, model_bytes, title, &DECODE)
 }
 
 /// Draws the IO chart: bytes read per decoded token (top) and the IO-wait share of
@@ -522,17 +359,26 @@ fn draw_io<DB: DrawingBackend>(
             }
         }
         if pi == 0 {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK.mix(0.4))
-                .label_font(("sans-serif", 13))
-                .draw()
-                .map_err(pe)?;
+            legend(&mut chart, 13)?;
         }
     }
     root.present().map_err(pe)
+}
+
+/// The legend box of every chart: upper right, on a translucent white ground,
+/// labels in `font_size` px.
+pub(super) fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    font_size: u32,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font(("sans-serif", font_size))
+        .draw()
+        .map_err(pe)
 }
 
 /// Seconds to two significant digits (ticks of a log axis: 0.0063, 0.079, 1.3, 16).

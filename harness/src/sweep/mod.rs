@@ -30,6 +30,7 @@ pub mod host;
 pub mod interrupt;
 pub mod memwatch;
 pub mod merge;
+mod metric_chart;
 pub mod points;
 pub mod recommend;
 pub mod report;

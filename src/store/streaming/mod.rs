@@ -9,34 +9,36 @@
 //!
 //! Determinism: the bytes handed to the model are the bytes on disk, whatever was
 //! cached or prefetched; the model accumulates experts in router order.
+//!
+//! Files: this one holds the store and its [`WeightStore`] protocol (requests,
+//! hints, selection counters); `open.rs` builds it (plan, shards, pinned set, IO
+//! threads); `caches.rs` decides what to read and evict; `io.rs` is the IO
+//! workers; `rows.rs` the row-blocked and on-demand row reads; `mapped.rs` the
+//! mmap mode; `verify_parts.rs` the checksums of tensors read in parts.
 
 mod caches;
 mod io;
 mod mapped;
+mod open;
 mod rows;
 mod verify_parts;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use sha2::{Digest, Sha256};
 
 use self::caches::{Entry, ExpertMeta, Inner, Key, Req};
-use self::io::{lock, read_group, worker, Loaded, Shared};
-use self::rows::block_key;
+use self::io::{lock, Loaded, Shared};
 use super::cache::CachePolicy;
 use super::metrics::StoreMetrics;
-use super::plan::{plan, Plan, Prefetch};
+use super::plan::{Plan, Prefetch};
 use super::trace::{self, TraceRecord};
 use super::{Bytes, ExpertMat, ExpertWeights, WeightStore};
-use crate::checkpoint::Checkpoint;
-use crate::config::{ExpertFormat, ModelConfig};
-use crate::fixture::hex;
-use crate::io::{AlignedBuf, IoMode, ShardFile};
+use crate::config::ExpertFormat;
+use crate::io::IoMode;
 use crate::schema::layer_name;
 
 /// Settings of a streaming store.
@@ -84,209 +86,6 @@ pub struct StreamingStore {
 }
 
 impl StreamingStore {
-    /// Plans the budget for a model computing on `threads` kernel threads (refusing
-    /// one under the floor), opens the shards in the chosen IO mode, reads the
-    /// pinned set and starts the IO threads.
-    pub fn open(
-        cfg: &ModelConfig,
-        ck: &Checkpoint,
-        opts: StreamOptions,
-        threads: usize,
-    ) -> Result<Self> {
-        let t0 = Instant::now();
-        let plan = plan(
-            cfg,
-            ck,
-            opts.budget,
-            opts.io,
-            opts.prefetch,
-            opts.max_context,
-            threads,
-        )?;
-        if opts.prefetch == Prefetch::Oracle && opts.trace.is_none() {
-            return Err(crate::error::UsageError::OracleNeedsTrace.into());
-        }
-        let trace_in = match &opts.trace {
-            Some(p) => {
-                let records = trace::read(p)?;
-                trace::check(&records, cfg, p)?;
-                trace::by_token_layer(records)
-            }
-            None => HashMap::new(),
-        };
-        let files = ck
-            .shards
-            .iter()
-            .map(|s| ShardFile::open(&s.path, opts.io))
-            .collect::<Result<Vec<_>>>()?;
-        let manifest = if opts.verify_reads {
-            Some(crate::manifest::manifest_for_run(&ck.dir, cfg, &plan)?)
-        } else {
-            None
-        };
-        let first_streamed = plan.pinned_groups;
-        let mut group_of = HashMap::new();
-        let mut by_layer = vec![Vec::new(); cfg.num_hidden_layers + 1];
-        let mut row_groups: HashMap<String, Vec<_>> = HashMap::new();
-        for (i, g) in plan.groups.iter().enumerate() {
-            by_layer[g.layer.min(cfg.num_hidden_layers)].push(i);
-            match &g.rows {
-                Some((key, r)) => row_groups
-                    .entry(key.clone())
-                    .or_default()
-                    .push((r.clone(), i)),
-                None => {
-                    for m in &g.read.members {
-                        group_of.insert(m.key.clone(), i);
-                    }
-                }
-            }
-        }
-        let embedding_loc = if plan.embedding_pinned {
-            None
-        } else {
-            let full = format!("{}{}", cfg.weight_prefix, plan.embedding_key);
-            let loc = ck
-                .get(&full)
-                .with_context(|| format!("tensor {full} is missing from {}", ck.dir.display()))?;
-            Some((loc.shard, loc.offset, loc.len))
-        };
-        let shared = Arc::new(Shared {
-            inner: Mutex::new(Inner::default()),
-            cv: Condvar::new(),
-            files,
-            plan,
-            io: opts.io,
-            manifest,
-            willneed_chunk: ck
-                .shards
-                .iter()
-                .map(|s| mapped::willneed_chunk(&s.path))
-                .collect(),
-            folio: mapped::folio_max(),
-        });
-        if opts.io == IoMode::Mmap {
-            // Trunk ranges fault in through 2 MiB folios (see `mapped`).
-            for g in shared.plan.groups.iter().map(|g| &g.read) {
-                for r in g
-                    .ranges
-                    .iter()
-                    .filter(|r| r.end - r.start >= mapped::HUGE_MIN)
-                {
-                    mapped::prepare(&shared.files[r.shard], r.start, r.end, shared.folio);
-                }
-            }
-        }
-        let mut pinned_ranges = Vec::new();
-        // Pinned small tensors and globals: read each tensor.
-        let mut pinned = HashMap::new();
-        let mut pinned_bytes = 0u64;
-        let mut load_read = 0u64;
-        for key in &shared.plan.pinned_keys {
-            let full = format!("{}{}", cfg.weight_prefix, key);
-            let loc = ck
-                .get(&full)
-                .or_else(|| {
-                    crate::schema::expected_tensors(cfg)
-                        .into_iter()
-                        .find(|s| s.name == full)
-                        .and_then(|s| s.aliases.iter().find_map(|a| ck.get(a)))
-                })
-                .with_context(|| format!("tensor {full} is missing from {}", ck.dir.display()))?;
-            let f = &shared.files[loc.shard];
-            let bytes = if opts.io == IoMode::Mmap {
-                let map = f.map().unwrap().clone();
-                // Fault the pinned tensor in now (exact pages), not on the compute thread.
-                mapped::fault_in(
-                    f,
-                    loc.offset,
-                    loc.offset + loc.len,
-                    shared.willneed_chunk[loc.shard],
-                    None,
-                )?;
-                pinned_ranges.push((loc.shard, loc.offset, loc.offset + loc.len));
-                load_read += loc.len;
-                Bytes::new(map, loc.offset as usize, loc.len as usize)
-            } else {
-                let mut b = AlignedBuf::new(f.buffer_len_for(loc.offset, loc.len));
-                let d = f.read_into(loc.offset, loc.len, &mut b)?;
-                load_read += b.len() as u64;
-                let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(b);
-                Bytes::new(owner, d, loc.len as usize)
-            };
-            if let Some(man) = &shared.manifest {
-                let got = hex(&Sha256::digest(&bytes[..]));
-                io::check_sha(
-                    &full,
-                    &f.path,
-                    loc.offset,
-                    &got,
-                    man.get(key).map(|s| s.as_str()),
-                )?;
-            }
-            pinned_bytes += loc.len;
-            pinned.insert(key.clone(), bytes);
-        }
-        // Tensors read in parts (lm_head blocks, embedding rows): hashed whole once.
-        load_read += verify_parts::verify_partial_tensors(
-            &shared,
-            ck,
-            &cfg.weight_prefix,
-            &verify_parts::partial_keys(&shared),
-        )?;
-        // Pinned trunk prefix: read each group into its own buffer.
-        for (i, tg) in shared.plan.groups[..first_streamed].iter().enumerate() {
-            let g = &tg.read;
-            let (loaded, n) = read_group(&shared, g, None, true)?;
-            pinned_ranges.extend(g.ranges.iter().map(|r| (r.shard, r.start, r.end)));
-            shared.verify(Key::Group(i), &loaded)?;
-            load_read += n;
-            pinned_bytes += g.buffer_bytes;
-            let loaded = Arc::new(loaded);
-            for m in &g.members {
-                let (owner, p) = loaded.locate(m.range, m.offset);
-                let key = match &tg.rows {
-                    Some((k, r)) => block_key(k, r.start),
-                    None => m.key.clone(),
-                };
-                pinned.insert(key, Bytes::new(owner, p, m.len as usize));
-            }
-        }
-        {
-            let mut g = lock(&shared);
-            g.metrics.load_bytes_read = load_read;
-            g.pinned_ranges = pinned_ranges;
-            g.metrics.expert_layer = vec![(0, 0); cfg.num_hidden_layers];
-        }
-        let workers = spawn_workers(&shared, opts.io_threads.max(1))?;
-        let moe_layers = cfg
-            .mlp_kinds
-            .iter()
-            .enumerate()
-            .filter(|(_, k)| **k == crate::config::MlpKind::Moe)
-            .map(|(i, _)| i)
-            .collect();
-        let store = StreamingStore {
-            shared,
-            workers,
-            pinned,
-            prefix: cfg.weight_prefix.clone(),
-            expert_format: cfg.moe.as_ref().map(|m| m.expert_format),
-            opts,
-            first_streamed,
-            group_of,
-            by_layer,
-            row_groups,
-            embedding_loc,
-            moe_layers,
-            trace_in,
-            pinned_bytes,
-            load_s: t0.elapsed().as_secs_f64(),
-        };
-        store.update_peak(&mut lock(&store.shared));
-        Ok(store)
-    }
-
     /// The plan in force.
     pub fn plan(&self) -> &Plan {
         &self.shared.plan
@@ -339,27 +138,6 @@ impl std::fmt::Debug for StreamingStore {
             .field("budget", &self.opts.budget)
             .finish()
     }
-}
-
-/// Starts `n` IO threads. A thread the OS refuses to spawn is an error (the ones
-/// already started are shut down and joined), not a panic.
-fn spawn_workers(shared: &Arc<Shared>, n: usize) -> Result<Vec<std::thread::JoinHandle<()>>> {
-    let mut workers = Vec::with_capacity(n);
-    for i in 0..n {
-        let s = shared.clone();
-        match crate::kernels::par::spawn_thread(format!("memdial-io-{i}"), i, move || worker(s)) {
-            Ok(h) => workers.push(h),
-            Err(e) => {
-                lock(shared).shutdown = true;
-                shared.cv.notify_all();
-                for w in workers {
-                    let _ = w.join();
-                }
-                bail!("cannot start IO thread {i} of {n}: {e}");
-            }
-        }
-    }
-    Ok(workers)
 }
 
 impl Drop for StreamingStore {

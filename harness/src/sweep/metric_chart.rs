@@ -1,0 +1,239 @@
+//! One drawer for the charts of a per-point figure against the memory budget: the
+//! decode curve (`curve.svg`, s/token) and the time-to-first-token chart
+//! (`ttft.svg`). A [`Metric`] says which figure, its whiskers, its axis title and
+//! how the series are laid out; the set-up, the y range, the floors, markers, the
+//! model-size line and the legend are drawn once here.
+
+use anyhow::Result;
+use memdial::store::plan::fmt_bytes;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use super::charts::{
+    empty, fmt_tick_bytes, format_secs, legend, marker, pe, series, whisker, x_range, Series, CAP,
+    COLORS,
+};
+use super::stats::PointStats;
+
+/// A figure drawn against the budget and how its chart is laid out.
+pub(super) struct Metric {
+    /// The point's figure (seconds); points without one (or ≤ 0) are not drawn.
+    pub(super) value: fn(&PointStats) -> Option<f64>,
+    /// The point's whisker `(lo, hi)`, if the chart draws whiskers.
+    pub(super) whisker: fn(&PointStats) -> Option<(f64, f64)>,
+    /// The y axis title.
+    pub(super) y_desc: &'static str,
+    /// The y range when no point has a figure.
+    pub(super) fallback: (f64, f64),
+    /// One panel per IO mode, colours by the rest of the label, the floor and
+    /// cgroup keys in the legend (the decode curve); else one panel, a colour per
+    /// line.
+    pub(super) per_io: bool,
+}
+
+/// Decode time (s/token, median), whiskers the 95 % interval (else min–max), one
+/// panel per IO mode.
+pub(super) const DECODE: Metric = Metric {
+    value: |p| p.s_per_token,
+    whisker,
+    y_desc: "decode time (s/token, log scale)",
+    fallback: (1e-3, 1.0),
+    per_io: true,
+};
+
+/// Time to first token (s, median), no whiskers, one panel.
+pub(super) const TTFT: Metric = Metric {
+    value: |p| p.ttft_s,
+    whisker: |_| None,
+    y_desc: "time to first token (s, log scale)",
+    fallback: (1e-2, 1.0),
+    per_io: false,
+};
+
+/// Draws `m` (log) against budget (log): one line per series, markers at the medians
+/// (filled when every run was held to its budget by a memory cgroup, hollow
+/// otherwise), whiskers where `m` has them, floors dashed vertical lines in the
+/// line's colour, the model size a solid black line. Lines at the same budget are
+/// shifted sideways by up to 5 % (`charts::series`), whiskers with their markers,
+/// never onto or past the model-size line. The y axis is drawn as log10 on a linear
+/// scale so tick labels span the range.
+pub(super) fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    stats: &[PointStats],
+    model_bytes: Option<u64>,
+    title: &str,
+    m: &Metric,
+) -> Result<()> {
+    let value = |p: &PointStats| (m.value)(p).filter(|v| *v > 0.0);
+    let ser: Vec<Series> = series(stats, model_bytes)
+        .into_iter()
+        .filter(|s| s.pts.iter().any(|p| (m.value)(&p.1).is_some()))
+        .collect();
+    if ser.is_empty() {
+        return empty(&root, title);
+    }
+    root.fill(&WHITE).map_err(pe)?;
+    let root = root.titled(title, ("sans-serif", 22)).map_err(pe)?;
+    let (x0, x1) = x_range(&ser, model_bytes);
+    let (mut y0, mut y1) = (f64::INFINITY, 0f64);
+    for (_, p) in ser.iter().flat_map(|s| &s.pts) {
+        let w = (m.whisker)(p);
+        for v in [value(p), w.map(|w| w.0), w.map(|w| w.1)]
+            .into_iter()
+            .flatten()
+            .filter(|v| *v > 0.0)
+        {
+            y0 = y0.min(v);
+            y1 = y1.max(v);
+        }
+    }
+    if !y0.is_finite() {
+        (y0, y1) = m.fallback;
+    }
+    let (y0, y1) = if y1 / y0 < 4.0 {
+        let c = (y0 * y1).sqrt();
+        (c / 2.5, c * 2.5)
+    } else {
+        (y0 / 1.3, y1 * 1.3)
+    };
+    let (ly0, ly1) = (y0.log10(), y1.log10());
+    // Panels by IO mode (per_io) and the keys that pick a line's colour and shape.
+    let mut ios: Vec<String> = vec![];
+    let mut keys: Vec<String> = vec![];
+    for s in &ser {
+        let io = if m.per_io {
+            s.io.clone()
+        } else {
+            String::new()
+        };
+        if !ios.contains(&io) {
+            ios.push(io);
+        }
+        let key = if m.per_io { &s.rest } else { &s.label };
+        if !keys.contains(key) {
+            keys.push(key.clone());
+        }
+    }
+    let panels = root.split_evenly((1, ios.len()));
+    for (pi, (area, io)) in panels.iter().zip(&ios).enumerate() {
+        let mut b = ChartBuilder::on(area);
+        if m.per_io {
+            b.caption(format!("io = {io}"), ("sans-serif", 18))
+                .margin(10);
+        } else {
+            b.margin(12);
+        }
+        let mut chart = b
+            .x_label_area_size(52)
+            .y_label_area_size(if pi == 0 { 78 } else { 52 })
+            .build_cartesian_2d((x0..x1).log_scale().base(2.0), ly0..ly1)
+            .map_err(pe)?;
+        chart
+            .configure_mesh()
+            .x_desc("memory budget (bytes, log scale)")
+            .y_desc(if pi == 0 { m.y_desc } else { "" })
+            .x_labels(if m.per_io { 6 } else { 8 })
+            .y_labels(12)
+            .x_label_formatter(&|v| fmt_tick_bytes(*v))
+            .y_label_formatter(&|v| format_secs(10f64.powf(*v)))
+            .label_style(("sans-serif", 12))
+            .axis_desc_style(("sans-serif", 14))
+            .draw()
+            .map_err(pe)?;
+        for s in ser.iter().filter(|s| !m.per_io || &s.io == io) {
+            let key = if m.per_io { &s.rest } else { &s.label };
+            let k = keys.iter().position(|r| r == key).unwrap_or(0);
+            let c = COLORS[k % COLORS.len()];
+            if s.floor > 0.0 {
+                chart
+                    .draw_series(DashedLineSeries::new(
+                        vec![(s.floor, ly0), (s.floor, ly1)],
+                        6,
+                        4,
+                        c.stroke_width(2),
+                    ))
+                    .map_err(pe)?;
+            }
+            let line: Vec<(f64, f64)> = s
+                .pts
+                .iter()
+                .filter_map(|(x, p)| value(p).map(|y| (*x, y.log10())))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(line, c.stroke_width(2)))
+                .map_err(pe)?
+                .label(s.label.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 22, y)], c.stroke_width(2))
+                });
+            for (x, p) in &s.pts {
+                let Some(y) = value(p) else { continue };
+                if let Some((lo, hi)) = (m.whisker)(p) {
+                    let b = match model_bytes.map(|m| m as f64) {
+                        Some(m) if *x < m => (x * CAP).min(m),
+                        _ => x * CAP,
+                    };
+                    let a = x / CAP;
+                    let (lo, hi) = (lo.log10(), hi.log10());
+                    chart
+                        .draw_series([
+                            PathElement::new(vec![(*x, lo), (*x, hi)], c.stroke_width(1)),
+                            PathElement::new(vec![(a, lo), (b, lo)], c.stroke_width(1)),
+                            PathElement::new(vec![(a, hi), (b, hi)], c.stroke_width(1)),
+                        ])
+                        .map_err(pe)?;
+                }
+                let filled = p.unenforced == 0 && p.over_budget == 0;
+                marker(&mut chart, (*x, y.log10()), k, c, filled)?;
+            }
+        }
+        if let Some(mb) = model_bytes {
+            let mb = mb as f64;
+            chart
+                .draw_series(LineSeries::new(
+                    vec![(mb, ly0), (mb, ly1)],
+                    BLACK.stroke_width(1),
+                ))
+                .map_err(pe)?
+                .label(format!("model size ({})", fmt_bytes(mb as u64)))
+                .legend(|(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 22, y)], BLACK.stroke_width(1))
+                });
+        }
+        if m.per_io {
+            legend_keys(&mut chart, stats)?;
+        }
+        legend(&mut chart, 12)?;
+    }
+    root.present().map_err(pe)
+}
+
+/// Legend entries without a series: the dashed floor, and hollow markers when a
+/// run was not held by a cgroup.
+fn legend_keys<DB: DrawingBackend>(
+    chart: &mut ChartContext<
+        '_,
+        DB,
+        Cartesian2d<LogCoord<f64>, plotters::coord::types::RangedCoordf64>,
+    >,
+    stats: &[PointStats],
+) -> Result<()> {
+    chart
+        .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+        .map_err(pe)?
+        .label("floor (dashed)")
+        .legend(|(x, y)| {
+            PathElement::new(
+                vec![(x, y), (x + 6, y), (x + 10, y), (x + 16, y)],
+                BLACK.mix(0.5).stroke_width(1),
+            )
+        });
+    if stats.iter().any(|p| p.unenforced > 0 || p.over_budget > 0) {
+        chart
+            .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+            .map_err(pe)?
+            .label("hollow: not held by a cgroup")
+            .legend(|(x, y)| Circle::new((x + 8, y), 4, BLACK.stroke_width(2)));
+    }
+    Ok(())
+}
