@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 
 use memdial::checkpoint::Checkpoint;
 use memdial_testkit as testkit;
+use testkit::output_text as text;
 
 const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 /// The prompt of every run: 3 tokens, so the last prompt position is 2.
@@ -36,15 +37,6 @@ fn clean() -> &'static Path {
 
 fn memdial(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// A copy of the clean fixture in `SCRATCH/model`.

@@ -12,6 +12,7 @@ use std::process::{Command, ExitCode, Output};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use memdial_testkit as testkit;
+use testkit::output_text as text;
 
 const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
@@ -73,15 +74,6 @@ fn sweep(spec: &Path, name: &str, extra: &[&str]) -> (Output, PathBuf) {
         .output()
         .unwrap();
     (o, out)
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn only_row(dir: &Path) -> serde_json::Value {

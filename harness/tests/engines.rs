@@ -22,6 +22,7 @@ use std::process::{Command, ExitCode, Output};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use memdial_testkit as testkit;
+use testkit::output_text as text;
 
 const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
@@ -37,16 +38,7 @@ fn scratch() -> PathBuf {
 }
 
 fn model(preset: &str) -> PathBuf {
-    let out = scratch().join(preset);
-    if !out.join("config.json").exists() {
-        let o = Command::new(BIN)
-            .args(["fixture", "--preset", preset, "--out"])
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    }
-    out
+    testkit::fixture(BIN, preset, &scratch().join(preset))
 }
 
 fn repo_root() -> PathBuf {
@@ -71,15 +63,6 @@ fn sweep(model: &Path, spec: &str, name: &str, env: &[(&str, &Path)]) -> (Output
         c.env(k, v);
     }
     (c.output().unwrap(), out)
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn json(p: &Path) -> serde_json::Value {

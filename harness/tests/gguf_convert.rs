@@ -16,6 +16,7 @@ use std::process::{Command, ExitCode, Output};
 use std::sync::OnceLock;
 
 use memdial_testkit as testkit;
+use testkit::output_text as text;
 
 const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
@@ -30,16 +31,7 @@ fn repo_root() -> PathBuf {
 }
 
 fn model(preset: &str) -> PathBuf {
-    let out = scratch().join(preset);
-    if !out.join("config.json").exists() {
-        let o = Command::new(BIN)
-            .args(["fixture", "--preset", preset, "--out"])
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    }
-    out
+    testkit::fixture(BIN, preset, &scratch().join(preset))
 }
 
 fn convert(model: &Path, dtype: &str, out: &Path) -> Output {
@@ -50,15 +42,6 @@ fn convert(model: &Path, dtype: &str, out: &Path) -> Output {
         .arg(out)
         .output()
         .unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn tiny_fixtures_read_back_by_the_gguf_package() -> testkit::Outcome {

@@ -233,31 +233,17 @@ pub fn run_fio_cell(w: &Workload, spec: &CellSpec, ours: Option<&Row>) -> Result
     }
     let resident_before = resident_bytes(&w.files)?;
     let (_, dev0) = rusage(libc::RUSAGE_CHILDREN);
-    let out = std::process::Command::new("fio")
-        .args(job.args(spec.seconds, spec.cache))
-        .output()
-        .context("cannot run fio (is it installed?)")?;
+    let run = super::replay::run_fio(&job.args(spec.seconds, spec.cache))?;
     let (_, dev1) = rusage(libc::RUSAGE_CHILDREN);
     let resident_after = resident_bytes(&w.files)?;
-    if !out.status.success() {
-        bail!(
-            "fio failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let json = text.find('{').map(|i| &text[i..]).unwrap_or(&text);
-    let v: serde_json::Value =
-        serde_json::from_str(json).context("cannot parse fio's JSON output")?;
-    let j = &v["jobs"][0];
-    let r = &j["read"];
-    let f = |x: &serde_json::Value| x.as_f64().unwrap_or(0.0);
-    let io_bytes = r["io_bytes"].as_u64().unwrap_or(0);
-    let elapsed = f(&r["runtime"]) / 1e3;
-    let cpu = (f(&j["usr_cpu"]) + f(&j["sys_cpu"])) / 100.0 * f(&j["job_runtime"]) / 1e3;
-    let pct = |q: &str| f(&r["clat_ns"]["percentile"][q]) / 1e3;
-    let gb = io_bytes as f64 / 1e9;
+    let gb = run.bytes as f64 / 1e9;
+    let per_s = |x: f64| {
+        if run.elapsed_s > 0.0 {
+            x / run.elapsed_s
+        } else {
+            0.0
+        }
+    };
     Ok(Row {
         tool: "fio".into(),
         pattern: w.name.clone(),
@@ -269,28 +255,24 @@ pub fn run_fio_cell(w: &Workload, spec: &CellSpec, ours: Option<&Row>) -> Result
         resident_after_bytes: resident_after,
         working_set_bytes: job.region(),
         request_bytes: job.bs,
-        requests: r["total_ios"].as_u64().unwrap_or(0),
-        bytes: io_bytes,
-        elapsed_s: elapsed,
-        gb_per_s: f(&r["bw_bytes"]) / 1e9,
-        requests_per_s: f(&r["iops"]),
-        latency_p50_us: pct("50.000000"),
-        latency_p99_us: pct("99.000000"),
-        latency_max_us: f(&r["clat_ns"]["max"]) / 1e3,
-        cpu_s: cpu,
-        cpu_s_per_gb: if gb > 0.0 { cpu / gb } else { 0.0 },
+        requests: run.requests,
+        bytes: run.bytes,
+        elapsed_s: run.elapsed_s,
+        gb_per_s: per_s(gb),
+        requests_per_s: per_s(run.requests as f64),
+        latency_p50_us: run.p50_us,
+        latency_p99_us: run.p99_us,
+        latency_max_us: run.max_us,
+        cpu_s: run.cpu_s,
+        cpu_s_per_gb: if gb > 0.0 { run.cpu_s / gb } else { 0.0 },
         device_read_bytes: dev1.saturating_sub(dev0),
         passes: if job.region() > 0 {
-            io_bytes as f64 / job.region() as f64
+            run.bytes as f64 / job.region() as f64
         } else {
             0.0
         },
         status: "ok".into(),
-        note: format!(
-            "{}: {}",
-            v["fio version"].as_str().unwrap_or("fio"),
-            job.describe()
-        ),
+        note: format!("{}: {}", run.version, job.describe()),
         knee: false,
     })
 }

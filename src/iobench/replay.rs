@@ -174,20 +174,25 @@ pub fn fio_replay(w: &Workload, spec: &CellSpec, requests: usize) -> Result<FioR
     })
 }
 
-/// What one fio run reported.
-struct FioRun {
-    bytes: u64,
-    requests: u64,
-    elapsed_s: f64,
-    cpu_s: f64,
-    p50_us: f64,
-    p99_us: f64,
-    max_us: f64,
-    version: String,
+/// What one fio run reported (its first job's reads): bytes, requests, runtime and CPU
+/// seconds, completion latency percentiles in microseconds, fio's version string.
+pub(super) struct FioRun {
+    pub bytes: u64,
+    pub requests: u64,
+    pub elapsed_s: f64,
+    pub cpu_s: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    pub version: String,
 }
 
-/// Runs fio with `args` and parses its JSON output.
-fn run_fio(args: &[String]) -> Result<FioRun> {
+/// Runs fio with `args` (which must include `--output-format=json`) and parses its JSON
+/// output.
+///
+/// Errors: fio missing, exiting nonzero (its stderr quoted) or reporting a job error;
+/// unparsable output.
+pub(super) fn run_fio(args: &[String]) -> Result<FioRun> {
     let out = std::process::Command::new("fio")
         .args(args)
         .output()
@@ -205,7 +210,7 @@ fn run_fio(args: &[String]) -> Result<FioRun> {
         serde_json::from_str(json).context("cannot parse fio's JSON output")?;
     let j = &v["jobs"][0];
     if j["error"].as_i64().unwrap_or(0) != 0 {
-        bail!("fio reported error {} for the replay", j["error"]);
+        bail!("fio reported error {}", j["error"]);
     }
     let r = &j["read"];
     let f = |x: &serde_json::Value| x.as_f64().unwrap_or(0.0);

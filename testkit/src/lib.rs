@@ -238,3 +238,31 @@ mod tests {
         );
     }
 }
+
+/// A finished child process described for an assertion message: its exit code, then
+/// its stdout and stderr as (lossy) UTF-8.
+pub fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The fixture checkpoint `preset` in `out`, written there with
+/// `BIN fixture --preset PRESET --out OUT` unless `out/config.json` already exists
+/// (`bin`: the memdial binary under test). Returns `out`.
+///
+/// Panics (failing the test) if the binary cannot run or exits nonzero.
+pub fn fixture(bin: &str, preset: &str, out: &Path) -> PathBuf {
+    if !out.join("config.json").exists() {
+        let o = std::process::Command::new(bin)
+            .args(["fixture", "--preset", preset, "--out"])
+            .arg(out)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"));
+        assert!(o.status.success(), "{}", output_text(&o));
+    }
+    out.to_path_buf()
+}
