@@ -14,13 +14,24 @@ use std::path::PathBuf;
 
 use crate::units::fmt_bytes;
 
+/// `x` as [`fmt_bytes`] writes it, with the exact byte count added when `other`
+/// would be written the same (so "39.51 MiB is below the floor of 39.51 MiB" reads
+/// "39.51 MiB (41431040 bytes) is below the floor of 39.51 MiB (41431048 bytes)").
+fn bytes_apart(x: u64, other: u64) -> String {
+    if x != other && fmt_bytes(x) == fmt_bytes(other) {
+        format!("{} ({x} bytes)", fmt_bytes(x))
+    } else {
+        fmt_bytes(x)
+    }
+}
+
 /// A request the caller should change: the engine refuses it before doing work.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum UsageError {
     /// The budget cannot hold the plan's floor (`budget` < `floor`, both in bytes).
     /// `detail` lists what makes up the floor (see `store::plan::plan`).
-    #[error("budget {} is below the floor of {} for {detail}", fmt_bytes(*budget), fmt_bytes(*floor))]
+    #[error("budget {} is below the floor of {} for {detail}", bytes_apart(*budget, *floor), bytes_apart(*floor, *budget))]
     BelowFloor {
         /// The requested budget in bytes.
         budget: u64,
@@ -78,4 +89,21 @@ impl UsageError {
 /// The first [`UsageError`] in `e`'s chain (context layers are looked through).
 pub fn usage_error(e: &anyhow::Error) -> Option<&UsageError> {
     e.chain().find_map(|c| c.downcast_ref::<UsageError>())
+}
+
+#[cfg(test)]
+mod bytes_apart_tests {
+    use super::bytes_apart;
+
+    /// Hand-derived: 41431040 / 2^20 = 39.5117 and 41433260 / 2^20 = 39.5138, both
+    /// "39.51 MiB"; 1 MiB and 2 MiB differ at two decimals.
+    #[test]
+    fn exact_bytes_only_where_the_rounded_sizes_look_equal() {
+        assert_eq!(
+            bytes_apart(41431040, 41433260),
+            "39.51 MiB (41431040 bytes)"
+        );
+        assert_eq!(bytes_apart(1 << 20, 2 << 20), "1.00 MiB");
+        assert_eq!(bytes_apart(1 << 20, 1 << 20), "1.00 MiB");
+    }
 }

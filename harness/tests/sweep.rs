@@ -5,11 +5,11 @@
 //! The tests share one fixture and run one at a time (a global lock): concurrent
 //! sweeps would evict each other's pages and make "cold" unverifiable.
 
+use memdial_testkit::output_text as text;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
-use memdial_testkit::output_text as text;
 
 const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
