@@ -130,22 +130,6 @@ impl AlignedBuf {
         assert!(len <= self.capacity());
         self.len = len;
     }
-    /// Faults every page of the buffer in before a direct read lands in it, by writing
-    /// a zero byte to each 4 KiB page (the first write in a transparent huge page maps
-    /// all 2 MiB of it). Costs a few microseconds on a buffer already resident.
-    ///
-    /// Why: an `O_DIRECT` read into pages never touched faults them in from inside the
-    /// kernel's `get_user_pages`, and on the dev VM that made a 1 MiB expert read about
-    /// 4× slower than into resident pages (mini at the model-size budget, decode reads
-    /// 0.49 → 2.37 GB/s, 0.094 → 0.032 s/token; `docs/io.md` §2).
-    pub fn prefault(&mut self) {
-        let b = self.full_mut();
-        for i in (0..b.len()).step_by(ALIGN) {
-            // SAFETY: `i < b.len()`; volatile so the touch is not elided. The contents
-            // are about to be overwritten by the read.
-            unsafe { std::ptr::write_volatile(b.as_mut_ptr().add(i), 0) };
-        }
-    }
     /// The whole capacity, mutable (for reads).
     pub fn full_mut(&mut self) -> &mut [u8] {
         match &mut self.storage {

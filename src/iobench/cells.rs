@@ -419,9 +419,6 @@ fn run_pass(w: &Workload, spec: &CellSpec, seconds: f64) -> Result<Pass> {
                 let mut buf = AlignedBuf::carve(1, buf_len)
                     .pop()
                     .expect("carve(1, _) returns one buffer");
-                // Resident before the clock starts (a direct read into fresh pages
-                // faults them in slowly: AlignedBuf::prefault).
-                buf.prefault();
                 let (files, seq, next, stop, barrier) = (&files, &seq, &next, &stop, &barrier);
                 sc.spawn(move || -> Result<(Histogram<u64>, u64, u64)> {
                     let mut hist = new_hist();

@@ -122,9 +122,6 @@ pub(super) fn read_group(
         ));
     }
     let mut buf = buf.unwrap_or_else(|| AlignedBuf::new(g.buffer_bytes as usize));
-    // Resident before the read: a direct read faulting fresh pages in is slow
-    // (AlignedBuf::prefault).
-    buf.prefault();
     let mut pos = 0usize;
     let mut range_pos = Vec::new();
     for r in &g.ranges {

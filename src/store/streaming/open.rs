@@ -147,7 +147,6 @@ impl StreamingStore {
                 Bytes::new(map, loc.offset as usize, loc.len as usize)
             } else {
                 let mut b = AlignedBuf::new(f.buffer_len_for(loc.offset, loc.len));
-                b.prefault();
                 let d = f.read_into(loc.offset, loc.len, &mut b)?;
                 load_read += b.len() as u64;
                 let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(b);
