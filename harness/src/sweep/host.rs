@@ -34,6 +34,29 @@ pub struct Host {
     pub bandwidth_probe_bytes: u64,
     /// Why a probe failed, if one did.
     pub bandwidth_note: Option<String>,
+    /// A virtio balloon device offers free page reporting
+    /// (`VIRTIO_BALLOON_F_REPORTING`, feature bit 5): memory the guest frees is
+    /// returned to the host, and the next first touch of it waits for the host to back
+    /// it again. See [`free_page_reporting`]. Absent in `sweep.json` files written
+    /// before this field existed.
+    #[serde(default)]
+    pub free_page_reporting: bool,
+}
+
+/// True when a virtio balloon device under `sysfs_virtio` (normally
+/// `/sys/bus/virtio/devices`) has negotiated free page reporting: its `device` file
+/// reads `0x0005` (balloon) and its `features` bit string has a `1` at index 5
+/// (`VIRTIO_BALLOON_F_REPORTING`, virtio spec 5.5.3). On such a virtual machine memory
+/// freed by one run is handed back to the host, so the next run's fresh buffers can be
+/// slower to fill (measured on the dev VM: `docs/io.md` §2).
+pub fn free_page_reporting(sysfs_virtio: &Path) -> bool {
+    let Ok(dir) = std::fs::read_dir(sysfs_virtio) else {
+        return false;
+    };
+    dir.flatten().any(|d| {
+        let r = |f: &str| std::fs::read_to_string(d.path().join(f)).unwrap_or_default();
+        r("device").trim() == "0x0005" && r("features").as_bytes().get(5) == Some(&b'1')
+    })
 }
 
 fn read(p: &str) -> String {
@@ -115,6 +138,7 @@ impl Host {
             model_fs,
             model_device,
             model_mount,
+            free_page_reporting: free_page_reporting(Path::new("/sys/bus/virtio/devices")),
             ..Default::default()
         }
     }
@@ -148,5 +172,25 @@ mod tests {
         assert!(h.cpu_cores >= 1);
         assert!(!h.model_fs.is_empty());
         assert_eq!(unescape("/a\\040b"), "/a b");
+    }
+
+    /// A fake sysfs: a block device (id 2), then a balloon (id 5) without and with
+    /// feature bit 5 (the dev VM's balloon reads `0110010…`).
+    #[test]
+    fn free_page_reporting_reads_the_balloon_feature_bit() {
+        let root = memdial_testkit::scratch_in(std::env::temp_dir(), "host-fpr");
+        let dev = |name: &str, id: &str, features: &str| {
+            let d = root.join(name);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("device"), format!("{id}\n")).unwrap();
+            std::fs::write(d.join("features"), format!("{features}\n")).unwrap();
+        };
+        assert!(!free_page_reporting(&root.join("missing")));
+        dev("virtio0", "0x0002", "0010001001100100");
+        assert!(!free_page_reporting(&root));
+        dev("virtio1", "0x0005", "0110000000000000");
+        assert!(!free_page_reporting(&root));
+        dev("virtio1", "0x0005", "0110010100000000");
+        assert!(free_page_reporting(&root));
     }
 }

@@ -339,6 +339,12 @@ pub fn markdown(
     let ok = rows.iter().filter(|r| r.status == "ok").count();
     let _ = writeln!(s, "| Cold cache | {cold} of {ok} finished runs started with 0 bytes of the model resident (mincore) |");
     let _ = writeln!(s, "| Memory cgroup | {} |", meta.cgroup);
+    if h.free_page_reporting {
+        let _ = writeln!(
+            s,
+            "| Free page reporting | on (virtio balloon): memory a run frees goes back to the host, and the next run's first use of it waits for the host; runs that fill many fresh buffers (direct IO at large budgets) can be bimodal (docs/io.md §2) |"
+        );
+    }
     let _ = writeln!(s, "| memdial | {} |", meta.memdial_version);
     let _ = writeln!(s, "| Command | `{}` |\n", meta.command);
 
