@@ -61,7 +61,10 @@ pub struct Verdict {
     /// Every planned run has a row (finished, failed or below the floor); an
     /// incomplete sweep never passes. Set by [`Verdict::with_planned`].
     pub complete: bool,
-    /// Distinct runs with a row.
+    /// Distinct runs with a row: finished, failed, below the floor, or `n/a` for
+    /// their engine (one row per such point). So it can exceed the runs actually
+    /// executed (the sweep's "N runs in T s" line), e.g. 72 rows for 48 runs when
+    /// 24 points are `n/a`; `runs_compared` counts the finished runs compared.
     pub runs_done: usize,
     /// Runs the directory is meant to hold (`sweep.json` `runs_planned`; 0 = unknown).
     pub runs_planned: usize,
