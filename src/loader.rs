@@ -34,9 +34,10 @@ pub struct Checkpointed {
 impl Checkpointed {
     /// Reads `dir/config.json` and the safetensors headers.
     ///
-    /// Errors: unreadable or invalid config; unreadable shard headers; config
-    /// dimensions the checkpoint cannot hold ([`crate::limits::check_dimensions`],
-    /// checked before the tensor table is built).
+    /// Errors: `dir` is not a directory (a [`crate::error::UsageError`], from
+    /// [`load_config`]); unreadable or invalid config; unreadable shard headers;
+    /// config dimensions the checkpoint cannot hold
+    /// ([`crate::limits::check_dimensions`], checked before the tensor table is built).
     pub fn read(dir: &Path) -> Result<Self> {
         let cfg = load_config(dir)?;
         let ck = Checkpoint::open(dir)?;

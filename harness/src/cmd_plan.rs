@@ -292,7 +292,7 @@ fn describe_ladder(ladder: &[(u64, u64)], bw: Option<&(f64, String)>) -> String 
 /// Human-readable plan (what `memdial plan` prints).
 fn describe(p: &Plan, cfg: &ModelConfig) -> String {
     let mut s = String::new();
-    let line = |s: &mut String, k: &str, v: String| s.push_str(&format!("{k:<26}{v}\n"));
+    let line = |s: &mut String, k: &str, v: String| s.push_str(&format!("{k:<26} {v}\n"));
     line(
         &mut s,
         "budget",

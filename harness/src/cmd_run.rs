@@ -101,14 +101,15 @@ pub struct RunArgs {
     /// store. Without it every weight is read into RAM at load (full residency).
     #[arg(long, value_parser = parse_size)]
     pub budget: Option<u64>,
-    /// IO mode of the streaming store: direct (O_DIRECT), buffered (pread), mmap.
-    #[arg(long, value_enum, default_value_t = IoArg(IoMode::Direct))]
+    /// IO mode of the streaming store: direct (O_DIRECT), buffered (pread), mmap
+    /// (needs --budget: without it nothing streams).
+    #[arg(long, value_enum, default_value_t = IoArg(IoMode::Direct), requires = "budget")]
     pub io: IoArg,
-    /// Prefetch policy (oracle needs --trace).
-    #[arg(long, value_enum, default_value_t = PrefetchArg(Prefetch::None))]
+    /// Prefetch policy (oracle needs --trace; needs --budget).
+    #[arg(long, value_enum, default_value_t = PrefetchArg(Prefetch::None), requires = "budget")]
     pub prefetch: PrefetchArg,
-    /// Expert-cache replacement policy.
-    #[arg(long, value_enum, default_value_t = CacheArg(CachePolicy::Lru))]
+    /// Expert-cache replacement policy (needs --budget).
+    #[arg(long, value_enum, default_value_t = CacheArg(CachePolicy::Lru), requires = "budget")]
     pub cache: CacheArg,
     /// Reads the streaming store keeps in flight (1..=1024): its IO threads, each doing
     /// one record read at a time (O_DIRECT, pread or an mmap fault-in; the kernel splits
@@ -214,14 +215,8 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     if !(a.top_p > 0.0 && a.top_p <= 1.0) {
         return Err(usage("--top-p must be in (0, 1]"));
     }
-    if budget.is_none()
-        && (a.record_trace.is_some()
-            || a.trace.is_some()
-            || a.verify_reads
-            || prefetch != Prefetch::None
-            || io != IoMode::Direct
-            || cache != CachePolicy::Lru)
-    {
+    if budget.is_none() && (a.record_trace.is_some() || a.trace.is_some() || a.verify_reads) {
+        // (--io, --prefetch and --cache given without --budget are refused by clap.)
         return Err(usage(
             "--io, --prefetch, --cache, --trace, --record-trace and --verify-reads need --budget (the streaming store)",
         ));
@@ -310,7 +305,8 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let (prefill_chunk, arena_chunk) = match budget {
         Some(_) => {
             let cap = memdial::store::plan::planned_prefill_chunk(max_context);
-            if want > cap {
+            // Say so only when it changes how this prompt is cut.
+            if want.min(prompt.len()) > cap {
                 eprintln!(
                     "note: --prefill-chunk {want} capped at {cap} (the plan's activation reserve)"
                 );

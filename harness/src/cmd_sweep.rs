@@ -114,7 +114,7 @@ fn load_spec(a: &SweepArgs) -> Result<(Spec, String)> {
 /// Generates the default `mini` fixture with a progress bar.
 fn generate_default_model(dir: &Path) -> Result<()> {
     eprintln!(
-        "{} is missing: generating the `mini` fixture (about 1 GiB, ~30 s)",
+        "{} is missing: generating the `mini` fixture (about 1 GiB, 10–30 s)",
         dir.display()
     );
     crate::cmd_fixture::generate_with_progress("mini", 0, dir, false)?;

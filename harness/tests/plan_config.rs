@@ -108,6 +108,29 @@ fn configs_that_cannot_be_planned_exit_2() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("sanity limit"));
     let o = plan(&["--config", "/nonexistent/config.json"]);
     assert_eq!(o.status.code(), Some(2));
+    // A model directory that is not there is a usage error for plan and run alike
+    // (as for sweep), not an IO failure.
+    for args in [
+        &["plan", "--model", "/nonexistent/model"][..],
+        &["run", "--model", "/nonexistent/model", "--prompt-ids", "1"][..],
+    ] {
+        let o = Command::new(BIN).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("model directory /nonexistent/model does not exist"),
+            "{args:?}: {err}"
+        );
+    }
+    // The streaming store's settings without a budget would be silently ignored.
+    let o = Command::new(BIN)
+        .args(["run", "--model", "/nonexistent/model", "--prompt-ids", "1"])
+        .args(["--io", "mmap"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--budget"), "{err}");
     let o = plan(&["--preset", "k3", "--device-gbps", "0"]);
     assert_eq!(o.status.code(), Some(2));
 }

@@ -331,8 +331,18 @@ fn token_id(v: &Value) -> Result<u32> {
         .map_err(|_| anyhow::anyhow!("eos_token_id {x} is out of range (token ids are below 2^32)"))
 }
 
-/// Loads `config.json` including its `quantization_config`.
+/// Loads `DIR/config.json` including its `quantization_config`.
+///
+/// Errors: `dir` is not a directory (a [`crate::error::UsageError`]: the caller named
+/// the wrong path); `config.json` unreadable or invalid.
 pub fn load_config(dir: &Path) -> Result<ModelConfig> {
+    if !dir.is_dir() {
+        return Err(crate::error::UsageError::Invalid(format!(
+            "model directory {} does not exist",
+            dir.display()
+        ))
+        .into());
+    }
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;

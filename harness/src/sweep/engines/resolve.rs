@@ -19,7 +19,9 @@ pub fn default_python() -> PathBuf {
     if rel.exists() {
         return rel.to_path_buf();
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+    // The repository root (the harness crate's parent), written without "..".
+    let harness = Path::new(env!("CARGO_MANIFEST_DIR"));
+    harness.parent().unwrap_or(harness).join(rel)
 }
 
 /// The merged definition of engine `name` of `spec` (errors: unknown adapter, an
