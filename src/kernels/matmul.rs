@@ -21,7 +21,7 @@
 //!   [`ROW_BLOCK`] rows it decodes the weights once into an f32 panel in the
 //!   same group-major order (BF16 → f32 exact; MXFP4 → doubled E2M1 codes
 //!   plus the block's half scale), then runs register tiles of 2 rows ×
-//!   4 tokens (dense) or 2 rows × 3 tokens (MXFP4) over [`COL_CHUNK`]-block
+//!   6 tokens (dense) or 2 rows × 3 tokens (MXFP4) over [`COL_CHUNK`]-block
 //!   column chunks: the tile's inputs stay in L1 while the panel streams
 //!   from L2.
 //! * Columns past the last whole 32-block (dense only) are added after the
@@ -259,7 +259,7 @@ mod avx2 {
     }
 
     /// Tokens per dense register tile.
-    const DT: usize = 4;
+    const DT: usize = 6;
     /// Tokens per MXFP4 register tile.
     const MT: usize = 3;
 
@@ -292,6 +292,10 @@ mod avx2 {
                         let ni = (nr - i0).min(2);
                         let a = (pp, xp, ap, nb, n, k, i0, t0, c0, c1);
                         match (ni, nt) {
+                            (2, 6) => dense_tile::<2, 6>(a),
+                            (2, 5) => dense_tile::<2, 5>(a),
+                            (_, 6) => dense_tile::<1, 6>(a),
+                            (_, 5) => dense_tile::<1, 5>(a),
                             (2, 4) => dense_tile::<2, 4>(a),
                             (2, 3) => dense_tile::<2, 3>(a),
                             (2, 2) => dense_tile::<2, 2>(a),
