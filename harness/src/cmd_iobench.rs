@@ -197,8 +197,8 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         "cold✓",
         "GB/s",
         "req/s",
-        "p50 ms",
-        "p99 ms",
+        "p50 µs",
+        "p99 µs",
         "CPU s/GB"
     );
     let mut rows: Vec<Row> = Vec::new();
@@ -206,7 +206,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         let mut on_row = |r: &Row| {
             if r.status == "ok" {
                 println!(
-                    "{:<8} {:<10} {:<8} {:>3} {:<5} {:>6} {:>8.3} {:>9.1} {:>10.3} {:>10.3} {:>8.3}",
+                    "{:<8} {:<10} {:<8} {:>3} {:<5} {:>6} {:>8.3} {:>9.1} {:>10.0} {:>10.0} {:>8.3}",
                     r.tool,
                     r.pattern,
                     r.io,
@@ -223,8 +223,8 @@ pub fn run(a: &Args) -> Result<ExitCode> {
                     },
                     r.gb_per_s,
                     r.requests_per_s,
-                    r.latency_p50_us / 1e3,
-                    r.latency_p99_us / 1e3,
+                    r.latency_p50_us,
+                    r.latency_p99_us,
                     r.cpu_s_per_gb
                 );
             } else {

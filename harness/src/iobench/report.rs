@@ -146,7 +146,7 @@ pub fn markdown(
         s,
         "## How to read this\n\n\
          - **GB/s** is requested bytes (10⁹) per wall second over `qd` threads; **fio GB/s** is fio on the same cell: for direct and buffered a replay of the cell's own reads (`read_iolog`: same files, offsets, lengths, order and amount; `psync` at qd 1, one `io_uring` job with `iodepth` = qd above; buffers in hugetlb 2 MiB pages like ours when enough are free), for mmap a synthetic job at our median request size (qd 1 only; fio's mmap engine cannot replay a log); **ours/fio** near 1 means the engine's reads get what the device gives.\n\
-         - **knee** (the depth table): the smallest queue depth whose GB/s is within 5 % of the series' best; more reader threads (`--io-depth`) than that buy nothing on this disk.\n\
+         - **knee** (the depth table): the smallest queue depth whose GB/s is within 5 % of the series' best; more engine IO threads than that (`memdial run --io-depth`, alias of `--io-threads`) buy nothing on this disk.\n\
          - **cold** rows start with the model's files evicted and **cold ✓** = `yes` only if mincore found 0 bytes cached just before the timed reads; a cold cell reads each distinct request once. **warm** rows read the data once first and then replay for the whole cell: warm buffered/mmap is the page cache's speed, warm direct should equal cold direct (O_DIRECT ignores the cache).\n\
          - **device** is what the kernel fetched from storage for these reads: for cold rows and every direct row it should be ≈ the bytes read. A figure far above the drive's speed with little device traffic was served from memory.\n\
          - **resident** = page-cache bytes of the model before → after the timed reads: direct reads must not change it.\n\
