@@ -166,6 +166,8 @@ fn bit_identical_across_threads_isas_and_prefill() {
         (37, 2080, 16, 110, 140),
         (19, 96, 17, 110, 140),
         (21, 64, 16, 0, 254),
+        (13, 128, 5, 110, 140),
+        (9, 64, 1, 110, 140),
     ] {
         let (p, s) = rand_mx(&mut rng, rows, cols, smin, smax);
         // Same bytes at odd addresses.

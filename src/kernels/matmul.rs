@@ -21,7 +21,8 @@
 //!   [`ROW_BLOCK`] rows it decodes the weights once into an f32 panel in the
 //!   same group-major order (BF16 → f32 exact; MXFP4 → doubled E2M1 codes
 //!   plus the block's half scale), then runs register tiles of 2 rows ×
-//!   6 tokens (dense) or 2 rows × 3 tokens (MXFP4) over [`COL_CHUNK`]-block
+//!   6 tokens (dense) or 2 rows × 3 tokens (MXFP4; 2 × 6 where AVX-512VL gives
+//!   256-bit code 32 registers) over [`COL_CHUNK`]-block
 //!   column chunks: the tile's inputs stay in L1 while the panel streams
 //!   from L2.
 //! * Columns past the last whole 32-block (dense only) are added after the
@@ -31,7 +32,7 @@ use super::dense::{reduce32, reduce8, PAR_MIN_ELEMS};
 use super::mxfp4::HALF_SCALE;
 use super::par::OutPtr;
 use super::workspace::{product_floats, Workspace};
-use super::Par;
+use super::{Isa, Par};
 
 /// Output rows decoded into one f32 panel.
 pub const ROW_BLOCK: usize = 8;
@@ -158,6 +159,10 @@ pub(crate) fn mxfp4(
     }
     let xk = &*xk;
     let (pb, sb) = (cols / 2, nb);
+    // Wider tiles where AVX-512VL gives 256-bit code 32 vector registers (the same
+    // per-(row, token) order, so bit-identical). The dense kernel keeps its AVX2
+    // tile: 2 × 8 and 2 × 10 measured slower than 2 × 6 (more streams than L1 holds).
+    let wide = par.isa() == Isa::Avx512 && std::arch::is_x86_feature_detected!("avx512vl");
     let out = OutPtr::new(ys);
     par.for_ranges_on(rows, 16, rows * cols * n, PAR_MIN_ELEMS, &|who, range| {
         // SAFETY: one live view per participant (Par::for_ranges_on).
@@ -187,7 +192,13 @@ pub(crate) fn mxfp4(
             }
             part[..nr * n * 16].fill(0.0);
             // SAFETY: Par selects AVX2 only on CPUs that have it (caller checks the ISA).
-            unsafe { avx2::mxfp4_block(panel, sp, nb, nr, xk, n, part) };
+            unsafe {
+                if wide {
+                    avx2::mxfp4_block_wide(panel, sp, nb, nr, xk, n, part)
+                } else {
+                    avx2::mxfp4_block(panel, sp, nb, nr, xk, n, part)
+                }
+            };
             for i in 0..nr {
                 for t in 0..n {
                     let a = &part[(i * n + t) * 16..][..16];
@@ -262,6 +273,8 @@ mod avx2 {
     const DT: usize = 6;
     /// Tokens per MXFP4 register tile.
     const MT: usize = 3;
+    /// Tokens per MXFP4 register tile with AVX-512VL's 32 registers.
+    const MT_WIDE: usize = 6;
 
     /// All tiles of one dense row panel: `panel: [nr][4][nb][8]`,
     /// `xk: [n][4][nb][8]`, `part: [nr][n][4][8]` (accumulated into).
@@ -360,12 +373,46 @@ mod avx2 {
 
     /// All tiles of one MXFP4 row panel: `panel: [nr][2][nb][16]` doubled
     /// codes, `sp: [nr][nb]` half scales, `xk: [n][2][nb][16]`,
-    /// `part: [nr][n][2][8]` (accumulated into).
+    /// `part: [nr][n][2][8]` (accumulated into), in 2-row × [`MT`]-token tiles
+    /// (AVX2's 16 vector registers).
     ///
     /// # Safety
     /// AVX2; shapes as stated.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn mxfp4_block(
+        panel: &[f32],
+        sp: &[f32],
+        nb: usize,
+        nr: usize,
+        xk: &[f32],
+        n: usize,
+        part: &mut [f32],
+    ) {
+        mxfp4_tiles::<MT>(panel, sp, nb, nr, xk, n, part)
+    }
+
+    /// [`mxfp4_block`] in 2-row × [`MT_WIDE`]-token tiles: the same per-(row, token)
+    /// order, so bit-identical, with the 32 vector registers AVX-512VL gives to
+    /// 256-bit code (12 accumulators).
+    ///
+    /// # Safety
+    /// AVX2, AVX-512F and AVX-512VL; shapes as stated.
+    #[target_feature(enable = "avx2,avx512f,avx512vl")]
+    pub(super) unsafe fn mxfp4_block_wide(
+        panel: &[f32],
+        sp: &[f32],
+        nb: usize,
+        nr: usize,
+        xk: &[f32],
+        n: usize,
+        part: &mut [f32],
+    ) {
+        mxfp4_tiles::<MT_WIDE>(panel, sp, nb, nr, xk, n, part)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn mxfp4_tiles<const TT: usize>(
         panel: &[f32],
         sp: &[f32],
         nb: usize,
@@ -387,13 +434,19 @@ mod avx2 {
             let c1 = (c0 + COL_CHUNK).min(nb);
             let mut t0 = 0;
             while t0 < n {
-                let nt = (n - t0).min(MT);
+                let nt = (n - t0).min(TT);
                 for k in 0..2 {
                     let mut i0 = 0;
                     while i0 < nr {
                         let ni = (nr - i0).min(2);
                         let a = (pp, xp, ap, nb, n, k, i0, t0, c0, c1);
                         match (ni, nt) {
+                            (2, 6) => mx_tile::<2, 6>(a, sq),
+                            (2, 5) => mx_tile::<2, 5>(a, sq),
+                            (2, 4) => mx_tile::<2, 4>(a, sq),
+                            (_, 6) => mx_tile::<1, 6>(a, sq),
+                            (_, 5) => mx_tile::<1, 5>(a, sq),
+                            (_, 4) => mx_tile::<1, 4>(a, sq),
                             (2, 3) => mx_tile::<2, 3>(a, sq),
                             (2, 2) => mx_tile::<2, 2>(a, sq),
                             (2, _) => mx_tile::<2, 1>(a, sq),
