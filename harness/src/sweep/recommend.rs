@@ -76,6 +76,12 @@ pub struct Recommendation {
     pub by_budget: Vec<Winner>,
     /// Points left out because runs went over budget.
     pub excluded_over_budget: Vec<usize>,
+    /// The fastest point over every IO mode, with its IO mode.
+    pub overall_best: Option<(String, Pick)>,
+    /// The smallest budget at which some IO mode comes within [`KNEE_WITHIN`] of
+    /// `overall_best` (the fastest mode there), with its IO mode: the answer to
+    /// "which budget, which mode?".
+    pub overall_knee: Option<(String, Pick)>,
 }
 
 fn pick(p: &PointStats) -> Option<Pick> {
@@ -175,10 +181,24 @@ pub fn recommend(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Reco
             margin,
         });
     }
+    let overall_best = modes
+        .iter()
+        .filter_map(|m| m.best.clone().map(|b| (m.io.clone(), b)))
+        .min_by(|a, b| a.1.s_per_token.total_cmp(&b.1.s_per_token));
+    let overall_knee = overall_best.as_ref().and_then(|(_, best)| {
+        let limit = best.s_per_token * (1.0 + KNEE_WITHIN);
+        by_budget
+            .iter()
+            .filter(|w| w.winner.s_per_token <= limit)
+            .min_by_key(|w| w.winner.budget_bytes)
+            .map(|w| (w.io.clone(), w.winner.clone()))
+    });
     Recommendation {
         modes,
         by_budget,
         excluded_over_budget,
+        overall_best,
+        overall_knee,
     }
 }
 
@@ -195,6 +215,24 @@ impl Recommendation {
             (Some(l), Some(h)) => format!("{:.4} [{l:.4}–{h:.4}]", p.s_per_token),
             _ => format!("{:.4} (insufficient repeats)", p.s_per_token),
         };
+        if let (Some((kio, k)), Some((bio, b))) = (&self.overall_knee, &self.overall_best) {
+            let fastest = if k.point_index == b.point_index {
+                "; it is also the fastest point measured".to_string()
+            } else {
+                format!(
+                    "; the fastest point is {bio} at {} ({} s/token)",
+                    label(&b.budget_spec, b.budget_bytes),
+                    ci(b)
+                )
+            };
+            let _ = writeln!(
+                s,
+                "**Bottom line:** the smallest budget that decodes within 10 % of the fastest point is **{}** with **{kio}** ({}, {} s/token){fastest}.\n",
+                label(&k.budget_spec, k.budget_bytes),
+                k.prefetch,
+                ci(k),
+            );
+        }
         let _ = writeln!(
             s,
             "| IO mode | knee (smallest budget within 10 % of its best) | best | Pareto frontier (budget → s/token) |\n|---|---|---|---|"
@@ -347,8 +385,15 @@ mod tests {
         let w: Vec<&str> = r.by_budget.iter().map(|w| w.io.as_str()).collect();
         assert_eq!(w, ["direct", "direct", "direct", "direct"]);
         assert_eq!(r.excluded_over_budget, [7]);
+        // Overall: best 0.45 (direct @ d); within 10 % (≤ 0.495) the smallest budget
+        // is c, where direct (0.46) is the fastest mode.
+        let (bio, b) = r.overall_best.as_ref().unwrap();
+        assert_eq!((bio.as_str(), b.point_index), ("direct", 6));
+        let (kio, k) = r.overall_knee.as_ref().unwrap();
+        assert_eq!((kio.as_str(), k.point_index), ("direct", 4));
         let md = r.markdown(&|s, _| s.to_string());
         assert!(md.starts_with("## Recommendation"));
         assert!(md.contains("Left out: 1 point(s)"));
+        assert!(md.contains("**Bottom line:** the smallest budget that decodes within 10 % of the fastest point is **c** with **direct**"), "{md}");
     }
 }
