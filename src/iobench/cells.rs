@@ -508,12 +508,8 @@ fn row_of(w: &Workload, spec: &CellSpec, p: &Pass, cold_ok: bool) -> Row {
         requests: n,
         bytes,
         elapsed_s: elapsed,
-        gb_per_s: if elapsed > 0.0 { gb / elapsed } else { 0.0 },
-        requests_per_s: if elapsed > 0.0 {
-            n as f64 / elapsed
-        } else {
-            0.0
-        },
+        gb_per_s: per_second(gb, elapsed),
+        requests_per_s: per_second(n as f64, elapsed),
         latency_p50_us: hist.value_at_quantile(0.5) as f64 / 1e3,
         latency_p99_us: hist.value_at_quantile(0.99) as f64 / 1e3,
         latency_max_us: hist.max() as f64 / 1e3,
@@ -575,6 +571,15 @@ fn cold_probe(w: &Workload, mode: IoMode, seconds: f64) -> Result<Row> {
 // ---------------------------------------------------------------- fio
 
 /// `fio --version` (e.g. `fio-3.33`), or None when fio is not installed.
+
+/// `x` per second over `seconds` (GB/s, requests/s); 0 when no time passed.
+pub(super) fn per_second(x: f64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        x / seconds
+    } else {
+        0.0
+    }
+}
 
 #[cfg(test)]
 mod tests {

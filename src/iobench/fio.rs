@@ -24,6 +24,14 @@ use super::cells::{evict_all, page_map, preload_range, resident_bytes, rusage, C
 use super::workload::{CacheState, Workload};
 use crate::io::IoMode;
 
+/// `fio` followed by `args`, space-separated: the job as one shell line for the report.
+pub(super) fn command_line(args: Vec<String>) -> String {
+    std::iter::once("fio".to_string())
+        .chain(args)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 pub fn fio_version() -> Option<String> {
     let out = std::process::Command::new("fio")
         .arg("--version")
@@ -124,10 +132,7 @@ impl FioJob {
     }
     /// The job as one shell line (for the report).
     pub fn command_line(&self, seconds: f64, cache: CacheState) -> String {
-        std::iter::once("fio".to_string())
-            .chain(self.args(seconds, cache))
-            .collect::<Vec<_>>()
-            .join(" ")
+        command_line(self.args(seconds, cache))
     }
     /// Short description for the report, e.g.
     /// `2 file(s) (a, b), rw=randread bs=1044480 numjobs=4 …`.
@@ -237,13 +242,7 @@ pub fn run_fio_cell(w: &Workload, spec: &CellSpec, ours: Option<&Row>) -> Result
     let (_, dev1) = rusage(libc::RUSAGE_CHILDREN);
     let resident_after = resident_bytes(&w.files)?;
     let gb = run.bytes as f64 / 1e9;
-    let per_s = |x: f64| {
-        if run.elapsed_s > 0.0 {
-            x / run.elapsed_s
-        } else {
-            0.0
-        }
-    };
+    let per_s = |x: f64| super::cells::per_second(x, run.elapsed_s);
     Ok(Row {
         tool: "fio".into(),
         pattern: w.name.clone(),

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
-use super::cells::{evict_all, resident_bytes, rusage, CellSpec, Row};
+use super::cells::{evict_all, per_second, resident_bytes, rusage, CellSpec, Row};
 use super::workload::{CacheState, Workload};
 use crate::io::IoMode;
 
@@ -99,10 +99,7 @@ impl FioReplay {
     }
     /// The job as one shell line (for the report).
     pub fn command_line(&self, iolog: &str, cache: CacheState) -> String {
-        std::iter::once("fio".to_string())
-            .chain(self.args(iolog, cache))
-            .collect::<Vec<_>>()
-            .join(" ")
+        super::fio::command_line(self.args(iolog, cache))
     }
     /// Short description for the row's note.
     pub fn describe(&self) -> String {
@@ -311,12 +308,8 @@ pub fn run_fio_replay(w: &Workload, spec: &CellSpec, ours: Option<&Row>) -> Resu
         requests: n,
         bytes,
         elapsed_s: elapsed,
-        gb_per_s: if elapsed > 0.0 { gb / elapsed } else { 0.0 },
-        requests_per_s: if elapsed > 0.0 {
-            n as f64 / elapsed
-        } else {
-            0.0
-        },
+        gb_per_s: per_second(gb, elapsed),
+        requests_per_s: per_second(n as f64, elapsed),
         latency_p50_us: p50[p50.len() / 2],
         latency_p99_us: runs.iter().map(|r| r.p99_us).fold(0.0, f64::max),
         latency_max_us: runs.iter().map(|r| r.max_us).fold(0.0, f64::max),
