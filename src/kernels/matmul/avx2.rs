@@ -1,0 +1,258 @@
+//! AVX2 register tiles for [`super`] (8-lane ymm registers, one of the matvec's
+//! 8-lane accumulator groups per register).
+
+use super::super::mxfp4::E2M1_X2;
+use super::COL_CHUNK;
+use std::arch::x86_64::*;
+
+/// One dense row (`nb` whole blocks of BF16 or F32 bytes) into the
+/// group-major f32 panel row `d: [4][nb][8]` (BF16 → f32 is exact).
+///
+/// # Safety
+/// AVX2.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn decode_dense(bf16: bool, row: &[u8], nb: usize, d: &mut [f32]) {
+    let es = if bf16 { 2 } else { 4 };
+    assert!(row.len() >= nb * 32 * es && d.len() == nb * 32);
+    let (rp, dp) = (row.as_ptr(), d.as_mut_ptr());
+    for b in 0..nb {
+        for k in 0..4 {
+            let src = rp.add((32 * b + 8 * k) * es);
+            let v = if bf16 {
+                let h = _mm_loadu_si128(src as *const __m128i);
+                _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+            } else {
+                _mm256_loadu_ps(src as *const f32)
+            };
+            _mm256_storeu_ps(dp.add((k * nb + b) * 8), v);
+        }
+    }
+}
+
+/// One MXFP4 row (`nb` blocks of 16 packed bytes) into the group-major
+/// panel row `d: [2][nb][even 8 | odd 8]` of doubled E2M1 codes (the same
+/// values as the matvec decoders).
+///
+/// # Safety
+/// AVX2.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn decode_mxfp4(p: &[u8], nb: usize, d: &mut [f32]) {
+    assert!(p.len() == nb * 16 && d.len() == nb * 32);
+    let lut = _mm_loadu_si128(E2M1_X2.as_ptr() as *const __m128i);
+    let mask = _mm_set1_epi8(0x0F);
+    let (pp, dp) = (p.as_ptr(), d.as_mut_ptr());
+    let cvt = |v: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+    for b in 0..nb {
+        let bytes = _mm_loadu_si128(pp.add(16 * b) as *const __m128i);
+        let ve = _mm_shuffle_epi8(lut, _mm_and_si128(bytes, mask));
+        let vo = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(bytes, 4), mask));
+        let lo = dp.add(b * 16);
+        let hi = dp.add((nb + b) * 16);
+        _mm256_storeu_ps(lo, cvt(ve));
+        _mm256_storeu_ps(lo.add(8), cvt(vo));
+        _mm256_storeu_ps(hi, cvt(_mm_srli_si128(ve, 8)));
+        _mm256_storeu_ps(hi.add(8), cvt(_mm_srli_si128(vo, 8)));
+    }
+}
+
+/// Tokens per dense register tile.
+const DT: usize = 6;
+/// Tokens per MXFP4 register tile.
+const MT: usize = 3;
+
+/// All tiles of one dense row panel: `panel: [nr][4][nb][8]`,
+/// `xk: [n][4][nb][8]`, `part: [nr][n][4][8]` (accumulated into).
+///
+/// # Safety
+/// AVX2; shapes as stated.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn dense_block(
+    panel: &[f32],
+    nb: usize,
+    nr: usize,
+    xk: &[f32],
+    n: usize,
+    part: &mut [f32],
+) {
+    let m = super::row_stride(nb);
+    assert!(panel.len() >= nr * m && xk.len() == n * m && part.len() >= nr * n * 32);
+    let (pp, xp, ap) = (panel.as_ptr(), xk.as_ptr(), part.as_mut_ptr());
+    let mut c0 = 0;
+    while c0 < nb {
+        let c1 = (c0 + COL_CHUNK).min(nb);
+        let mut t0 = 0;
+        while t0 < n {
+            let nt = (n - t0).min(DT);
+            for k in 0..4 {
+                let mut i0 = 0;
+                while i0 < nr {
+                    let ni = (nr - i0).min(2);
+                    let a = (pp, xp, ap, nb, n, k, i0, t0, c0, c1);
+                    match (ni, nt) {
+                        (2, 6) => dense_tile::<2, 6>(a),
+                        (2, 5) => dense_tile::<2, 5>(a),
+                        (_, 6) => dense_tile::<1, 6>(a),
+                        (_, 5) => dense_tile::<1, 5>(a),
+                        (2, 4) => dense_tile::<2, 4>(a),
+                        (2, 3) => dense_tile::<2, 3>(a),
+                        (2, 2) => dense_tile::<2, 2>(a),
+                        (2, _) => dense_tile::<2, 1>(a),
+                        (_, 4) => dense_tile::<1, 4>(a),
+                        (_, 3) => dense_tile::<1, 3>(a),
+                        (_, 2) => dense_tile::<1, 2>(a),
+                        _ => dense_tile::<1, 1>(a),
+                    }
+                    i0 += ni;
+                }
+            }
+            t0 += nt;
+        }
+        c0 = c1;
+    }
+}
+
+/// (panel, xk, part, nb, n, group k, first row, first token, block range).
+type TileArgs = (
+    *const f32,
+    *const f32,
+    *mut f32,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+);
+
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn dense_tile<const R: usize, const T: usize>(a: TileArgs) {
+    let (pp, xp, ap, nb, n, k, i0, t0, c0, c1) = a;
+    let m = super::row_stride(nb);
+    let accp = |r: usize, t: usize| ap.add(((i0 + r) * n + t0 + t) * 32 + 8 * k);
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    for (r, ar) in acc.iter_mut().enumerate() {
+        for (t, a) in ar.iter_mut().enumerate() {
+            *a = _mm256_loadu_ps(accp(r, t));
+        }
+    }
+    let wrow: [*const f32; R] = std::array::from_fn(|r| pp.add((i0 + r) * m + k * nb * 8));
+    let xrow: [*const f32; T] = std::array::from_fn(|t| xp.add((t0 + t) * m + k * nb * 8));
+    for b in c0..c1 {
+        let w: [__m256; R] = std::array::from_fn(|r| _mm256_loadu_ps(wrow[r].add(8 * b)));
+        for t in 0..T {
+            let x = _mm256_loadu_ps(xrow[t].add(8 * b));
+            for r in 0..R {
+                acc[r][t] = _mm256_add_ps(acc[r][t], _mm256_mul_ps(w[r], x));
+            }
+        }
+    }
+    for (r, ar) in acc.iter().enumerate() {
+        for (t, a) in ar.iter().enumerate() {
+            _mm256_storeu_ps(accp(r, t), *a);
+        }
+    }
+}
+
+/// All tiles of one MXFP4 row panel: `panel: [nr][2][nb][16]` doubled
+/// codes, `sp: [nr][nb]` half scales, `xk: [n][2][nb][16]`,
+/// `part: [nr][n][2][8]` (accumulated into), in 2-row × [`MT`]-token tiles
+/// (AVX2's 16 vector registers).
+///
+/// # Safety
+/// AVX2; shapes as stated.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn mxfp4_block(
+    panel: &[f32],
+    sp: &[f32],
+    nb: usize,
+    nr: usize,
+    xk: &[f32],
+    n: usize,
+    part: &mut [f32],
+) {
+    mxfp4_tiles::<MT>(panel, sp, nb, nr, xk, n, part)
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn mxfp4_tiles<const TT: usize>(
+    panel: &[f32],
+    sp: &[f32],
+    nb: usize,
+    nr: usize,
+    xk: &[f32],
+    n: usize,
+    part: &mut [f32],
+) {
+    let m = super::row_stride(nb);
+    assert!(
+        panel.len() >= nr * m
+            && sp.len() >= nr * nb
+            && xk.len() == n * m
+            && part.len() >= nr * n * 16
+    );
+    let (pp, sq, xp, ap) = (panel.as_ptr(), sp.as_ptr(), xk.as_ptr(), part.as_mut_ptr());
+    let mut c0 = 0;
+    while c0 < nb {
+        let c1 = (c0 + COL_CHUNK).min(nb);
+        let mut t0 = 0;
+        while t0 < n {
+            let nt = (n - t0).min(TT);
+            for k in 0..2 {
+                let mut i0 = 0;
+                while i0 < nr {
+                    let ni = (nr - i0).min(2);
+                    let a = (pp, xp, ap, nb, n, k, i0, t0, c0, c1);
+                    match (ni, nt) {
+                        (2, 3) => mx_tile::<2, 3>(a, sq),
+                        (2, 2) => mx_tile::<2, 2>(a, sq),
+                        (2, _) => mx_tile::<2, 1>(a, sq),
+                        (_, 3) => mx_tile::<1, 3>(a, sq),
+                        (_, 2) => mx_tile::<1, 2>(a, sq),
+                        _ => mx_tile::<1, 1>(a, sq),
+                    }
+                    i0 += ni;
+                }
+            }
+            t0 += nt;
+        }
+        c0 = c1;
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn mx_tile<const R: usize, const T: usize>(a: TileArgs, sq: *const f32) {
+    let (pp, xp, ap, nb, n, k, i0, t0, c0, c1) = a;
+    let m = super::row_stride(nb);
+    let accp = |r: usize, t: usize| ap.add(((i0 + r) * n + t0 + t) * 16 + 8 * k);
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    for (r, ar) in acc.iter_mut().enumerate() {
+        for (t, a) in ar.iter_mut().enumerate() {
+            *a = _mm256_loadu_ps(accp(r, t));
+        }
+    }
+    let wrow: [*const f32; R] = std::array::from_fn(|r| pp.add((i0 + r) * m + k * nb * 16));
+    let srow: [*const f32; R] = std::array::from_fn(|r| sq.add((i0 + r) * nb));
+    let xrow: [*const f32; T] = std::array::from_fn(|t| xp.add((t0 + t) * m + k * nb * 16));
+    for b in c0..c1 {
+        let we: [__m256; R] = std::array::from_fn(|r| _mm256_loadu_ps(wrow[r].add(16 * b)));
+        let wo: [__m256; R] = std::array::from_fn(|r| _mm256_loadu_ps(wrow[r].add(16 * b + 8)));
+        let s: [__m256; R] = std::array::from_fn(|r| _mm256_broadcast_ss(&*srow[r].add(b)));
+        for t in 0..T {
+            let xe = _mm256_loadu_ps(xrow[t].add(16 * b));
+            let xo = _mm256_loadu_ps(xrow[t].add(16 * b + 8));
+            for r in 0..R {
+                let q = _mm256_add_ps(_mm256_mul_ps(we[r], xe), _mm256_mul_ps(wo[r], xo));
+                acc[r][t] = _mm256_add_ps(acc[r][t], _mm256_mul_ps(q, s[r]));
+            }
+        }
+    }
+    for (r, ar) in acc.iter().enumerate() {
+        for (t, a) in ar.iter().enumerate() {
+            _mm256_storeu_ps(accp(r, t), *a);
+        }
+    }
+}
