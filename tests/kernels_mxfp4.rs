@@ -213,3 +213,58 @@ fn bad_cols_panics() {
     let mut y = [0f32; 1];
     matvec_mxfp4(&par, &[0u8; 8], &[127], 1, 16, &[0.0; 16], &mut y);
 }
+
+/// Inputs `±m·2^e` with `m` in [1, 2) and `e` uniform in `emin..emax`.
+fn rand_pow_range(rng: &mut Rng, len: usize, emin: i32, emax: i32) -> Vec<f32> {
+    (0..len)
+        .map(|_| {
+            let e = emin + (rng.next_u64() % (emax - emin) as u64) as i32;
+            let m = 1.0 + rng.f32().abs();
+            let v = (m as f64 * 2f64.powi(e)) as f32;
+            if rng.next_u64() & 1 == 0 {
+                v
+            } else {
+                -v
+            }
+        })
+        .collect()
+}
+
+/// The AVX-512 prefill multiplies the half scale into the weights (`(E·S)·x`
+/// instead of `(E·x)·S`, one multiply fewer) only where that changes no bit:
+/// every product and sum in the f32 normal range. Inputs at the edges of that
+/// range, on both sides, must still give the matvec's bits exactly: at
+/// `x_min·S_min = 2^-102` (folded), below it (not folded: products would be
+/// subnormal), near the overflow bound, and with tiny and huge inputs mixed.
+#[test]
+fn matmul_equals_matvec_at_the_edges_of_the_normal_range() {
+    let mut rng = Rng(memdial::rng::SplitMix64::new(29));
+    let (rows, cols, n) = (24usize, 256usize, 9usize);
+    // (input exponent range, scale byte range): S = 2^(s - 128).
+    for &(emin, emax, smin, smax) in &[
+        (-101, -99, 127u8, 130u8), // x_min·S_min = 2^-102: folded
+        (-110, -99, 127, 130),     // below: products subnormal, not folded
+        (-140, -126, 120, 140),    // subnormal inputs
+        (115, 119, 126, 130),      // 24·x_max·S_max just under 2^127: folded
+        (119, 127, 126, 130),      // overflowing products, not folded
+        (-30, 30, 100, 150),       // ordinary spread
+        (-20, -10, 250, 254),      // huge scales: E·S would overflow, not folded
+    ] {
+        let (p, s) = rand_mx(&mut rng, rows, cols, smin, smax);
+        let xs = rand_pow_range(&mut rng, n * cols, emin, emax);
+        for isa in isas() {
+            let par = Par::with_isa(2, isa);
+            let mut ys = vec![0f32; n * rows];
+            matmul_mxfp4(&par, &p, &s, rows, cols, &xs, n, &mut ys);
+            let mut y = vec![0f32; rows];
+            for v in 0..n {
+                matvec_mxfp4(&par, &p, &s, rows, cols, &xs[v * cols..][..cols], &mut y);
+                assert_eq!(
+                    bits(&ys[v * rows..][..rows]),
+                    bits(&y),
+                    "x 2^{emin}..2^{emax}, scales {smin}..{smax}, {isa:?}, token {v}"
+                );
+            }
+        }
+    }
+}

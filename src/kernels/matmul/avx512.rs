@@ -21,9 +21,10 @@ const DR: usize = 4;
 /// Most tokens per dense register tile (4 × 6 accumulators + 4 weights + 1 input).
 const DT: usize = 6;
 /// Rows per MXFP4 register tile.
-const MR: usize = 2;
-/// Most tokens per MXFP4 register tile (2 × 8 accumulators + 4 weights + 2 inputs).
-const MT: usize = 8;
+const MR: usize = 4;
+/// Most tokens per MXFP4 register tile (4 × 4 accumulators + 8 weights + 2
+/// inputs + 4 scales; 2 × 8 and 3 × 6 measured slower).
+const MT: usize = 4;
 
 /// `n` tokens cut into `⌈n / most⌉` tiles whose sizes differ by at most one
 /// (16 tokens with at most 6 per tile: 6, 5, 5), as `(first, count)`.
@@ -244,13 +245,59 @@ unsafe fn dense_tile<const R: usize, const T: usize>(a: Tile) {
     }
 }
 
+/// The magnitude range of a call's inputs, for [`fold_scales`]: the smallest
+/// nonzero and the largest `|x|`; `None` if any input is Inf or NaN.
+pub(super) fn input_range(xs: &[f32]) -> Option<(f32, f32)> {
+    let (mut lo, mut hi) = (f32::INFINITY, 0f32);
+    for &x in xs {
+        let a = x.abs();
+        if !a.is_finite() {
+            return None;
+        }
+        hi = hi.max(a);
+        if a > 0.0 {
+            lo = lo.min(a);
+        }
+    }
+    Some((lo, hi))
+}
+
+/// Whether a row block's half scales `S` may be folded into its weights
+/// (`(E·S)·x` summed in place of `(E·x)·S`, one multiply fewer per pair of
+/// weights) without changing a bit: with `S` a power of two, `round(a·S) =
+/// round(a)·S` whenever both sides stay in the f32 normal range, so the folded
+/// products and their pairwise sum equal the matvec's `q·S` exactly when every
+/// nonzero product, sum and scaled sum lies in `[2^-126, 2^127)`. Sufficient:
+/// `x_min ≥ 2^-102` and `x_min·S_min ≥ 2^-102` (a nonzero sum of two products is
+/// at least 2^-24 of the smaller one), `24·max(1, x_max)·max(1, S_max) < 2^127`
+/// (`|E| ≤ 12`: bounds `E·x`, `E·S`, `E·S·x` and their pairwise sums), and no NaN scale (byte 0xFF). `x` = `input_range`, `bytes` the
+/// block's E8M0 scales.
+fn fold_scales(x: Option<(f32, f32)>, bytes: impl Iterator<Item = u8>) -> bool {
+    let Some((xmin, xmax)) = x else { return false };
+    let (mut lo, mut hi) = (u8::MAX, 0u8);
+    for b in bytes {
+        if b == 0xFF {
+            return false;
+        }
+        (lo, hi) = (lo.min(b), hi.max(b));
+    }
+    let (smin, smax) = (
+        HALF_SCALE[lo as usize] as f64,
+        HALF_SCALE[hi as usize] as f64,
+    );
+    let (xmin, xmax) = (xmin as f64, xmax as f64);
+    let small = 2f64.powi(-102);
+    xmin >= small && xmin * smin >= small && 24.0 * xmax.max(1.0) * smax.max(1.0) < 2f64.powi(127)
+}
+
 /// MXFP4 rows `rows` (at most [`super::ROW_BLOCK`]) of `packed` (`cols / 2`
 /// bytes per row; E8M0 `scales`, `nb` per row) times the packed inputs `xk`
-/// ([`pack_mxfp4_inputs`]) into `part: [nr][n][16]` (`lo | hi`, overwritten),
-/// through `panel` (row group `(i0, ni)` at `i0·m`: `[nb][ni][even 16 | odd 16]`
-/// doubled E2M1 codes, byte `j` of a block holding elements `2j`, `2j + 1`) and
-/// `sp` (its half scales `[nb][ni]` at `i0·nb`); `next` rows prefetched as in
-/// [`dense_rows`].
+/// ([`pack_mxfp4_inputs`], magnitude range `x` from [`input_range`]) into
+/// `part: [nr][n][16]` (`lo | hi`, overwritten), through `panel` (row group
+/// `(i0, ni)` at `i0·m`: `[nb][ni][even 16 | odd 16]` doubled E2M1 codes, byte
+/// `j` of a block holding elements `2j`, `2j + 1`, times the block's half scale
+/// where [`fold_scales`] allows) and `sp` (else the half scales, `[nb][ni]` at
+/// `i0·nb`); `next` rows prefetched as in [`dense_rows`].
 ///
 /// # Safety
 /// AVX-512F; `panel`, `sp`, `part` at least `nr·m`, `nr·nb`, `nr·n·16`.
@@ -263,6 +310,7 @@ pub(super) unsafe fn mxfp4_rows(
     rows: Range<usize>,
     next: Range<usize>,
     xk: &[f32],
+    x: Option<(f32, f32)>,
     n: usize,
     panel: &mut [f32],
     sp: &mut [f32],
@@ -274,6 +322,8 @@ pub(super) unsafe fn mxfp4_rows(
     assert!(packed.len() >= last * pb && scales.len() >= rows.end * nb);
     assert!(panel.len() >= nr * m && sp.len() >= nr * nb);
     assert!(xk.len() == n * m && part.len() >= nr * n * 16);
+    let block_scales = &scales[rows.start * nb..rows.end * nb];
+    let fold = fold_scales(x, block_scales.iter().copied());
     let lut = _mm_loadu_si128(E2M1_X2.as_ptr() as *const __m128i);
     let mask = _mm_set1_epi8(0x0F);
     let (qp, pp, xp, ap) = (
@@ -289,11 +339,20 @@ pub(super) unsafe fn mxfp4_rows(
                 let bytes = _mm_loadu_si128(row.add(16 * b) as *const __m128i);
                 let ve = _mm_shuffle_epi8(lut, _mm_and_si128(bytes, mask));
                 let vo = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(bytes, 4), mask));
+                let hs = HALF_SCALE[block_scales[(i0 + r) * nb + b] as usize];
+                let (mut e, mut o) = (
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ve)),
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(vo)),
+                );
+                if fold {
+                    // Exact: a small integer times a power of two.
+                    let s = _mm512_set1_ps(hs);
+                    (e, o) = (_mm512_mul_ps(e, s), _mm512_mul_ps(o, s));
+                }
                 let d = pp.add(i0 * m + (b * ni + r) * 32);
-                _mm512_storeu_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(ve)));
-                _mm512_storeu_ps(d.add(16), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(vo)));
-                sp[i0 * nb + b * ni + r] =
-                    HALF_SCALE[scales[(rows.start + i0 + r) * nb + b] as usize];
+                _mm512_storeu_ps(d, e);
+                _mm512_storeu_ps(d.add(16), o);
+                sp[i0 * nb + b * ni + r] = hs;
             }
         }
     }
@@ -312,14 +371,33 @@ pub(super) unsafe fn mxfp4_rows(
                 blocks: nb,
                 pf: pf.take(),
             };
-            dispatch!(mx_tile, ni, [1 2], nt, [1 2 3 4 5 6 7 8], [a]);
+            if fold {
+                dispatch!(mx_tile_folded, ni, [1 2 3 4], nt, [1 2 3 4], [a]);
+            } else {
+                dispatch!(mx_tile, ni, [1 2 3 4], nt, [1 2 3 4], [a]);
+            }
         }
     }
 }
 
+/// The matvec's MXFP4 step: `acc += (E_e·x_e + E_o·x_o)·S`.
 #[inline]
 #[target_feature(enable = "avx512f,avx2")]
 unsafe fn mx_tile<const R: usize, const T: usize>(a: Tile) {
+    mx_tile_impl::<R, T, false>(a)
+}
+
+/// The same step with `S` folded into the panel ([`fold_scales`]):
+/// `acc += (E·S)_e·x_e + (E·S)_o·x_o`, bit-identical where it is used.
+#[inline]
+#[target_feature(enable = "avx512f,avx2")]
+unsafe fn mx_tile_folded<const R: usize, const T: usize>(a: Tile) {
+    mx_tile_impl::<R, T, true>(a)
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx2")]
+unsafe fn mx_tile_impl<const R: usize, const T: usize, const FOLDED: bool>(a: Tile) {
     let accp = |r: usize, t: usize| a.acc.add(r * a.ar + t * a.at);
     let mut acc = [[_mm512_setzero_ps(); T]; R];
     for (r, ar) in acc.iter_mut().enumerate() {
@@ -334,13 +412,20 @@ unsafe fn mx_tile<const R: usize, const T: usize>(a: Tile) {
         let we: [__m512; R] = std::array::from_fn(|r| _mm512_loadu_ps(a.w.add((j * R + r) * 32)));
         let wo: [__m512; R] =
             std::array::from_fn(|r| _mm512_loadu_ps(a.w.add((j * R + r) * 32 + 16)));
-        let s: [__m512; R] = std::array::from_fn(|r| _mm512_set1_ps(*a.s.add(j * R + r)));
+        let s: [__m512; R] = std::array::from_fn(|r| {
+            if FOLDED {
+                _mm512_setzero_ps()
+            } else {
+                _mm512_set1_ps(*a.s.add(j * R + r))
+            }
+        });
         for t in 0..T {
             let xe = _mm512_loadu_ps(a.x.add((j * T + t) * 32));
             let xo = _mm512_loadu_ps(a.x.add((j * T + t) * 32 + 16));
             for r in 0..R {
                 let q = _mm512_add_ps(_mm512_mul_ps(we[r], xe), _mm512_mul_ps(wo[r], xo));
-                acc[r][t] = _mm512_add_ps(acc[r][t], _mm512_mul_ps(q, s[r]));
+                let q = if FOLDED { q } else { _mm512_mul_ps(q, s[r]) };
+                acc[r][t] = _mm512_add_ps(acc[r][t], q);
             }
         }
     }
@@ -353,7 +438,30 @@ unsafe fn mx_tile<const R: usize, const T: usize>(a: Tile) {
 
 #[cfg(test)]
 mod tests {
-    use super::token_tiles;
+    use super::{fold_scales, input_range, token_tiles};
+
+    #[test]
+    fn fold_scales_only_inside_the_normal_range() {
+        let p = |k: i32| 2f32.powi(k);
+        // Byte 128 is S = 2^0, byte 0 is S = 2^-128, 0xFF is NaN.
+        assert!(fold_scales(Some((p(-102), 1.0)), [128u8].into_iter()));
+        assert!(!fold_scales(Some((p(-103), 1.0)), [128u8].into_iter()));
+        assert!(fold_scales(Some((1.0, 1.0)), [26u8, 128].into_iter())); // 1·2^-102
+        assert!(!fold_scales(Some((1.0, 1.0)), [25u8, 128].into_iter())); // 2^-103
+        assert!(fold_scales(Some((1.0, p(122))), [128u8].into_iter())); // 24·2^122 < 2^127
+        assert!(!fold_scales(Some((1.0, p(123))), [128u8].into_iter())); // 24·2^123 ≥ 2^127
+        assert!(!fold_scales(Some((1.0, p(120))), [131u8].into_iter())); // 24·2^120·2^3
+        assert!(!fold_scales(Some((p(-10), p(-10))), [254u8].into_iter())); // E·S = 12·2^126
+        assert!(!fold_scales(Some((1.0, 1.0)), [128u8, 0xFF].into_iter()));
+        assert!(!fold_scales(None, [128u8].into_iter()));
+    }
+
+    #[test]
+    fn input_range_is_smallest_nonzero_and_largest_magnitude() {
+        assert_eq!(input_range(&[0.0, -3.0, 0.25, -0.0]), Some((0.25, 3.0)));
+        assert_eq!(input_range(&[1.0, f32::NAN]), None);
+        assert_eq!(input_range(&[f32::NEG_INFINITY]), None);
+    }
 
     #[test]
     fn token_tiles_cover_n_in_balanced_tiles() {

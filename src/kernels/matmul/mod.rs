@@ -163,8 +163,10 @@ pub(crate) fn mxfp4(
     // per block): xk[t][k][b][16] = [xq[32b + 8k ..][..8] | xq[32b + 16 + 8k ..][..8]],
     // i.e. the even then the odd elements 16k .. 16k+16 of block b.
     let z = par.isa() == Isa::Avx512;
+    let mut xr = None;
     if z {
         avx512::pack_mxfp4_inputs(xs, cols, n, xk);
+        xr = avx512::input_range(xs);
     }
     for t in (0..n).filter(|_| !z) {
         let x = &xs[t * cols..(t + 1) * cols];
@@ -203,6 +205,7 @@ pub(crate) fn mxfp4(
                         r0..r0 + nr,
                         next,
                         xk,
+                        xr,
                         n,
                         panel,
                         sp,
