@@ -23,8 +23,8 @@ use std::time::Duration;
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use memdial::kernels::{
-    f32_peak_flops, matmul_bf16, matmul_mxfp4, matvec_bf16, matvec_mxfp4, ram_read_bandwidth, Isa,
-    Par,
+    f32_peak_flops, matmul_bf16_in, matmul_mxfp4_in, matvec_bf16, matvec_mxfp4, ram_read_bandwidth,
+    Isa, Par, Workspace,
 };
 
 const GIB: usize = 1 << 30;
@@ -267,7 +267,9 @@ fn mxfp4_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &[
     }
 }
 
-/// Prefill matmuls (hot: the same matrix every call), n = 16 and 64 tokens.
+/// Prefill matmuls (hot: the same matrix every call), n = 16 and 64 tokens,
+/// through the `_in` entry points with one workspace kept across calls, as the
+/// engine calls them (its arena holds the workspace).
 /// Throughput is in elements = FLOPs (2·rows·cols·n: one multiply and one
 /// add per weight and token), so `Gelem/s` reads as GFLOP/s; compare with
 /// the f32 peak printed by `probes`.
@@ -287,7 +289,10 @@ fn matmul_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &
             let par = Par::new(t);
             g.bench_function(
                 BenchmarkId::new(format!("{rows}x{cols}"), format!("t{t}")),
-                |b| b.iter(|| matmul_bf16(&par, &w, rows, cols, &xs, n, &mut ys)),
+                |b| {
+                    let mut ws = Workspace::default();
+                    b.iter(|| matmul_bf16_in(&par, &mut ws, &w, rows, cols, &xs, n, &mut ys))
+                },
             );
         }
         g.finish();
@@ -298,7 +303,13 @@ fn matmul_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &
             let par = Par::new(t);
             g.bench_function(
                 BenchmarkId::new(format!("{mr}x{mc}"), format!("t{t}")),
-                |b| b.iter(|| matmul_mxfp4(&par, &p, &s, mr, mc, &xs[..n * mc], n, &mut ys)),
+                |b| {
+                    let mut ws = Workspace::default();
+                    b.iter(|| {
+                        let xs = &xs[..n * mc];
+                        matmul_mxfp4_in(&par, &mut ws, &p, &s, mr, mc, xs, n, &mut ys)
+                    })
+                },
             );
         }
         g.finish();

@@ -58,7 +58,8 @@ pub enum Isa {
     Scalar,
     /// x86_64 AVX2 intrinsics (`std::arch`), runtime-detected.
     Avx2,
-    /// AVX2 plus AVX-512F for the MXFP4 decoder (other kernels use AVX2).
+    /// AVX2 plus AVX-512F for the MXFP4 decoder and the prefill matmuls
+    /// (16-lane tiles, `src/kernels/matmul/avx512.rs`); other kernels use AVX2.
     Avx512,
 }
 

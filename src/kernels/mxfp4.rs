@@ -41,6 +41,13 @@
 //! overflow/underflow range. The SIMD paths read `x` through a per-call
 //! copy permuted to `[x0, x2, …, x30, x1, x3, …, x31]` per block, so even
 //! (low-nibble) and odd (high-nibble) elements sit in separate registers.
+//!
+//! One rewrite that keeps every bit: where all products and sums of a call
+//! stay in the f32 normal range, `(E·x)·S_b = (E·S_b)·x` and
+//! `(a + b)·S_b = a·S_b + b·S_b` exactly (`S_b` is a power of two), so the
+//! AVX-512 prefill (`src/kernels/matmul/avx512.rs`) multiplies `S_b` into the decoded
+//! weights once and saves one multiply per weight pair and token; it checks
+//! that range per row block and otherwise runs the steps above.
 
 use super::dense::{reduce8, PAR_MIN_ELEMS};
 use super::par::OutPtr;
