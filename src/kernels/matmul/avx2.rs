@@ -1,6 +1,7 @@
 //! AVX2 register tiles for [`super`] (8-lane ymm registers, one of the matvec's
 //! 8-lane accumulator groups per register).
 
+use super::super::dense::avx2::hsum8;
 use super::super::mxfp4::E2M1_X2;
 use super::COL_CHUNK;
 use std::arch::x86_64::*;
@@ -53,6 +54,35 @@ pub(super) unsafe fn decode_mxfp4(p: &[u8], nb: usize, d: &mut [f32]) {
         _mm256_storeu_ps(hi, cvt(_mm_srli_si128(ve, 8)));
         _mm256_storeu_ps(hi.add(8), cvt(_mm_srli_si128(vo, 8)));
     }
+}
+
+/// The matvec's halving tree over one output's 32 partial sums
+/// ([`super::super::dense`] step 2: `(l, l + 16)`, `(l, l + 8)`, then
+/// [`super::super::dense::reduce8`]'s order).
+///
+/// # Safety
+/// AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn reduce32(a: &[f32]) -> f32 {
+    assert!(a.len() == 32);
+    let p = a.as_ptr();
+    let b0 = _mm256_add_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(16)));
+    let b1 = _mm256_add_ps(_mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(24)));
+    hsum8(_mm256_add_ps(b0, b1))
+}
+
+/// The MXFP4 matvec's final tree over one output's 16 partial sums
+/// (`lo + hi`, then [`super::super::dense::reduce8`]'s order).
+///
+/// # Safety
+/// AVX2.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn reduce16(a: &[f32]) -> f32 {
+    assert!(a.len() == 16);
+    let p = a.as_ptr();
+    hsum8(_mm256_add_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))))
 }
 
 /// Tokens per dense register tile.

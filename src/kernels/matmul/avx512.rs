@@ -128,17 +128,29 @@ pub(super) fn pack_dense_inputs(xs: &[f32], cols: usize, n: usize, xk: &mut [f32
 /// Copies `xs: [n, cols]` into the MXFP4 tiles' input order: token tile
 /// `(t0, nt)` at `t0·m`, element `(b·nt + t)·32 + l` = `xs[t0 + t][32b + 2l]`,
 /// `+ 16` = `xs[t0 + t][32b + 2l + 1]` (`l < 16`).
-pub(super) fn pack_mxfp4_inputs(xs: &[f32], cols: usize, n: usize, xk: &mut [f32]) {
+///
+/// # Safety
+/// AVX-512F.
+#[target_feature(enable = "avx512f,avx2")]
+pub(super) unsafe fn pack_mxfp4_inputs(xs: &[f32], cols: usize, n: usize, xk: &mut [f32]) {
     let (nb, m) = (cols / 32, super::row_stride(cols / 32));
+    assert!(xs.len() >= n * cols && xk.len() >= n * m);
+    // Lane l takes element 2l (odd: 2l + 1) of the 32 in (a, c): index bit 4
+    // picks c.
+    let even: [i32; 16] = std::array::from_fn(|l| 2 * l as i32);
+    let odd: [i32; 16] = std::array::from_fn(|l| 2 * l as i32 + 1);
+    let ie = _mm512_loadu_si512(even.as_ptr() as *const _);
+    let io = _mm512_loadu_si512(odd.as_ptr() as *const _);
     for (t0, nt) in token_tiles(n, MT) {
         for t in 0..nt {
-            let x = &xs[(t0 + t) * cols..][..cols];
+            let x = xs[(t0 + t) * cols..].as_ptr();
             for b in 0..nb {
-                let d = t0 * m + (b * nt + t) * 32;
-                for l in 0..16 {
-                    xk[d + l] = x[32 * b + 2 * l];
-                    xk[d + 16 + l] = x[32 * b + 2 * l + 1];
-                }
+                let d = xk[t0 * m + (b * nt + t) * 32..].as_mut_ptr();
+                // 32 elements of x at 32b and of xk at d are in bounds (asserted).
+                let a = _mm512_loadu_ps(x.add(32 * b));
+                let c = _mm512_loadu_ps(x.add(32 * b + 16));
+                _mm512_storeu_ps(d, _mm512_permutex2var_ps(a, ie, c));
+                _mm512_storeu_ps(d.add(16), _mm512_permutex2var_ps(a, io, c));
             }
         }
     }
@@ -248,18 +260,14 @@ unsafe fn dense_tile<const R: usize, const T: usize>(a: Tile) {
 /// The magnitude range of a call's inputs, for [`fold_scales`]: the smallest
 /// nonzero and the largest `|x|`; `None` if any input is Inf or NaN.
 pub(super) fn input_range(xs: &[f32]) -> Option<(f32, f32)> {
-    let (mut lo, mut hi) = (f32::INFINITY, 0f32);
+    let (mut lo, mut hi, mut bad) = (f32::INFINITY, 0f32, false);
     for &x in xs {
         let a = x.abs();
-        if !a.is_finite() {
-            return None;
-        }
-        hi = hi.max(a);
-        if a > 0.0 {
-            lo = lo.min(a);
-        }
+        bad |= !(a <= f32::MAX);
+        hi = if a > hi { a } else { hi };
+        lo = if a > 0.0 && a < lo { a } else { lo };
     }
-    Some((lo, hi))
+    (!bad).then_some((lo, hi))
 }
 
 /// Whether a row block's half scales `S` may be folded into its weights

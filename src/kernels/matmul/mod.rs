@@ -34,7 +34,7 @@
 //! * Columns past the last whole 32-block (dense only) are added after the
 //!   tree, in order, as the matvec does.
 
-use super::dense::{reduce32, reduce8, PAR_MIN_ELEMS};
+use super::dense::PAR_MIN_ELEMS;
 use super::mxfp4::HALF_SCALE;
 use super::par::OutPtr;
 use super::workspace::{product_floats, Workspace};
@@ -124,15 +124,16 @@ pub(crate) fn dense(
                 // SAFETY: Par selects AVX2 only on CPUs that have it.
                 unsafe { avx2::dense_block(panel, nb, nr, xk, n, part) };
             }
-            for i in 0..nr {
-                for t in 0..n {
-                    let a: &[f32; 32] = part[(i * n + t) * 32..][..32].try_into().expect("32");
-                    let mut s = reduce32(a);
+            for t in 0..n {
+                // SAFETY: rows r0 .. r0 + nr belong to this thread only.
+                let o = unsafe { out.slice(t * rows + r0..t * rows + r0 + nr) };
+                for (i, y) in o.iter_mut().enumerate() {
+                    // SAFETY: AVX2 (this module runs on AVX2 and AVX-512 CPUs only).
+                    let mut s = unsafe { avx2::reduce32(&part[(i * n + t) * 32..][..32]) };
                     for c in m..cols {
                         s += weight(r0 + i, c) * xs[t * cols + c];
                     }
-                    // SAFETY: row r0 + i belongs to this thread only.
-                    unsafe { out.slice(t * rows + r0 + i..t * rows + r0 + i + 1)[0] = s };
+                    *y = s;
                 }
             }
             r0 += nr;
@@ -165,7 +166,8 @@ pub(crate) fn mxfp4(
     let z = par.isa() == Isa::Avx512;
     let mut xr = None;
     if z {
-        avx512::pack_mxfp4_inputs(xs, cols, n, xk);
+        // SAFETY: Par selects AVX-512 only on CPUs that have it.
+        unsafe { avx512::pack_mxfp4_inputs(xs, cols, n, xk) };
         xr = avx512::input_range(xs);
     }
     for t in (0..n).filter(|_| !z) {
@@ -235,13 +237,12 @@ pub(crate) fn mxfp4(
                 // SAFETY: Par selects AVX2 only on CPUs that have it (caller checks the ISA).
                 unsafe { avx2::mxfp4_block(panel, sp, nb, nr, xk, n, part) };
             }
-            for i in 0..nr {
-                for t in 0..n {
-                    let a = &part[(i * n + t) * 16..][..16];
-                    let c: [f32; 8] = std::array::from_fn(|l| a[l] + a[8 + l]);
-                    let s = reduce8(&c);
-                    // SAFETY: row r0 + i belongs to this thread only.
-                    unsafe { out.slice(t * rows + r0 + i..t * rows + r0 + i + 1)[0] = s };
+            for t in 0..n {
+                // SAFETY: rows r0 .. r0 + nr belong to this thread only.
+                let o = unsafe { out.slice(t * rows + r0..t * rows + r0 + nr) };
+                for (i, y) in o.iter_mut().enumerate() {
+                    // SAFETY: AVX2 (this module runs on AVX2 and AVX-512 CPUs only).
+                    *y = unsafe { avx2::reduce16(&part[(i * n + t) * 16..][..16]) };
                 }
             }
             r0 += nr;
