@@ -155,18 +155,36 @@ type TileArgs = (
     usize,
 );
 
+/// A tile's accumulators, row `r` and token `t` at `accp(r, t)`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn load_acc<const R: usize, const T: usize>(
+    accp: impl Fn(usize, usize) -> *mut f32,
+) -> [[__m256; T]; R] {
+    std::array::from_fn(|r| std::array::from_fn(|t| _mm256_loadu_ps(accp(r, t))))
+}
+
+/// Writes a tile's accumulators back to `accp(r, t)`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn store_acc<const R: usize, const T: usize>(
+    accp: impl Fn(usize, usize) -> *mut f32,
+    acc: &[[__m256; T]; R],
+) {
+    for (r, ar) in acc.iter().enumerate() {
+        for (t, a) in ar.iter().enumerate() {
+            _mm256_storeu_ps(accp(r, t), *a);
+        }
+    }
+}
+
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn dense_tile<const R: usize, const T: usize>(a: TileArgs) {
     let (pp, xp, ap, nb, n, k, i0, t0, c0, c1) = a;
     let m = super::row_stride(nb);
     let accp = |r: usize, t: usize| ap.add(((i0 + r) * n + t0 + t) * 32 + 8 * k);
-    let mut acc = [[_mm256_setzero_ps(); T]; R];
-    for (r, ar) in acc.iter_mut().enumerate() {
-        for (t, a) in ar.iter_mut().enumerate() {
-            *a = _mm256_loadu_ps(accp(r, t));
-        }
-    }
+    let mut acc: [[__m256; T]; R] = load_acc(accp);
     let wrow: [*const f32; R] = std::array::from_fn(|r| pp.add((i0 + r) * m + k * nb * 8));
     let xrow: [*const f32; T] = std::array::from_fn(|t| xp.add((t0 + t) * m + k * nb * 8));
     for b in c0..c1 {
@@ -178,11 +196,7 @@ unsafe fn dense_tile<const R: usize, const T: usize>(a: TileArgs) {
             }
         }
     }
-    for (r, ar) in acc.iter().enumerate() {
-        for (t, a) in ar.iter().enumerate() {
-            _mm256_storeu_ps(accp(r, t), *a);
-        }
-    }
+    store_acc(accp, &acc);
 }
 
 /// All tiles of one MXFP4 row panel: `panel: [nr][2][nb][16]` doubled
@@ -258,12 +272,7 @@ unsafe fn mx_tile<const R: usize, const T: usize>(a: TileArgs, sq: *const f32) {
     let (pp, xp, ap, nb, n, k, i0, t0, c0, c1) = a;
     let m = super::row_stride(nb);
     let accp = |r: usize, t: usize| ap.add(((i0 + r) * n + t0 + t) * 16 + 8 * k);
-    let mut acc = [[_mm256_setzero_ps(); T]; R];
-    for (r, ar) in acc.iter_mut().enumerate() {
-        for (t, a) in ar.iter_mut().enumerate() {
-            *a = _mm256_loadu_ps(accp(r, t));
-        }
-    }
+    let mut acc: [[__m256; T]; R] = load_acc(accp);
     let wrow: [*const f32; R] = std::array::from_fn(|r| pp.add((i0 + r) * m + k * nb * 16));
     let srow: [*const f32; R] = std::array::from_fn(|r| sq.add((i0 + r) * nb));
     let xrow: [*const f32; T] = std::array::from_fn(|t| xp.add((t0 + t) * m + k * nb * 16));
@@ -280,9 +289,5 @@ unsafe fn mx_tile<const R: usize, const T: usize>(a: TileArgs, sq: *const f32) {
             }
         }
     }
-    for (r, ar) in acc.iter().enumerate() {
-        for (t, a) in ar.iter().enumerate() {
-            _mm256_storeu_ps(accp(r, t), *a);
-        }
-    }
+    store_acc(accp, &acc);
 }

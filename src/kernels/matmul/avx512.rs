@@ -87,6 +87,26 @@ struct Tile {
     pf: (*const u8, usize),
 }
 
+/// A tile's accumulators from `part` (row `r`, token `t` at `acc + r·ar + t·at`).
+#[inline]
+#[target_feature(enable = "avx512f,avx2")]
+unsafe fn load_acc<const R: usize, const T: usize>(a: &Tile) -> [[__m512; T]; R] {
+    std::array::from_fn(|r| {
+        std::array::from_fn(|t| _mm512_loadu_ps(a.acc.add(r * a.ar + t * a.at)))
+    })
+}
+
+/// Writes a tile's accumulators back to `part`.
+#[inline]
+#[target_feature(enable = "avx512f,avx2")]
+unsafe fn store_acc<const R: usize, const T: usize>(a: &Tile, acc: &[[__m512; T]; R]) {
+    for (r, ar) in acc.iter().enumerate() {
+        for (t, v) in ar.iter().enumerate() {
+            _mm512_storeu_ps(a.acc.add(r * a.ar + t * a.at), *v);
+        }
+    }
+}
+
 /// Calls `$f::<R, T>(args…)` for the runtime `($r, $t)`, `R` and `T` from the
 /// given lists.
 macro_rules! dispatch {
@@ -231,13 +251,7 @@ pub(super) unsafe fn dense_rows(
 #[inline]
 #[target_feature(enable = "avx512f,avx2")]
 unsafe fn dense_tile<const R: usize, const T: usize>(a: Tile) {
-    let accp = |r: usize, t: usize| a.acc.add(r * a.ar + t * a.at);
-    let mut acc = [[_mm512_setzero_ps(); T]; R];
-    for (r, ar) in acc.iter_mut().enumerate() {
-        for (t, v) in ar.iter_mut().enumerate() {
-            *v = _mm512_loadu_ps(accp(r, t));
-        }
-    }
+    let mut acc = load_acc::<R, T>(&a);
     for j in 0..a.blocks {
         if j < a.pf.1 {
             _mm_prefetch::<_MM_HINT_T1>(a.pf.0.add(64 * j) as *const i8);
@@ -250,11 +264,7 @@ unsafe fn dense_tile<const R: usize, const T: usize>(a: Tile) {
             }
         }
     }
-    for (r, ar) in acc.iter().enumerate() {
-        for (t, v) in ar.iter().enumerate() {
-            _mm512_storeu_ps(accp(r, t), *v);
-        }
-    }
+    store_acc(&a, &acc);
 }
 
 /// The magnitude range of a call's inputs, for [`fold_scales`]: the smallest
@@ -406,13 +416,7 @@ unsafe fn mx_tile_folded<const R: usize, const T: usize>(a: Tile) {
 #[inline]
 #[target_feature(enable = "avx512f,avx2")]
 unsafe fn mx_tile_impl<const R: usize, const T: usize, const FOLDED: bool>(a: Tile) {
-    let accp = |r: usize, t: usize| a.acc.add(r * a.ar + t * a.at);
-    let mut acc = [[_mm512_setzero_ps(); T]; R];
-    for (r, ar) in acc.iter_mut().enumerate() {
-        for (t, v) in ar.iter_mut().enumerate() {
-            *v = _mm512_loadu_ps(accp(r, t));
-        }
-    }
+    let mut acc = load_acc::<R, T>(&a);
     for j in 0..a.blocks {
         if j < a.pf.1 {
             _mm_prefetch::<_MM_HINT_T1>(a.pf.0.add(64 * j) as *const i8);
@@ -437,11 +441,7 @@ unsafe fn mx_tile_impl<const R: usize, const T: usize, const FOLDED: bool>(a: Ti
             }
         }
     }
-    for (r, ar) in acc.iter().enumerate() {
-        for (t, v) in ar.iter().enumerate() {
-            _mm512_storeu_ps(accp(r, t), *v);
-        }
-    }
+    store_acc(&a, &acc);
 }
 
 #[cfg(test)]
