@@ -12,9 +12,12 @@ use std::sync::Mutex;
 
 use super::{Isa, Par};
 
-/// FLOPs of one [`probe_iter`] step on the SIMD path: 6 multiply chains and
+/// FLOPs of one [`probe_iter`] step on the AVX2 path: 6 multiply chains and
 /// 6 add chains of 8 lanes.
 const FLOPS_PER_STEP_SIMD: usize = 12 * 8;
+
+/// The same with 16-lane (AVX-512) registers.
+const FLOPS_PER_STEP_ZMM: usize = 12 * 16;
 
 /// Measures the sustained f32 multiply + add rate in **FLOP per second**
 /// (a multiply and an add count one FLOP each) with every thread of `par`
@@ -23,12 +26,25 @@ const FLOPS_PER_STEP_SIMD: usize = 12 * 8;
 /// per-thread **CPU time** (`CLOCK_THREAD_CPUTIME_ID`) of its parts, so
 /// preemption by other processes on a shared machine does not lower the
 /// figure (it is what the cores can do, not what a contended run gets). Uses
-/// the SIMD width of `par.isa()` (AVX2 / AVX-512 hosts: 8-lane AVX2, the
-/// width the kernels use; scalar: 1 lane, 12 chains).
+/// the SIMD widths of `par.isa()`: AVX2, 8 lanes; AVX-512, the larger of the
+/// 8-lane and the 16-lane rates (the prefill matmuls use 16 lanes there, the
+/// other kernels 8; some cores run 16-lane code at twice the 8-lane rate,
+/// others at the same or less, so the larger is the honest yardstick for
+/// both); scalar: 1 lane, 12 chains.
 ///
 /// # Panics
 /// If `steps == 0` or `passes == 0`.
 pub fn f32_peak_flops(par: &Par, steps: usize, passes: usize) -> f64 {
+    let narrow = peak_at(par, false, steps, passes);
+    if par.isa() == Isa::Avx512 {
+        narrow.max(peak_at(par, true, steps, passes))
+    } else {
+        narrow
+    }
+}
+
+/// [`f32_peak_flops`] at one width (`wide`: 16 lanes, AVX-512 only).
+fn peak_at(par: &Par, wide: bool, steps: usize, passes: usize) -> f64 {
     assert!(
         steps > 0 && passes > 0,
         "f32_peak_flops: steps > 0, passes > 0"
@@ -36,6 +52,7 @@ pub fn f32_peak_flops(par: &Par, steps: usize, passes: usize) -> f64 {
     let isa = par.isa();
     let per_step = match isa {
         Isa::Scalar => 12,
+        _ if wide => FLOPS_PER_STEP_ZMM,
         _ => FLOPS_PER_STEP_SIMD,
     };
     let threads = par.threads();
@@ -44,7 +61,7 @@ pub fn f32_peak_flops(par: &Par, steps: usize, passes: usize) -> f64 {
         let worst = Mutex::new(0f64);
         par.run(threads, &|_| {
             let t0 = thread_cpu_seconds();
-            std::hint::black_box(probe_iter(isa, steps));
+            std::hint::black_box(probe_iter(isa, wide, steps));
             let dt = thread_cpu_seconds() - t0;
             let mut w = worst.lock().unwrap_or_else(|p| p.into_inner());
             *w = w.max(dt);
@@ -57,12 +74,15 @@ pub fn f32_peak_flops(par: &Par, steps: usize, passes: usize) -> f64 {
 
 /// Runs `steps` steps; returns a value depending on all chains (so nothing
 /// is optimised away).
-fn probe_iter(isa: Isa, steps: usize) -> f32 {
+fn probe_iter(isa: Isa, wide: bool, steps: usize) -> f32 {
     // ×1 and +0 keep the chains finite and normal (no denormal slow path)
     // for any step count; through black_box the compiler cannot fold them.
     let m = std::hint::black_box(1.0f32);
     let a = std::hint::black_box(0.0f32);
     match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: Par only selects an ISA the CPU supports.
+        Isa::Avx512 if wide => unsafe { avx2::probe_zmm(steps, m, a) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Par only selects an ISA the CPU supports.
         Isa::Avx2 | Isa::Avx512 => unsafe { avx2::probe(steps, m, a) },
@@ -106,6 +126,31 @@ mod avx2 {
         _mm256_storeu_ps(out.as_mut_ptr(), t);
         out.iter().sum()
     }
+
+    /// [`probe`] with 16-lane registers.
+    ///
+    /// # Safety
+    /// AVX-512F required.
+    #[target_feature(enable = "avx512f,avx2")]
+    pub(super) unsafe fn probe_zmm(steps: usize, m: f32, a: f32) -> f32 {
+        let mv = _mm512_set1_ps(m);
+        let av = _mm512_set1_ps(a);
+        let mut p = [_mm512_set1_ps(1.0); 6];
+        let mut s = [_mm512_setzero_ps(); 6];
+        for _ in 0..steps {
+            for k in 0..6 {
+                p[k] = _mm512_mul_ps(p[k], mv);
+                s[k] = _mm512_add_ps(s[k], av);
+            }
+        }
+        let mut t = _mm512_setzero_ps();
+        for k in 0..6 {
+            t = _mm512_add_ps(t, _mm512_add_ps(p[k], s[k]));
+        }
+        let mut out = [0f32; 16];
+        _mm512_storeu_ps(out.as_mut_ptr(), t);
+        out.iter().sum()
+    }
 }
 
 /// CPU time of the calling thread in seconds (`CLOCK_THREAD_CPUTIME_ID`).
@@ -117,4 +162,26 @@ pub fn thread_cpu_seconds() -> f64 {
     // SAFETY: valid out-pointer; the clock exists on every Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each chain multiplies 1 by 1 and adds 0 to 0, so a probe returns
+    /// (6 product chains × 1 + 6 sum chains × 0) per lane, summed over lanes:
+    /// 6 (scalar), 48 (8 lanes), 96 (16 lanes), whatever the step count.
+    #[test]
+    fn probes_compute_what_they_claim() {
+        assert_eq!(probe_iter(Isa::Scalar, false, 7), 6.0);
+        if Isa::Avx2.is_supported() {
+            assert_eq!(probe_iter(Isa::Avx2, false, 7), 48.0);
+        }
+        if Isa::Avx512.is_supported() {
+            assert_eq!(probe_iter(Isa::Avx512, false, 7), 48.0);
+            assert_eq!(probe_iter(Isa::Avx512, true, 7), 96.0);
+        }
+        let f = f32_peak_flops(&Par::new(1), 1000, 3);
+        assert!(f.is_finite() && f > 0.0, "{f}");
+    }
 }
