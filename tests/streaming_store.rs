@@ -103,6 +103,41 @@ fn walk_and_compare(s: &StreamingStore, r: &ResidentStore, dir: &Path) {
     }
 }
 
+/// The expert-grouped prefill protocol: each MoE layer reports a 3-token chunk's
+/// routing once (`chunk_experts_selected`), then fetches each distinct expert once
+/// in first-use order — where the store reads the next ones ahead under a prefetch
+/// policy — comparing bytes with the resident store.
+fn walk_chunk_and_compare(s: &StreamingStore, r: &ResidentStore, dir: &Path) {
+    let cfg = load_config(dir).unwrap();
+    s.begin_token(2);
+    for l in 0..cfg.num_hidden_layers {
+        s.begin_layer(l);
+        if cfg.mlp_kinds[l] == MlpKind::Moe {
+            let k = cfg.moe.as_ref().unwrap().num_experts_per_token;
+            let per_token: Vec<usize> = (0..3 * k).map(|i| (l * 5 + i * 3) % 16).collect();
+            let mut order: Vec<usize> = Vec::new();
+            for &e in &per_token {
+                if !order.contains(&e) {
+                    order.push(e);
+                }
+            }
+            s.chunk_experts_selected(l, &per_token, k, &order);
+            for &e in &order {
+                let a = s.expert(l, e).unwrap();
+                let b = r.expert(l, e).unwrap();
+                assert_eq!(
+                    mat_bytes(&a.w1),
+                    mat_bytes(&b.w1),
+                    "chunk: layer {l} expert {e} w1"
+                );
+                assert_eq!(mat_bytes(&a.w2), mat_bytes(&b.w2));
+                assert_eq!(mat_bytes(&a.w3), mat_bytes(&b.w3));
+            }
+        }
+        s.end_layer(l);
+    }
+}
+
 #[test]
 fn bytes_equal_resident_store_at_every_setting() {
     let dir = tiny();
@@ -121,6 +156,7 @@ fn bytes_equal_resident_store_at_every_setting() {
                     let s = StreamingStore::open(&cfg, &ck, opts(budget, io, prefetch, cache), 1)
                         .unwrap();
                     walk_and_compare(&s, &r, dir);
+                    walk_chunk_and_compare(&s, &r, dir);
                     let m = s.metrics();
                     assert_eq!(m.budget_overflows, 0, "{io:?} {prefetch:?} budget {budget}");
                     assert!(

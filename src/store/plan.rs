@@ -35,7 +35,9 @@ pub use crate::units::{fmt_bytes, parse_size};
 pub enum Prefetch {
     /// Read on demand only.
     None,
-    /// Read layer L+1's trunk while layer L computes.
+    /// Read layer L+1's trunk while layer L computes; in an expert-grouped prefill
+    /// chunk, also the next two experts of the chunk's order while one is multiplied
+    /// (every policy but `None` does the latter).
     NextLayer,
     /// next-layer + run layer L+1's router on layer L's hidden state and read its likely experts early.
     Lookahead,

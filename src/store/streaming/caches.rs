@@ -86,6 +86,10 @@ pub(super) struct Inner {
     pub(super) layer_calls: HashMap<usize, usize>,
     /// Guesses per layer for the current token (lookahead / oracle).
     pub(super) guesses: HashMap<usize, Vec<usize>>,
+    /// The expert-grouped chunk being run: its MoE layer and the distinct experts
+    /// in the order the model fetches them (`chunk_experts_selected`), so `expert`
+    /// can keep the next reads in flight.
+    pub(super) chunk: Option<(usize, Vec<usize>)>,
     pub(super) metrics: StoreMetrics,
     pub(super) trace_out: Vec<TraceRecord>,
 }

@@ -60,6 +60,10 @@ pub struct StreamOptions {
 }
 
 /// A [`WeightStore`] that keeps resident memory under a budget.
+/// Experts of an expert-grouped prefill chunk read ahead of the one being
+/// multiplied ([`StreamingStore::read_chunk_ahead`]).
+const CHUNK_READ_AHEAD: usize = 2;
+
 pub struct StreamingStore {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
@@ -234,6 +238,7 @@ impl WeightStore for StreamingStore {
                 .or_insert(ExpertMeta { freq: 0, last: 0 });
             m.freq += 1;
             m.last = t;
+            self.read_chunk_ahead(&mut g, layer, expert);
             self.wait(g, key)?
         };
         let mat = |m: &str| -> Result<ExpertMat> {
@@ -262,6 +267,7 @@ impl WeightStore for StreamingStore {
         g.protected.clear();
         g.layer_calls.clear();
         g.touched.clear();
+        g.chunk = None;
     }
 
     fn wants_lookahead(&self) -> bool {
@@ -377,6 +383,7 @@ impl WeightStore for StreamingStore {
         }
         g.protected.retain(|(l, _)| *l > layer);
         g.metrics.prefill_expert_fetches += order.len() as u64;
+        g.chunk = Some((layer, order.to_vec()));
     }
 
     fn end_layer(&self, _layer: usize) {}
@@ -404,6 +411,35 @@ impl StreamingStore {
             let correct = experts.iter().filter(|e| gs.contains(e)).count() as u64;
             g.metrics.lookahead_actual += experts.len() as u64;
             g.metrics.lookahead_correct += correct;
+        }
+    }
+
+    /// Expert-grouped prefill under a prefetch policy other than `none`: when the
+    /// model asks for `expert` of the chunk's order, queue its read first, then the
+    /// next [`CHUNK_READ_AHEAD`] experts of the order (optional reads into free or
+    /// evictable cache buffers, protected until used), so the device reads them while
+    /// this one is multiplied. Which bytes are read can change, never the output.
+    fn read_chunk_ahead(&self, g: &mut Inner, layer: usize, expert: usize) {
+        if self.opts.prefetch == Prefetch::None {
+            return;
+        }
+        let next: Vec<usize> = match &g.chunk {
+            Some((l, order)) if *l == layer => match order.iter().position(|&e| e == expert) {
+                Some(i) => order[i + 1..]
+                    .iter()
+                    .take(CHUNK_READ_AHEAD)
+                    .copied()
+                    .collect(),
+                None => return,
+            },
+            _ => return,
+        };
+        g.protected.remove(&(layer, expert));
+        let _ = self.request(g, Key::Expert(layer, expert), true);
+        for e in next {
+            if self.request(g, Key::Expert(layer, e), true) == Req::Queued {
+                g.protected.insert((layer, e));
+            }
         }
     }
 
