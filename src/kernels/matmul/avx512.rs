@@ -5,12 +5,15 @@
 //! matvec's operations: bit-identical, with half the instructions of the AVX2
 //! tiles and 32 registers for larger tiles.
 //!
-//! Layouts (f32; row stride [`super::row_stride`]):
-//! * dense panel row / input: `[2][nb][16]`, element `(p·nb + b)·16 + l` =
-//!   column `32b + 16p + l`;
-//! * MXFP4 panel row: `[nb][even 16 | odd 16]` doubled E2M1 codes (byte `j` of a
-//!   block holds elements `2j`, `2j + 1`), input the same: `x[32b + 2j]` then
-//!   `x[32b + 2j + 1]`.
+//! Layouts (f32; `m` = [`super::row_stride`]), each packed so that a tile reads
+//! its weights as one sequential stream and its inputs as another:
+//! * dense panel, row group `(i0, ni)` at `i0·m`: element `((p·nb + b)·ni + r)·16 + l`
+//!   = column `32b + 16p + l` of row `r`; inputs, token tile `(t0, nt)` at `t0·m`:
+//!   `((p·nb + b)·nt + t)·16 + l` ([`pack_dense_inputs`]);
+//! * MXFP4 panel, row group at `i0·m`: `(b·ni + r)·32` = `[even 16 | odd 16]` doubled
+//!   E2M1 codes of block `b` (byte `j` holds elements `2j`, `2j + 1`), times the
+//!   block's half scale where [`fold_scales`] allows; inputs `(b·nt + t)·32` =
+//!   `[x[32b + 2j] | x[32b + 2j + 1]]` ([`pack_mxfp4_inputs`]).
 
 use super::super::mxfp4::{E2M1_X2, HALF_SCALE};
 use std::arch::x86_64::*;
@@ -73,7 +76,7 @@ impl Lines {
 /// One register tile's operands, all packed so each is one sequential stream:
 /// weights `w` (`[blocks][R][16]` dense, `[blocks][R][32]` MXFP4), MXFP4 half
 /// scales `s` (`[blocks][R]`), inputs `x` (`[blocks][T][16 or 32]`),
-/// accumulators for row `r`, token `t` at `acc + r·ar + 16·t·(at)`;
+/// accumulators for row `r`, token `t` at `acc + r·ar + t·at`;
 /// `pf`: lines to prefetch, one per block iteration.
 #[derive(Clone, Copy)]
 struct Tile {
