@@ -34,14 +34,14 @@ pub fn gated_act(act: Activation, g: &[f32], u: &[f32]) -> Vec<f32> {
     }
 }
 
-/// [`gated_act`] in place: `g[i] = act(g[i], u[i])`.
-pub fn gated_act_inplace(act: Activation, g: &mut [f32], u: &[f32]) {
+/// [`gated_act`] in place, `g[i] = act(g[i], u[i])`, the elements split
+/// across `par`'s threads (the same bits whatever the split: [`Par::zip_map`]).
+pub fn gated_act_inplace(par: &Par, act: Activation, g: &mut [f32], u: &[f32]) {
     match act {
-        Activation::Silu => g.iter_mut().zip(u).for_each(|(g, u)| *g = silu(*g) * u),
-        Activation::Situ { beta, linear_beta } => g
-            .iter_mut()
-            .zip(u)
-            .for_each(|(g, u)| *g = situ(*g, *u, beta, linear_beta)),
+        Activation::Silu => par.zip_map(g, u, &|g, u| silu(g) * u),
+        Activation::Situ { beta, linear_beta } => {
+            par.zip_map(g, u, &|g, u| situ(g, u, beta, linear_beta))
+        }
     }
 }
 
@@ -81,7 +81,7 @@ impl GatedMlp {
         self.gate.mm_into(par, ws, xs, n, g);
         let u = zeroed(&mut sc.u, n * f);
         self.up.mm_into(par, ws, xs, n, u);
-        gated_act_inplace(act, g, u);
+        gated_act_inplace(par, act, g, u);
         self.down.mm_into(par, ws, g, n, out);
     }
 }

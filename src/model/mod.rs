@@ -527,7 +527,7 @@ impl Model {
                 let u = zeroed(&mut mlp_sc.u, n * f);
                 self.mat(l, "mlp.up_proj.weight", f, d)?
                     .mm_into(par, ws, xin2, n, u);
-                mlp::gated_act_inplace(cfg.activation, g, u);
+                mlp::gated_act_inplace(par, cfg.activation, g, u);
                 self.mat(l, "mlp.down_proj.weight", d, f)?
                     .mm_into(par, ws, g, n, m);
             }
