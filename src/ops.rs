@@ -12,3 +12,7 @@ pub use crate::kernels::{
     matmul_mxfp4, matmul_mxfp4_in, matvec_bf16, matvec_f32, matvec_mxfp4, matvec_mxfp4_in, Par,
     Workspace,
 };
+
+/// For model code that splits independent work (heads, elements) across the pool:
+/// the shared output pointer and the kernels' single-thread cut-off.
+pub(crate) use crate::kernels::{dense::PAR_MIN_ELEMS, par::OutPtr};

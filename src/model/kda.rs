@@ -26,7 +26,7 @@ use super::state::KdaState;
 use super::weights::{Mat, Weights};
 use crate::arena::{zeroed, Dims, Kda};
 use crate::config::ModelConfig;
-use crate::ops::{Par, Workspace};
+use crate::ops::{OutPtr, Par, Workspace, PAR_MIN_ELEMS};
 use crate::profile::{self, Op};
 
 /// Output gate of a KDA layer.
@@ -295,47 +295,128 @@ pub fn kda_forward_into(
 
     drop(prof);
     let prof = profile::scope(Op::KdaRecur);
-    let ys = zeroed(&mut sc.y, n * p);
+    // The short convolution, token by token (one state for all channels), written
+    // back over the projections.
     let u = zeroed(&mut sc.u, 3 * p);
     let c = zeroed(&mut sc.uc, 3 * p);
-    let qh = zeroed(&mut sc.qh, k);
-    let kh = zeroed(&mut sc.kh, k);
-    let alpha = zeroed(&mut sc.alpha, k);
     for t in 0..n {
-        u[..p].copy_from_slice(&qs[t * p..(t + 1) * p]);
-        u[p..2 * p].copy_from_slice(&ks[t * p..(t + 1) * p]);
-        u[2 * p..].copy_from_slice(&vs[t * p..(t + 1) * p]);
+        let row = t * p..(t + 1) * p;
+        u[..p].copy_from_slice(&qs[row.clone()]);
+        u[p..2 * p].copy_from_slice(&ks[row.clone()]);
+        u[2 * p..].copy_from_slice(&vs[row.clone()]);
         short_conv_step_into(&mut st.conv, &w.conv, u, cw, c);
-        let (q, rest) = c.split_at(p);
-        let (kk, v) = rest.split_at(p);
-        let a = &a_all[t * p..(t + 1) * p];
-        let g = &g_all[t * p..(t + 1) * p];
-        let y = &mut ys[t * p..(t + 1) * p];
+        qs[row.clone()].copy_from_slice(&c[..p]);
+        ks[row.clone()].copy_from_slice(&c[p..2 * p]);
+        vs[row].copy_from_slice(&c[2 * p..]);
+    }
+    // The heads are independent: each runs the chunk's tokens in order on its own
+    // state, so splitting heads across threads changes no bit.
+    let ys = zeroed(&mut sc.y, n * p);
+    let step = HeadStep {
+        k,
+        p,
+        h,
+        eps,
+        lb,
+        scale,
+        w,
+        qs,
+        ks,
+        vs,
+        a_all,
+        b_all,
+        g_all,
+    };
+    if k <= PAR_HEAD_DIM {
+        let (s_out, y_out) = (OutPtr::new(&mut st.s), OutPtr::new(ys));
+        par.for_ranges(h, 1, n * h * k * k * 4, PAR_MIN_ELEMS, &|heads| {
+            let mut buf = [0f32; 3 * PAR_HEAD_DIM];
+            let (qh, rest) = buf.split_at_mut(PAR_HEAD_DIM);
+            let (kh, alpha) = rest.split_at_mut(PAR_HEAD_DIM);
+            for hh in heads {
+                // SAFETY: head hh's state and output columns belong to this range only.
+                let s = unsafe { s_out.slice(hh * k * k..(hh + 1) * k * k) };
+                for t in 0..n {
+                    // SAFETY: as above (head hh's columns of token t).
+                    let y = unsafe { y_out.slice(t * p + hh * k..t * p + (hh + 1) * k) };
+                    step.run(hh, t, s, &mut qh[..k], &mut kh[..k], &mut alpha[..k], y);
+                }
+            }
+        });
+    } else {
+        let qh = zeroed(&mut sc.qh, k);
+        let kh = zeroed(&mut sc.kh, k);
+        let alpha = zeroed(&mut sc.alpha, k);
         for hh in 0..h {
-            let r = hh * k..(hh + 1) * k;
-            qh.copy_from_slice(&q[r.clone()]);
-            kh.copy_from_slice(&kk[r.clone()]);
-            l2norm_scaled(qh, 1e-6, scale);
-            l2norm_scaled(kh, 1e-6, 1.0);
-            decay_into(&a[r.clone()], &w.dt_bias[r.clone()], w.a_log[hh], lb, alpha);
-            let beta = sigmoid(b_all[t * h + hh]);
-            let yh = &mut y[r.clone()];
-            delta_rule_step(
-                &mut st.s[hh * k * k..(hh + 1) * k * k],
-                qh,
-                kh,
-                &v[r.clone()],
-                alpha,
-                beta,
-                yh,
-            );
-            rms_norm_inplace(yh, &w.o_norm, eps);
-            for (yv, gv) in yh.iter_mut().zip(&g[r]) {
-                *yv *= sigmoid(*gv);
+            let s = &mut st.s[hh * k * k..(hh + 1) * k * k];
+            for t in 0..n {
+                let y = &mut ys[t * p + hh * k..t * p + (hh + 1) * k];
+                step.run(hh, t, s, qh, kh, alpha, y);
             }
         }
     }
     drop(prof);
     let _prof = profile::scope(Op::KdaOut);
     w.o.mm_into(par, ws, ys, n, out);
+}
+
+/// Largest head dimension whose recurrence scratch (3 × `[K]`) the threads keep
+/// on their stacks; larger heads run on the calling thread with the arena's.
+const PAR_HEAD_DIM: usize = 256;
+
+/// What one head's recurrence step reads: the chunk's convolved projections
+/// `qs, ks, vs: [n, H·K]`, the decay input `a: [n, H·K]`, `β` logits `b: [n, H]`,
+/// output-gate logits `g: [n, H·K]`, and the layer's weights and constants.
+struct HeadStep<'a> {
+    k: usize,
+    p: usize,
+    h: usize,
+    eps: f32,
+    lb: Option<f32>,
+    scale: f32,
+    w: &'a KdaWeights,
+    qs: &'a [f32],
+    ks: &'a [f32],
+    vs: &'a [f32],
+    a_all: &'a [f32],
+    b_all: &'a [f32],
+    g_all: &'a [f32],
+}
+
+impl HeadStep<'_> {
+    /// Head `hh` at token `t`: normalise q and k, decay, the delta rule on its state
+    /// `s: [K, K]`, the output norm and gate into `y: [K]` (scratch `qh, kh, alpha: [K]`).
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        hh: usize,
+        t: usize,
+        s: &mut [f32],
+        qh: &mut [f32],
+        kh: &mut [f32],
+        alpha: &mut [f32],
+        y: &mut [f32],
+    ) {
+        let (k, p) = (self.k, self.p);
+        let r = t * p + hh * k..t * p + (hh + 1) * k;
+        let hr = hh * k..(hh + 1) * k;
+        qh.copy_from_slice(&self.qs[r.clone()]);
+        kh.copy_from_slice(&self.ks[r.clone()]);
+        l2norm_scaled(qh, 1e-6, self.scale);
+        l2norm_scaled(kh, 1e-6, 1.0);
+        let w = self.w;
+        decay_into(
+            &self.a_all[r.clone()],
+            &w.dt_bias[hr.clone()],
+            w.a_log[hh],
+            self.lb,
+            alpha,
+        );
+        let beta = sigmoid(self.b_all[t * self.h + hh]);
+        delta_rule_step(s, qh, kh, &self.vs[r.clone()], alpha, beta, y);
+        rms_norm_inplace(y, &w.o_norm, self.eps);
+        for (yv, gv) in y.iter_mut().zip(&self.g_all[r]) {
+            *yv *= sigmoid(*gv);
+        }
+    }
 }
