@@ -32,18 +32,28 @@ pub(super) unsafe fn decode_dense(bf16: bool, row: &[u8], nb: usize, d: &mut [f3
 
 /// One MXFP4 row (`nb` blocks of 16 packed bytes) into the group-major
 /// panel row `d: [2][nb][even 8 | odd 8]` of doubled E2M1 codes (the same
-/// values as the matvec decoders).
+/// values as the matvec decoders), each block times its half scale `s[b]`
+/// when `s` is given (a folded row block, [`super::fold`]; exact: a small
+/// integer times a power of two).
 ///
 /// # Safety
 /// AVX2.
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn decode_mxfp4(p: &[u8], nb: usize, d: &mut [f32]) {
-    assert!(p.len() == nb * 16 && d.len() == nb * 32);
+pub(super) unsafe fn decode_mxfp4(p: &[u8], nb: usize, s: Option<&[f32]>, d: &mut [f32]) {
+    assert!(p.len() == nb * 16 && d.len() == nb * 32 && s.is_none_or(|s| s.len() == nb));
     let lut = _mm_loadu_si128(E2M1_X2.as_ptr() as *const __m128i);
     let mask = _mm_set1_epi8(0x0F);
     let (pp, dp) = (p.as_ptr(), d.as_mut_ptr());
-    let cvt = |v: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
     for b in 0..nb {
+        let sc = _mm256_set1_ps(s.map_or(1.0, |s| s[b]));
+        let cvt = |v: __m128i| {
+            let f = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+            if s.is_some() {
+                _mm256_mul_ps(f, sc)
+            } else {
+                f
+            }
+        };
         let bytes = _mm_loadu_si128(pp.add(16 * b) as *const __m128i);
         let ve = _mm_shuffle_epi8(lut, _mm_and_si128(bytes, mask));
         let vo = _mm_shuffle_epi8(lut, _mm_and_si128(_mm_srli_epi16(bytes, 4), mask));
@@ -87,8 +97,12 @@ pub(super) unsafe fn reduce16(a: &[f32]) -> f32 {
 
 /// Tokens per dense register tile.
 const DT: usize = 6;
-/// Tokens per MXFP4 register tile.
+/// Tokens per MXFP4 register tile (2 × 3 accumulators + 4 weights + 2 scales
+/// + 2 inputs).
 const MT: usize = 3;
+/// Tokens per folded MXFP4 register tile (2 × 4 accumulators + 4 weights + 2
+/// inputs).
+const MT_FOLDED: usize = 4;
 
 /// All tiles of one dense row panel: `panel: [nr][4][nb][8]`,
 /// `xk: [n][4][nb][8]`, `part: [nr][n][4][8]` (accumulated into).
@@ -202,10 +216,12 @@ unsafe fn dense_tile<const R: usize, const T: usize>(a: TileArgs) {
 /// All tiles of one MXFP4 row panel: `panel: [nr][2][nb][16]` doubled
 /// codes, `sp: [nr][nb]` half scales, `xk: [n][2][nb][16]`,
 /// `part: [nr][n][2][8]` (accumulated into), in 2-row × [`MT`]-token tiles
-/// (AVX2's 16 vector registers).
+/// (AVX2's 16 vector registers); when `fold`, the panel already holds the
+/// scaled weights `E·S` ([`super::fold`]) and the tiles are 2 × [`MT_FOLDED`].
 ///
 /// # Safety
 /// AVX2; shapes as stated.
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn mxfp4_block(
     panel: &[f32],
@@ -215,13 +231,18 @@ pub(super) unsafe fn mxfp4_block(
     xk: &[f32],
     n: usize,
     part: &mut [f32],
+    fold: bool,
 ) {
-    mxfp4_tiles::<MT>(panel, sp, nb, nr, xk, n, part)
+    if fold {
+        mxfp4_tiles::<MT_FOLDED, true>(panel, sp, nb, nr, xk, n, part)
+    } else {
+        mxfp4_tiles::<MT, false>(panel, sp, nb, nr, xk, n, part)
+    }
 }
 
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn mxfp4_tiles<const TT: usize>(
+unsafe fn mxfp4_tiles<const TT: usize, const F: bool>(
     panel: &[f32],
     sp: &[f32],
     nb: usize,
@@ -250,12 +271,14 @@ unsafe fn mxfp4_tiles<const TT: usize>(
                     let ni = (nr - i0).min(2);
                     let a = (pp, xp, ap, nb, n, k, i0, t0, c0, c1);
                     match (ni, nt) {
-                        (2, 3) => mx_tile::<2, 3>(a, sq),
-                        (2, 2) => mx_tile::<2, 2>(a, sq),
-                        (2, _) => mx_tile::<2, 1>(a, sq),
-                        (_, 3) => mx_tile::<1, 3>(a, sq),
-                        (_, 2) => mx_tile::<1, 2>(a, sq),
-                        _ => mx_tile::<1, 1>(a, sq),
+                        (2, 4) => mx_tile::<2, 4, F>(a, sq),
+                        (2, 3) => mx_tile::<2, 3, F>(a, sq),
+                        (2, 2) => mx_tile::<2, 2, F>(a, sq),
+                        (2, _) => mx_tile::<2, 1, F>(a, sq),
+                        (_, 4) => mx_tile::<1, 4, F>(a, sq),
+                        (_, 3) => mx_tile::<1, 3, F>(a, sq),
+                        (_, 2) => mx_tile::<1, 2, F>(a, sq),
+                        _ => mx_tile::<1, 1, F>(a, sq),
                     }
                     i0 += ni;
                 }
@@ -266,9 +289,15 @@ unsafe fn mxfp4_tiles<const TT: usize>(
     }
 }
 
+/// The matvec's MXFP4 step `acc += (E_e·x_e + E_o·x_o)·S`, or with `S` already in
+/// the panel (`FOLDED`) `acc += (E·S)_e·x_e + (E·S)_o·x_o`, bit-identical where
+/// [`super::fold::fold_scales`] allows it.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn mx_tile<const R: usize, const T: usize>(a: TileArgs, sq: *const f32) {
+unsafe fn mx_tile<const R: usize, const T: usize, const FOLDED: bool>(
+    a: TileArgs,
+    sq: *const f32,
+) {
     let (pp, xp, ap, nb, n, k, i0, t0, c0, c1) = a;
     let m = super::row_stride(nb);
     let accp = |r: usize, t: usize| ap.add(((i0 + r) * n + t0 + t) * 16 + 8 * k);
@@ -279,13 +308,20 @@ unsafe fn mx_tile<const R: usize, const T: usize>(a: TileArgs, sq: *const f32) {
     for b in c0..c1 {
         let we: [__m256; R] = std::array::from_fn(|r| _mm256_loadu_ps(wrow[r].add(16 * b)));
         let wo: [__m256; R] = std::array::from_fn(|r| _mm256_loadu_ps(wrow[r].add(16 * b + 8)));
-        let s: [__m256; R] = std::array::from_fn(|r| _mm256_broadcast_ss(&*srow[r].add(b)));
+        let s: [__m256; R] = std::array::from_fn(|r| {
+            if FOLDED {
+                _mm256_setzero_ps()
+            } else {
+                _mm256_broadcast_ss(&*srow[r].add(b))
+            }
+        });
         for t in 0..T {
             let xe = _mm256_loadu_ps(xrow[t].add(16 * b));
             let xo = _mm256_loadu_ps(xrow[t].add(16 * b + 8));
             for r in 0..R {
                 let q = _mm256_add_ps(_mm256_mul_ps(we[r], xe), _mm256_mul_ps(wo[r], xo));
-                acc[r][t] = _mm256_add_ps(acc[r][t], _mm256_mul_ps(q, s[r]));
+                let q = if FOLDED { q } else { _mm256_mul_ps(q, s[r]) };
+                acc[r][t] = _mm256_add_ps(acc[r][t], q);
             }
         }
     }

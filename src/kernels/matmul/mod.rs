@@ -22,8 +22,9 @@
 //!   call into the tiles' order.
 //! * AVX2 ([`avx2`]): "group-major" order (per token or row, group `k`'s lanes
 //!   of every block contiguous), tiles of 2 rows × 6 tokens (dense) or 2 rows ×
-//!   3 tokens (MXFP4) over [`COL_CHUNK`]-block column chunks, so a tile's
-//!   inputs stay in L1 while the panel streams from L2.
+//!   3 tokens (MXFP4; 2 × 4 where the scale is folded, [`fold`]) over
+//!   [`COL_CHUNK`]-block column chunks, so a tile's inputs stay in L1 while the
+//!   panel streams from L2.
 //! * AVX-512F ([`avx512`]): tiles of 4 rows × ≤ 6 tokens (dense) or 2 rows × ≤ 8
 //!   tokens (MXFP4) whose weights and inputs are each packed as one sequential
 //!   stream (`[block][row or token][lanes]`): the hardware prefetchers follow
@@ -164,11 +165,10 @@ pub(crate) fn mxfp4(
     // per block): xk[t][k][b][16] = [xq[32b + 8k ..][..8] | xq[32b + 16 + 8k ..][..8]],
     // i.e. the even then the odd elements 16k .. 16k+16 of block b.
     let z = par.isa() == Isa::Avx512;
-    let mut xr = None;
+    let xr = fold::input_range(xs);
     if z {
         // SAFETY: Par selects AVX-512 only on CPUs that have it.
         unsafe { avx512::pack_mxfp4_inputs(xs, cols, n, xk) };
-        xr = avx512::input_range(xs);
     }
     for t in (0..n).filter(|_| !z) {
         let x = &xs[t * cols..(t + 1) * cols];
@@ -224,18 +224,20 @@ pub(crate) fn mxfp4(
                         *dst = HALF_SCALE[s as usize];
                     }
                 }
+                let fold = fold::fold_scales(xr, scales[r0 * sb..(r0 + nr) * sb].iter().copied());
                 for i in 0..nr {
                     let r = r0 + i;
                     let (p, d) = (
                         &packed[r * pb..(r + 1) * pb],
                         &mut panel[i * ms..i * ms + cols],
                     );
+                    let s = fold.then(|| &sp[i * nb..(i + 1) * nb]);
                     // SAFETY: AVX2 (caller checks the ISA); lengths as asserted inside.
-                    unsafe { avx2::decode_mxfp4(p, nb, d) };
+                    unsafe { avx2::decode_mxfp4(p, nb, s, d) };
                 }
                 part[..nr * n * 16].fill(0.0);
                 // SAFETY: Par selects AVX2 only on CPUs that have it (caller checks the ISA).
-                unsafe { avx2::mxfp4_block(panel, sp, nb, nr, xk, n, part) };
+                unsafe { avx2::mxfp4_block(panel, sp, nb, nr, xk, n, part, fold) };
             }
             for t in 0..n {
                 // SAFETY: rows r0 .. r0 + nr belong to this thread only.
@@ -254,3 +256,4 @@ pub(crate) fn mxfp4(
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod fold;
