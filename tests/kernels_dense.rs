@@ -1,7 +1,11 @@
 //! BF16 / F32 dense kernels: accuracy against an f64 reference, and bit
 //! identity across thread counts, ISAs, and matvec vs matmul.
 
+mod isa_util;
+
+use isa_util::{panics_with, per_isa, with_scalar};
 use memdial::kernels::{bf16_to_f32, matmul_bf16, matmul_f32, matvec_bf16, matvec_f32, Isa, Par};
+use memdial_testkit as testkit;
 
 /// Test data from the project's one deterministic generator.
 struct Rng(memdial::rng::SplitMix64);
@@ -48,16 +52,6 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|f| f.to_bits()).collect()
 }
 
-fn isas() -> Vec<Isa> {
-    let mut v = vec![Isa::Scalar];
-    for isa in [Isa::Avx2, Isa::Avx512] {
-        if isa.is_supported() {
-            v.push(isa);
-        }
-    }
-    v
-}
-
 const SHAPES: &[(usize, usize)] = &[
     (1, 1),
     (3, 31),
@@ -70,7 +64,6 @@ const SHAPES: &[(usize, usize)] = &[
     (64, 7168),
 ];
 
-#[test]
 fn bf16_known_values() {
     // 1.0 = 0x3F80, -2.0 = 0xC000, 0.5 = 0x3F00 (little-endian bytes).
     assert_eq!(
@@ -84,14 +77,13 @@ fn bf16_known_values() {
     assert_eq!(y, [3.0 - 10.0, 1.5 + 5.0]);
 }
 
-#[test]
-fn bf16_matvec_matches_f64_reference() {
+fn bf16_matvec_matches_f64_reference(only: Isa) {
     let mut rng = Rng(memdial::rng::SplitMix64::new(1));
     for &(rows, cols) in SHAPES {
         let (wb, wf) = rand_bf16(&mut rng, rows * cols);
         let x = rand_vec(&mut rng, cols);
         let refs = reference(&wf, rows, cols, &x);
-        for isa in isas() {
+        for isa in with_scalar(only) {
             let par = Par::with_isa(2, isa);
             let mut y = vec![0f32; rows];
             matvec_bf16(&par, &wb, rows, cols, &x, &mut y);
@@ -106,15 +98,14 @@ fn bf16_matvec_matches_f64_reference() {
     }
 }
 
-#[test]
-fn f32_matvec_matches_f64_reference() {
+fn f32_matvec_matches_f64_reference(only: Isa) {
     let mut rng = Rng(memdial::rng::SplitMix64::new(2));
     for &(rows, cols) in SHAPES {
         let wf = rand_vec(&mut rng, rows * cols);
         let wb: Vec<u8> = wf.iter().flat_map(|f| f.to_le_bytes()).collect();
         let x = rand_vec(&mut rng, cols);
         let refs = reference(&wf, rows, cols, &x);
-        for isa in isas() {
+        for isa in with_scalar(only) {
             let par = Par::with_isa(3, isa);
             let mut y = vec![0f32; rows];
             matvec_f32(&par, &wb, rows, cols, &x, &mut y);
@@ -129,8 +120,7 @@ fn f32_matvec_matches_f64_reference() {
     }
 }
 
-#[test]
-fn bit_identical_across_threads_isas_and_alignment() {
+fn bit_identical_across_threads_isas_and_alignment(only: Isa) {
     let mut rng = Rng(memdial::rng::SplitMix64::new(3));
     for &(rows, cols) in &[(300usize, 515usize), (1000, 96), (37, 7168), (2, 3)] {
         let (wb, _) = rand_bf16(&mut rng, rows * cols);
@@ -146,7 +136,7 @@ fn bit_identical_across_threads_isas_and_alignment() {
 
         let mut want_bf16: Option<Vec<u32>> = None;
         let mut want_f32: Option<Vec<u32>> = None;
-        for isa in isas() {
+        for isa in with_scalar(only) {
             for t in [1usize, 2, 3, 4, 7] {
                 let par = Par::with_isa(t, isa);
                 let mut y = vec![0f32; rows];
@@ -175,8 +165,7 @@ fn bit_identical_across_threads_isas_and_alignment() {
     }
 }
 
-#[test]
-fn matmul_equals_repeated_matvec_bitwise() {
+fn matmul_equals_repeated_matvec_bitwise(only: Isa) {
     let mut rng = Rng(memdial::rng::SplitMix64::new(4));
     for &(rows, cols) in &[(300usize, 515usize), (64, 7168), (9, 40), (37, 96)] {
         let (wb, _) = rand_bf16(&mut rng, rows * cols);
@@ -185,7 +174,7 @@ fn matmul_equals_repeated_matvec_bitwise() {
             .collect();
         for n in [1usize, 3, 5, 16, 17] {
             let xs = rand_vec(&mut rng, n * cols);
-            for isa in isas() {
+            for isa in with_scalar(only) {
                 for t in [1usize, 2, 3] {
                     let par = Par::with_isa(t, isa);
                     let mut ys = vec![0f32; n * rows];
@@ -206,10 +195,31 @@ fn matmul_equals_repeated_matvec_bitwise() {
     }
 }
 
-#[test]
-#[should_panic(expected = "matvec_bf16: weight has")]
 fn shape_mismatch_panics() {
-    let par = Par::new(1);
-    let mut y = [0f32; 2];
-    matvec_bf16(&par, &[0u8; 6], 2, 2, &[0.0; 2], &mut y);
+    panics_with("matvec_bf16: weight has", || {
+        let par = Par::new(1);
+        let mut y = [0f32; 2];
+        matvec_bf16(&par, &[0u8; 6], 2, 2, &[0.0; 2], &mut y);
+    });
+}
+
+fn main() -> std::process::ExitCode {
+    let mut trials = testkit::trials![bf16_known_values, shape_mismatch_panics];
+    trials.extend(per_isa(
+        "bf16_matvec_matches_f64_reference",
+        bf16_matvec_matches_f64_reference,
+    ));
+    trials.extend(per_isa(
+        "f32_matvec_matches_f64_reference",
+        f32_matvec_matches_f64_reference,
+    ));
+    trials.extend(per_isa(
+        "bit_identical_across_threads_isas_and_alignment",
+        bit_identical_across_threads_isas_and_alignment,
+    ));
+    trials.extend(per_isa(
+        "matmul_equals_repeated_matvec_bitwise",
+        matmul_equals_repeated_matvec_bitwise,
+    ));
+    testkit::main(include_str!("kernels_dense.rs"), trials)
 }

@@ -2,7 +2,11 @@
 //! cases, accuracy against f64, and bit identity across threads / ISAs /
 //! matvec vs matmul.
 
+mod isa_util;
+
+use isa_util::{panics_with, per_isa, with_scalar};
 use memdial::kernels::{dequant_mxfp4, matmul_mxfp4, matvec_mxfp4, Isa, Par};
+use memdial_testkit as testkit;
 
 /// Test data from the project's one deterministic generator.
 struct Rng(memdial::rng::SplitMix64);
@@ -49,17 +53,6 @@ fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|f| f.to_bits()).collect()
 }
 
-fn isas() -> Vec<Isa> {
-    let mut v = vec![Isa::Scalar];
-    for isa in [Isa::Avx2, Isa::Avx512] {
-        if isa.is_supported() {
-            v.push(isa);
-        }
-    }
-    v
-}
-
-#[test]
 fn dequant_matches_independent_decoder_bitwise() {
     let mut rng = Rng(memdial::rng::SplitMix64::new(10));
     for &(rows, cols, smin, smax) in &[
@@ -76,7 +69,6 @@ fn dequant_matches_independent_decoder_bitwise() {
     }
 }
 
-#[test]
 fn hand_derived_cases() {
     // One row of 32 elements: byte 0 = 0x21 (elem0 code 1 = 0.5, elem1 code 2 = 1.0).
     let mut packed = [0u8; 16];
@@ -108,8 +100,7 @@ fn hand_derived_cases() {
     assert_eq!(y[0], 0.5 * (63.0 * 64.0 / 2.0));
 }
 
-#[test]
-fn nan_scale_poisons_only_its_row() {
+fn nan_scale_poisons_only_its_row(only: Isa) {
     let mut rng = Rng(memdial::rng::SplitMix64::new(11));
     let (p, mut s) = rand_mx(&mut rng, 4, 64, 120, 130);
     s[2 * 2 + 1] = 0xFF; // row 2, block 1
@@ -117,7 +108,7 @@ fn nan_scale_poisons_only_its_row() {
     assert!(d[2 * 64 + 32..3 * 64].iter().all(|v| v.is_nan()));
     assert!(d[..2 * 64 + 32].iter().all(|v| !v.is_nan()));
     let x: Vec<f32> = (0..64).map(|_| rng.f32()).collect();
-    for isa in isas() {
+    for isa in with_scalar(only) {
         let par = Par::with_isa(1, isa);
         let mut y = [0f32; 4];
         matvec_mxfp4(&par, &p, &s, 4, 64, &x, &mut y);
@@ -125,14 +116,13 @@ fn nan_scale_poisons_only_its_row() {
     }
 }
 
-#[test]
-fn matvec_matches_f64_reference() {
+fn matvec_matches_f64_reference(only: Isa) {
     let mut rng = Rng(memdial::rng::SplitMix64::new(12));
     for &(rows, cols) in &[(5usize, 32usize), (64, 3584), (96, 3072), (300, 256)] {
         let (p, s) = rand_mx(&mut rng, rows, cols, 118, 136);
         let w = naive_dequant(&p, &s, rows, cols);
         let x: Vec<f32> = (0..cols).map(|_| rng.f32()).collect();
-        for isa in isas() {
+        for isa in with_scalar(only) {
             let par = Par::with_isa(2, isa);
             let mut y = vec![0f32; rows];
             matvec_mxfp4(&par, &p, &s, rows, cols, &x, &mut y);
@@ -154,8 +144,7 @@ fn matvec_matches_f64_reference() {
     }
 }
 
-#[test]
-fn bit_identical_across_threads_isas_and_prefill() {
+fn bit_identical_across_threads_isas_and_prefill(only: Isa) {
     let mut rng = Rng(memdial::rng::SplitMix64::new(13));
     // (rows, cols, tokens, scale byte range); the last covers the whole E8M0
     // range (subnormal and overflowing products, NaN excluded).
@@ -177,7 +166,7 @@ fn bit_identical_across_threads_isas_and_prefill() {
         ss[3..].copy_from_slice(&s);
         let xs: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
         let mut want: Option<Vec<u32>> = None;
-        for isa in isas() {
+        for isa in with_scalar(only) {
             for t in [1usize, 2, 3, 4, 7] {
                 let par = Par::with_isa(t, isa);
                 let mut y = vec![0f32; rows];
@@ -206,12 +195,12 @@ fn bit_identical_across_threads_isas_and_prefill() {
     }
 }
 
-#[test]
-#[should_panic(expected = "not a multiple of the MXFP4 block size")]
 fn bad_cols_panics() {
-    let par = Par::new(1);
-    let mut y = [0f32; 1];
-    matvec_mxfp4(&par, &[0u8; 8], &[127], 1, 16, &[0.0; 16], &mut y);
+    panics_with("not a multiple of the MXFP4 block size", || {
+        let par = Par::new(1);
+        let mut y = [0f32; 1];
+        matvec_mxfp4(&par, &[0u8; 8], &[127], 1, 16, &[0.0; 16], &mut y);
+    });
 }
 
 /// Inputs `±m·2^e` with `m` in [1, 2) and `e` uniform in `emin..emax`.
@@ -230,14 +219,13 @@ fn rand_pow_range(rng: &mut Rng, len: usize, emin: i32, emax: i32) -> Vec<f32> {
         .collect()
 }
 
-/// The AVX-512 prefill multiplies the half scale into the weights (`(E·S)·x`
+/// The AVX2 and AVX-512 prefills multiply the half scale into the weights (`(E·S)·x`
 /// instead of `(E·x)·S`, one multiply fewer) only where that changes no bit:
 /// every product and sum in the f32 normal range. Inputs at the edges of that
 /// range, on both sides, must still give the matvec's bits exactly: at
 /// `x_min·S_min = 2^-102` (folded), below it (not folded: products would be
 /// subnormal), near the overflow bound, and with tiny and huge inputs mixed.
-#[test]
-fn matmul_equals_matvec_at_the_edges_of_the_normal_range() {
+fn matmul_equals_matvec_at_the_edges_of_the_normal_range(only: Isa) {
     let mut rng = Rng(memdial::rng::SplitMix64::new(29));
     let (rows, cols, n) = (24usize, 256usize, 9usize);
     // (input exponent range, scale byte range): S = 2^(s - 128).
@@ -252,7 +240,7 @@ fn matmul_equals_matvec_at_the_edges_of_the_normal_range() {
     ] {
         let (p, s) = rand_mx(&mut rng, rows, cols, smin, smax);
         let xs = rand_pow_range(&mut rng, n * cols, emin, emax);
-        for isa in isas() {
+        for isa in with_scalar(only) {
             let par = Par::with_isa(2, isa);
             let mut ys = vec![0f32; n * rows];
             matmul_mxfp4(&par, &p, &s, rows, cols, &xs, n, &mut ys);
@@ -267,4 +255,29 @@ fn matmul_equals_matvec_at_the_edges_of_the_normal_range() {
             }
         }
     }
+}
+
+fn main() -> std::process::ExitCode {
+    let mut trials = testkit::trials![
+        dequant_matches_independent_decoder_bitwise,
+        hand_derived_cases,
+        bad_cols_panics
+    ];
+    trials.extend(per_isa(
+        "nan_scale_poisons_only_its_row",
+        nan_scale_poisons_only_its_row,
+    ));
+    trials.extend(per_isa(
+        "matvec_matches_f64_reference",
+        matvec_matches_f64_reference,
+    ));
+    trials.extend(per_isa(
+        "bit_identical_across_threads_isas_and_prefill",
+        bit_identical_across_threads_isas_and_prefill,
+    ));
+    trials.extend(per_isa(
+        "matmul_equals_matvec_at_the_edges_of_the_normal_range",
+        matmul_equals_matvec_at_the_edges_of_the_normal_range,
+    ));
+    testkit::main(include_str!("kernels_mxfp4.rs"), trials)
 }

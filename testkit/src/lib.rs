@@ -10,7 +10,8 @@
 //!   `test NAME ... ignored, REASON` and counted in the `N ignored` of the summary line —
 //!   and is a failure when `CI` is set (`CI=true`), so CI never passes a check it skipped.
 //!   [`skip_optional`] is for inputs that are optional by design (another engine's binary
-//!   given by path): visibly skipped everywhere, CI included.
+//!   given by path): visibly skipped everywhere, CI included; [`skip_hardware`] for a
+//!   variant this CPU cannot run (an instruction set it lacks), likewise.
 //! - [`oracle`]: the Python oracle venv, created on first use under a file lock.
 
 use std::fmt::Display;
@@ -136,6 +137,23 @@ pub fn skip_optional(reason: impl Display) -> Outcome {
     Ok(Completion::ignored_with(format!(
         "{reason} (optional input)"
     )))
+}
+
+/// A variant of a check that this machine's hardware cannot run (an instruction set
+/// the CPU lacks): always reported as `ignored, REASON (not on this CPU)`, also under
+/// CI, whose machine the project does not choose.
+pub fn skip_hardware(reason: impl Display) -> Outcome {
+    Ok(Completion::ignored_with(format!(
+        "{reason} (not on this CPU)"
+    )))
+}
+
+/// [`ignorable`] for a closure (a check run once per variant: per ISA, per preset).
+pub fn ignorable_with(
+    name: impl Into<String>,
+    f: impl FnOnce() -> Outcome + Send + 'static,
+) -> Trial {
+    Trial::ignorable_test(name, f)
 }
 
 /// A trial that always runs: `f` passes unless it panics.
