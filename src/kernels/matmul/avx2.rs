@@ -294,10 +294,7 @@ unsafe fn mxfp4_tiles<const TT: usize, const F: bool>(
 /// [`super::fold::fold_scales`] allows it.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn mx_tile<const R: usize, const T: usize, const FOLDED: bool>(
-    a: TileArgs,
-    sq: *const f32,
-) {
+unsafe fn mx_tile<const R: usize, const T: usize, const FOLDED: bool>(a: TileArgs, sq: *const f32) {
     let (pp, xp, ap, nb, n, k, i0, t0, c0, c1) = a;
     let m = super::row_stride(nb);
     let accp = |r: usize, t: usize| ap.add(((i0 + r) * n + t0 + t) * 16 + 8 * k);
