@@ -23,8 +23,9 @@
 //! * AVX2 ([`avx2`]): "group-major" order (per token or row, group `k`'s lanes
 //!   of every block contiguous), tiles of 2 rows × 6 tokens (dense) or 2 rows ×
 //!   3 tokens (MXFP4; 2 × 4 where the scale is folded, [`fold`]) over
-//!   [`COL_CHUNK`]-block column chunks, so a tile's inputs stay in L1 while the
-//!   panel streams from L2.
+//!   [`COL_CHUNK`]-block column chunks (in practice whole rows up to 8192
+//!   columns: smaller chunks, 32–128 blocks, measured slower on Zen 3 and Zen 4,
+//!   benches/README.md).
 //! * AVX-512F ([`avx512`]): tiles of 4 rows × ≤ 6 tokens (dense) or 2 rows × ≤ 8
 //!   tokens (MXFP4) whose weights and inputs are each packed as one sequential
 //!   stream (`[block][row or token][lanes]`): the hardware prefetchers follow
@@ -44,8 +45,9 @@ use super::{Isa, Par};
 /// Output rows decoded into one f32 panel.
 pub const ROW_BLOCK: usize = 8;
 
-/// 32-column blocks per column chunk (the accumulators are reloaded once per
-/// chunk).
+/// 32-column blocks per column chunk of the AVX2 tiles (the accumulators are
+/// reloaded once per chunk; 256 = whole rows for the models' widths, the
+/// fastest size measured).
 pub const COL_CHUNK: usize = 256;
 
 /// Row stride (f32) of the panel and the group-major inputs: `32·nb` plus one
