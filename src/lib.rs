@@ -10,6 +10,7 @@
 //! - [`checkpoint`]: safetensors shard headers and tensor locations;
 //! - [`manifest`]: the per-tensor checksum manifest `tensors.sha256`;
 //! - [`inspect`]: architecture summary and checkpoint validation;
+//! - [`identity`]: the identity of a sweep's inputs over files (models of any format, prompts);
 //! - [`limits`]: values refused before work (config ranges, dimensions against the checkpoint, thread counts, traces);
 //! - [`fixture`]: deterministic fixture checkpoints in the published layout;
 //! - [`tokenizer`]: the Kimi tiktoken tokenizer and chat template;
@@ -35,6 +36,7 @@ pub mod config_keys;
 pub mod error;
 pub mod fixture;
 pub mod generate;
+pub mod identity;
 pub mod inspect;
 pub mod integrity;
 pub mod io;
