@@ -325,7 +325,8 @@ mod tests {
     #[test]
     fn self_consistency_names_the_field() {
         assert_eq!(proven().check_self_consistent(Some(2)), Ok(()));
-        let cases: Vec<(Box<dyn Fn(&mut RunMetrics)>, Option<u64>, &str)> = vec![
+        type Case = (Box<dyn Fn(&mut RunMetrics)>, Option<u64>, &'static str);
+        let cases: Vec<Case> = vec![
             (
                 Box::new(|m| m.output_ids.clear()),
                 None,
