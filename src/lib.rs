@@ -21,6 +21,7 @@
 //! - [`loader`]: the one loader, [`model::Model::open`] (config → checkpoint → validation → store → model);
 //! - [`arena`]: the forward pass's scratch arena (every activation buffer, sized from the config; the plan's activation figure);
 //! - [`model`]: the forward pass (KDA, MLA, MoE, AttnRes) over a [`store::WeightStore`];
+//! - [`noise`]: the noise sentinel (other processes' CPU, steal, pressure, foreign reads on the model's disk around a run);
 //! - [`profile`]: the per-op timer behind `run --profile-ops` (off: one atomic load per op);
 //! - [`ops`]: the kernel API the model calls (reference implementations);
 //! - [`sampler`], [`generate`]: token selection and the prefill/decode loop;
@@ -47,6 +48,7 @@ pub mod loader;
 pub mod manifest;
 pub mod metrics;
 pub mod model;
+pub mod noise;
 pub mod ops;
 pub mod profile;
 pub mod rng;
