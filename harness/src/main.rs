@@ -21,6 +21,8 @@ mod cmd_run;
 mod cmd_sweep;
 mod cmd_tokenize;
 mod convert;
+#[cfg(test)]
+mod docs_schema;
 mod export;
 mod iobench;
 mod sweep;
