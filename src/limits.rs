@@ -1,6 +1,6 @@
 //! Limits checked before work: values that would size a table, spawn threads or
 //! overflow an integer are refused with a clear error before anything is built
-//! from them (issue #10, item 6).
+//! from them.
 //!
 //! - [`check_config`]: `config.json` values that are in range on their own
 //!   (`rms_norm_eps`, token ids), run at load by
