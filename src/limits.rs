@@ -1,6 +1,6 @@
 //! Limits checked before work: values that would size a table, spawn threads or
 //! overflow an integer are refused with a clear error before anything is built
-//! from them (issue #10, item 6).
+//! from them.
 //!
 //! - [`check_config`]: `config.json` values that are in range on their own
 //!   (`rms_norm_eps`, token ids), run at load by
@@ -49,7 +49,7 @@ pub fn check_config(cfg: &ModelConfig) -> Result<()> {
 
 /// Checks that every `linear_attn_config.kda_layers` / `full_attn_layers` entry is
 /// in `1..=n` (`n` = `num_hidden_layers`; the lists are 1-indexed,
-/// docs/architecture.md §9). Called where the lists decide the layer kinds (a config
+/// docs/model.md §9). Called where the lists decide the layer kinds (a config
 /// with `layer_types` takes the kinds from there and ignores the lists).
 ///
 /// Errors name the list and the entry.

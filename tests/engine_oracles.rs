@@ -1,4 +1,4 @@
-//! The engine against independent implementations (issue 3 §5 "Oracles").
+//! The engine against independent implementations (docs/oracles.md).
 //!
 //! What runs where:
 //! - **Live (mlx-lm)**: `tiny_k3_matches_mlx_lm_live`, `tiny_linear_matches_mlx_lm_live` generate

@@ -21,6 +21,8 @@ mod cmd_run;
 mod cmd_sweep;
 mod cmd_tokenize;
 mod convert;
+#[cfg(test)]
+mod docs_schema;
 mod export;
 #[allow(dead_code)] // wired into the sweep's and the merge's outputs next
 mod gha;

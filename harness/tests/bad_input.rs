@@ -1,4 +1,4 @@
-//! The bad-input corpus (issue #10): one table of inputs → exit code + message fragment,
+//! The bad-input corpus: one table of inputs → exit code + message fragment,
 //! never a panic, never a silent exit 0 — plus a sweep on a NaN-producing checkpoint,
 //! which must be FAIL (exit 1), not PASS on identical garbage.
 //!
@@ -392,7 +392,7 @@ fn cases() -> Vec<Case> {
     v
 }
 
-/// Limits checked before work (issue #10 item 6): dimensions against the checkpoint,
+/// Limits checked before work: dimensions against the checkpoint,
 /// config ranges, index.json against the headers, thread counts, sizes and counts
 /// that overflow, non-finite sampling parameters, trace ids.
 fn limits_cases() -> Vec<Case> {

@@ -11,7 +11,7 @@
 //! Field names are exactly the Hugging Face config keys. Semantics follow
 //! mlx-lm `models/kimi_k3.py` / `kimi_linear.py` and transformers
 //! `models/kimi_linear/configuration_kimi_linear.py` (see
-//! docs/architecture.md §1, §9 and docs/config-keys.md).
+//! docs/model.md §1, §9 and docs/config-keys.md).
 
 use std::path::Path;
 
@@ -254,7 +254,7 @@ impl ModelConfig {
     }
 
     /// Bytes of one KDA layer's recurrent state per sequence: fp32 H·K·V state plus
-    /// fp32 conv state (W−1)·3P (docs/architecture.md §2, conv kept in f32 here).
+    /// fp32 conv state (W−1)·3P (docs/model.md §2, conv kept in f32 here).
     pub fn kda_state_bytes(&self) -> usize {
         let h = self.kda.num_heads;
         let k = self.kda.head_dim;
@@ -360,7 +360,7 @@ mod tests {
 
     #[test]
     fn k3_published_layer_pattern_is_1_indexed() {
-        // K3: full_attn_layers = [4, 8, …, 92, 93] (docs/architecture.md §9).
+        // K3: full_attn_layers = [4, 8, …, 92, 93] (docs/model.md §9).
         let mut full: Vec<usize> = (1..=23).map(|i| 4 * i).collect();
         full.push(93);
         let kda: Vec<usize> = (1..=93).filter(|i| !full.contains(i)).collect();
