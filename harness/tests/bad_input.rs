@@ -475,6 +475,17 @@ fn limits_cases() -> Vec<Case> {
             code: 2,
             expect: &["needs more than 2^64 bytes of MLA cache"],
         },
+        // Without a budget: the state and arena for 10^12 positions (over 600 TiB) are
+        // refused against the machine's available memory before anything is allocated.
+        Case {
+            model: Model::Clean,
+            args: &["--max-context", "1000000000000"],
+            code: 2,
+            expect: &[
+                "--max-context 1000000000000: a context of 1000000000000 positions needs",
+                "this machine has available (MemAvailable)",
+            ],
+        },
         Case {
             model: Model::Clean,
             args: &["--temperature", "NaN"],
