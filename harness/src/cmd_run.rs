@@ -234,8 +234,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     } else {
         let text = match (&a.prompt, &a.prompt_file) {
             (Some(t), _) => t.clone(),
-            (None, Some(f)) => std::fs::read_to_string(f)
-                .with_context(|| format!("cannot read prompt file {}", f.display()))?,
+            (None, Some(f)) => crate::args::read_text_file("--prompt-file", f)?,
             (None, None) => bail!("no prompt given"),
         };
         encode_prompt(&a.model, &text, a.chat, a.system.as_deref())?
