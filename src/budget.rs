@@ -103,7 +103,7 @@ impl BudgetExpr {
             BudgetExpr::Floor(m) => ((floor_bytes as f64 * m).ceil(), "floor"),
         };
         // `u64::MAX as f64` is 2^64: anything at or above it does not fit.
-        if !(v < u64::MAX as f64) {
+        if v.is_nan() || v >= u64::MAX as f64 {
             return Err(UsageError::Invalid(format!(
                 "budget {self} of a {base} of {} bytes is 2^64 bytes or more",
                 if base == "model" {
