@@ -266,6 +266,20 @@ fn generation_config_eos_ids_take_priority() {
         assert_eq!(c.eos_token_ids, want, "{gen:?}");
         assert_eq!(c.eos_token_ids_source, src, "{gen:?}");
     }
+    // config.json without eos_token_id (whose default, 163586, is beyond this vocab):
+    // the generation config's ids alone decide.
+    let d = memdial_testkit::scratch!("gen-config-eos-only");
+    let no_eos = with(&cfg, "eos_token_id", None);
+    assert!(ModelConfig::from_json_str(&no_eos.to_string()).is_err());
+    std::fs::write(d.join("config.json"), no_eos.to_string()).unwrap();
+    std::fs::write(
+        d.join("generation_config.json"),
+        r#"{"eos_token_id": [4, 6]}"#,
+    )
+    .unwrap();
+    let c = load_config(d.path()).unwrap();
+    assert_eq!(c.eos_token_ids, [4, 6]);
+    assert_eq!(c.eos_token_ids_source, EosSource::GenerationConfig);
     let bad: Vec<(String, &str)> = vec![
         (
             format!(r#"{{"eos_token_id": [1, {vocab}]}}"#),

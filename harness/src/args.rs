@@ -1,4 +1,5 @@
-//! Command-line value types shared by the subcommands, and the usage-error helper.
+//! Command-line value types shared by the subcommands, the usage-error helper and the
+//! reader of text files named on the command line.
 //!
 //! The library's name sets ([`IoMode`], [`Prefetch`], [`CachePolicy`]) stay free of
 //! clap: each has `ALL` and `as_str`, and [`value_enum!`] wraps it here in a

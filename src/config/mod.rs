@@ -206,6 +206,13 @@ impl ModelConfig {
 
     /// Parses a `config.json` text in any of the accepted forms.
     pub fn from_json_str(text: &str) -> Result<Self> {
+        Self::parse_with_eos(text, None)
+    }
+
+    /// [`ModelConfig::from_json_str`] with the stop ids `eos` (from
+    /// `generation_config.json`) in place of `config.json`'s, which are then neither
+    /// defaulted nor range-checked.
+    fn parse_with_eos(text: &str, eos: Option<Vec<u32>>) -> Result<Self> {
         let root: Value = serde_json::from_str(text).context("not valid JSON")?;
         if let Some(v) = root
             .get("model_type")
@@ -240,7 +247,7 @@ impl ModelConfig {
         if !matches!(model_type.as_str(), "kimi_k3" | "kimi_linear") {
             bail!("unsupported model_type {model_type:?} (expected kimi_k3 or kimi_linear)");
         }
-        Self::from_raw(model_type, prefix, raw)
+        Self::from_raw(model_type, prefix, raw, eos)
     }
 
     /// Applies the `quantization_config` of the root JSON: compressed-tensors
@@ -420,20 +427,33 @@ pub fn load_config(dir: &Path) -> Result<ModelConfig> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
-    let mut cfg =
-        ModelConfig::from_json_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+    let gen_eos = generation_eos_ids(dir)?;
+    // The generation config's ids against config.json's vocab_size, named as theirs
+    // (a config.json without a usable vocab_size is reported by its own parse).
+    if let Some(ids) = &gen_eos {
+        let root: Option<Value> = serde_json::from_str(&text).ok();
+        let vocab = root.as_ref().and_then(|r| {
+            r.get("text_config")
+                .unwrap_or(r)
+                .get("vocab_size")
+                .and_then(Value::as_u64)
+        });
+        if let Some(v) = vocab {
+            if let Some(e) = ids.iter().find(|&&e| u64::from(e) >= v) {
+                bail!(
+                    "invalid {}: eos_token_id {e} is out of range (vocab_size {v})",
+                    dir.join(GENERATION_CONFIG).display()
+                );
+            }
+        }
+    }
+    let from_generation = gen_eos.is_some();
+    let mut cfg = ModelConfig::parse_with_eos(&text, gen_eos)
+        .with_context(|| format!("invalid {}", path.display()))?;
     let root: Value = serde_json::from_str(&text)?;
     cfg.apply_quantization(&root)
         .with_context(|| format!("invalid {}", path.display()))?;
-    if let Some(ids) = generation_eos_ids(dir)? {
-        let v = cfg.vocab_size;
-        if let Some(e) = ids.iter().find(|&&e| e as usize >= v) {
-            bail!(
-                "invalid {}: eos_token_id {e} is out of range (vocab_size {v})",
-                dir.join(GENERATION_CONFIG).display()
-            );
-        }
-        cfg.eos_token_ids = ids;
+    if from_generation {
         cfg.eos_token_ids_source = EosSource::GenerationConfig;
     }
     Ok(cfg)

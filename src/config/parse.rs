@@ -115,6 +115,7 @@ impl ModelConfig {
         model_type: String,
         weight_prefix: String,
         raw: RawText,
+        eos_override: Option<Vec<u32>>,
     ) -> Result<Self> {
         let n = raw.num_hidden_layers;
         if n == 0 || n > crate::limits::MAX_LAYERS {
@@ -268,7 +269,10 @@ impl ModelConfig {
                 bail!("attn_res_block_size must be > 0");
             }
         }
-        let eos_token_ids = eos_ids(raw.eos_token_id.as_ref())?;
+        let eos_token_ids = match eos_override {
+            Some(ids) => ids,
+            None => eos_ids(raw.eos_token_id.as_ref())?,
+        };
         let cfg = ModelConfig {
             model_type,
             weight_prefix,
