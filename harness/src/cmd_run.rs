@@ -234,8 +234,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     } else {
         let text = match (&a.prompt, &a.prompt_file) {
             (Some(t), _) => t.clone(),
-            (None, Some(f)) => std::fs::read_to_string(f)
-                .with_context(|| format!("cannot read prompt file {}", f.display()))?,
+            (None, Some(f)) => crate::args::read_text_file("--prompt-file", f)?,
             (None, None) => bail!("no prompt given"),
         };
         encode_prompt(&a.model, &text, a.chat, a.system.as_deref())?
@@ -269,6 +268,38 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             ))
         })?;
 
+    // Under a budget the plan reserves activations for at most this many prefill
+    // tokens per forward; larger chunks are cut to it (same output, bounded memory),
+    // and the model's scratch arena is sized exactly as the plan counts it.
+    let want = if a.prefill_chunk == 0 {
+        prompt.len()
+    } else {
+        a.prefill_chunk
+    };
+    let (prefill_chunk, arena_chunk) = match budget {
+        Some(_) => {
+            let cap = memdial::store::plan::planned_prefill_chunk(max_context);
+            // Say so only when it changes how this prompt is cut.
+            if want.min(prompt.len()) > cap {
+                eprintln!(
+                    "note: --prefill-chunk {want} capped at {cap} (the plan's activation reserve)"
+                );
+            }
+            (want.min(cap), cap)
+        }
+        None => (a.prefill_chunk, want.min(prompt.len()).max(1)),
+    };
+    // The state and arena are allocated at once for max_context positions: refuse what
+    // this machine cannot hold before loading (an allocation failure aborts).
+    memdial::limits::check_run_memory(
+        &cfg,
+        arena_chunk,
+        a.threads,
+        max_context,
+        memdial::sysmem::mem_available(),
+    )
+    .map_err(|e| usage(format!("--max-context {max_context}: {e}")))?;
+
     // Load: validate the checkpoint, then open the store.
     let store = match budget {
         Some(b) => StoreOptions::Streaming(StreamOptions {
@@ -294,27 +325,6 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let load_s = t_load.elapsed().as_secs_f64();
     mem.sample();
 
-    // Under a budget the plan reserves activations for at most this many prefill
-    // tokens per forward; larger chunks are cut to it (same output, bounded memory),
-    // and the model's scratch arena is sized exactly as the plan counts it.
-    let want = if a.prefill_chunk == 0 {
-        prompt.len()
-    } else {
-        a.prefill_chunk
-    };
-    let (prefill_chunk, arena_chunk) = match budget {
-        Some(_) => {
-            let cap = memdial::store::plan::planned_prefill_chunk(max_context);
-            // Say so only when it changes how this prompt is cut.
-            if want.min(prompt.len()) > cap {
-                eprintln!(
-                    "note: --prefill-chunk {want} capped at {cap} (the plan's activation reserve)"
-                );
-            }
-            (want.min(cap), cap)
-        }
-        None => (a.prefill_chunk, want.min(prompt.len()).max(1)),
-    };
     let mut state = model.new_state_with_chunk(max_context, arena_chunk);
     let params = GenerateParams {
         max_tokens: a.max_tokens,
