@@ -28,6 +28,7 @@
 //! - [`units`]: byte sizes (`512MiB`) parsed and printed.
 
 pub mod arena;
+pub mod batch;
 pub mod chat;
 pub mod checkpoint;
 pub mod config;
