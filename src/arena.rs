@@ -119,8 +119,8 @@ impl Dims {
         Dims::for_run(cfg, chunk, 1, chunk)
     }
 
-    /// The widths of `cfg` for forwards of up to `chunk` tokens (`chunk` 0 counts as
-    /// 1) on `threads` kernel threads (0 counts as 1), with up to `max_context`
+    /// The widths of `cfg` for forwards of up to `chunk` tokens (0 counts as one)
+    /// on `threads` kernel threads (0 counts as one), with up to `max_context`
     /// positions in the MLA caches.
     pub fn for_run(cfg: &ModelConfig, chunk: usize, threads: usize, max_context: usize) -> Dims {
         Dims::for_batch(cfg, chunk, threads, max_context, 1)
