@@ -267,6 +267,10 @@ fn a_batch_step_reads_the_trunk_once() {
         let after = s.metrics();
         assert_eq!(toks.len(), MAX_BATCH, "every sequence decoded a token");
         assert_eq!(
+            after.activation_bytes, p.activation_bytes,
+            "{io:?}: the store accounts the batch's arena as planned"
+        );
+        assert_eq!(
             after.trunk_bytes_read - before.trunk_bytes_read,
             single_step,
             "{io:?}: 8 sequences read the trunk once"
