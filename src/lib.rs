@@ -31,6 +31,7 @@
 //! - [`budget`]: budget expressions (`25%`, `2x floor`) bounded and resolved without overflow.
 
 pub mod arena;
+pub mod batch;
 pub mod budget;
 pub mod chat;
 pub mod checkpoint;
