@@ -24,7 +24,7 @@ use memdial::units::fmt_bytes;
 use crate::export;
 use crate::iobench::charts::write_chart;
 use crate::iobench::report::{markdown, save_rows, Meta, PatternInfo};
-use crate::sweep::host::Host;
+use crate::sweep::record::host::Host;
 use crate::sweep::util::{utc_now_dirname, utc_now_rfc3339};
 
 /// Default parent of run directories.

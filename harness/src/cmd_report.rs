@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 
 use crate::args::{as_usage, usage};
-use crate::sweep::merge::{copy_spec, merge};
-use crate::sweep::report::write_all;
+use crate::sweep::record::merge::{copy_spec, merge};
+use crate::sweep::write::report::write_all;
 
 /// Arguments of `memdial report`.
 #[derive(clap::Args, Debug)]

@@ -194,16 +194,6 @@ fn write_logits(path: &Path, data: &[f32], vocab: usize) -> Result<()> {
     }
 }
 
-fn percentile(v: &[f64], q: f64) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let idx = ((s.len() - 1) as f64 * q).round() as usize;
-    Some(s[idx])
-}
-
 /// Runs `memdial run`.
 pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let t_load = Instant::now();
@@ -401,7 +391,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             ttft_s: Some(out.ttft_s),
             decode_s_per_token: out.decode_s.clone(),
             decode_s_per_token_median: (steps > 0).then(|| out.decode_median_s()),
-            decode_s_per_token_p90: percentile(&out.decode_s, 0.9),
+            decode_s_per_token_p90: crate::stats::percentile(&out.decode_s, 0.9),
             tokens_per_s: (decode_total > 0.0).then(|| steps as f64 / decode_total),
             bytes_read_total: Some(if streamed {
                 (m.bytes_read + m.load_bytes_read) as f64

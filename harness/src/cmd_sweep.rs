@@ -15,16 +15,16 @@ use memdial::checkpoint::Checkpoint;
 use memdial::store::plan::parse_size;
 
 use crate::args::{as_usage, usage};
-use crate::sweep::baseline;
-use crate::sweep::cgroup::{self, Support};
 use crate::sweep::engines::{self, Registry};
-use crate::sweep::execute::{outcome_label, run_label, RunEnv};
-use crate::sweep::points::Points;
-use crate::sweep::report::{write_all, Baseline, Meta};
-use crate::sweep::row::Row;
-use crate::sweep::rundir;
-use crate::sweep::runner::run_binary;
+use crate::sweep::record::baseline;
+use crate::sweep::record::row::Row;
+use crate::sweep::record::rundir;
+use crate::sweep::run::cgroup::{self, Support};
+use crate::sweep::run::execute::{outcome_label, run_label, RunEnv};
+use crate::sweep::run::points::Points;
+use crate::sweep::run::runner::run_binary;
 use crate::sweep::spec::{RunSlot, Shard, Spec, DEFAULT_SPEC};
+use crate::sweep::write::report::{write_all, Baseline, Meta};
 
 /// Default model directory (generated with the `mini` preset when missing).
 pub const DEFAULT_MODEL: &str = "fixtures/models/mini";
@@ -279,7 +279,9 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     let out = rundir::choose_out(a.out.as_deref(), Path::new(DEFAULT_REPORTS));
     let _lock = rundir::lock(&out)?;
     let argv: Vec<String> = std::env::args().collect();
-    crate::sweep::interrupt::install(&crate::sweep::interrupt::resume_command(&argv, &out));
+    crate::sweep::run::interrupt::install(&crate::sweep::run::interrupt::resume_command(
+        &argv, &out,
+    ));
     let stale = rundir::clean_stale(&out);
     if stale > 0 && !a.check {
         eprintln!("note: removed {stale} stale temporary file(s) of an interrupted sweep");
@@ -293,7 +295,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         points_total,
     };
     let (mut meta, mut rows) = rundir::open(&out, &id, &points.shard_files, inp.probe_bytes)?;
-    meta.results_schema = Some(crate::sweep::row::RESULTS_SCHEMA);
+    meta.results_schema = Some(crate::sweep::record::row::RESULTS_SCHEMA);
     meta.model_content_hash = Some(inp.content_hash.clone());
     meta.cgroup = match &inp.cg_support {
         None => "off (--no-cgroup: engine accounting only, page cache unchecked)".into(),
@@ -306,7 +308,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     // most the same spec.toml, which a new sweep accepts (see rundir::open).
     meta.save(&out)?;
     if !out.join("spec.toml").exists() {
-        crate::sweep::util::write_atomic(&out.join("spec.toml"), inp.spec_text.as_bytes())?;
+        crate::export::write_atomic(&out.join("spec.toml"), inp.spec_text.as_bytes())?;
     }
     if a.out.is_none() {
         crate::export::update_latest(Path::new(DEFAULT_REPORTS), "latest", &out);

@@ -23,6 +23,7 @@ mod cmd_tokenize;
 mod convert;
 mod export;
 mod iobench;
+mod stats;
 mod sweep;
 
 /// Run giant MoE models in a memory budget, and measure the trade.

@@ -427,12 +427,11 @@ fn circles(g: &Graph) -> Vec<Vec<Module>> {
         t.next += 1;
         t.stack.push(v.clone());
         t.on.insert(v.clone());
-        let succ: Vec<Module> = t
-            .g
-            .edges
-            .get(v)
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default();
+        let succ: Vec<Module> =
+            t.g.edges
+                .get(v)
+                .map(|s| s.iter().cloned().collect())
+                .unwrap_or_default();
         for w in succ {
             if !t.index.contains_key(&w) {
                 visit(t, &w);

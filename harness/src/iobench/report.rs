@@ -10,7 +10,7 @@ use memdial::units::fmt_bytes;
 use serde::Serialize;
 
 use crate::export;
-use crate::sweep::host::Host;
+use crate::sweep::record::host::Host;
 
 /// Environment and settings of a run (`iobench.json`).
 #[derive(Debug, Serialize)]

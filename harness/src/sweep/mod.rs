@@ -18,27 +18,10 @@
 //! - [`host`]: machine and storage facts;
 //! - [`engines`]: other engines on the same points (the `engines` axis).
 
-pub mod baseline;
-pub mod bootstrap;
-pub mod cgroup;
-pub mod charts;
-pub mod coldcache;
-pub mod compare;
+pub mod analysis;
 pub mod engines;
-pub mod execute;
-pub mod host;
-pub mod interrupt;
-pub mod memwatch;
-pub mod merge;
-mod metric_chart;
-pub mod points;
-pub mod recommend;
-pub mod report;
-pub mod row;
-pub mod rundir;
-pub mod runner;
+pub mod record;
+pub mod run;
 pub mod spec;
-pub mod stats;
-pub mod ttft_chart;
 pub mod util;
-pub mod verdict;
+pub mod write;

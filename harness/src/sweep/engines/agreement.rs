@@ -1,7 +1,7 @@
 //! The cross-engine verdict: each engine's output ids against the reference
 //! engine's, per (prompt, max_tokens), and the engine × engine agreement table.
 //!
-//! Within an engine the verdict of [`crate::sweep::verdict`] holds (every run of
+//! Within an engine the verdict of [`crate::sweep::analysis::verdict`] holds (every run of
 //! the engine gives the same ids). Across engines, each engine's reference ids (its
 //! group's majority) are compared with the reference engine's: identical, or the
 //! first differing position with both ids. Where the reference engine's logits
@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use super::engine_or_default;
 use super::registry::EngineMeta;
-use crate::sweep::row::Row;
-use crate::sweep::verdict::{first_difference, Verdict};
+use crate::sweep::analysis::verdict::{first_difference, Verdict};
+use crate::sweep::record::row::Row;
 
 /// Largest top-2 logit margin of the reference that counts as a near-tie, in logit
 /// units. Chosen from the measured spread between float32 engines on `mini`: their
@@ -281,8 +281,8 @@ impl CrossEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sweep::analysis::verdict::verdict;
     use crate::sweep::util::ids_sha256;
-    use crate::sweep::verdict::verdict;
 
     fn row(engine: &str, point: usize, ids: &[u32]) -> Row {
         Row {

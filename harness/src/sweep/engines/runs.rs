@@ -74,8 +74,8 @@ pub fn finish_run(
     reg: &Registry,
     e: &Engine,
     c: &RunCtx,
-    o: &mut crate::sweep::runner::RunOutcome,
-    row: &mut crate::sweep::row::Row,
+    o: &mut crate::sweep::run::runner::RunOutcome,
+    row: &mut crate::sweep::record::row::Row,
     in_cgroup: bool,
 ) {
     row.budget_held_by = Some(

@@ -1,6 +1,6 @@
 //! `--baseline OLD/results.csv --max-regression 25%`: fail when a point is slower
 //! than in the baseline by more than the tolerance **and** the slowdown is
-//! significant under the method of [`super::bootstrap`].
+//! significant under the method of [`crate::sweep::analysis::bootstrap`].
 //!
 //! The baseline's run directory must hold its `sweep.json` next to `results.csv`.
 //! It is refused (usage error, exit 2) when its results schema, spec or model
@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use super::bootstrap::{ratio, Ratio, Run};
-use super::report::Meta;
 use super::row::{Row, RESULTS_SCHEMA};
+use crate::sweep::analysis::bootstrap::{ratio, Ratio, Run};
+use crate::sweep::write::report::Meta;
 
 /// Parses a tolerance: `25%` or `0.25` → 0.25.
 pub fn parse_tolerance(s: &str) -> Result<f64> {
@@ -231,8 +231,8 @@ pub fn compare(path: &Path, base: &Runs, rows: &[Row], tolerance: f64) -> Compar
         };
         let change = r.ratio - 1.0;
         let meds = |rs: &[Run]| {
-            let m: Vec<f64> = rs.iter().filter_map(|x| super::util::median(x)).collect();
-            super::util::median(&m).unwrap_or(f64::NAN)
+            let m: Vec<f64> = rs.iter().filter_map(|x| crate::stats::median(x)).collect();
+            crate::stats::median(&m).unwrap_or(f64::NAN)
         };
         compared.push(Compared {
             point_index: idx,

@@ -263,7 +263,7 @@ impl Row {
         self.engine_schema_version = f.schema_version;
         self.metrics = f.metrics;
         if self.decode_s_per_token_median.is_none() && !self.decode_s_per_token.is_empty() {
-            self.metrics.decode_s_per_token_median = super::util::median(&self.decode_s_per_token);
+            self.metrics.decode_s_per_token_median = crate::stats::median(&self.decode_s_per_token);
             self.metric_sources
                 .insert("decode_s_per_token_median".into(), Source::Harness);
         }
@@ -280,7 +280,7 @@ impl Row {
 
     /// Records the harness's memory samples and decides `over_budget` (call after
     /// [`Row::fill_metrics`], so the engine's anonymous peak is known).
-    pub fn fill_memory(&mut self, m: &super::memwatch::MemSamples, slack: u64) {
+    pub fn fill_memory(&mut self, m: &crate::sweep::run::memwatch::MemSamples, slack: u64) {
         self.cgroup_slack_bytes = Some(slack);
         self.memory_samples = Some(m.samples);
         self.rss_anon_peak_sampled_bytes = Some(m.anon_peak_bytes);
@@ -297,7 +297,7 @@ impl Row {
             .zip(self.page_cache_resident_bytes_end)
             .map(|(a, p)| a + p);
         self.over_budget = self.status == "ok"
-            && super::memwatch::over_budget(
+            && crate::sweep::run::memwatch::over_budget(
                 self.cgroup_enforced,
                 &[
                     self.anon_plus_page_cache_peak_bytes,

@@ -9,13 +9,13 @@ use anyhow::{Context, Result};
 use memdial::store::plan::fmt_bytes;
 use serde::{Deserialize, Serialize};
 
-use super::baseline::Comparison;
-use super::host::Host;
-use super::row::Row;
-use super::spec::Shard;
-use super::stats::{per_point, PointStats};
-use super::util::utc_now_rfc3339;
-use super::verdict::{short, verdict, Verdict};
+use crate::sweep::analysis::stats::{per_point, PointStats};
+use crate::sweep::analysis::verdict::{short, verdict, Verdict};
+use crate::sweep::record::baseline::Comparison;
+use crate::sweep::record::host::Host;
+use crate::sweep::record::row::Row;
+use crate::sweep::spec::Shard;
+use crate::sweep::util::utc_now_rfc3339;
 
 /// `sweep.json`: what a run directory holds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -51,7 +51,7 @@ pub struct Meta {
     pub memdial_version: String,
     /// Command line.
     pub command: String,
-    /// [`super::row::RESULTS_SCHEMA`] of the results (absent before version 2).
+    /// [`crate::sweep::record::row::RESULTS_SCHEMA`] of the results (absent before version 2).
     #[serde(default)]
     pub results_schema: Option<u32>,
     /// [`memdial::checkpoint::model_content_hash`] of the model.
@@ -59,7 +59,7 @@ pub struct Meta {
     pub model_content_hash: Option<String>,
     /// The engines of the sweep (empty for memdial-only sweeps).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub engines: Vec<super::engines::registry::EngineMeta>,
+    pub engines: Vec<crate::sweep::engines::registry::EngineMeta>,
 }
 
 impl Meta {
@@ -93,7 +93,7 @@ pub struct Baseline {
     /// The baseline `results.csv`.
     pub path: std::path::PathBuf,
     /// Median s/token per point key.
-    pub runs: super::baseline::Runs,
+    pub runs: crate::sweep::record::baseline::Runs,
     /// Allowed slow-down (0.25 = 25 %).
     pub tolerance: f64,
 }
@@ -106,24 +106,25 @@ pub fn write_all(
     rows: &[Row],
     baseline: Option<&Baseline>,
 ) -> Result<(Verdict, Option<Comparison>)> {
-    super::row::save(dir, rows)?;
+    crate::sweep::record::row::save(dir, rows)?;
     let mut v = verdict(rows).with_planned(meta.runs_planned);
     if !meta.engines.is_empty() {
-        let margins: super::engines::agreement::Margins =
+        let margins: crate::sweep::engines::agreement::Margins =
             std::fs::read_to_string(dir.join("engines").join("margins.json"))
                 .ok()
                 .and_then(|t| serde_json::from_str(&t).ok())
                 .unwrap_or_default();
-        let c = super::engines::agreement::cross(&v, rows, &meta.engines, &margins);
+        let c = crate::sweep::engines::agreement::cross(&v, rows, &meta.engines, &margins);
         v.pass &= c.pass;
         v.engines = Some(c);
     }
     let stats = per_point(rows);
-    let cmp = baseline.map(|b| super::baseline::compare(&b.path, &b.runs, rows, b.tolerance));
+    let cmp = baseline
+        .map(|b| crate::sweep::record::baseline::compare(&b.path, &b.runs, rows, b.tolerance));
     let baseline = cmp.as_ref();
-    let rec = super::recommend::recommend(
+    let rec = crate::sweep::analysis::recommend::recommend(
         &reference_stats(&stats, meta),
-        &super::stats::point_runs(rows),
+        &crate::sweep::analysis::stats::point_runs(rows),
     );
     let ratios = engine_ratios(&stats, rows, meta);
     let mut vj = serde_json::to_value(&v)?;
@@ -155,7 +156,7 @@ fn reference_stats(stats: &[PointStats], meta: &Meta) -> Vec<PointStats> {
         None => stats.to_vec(),
         Some(r) => stats
             .iter()
-            .filter(|p| super::engines::engine_or_default(&p.engine) == r.name)
+            .filter(|p| crate::sweep::engines::engine_or_default(&p.engine) == r.name)
             .cloned()
             .collect(),
     }
@@ -166,11 +167,11 @@ fn engine_ratios(
     stats: &[PointStats],
     rows: &[Row],
     meta: &Meta,
-) -> Vec<super::engines::ratio::EngineRatio> {
+) -> Vec<crate::sweep::engines::ratio::EngineRatio> {
     match meta.engines.iter().find(|e| e.reference) {
-        Some(r) if meta.engines.len() > 1 => super::engines::ratio::against_reference(
+        Some(r) if meta.engines.len() > 1 => crate::sweep::engines::ratio::against_reference(
             stats,
-            &super::stats::point_runs(rows),
+            &crate::sweep::analysis::stats::point_runs(rows),
             &r.name,
         ),
         _ => vec![],
@@ -217,11 +218,11 @@ pub fn markdown(
             "> **Partial report:** {done} of {planned_runs} runs finished. Re-run the same command with `--out` set to this directory to complete it.\n"
         );
     }
-    let rec = super::recommend::recommend(
+    let rec = crate::sweep::analysis::recommend::recommend(
         &reference_stats(stats, meta),
-        &super::stats::point_runs(rows),
+        &crate::sweep::analysis::stats::point_runs(rows),
     );
-    s += &rec.markdown(&|spec, bytes| super::spec::budget_label(spec, bytes));
+    s += &rec.markdown(&|spec, bytes| crate::sweep::spec::budget_label(spec, bytes));
     let _ = writeln!(s, "## Verdict\n\n**{}**\n", v.one_line());
     let diff = v.differing_points();
     if !diff.is_empty() {
@@ -295,7 +296,8 @@ pub fn markdown(
         }
         s.push('\n');
         if let Some(r) = meta.engines.iter().find(|e| e.reference) {
-            s += &super::engines::ratio::markdown(&engine_ratios(stats, rows, meta), &r.name);
+            s +=
+                &crate::sweep::engines::ratio::markdown(&engine_ratios(stats, rows, meta), &r.name);
         }
     }
 
@@ -364,14 +366,14 @@ pub fn markdown(
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for p in stats {
-        let budget = super::spec::budget_label(&p.budget_spec, p.budget_bytes);
+        let budget = crate::sweep::spec::budget_label(&p.budget_spec, p.budget_bytes);
         // Several engines: the engine is named with the point.
         let budget = if meta.engines.is_empty() {
             budget
         } else {
             format!(
                 "{budget} · {}",
-                super::engines::engine_or_default(&p.engine)
+                crate::sweep::engines::engine_or_default(&p.engine)
             )
         };
         if let Some(why) = &p.not_applicable {
@@ -484,8 +486,8 @@ pub fn markdown(
         }
     }
 
-    let runs = super::stats::point_runs(rows);
-    let cmps = super::compare::same_budget(stats, &runs);
+    let runs = crate::sweep::analysis::stats::point_runs(rows);
+    let cmps = crate::sweep::analysis::compare::same_budget(stats, &runs);
     if !cmps.is_empty() {
         let _ = writeln!(
             s,

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::row::Row;
+use crate::sweep::record::row::Row;
 
 /// A run whose output differs from its group's reference.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -122,7 +122,9 @@ pub fn verdict(rows: &[Row]) -> Verdict {
                     .or_default()
                     .push(r);
                 if let Some(h) = &r.output_ids_sha256 {
-                    if !r.output_ids.is_empty() && *h != super::util::ids_sha256(&r.output_ids) {
+                    if !r.output_ids.is_empty()
+                        && *h != crate::sweep::util::ids_sha256(&r.output_ids)
+                    {
                         hash_inconsistent.push(r.run_id.clone());
                     }
                 }

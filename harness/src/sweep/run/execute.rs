@@ -9,13 +9,13 @@ use memdial::store::plan::fmt_bytes;
 
 use super::cgroup::{self, Mode, RunCgroup};
 use super::coldcache::make_cold;
-use super::engines::{self, Registry};
-use super::host::Host;
 use super::points::Resolved;
-use super::row::Row;
 use super::runner::RunRequest;
-use super::spec::{Point, RunSlot, Spec};
-use super::util::utc_now_rfc3339;
+use crate::sweep::engines::{self, Registry};
+use crate::sweep::record::host::Host;
+use crate::sweep::record::row::Row;
+use crate::sweep::spec::{Point, RunSlot, Spec};
+use crate::sweep::util::utc_now_rfc3339;
 
 /// What every run of one sweep invocation shares.
 pub struct RunEnv<'a> {
@@ -59,7 +59,7 @@ pub fn run_label(slot: &RunSlot, budget_bytes: u64) -> String {
         } else {
             String::new()
         },
-        super::spec::budget_label(&slot.point.budget_spec, budget_bytes),
+        crate::sweep::spec::budget_label(&slot.point.budget_spec, budget_bytes),
         slot.point.io,
         slot.point.prefetch,
         slot.point.cache,

@@ -3,7 +3,7 @@
 //! (with host facts and a cold bandwidth probe) when empty.
 //!
 //! Crash safety: every file is written atomically (temporary + rename, see
-//! [`super::util::write_atomic`]), `sweep.json` before `spec.toml`, so a sweep
+//! [`crate::export::write_atomic`]), `sweep.json` before `spec.toml`, so a sweep
 //! killed at any moment leaves a directory that is either resumable or holds only
 //! this module's own files (lock, stale temporaries, the same `spec.toml`), which
 //! count as empty.
@@ -17,10 +17,10 @@ use anyhow::{Context, Result};
 use crate::args::{as_usage, usage};
 
 use super::host::Host;
-use super::report::Meta;
 use super::row::{self, Row};
-use super::spec::{Shard, Spec};
-use super::util::{utc_now_dirname, utc_now_rfc3339};
+use crate::sweep::spec::{Shard, Spec};
+use crate::sweep::util::{utc_now_dirname, utc_now_rfc3339};
+use crate::sweep::write::report::Meta;
 
 /// The lock file in a run directory (holds the pid of the sweep that holds the lock).
 pub const LOCK_FILE: &str = ".lock";

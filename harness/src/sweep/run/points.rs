@@ -12,8 +12,10 @@ use memdial::store::plan::{plan_unchecked, Prefetch};
 
 use crate::args::as_usage;
 
-use super::engines::Registry;
-use super::spec::{BudgetExpr, Point, PromptSpec, RunSlot, Shard, Spec, DEFAULT_PLAN_CONTEXT};
+use crate::sweep::engines::Registry;
+use crate::sweep::spec::{
+    BudgetExpr, Point, PromptSpec, RunSlot, Shard, Spec, DEFAULT_PLAN_CONTEXT,
+};
 
 /// A point with its budget resolved against the plan.
 pub struct Resolved {

@@ -1,31 +1,14 @@
-//! Charts (plotters, SVG + PNG): the memory/speed curve and the IO chart.
-//!
-//! Text is drawn with the DejaVu Sans font embedded in the binary and registered
-//! as `sans-serif` (plotters' `ab_glyph` backend never reads system fonts), so the
-//! charts render on headless machines without fontconfig.
+//! Charts (plotters, SVG + PNG): the memory/speed curve and the IO chart, written
+//! through [`crate::export::write_chart`] (which registers the embedded font).
 
 use std::path::Path;
-use std::sync::Once;
 
 use anyhow::{anyhow, Result};
 use memdial::store::plan::fmt_bytes;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::stats::PointStats;
-
-static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
-
-/// Registers the embedded font as `sans-serif` (idempotent). Must run before any
-/// chart is drawn, for SVG too (plotters needs the metrics to lay text out).
-pub fn register_font() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
-            .map_err(|_| ())
-            .expect("embedded DejaVuSans.ttf is a valid font");
-    });
-}
+use crate::sweep::analysis::stats::PointStats;
 
 /// Tableau-10 colours.
 pub(super) const COLORS: [RGBColor; 10] = [
@@ -96,8 +79,8 @@ pub(super) fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Seri
                 io: s.io.clone(),
                 rest,
                 // memdial's floor; other engines have none of their own here.
-                floor: if super::engines::engine_or_default(&s.engine)
-                    == super::engines::DEFAULT_ENGINE
+                floor: if crate::sweep::engines::engine_or_default(&s.engine)
+                    == crate::sweep::engines::DEFAULT_ENGINE
                 {
                     s.floor_bytes as f64
                 } else {

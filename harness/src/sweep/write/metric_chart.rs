@@ -13,7 +13,7 @@ use super::charts::{
     empty, fmt_tick_bytes, format_secs, legend, marker, pe, series, whisker, x_range, Series, CAP,
     COLORS,
 };
-use super::stats::PointStats;
+use crate::sweep::analysis::stats::PointStats;
 
 /// A figure drawn against the budget and how its chart is laid out.
 pub(super) struct Metric {

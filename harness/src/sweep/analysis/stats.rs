@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::bootstrap::{interval, Run};
-use super::row::Row;
-use super::util::{median, min_max};
+use crate::stats::{median, min_max};
+use crate::sweep::record::row::Row;
 
 /// Medians (and the spread of s/token) of one point.
 #[derive(Debug, Clone, Serialize, PartialEq)]
