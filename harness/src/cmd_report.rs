@@ -89,7 +89,7 @@ fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
     copy_spec(&a.dirs[0], &out)?;
     meta.save(&out)?;
     let (v, _) = write_all(&out, &meta, &rows, None)?;
-    let complete = v.complete && missing.is_empty();
+    let complete = v.complete() && missing.is_empty();
     let mut line = v.one_line();
     if !missing.is_empty() {
         line += &format!("; incomplete: shard(s) {} missing", missing.join(", "));

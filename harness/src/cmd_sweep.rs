@@ -15,16 +15,18 @@ use memdial::checkpoint::Checkpoint;
 use memdial::store::plan::parse_size;
 
 use crate::args::{as_usage, usage};
-use crate::sweep::engines::{self, Registry};
+use crate::sweep::engines::{self, registry::Registry};
 use crate::sweep::record::baseline;
+use crate::sweep::record::baseline::Baseline;
 use crate::sweep::record::row::Row;
 use crate::sweep::record::rundir;
+use crate::sweep::record::rundir::Meta;
 use crate::sweep::run::cgroup::{self, Support};
 use crate::sweep::run::execute::{outcome_label, run_label, RunEnv};
 use crate::sweep::run::points::Points;
 use crate::sweep::run::runner::run_binary;
 use crate::sweep::spec::{RunSlot, Shard, Spec, DEFAULT_SPEC};
-use crate::sweep::write::report::{write_all, Baseline, Meta};
+use crate::sweep::write::report::write_all;
 
 /// Default model directory (generated with the `mini` preset when missing).
 pub const DEFAULT_MODEL: &str = "fixtures/models/mini";
@@ -431,7 +433,7 @@ fn finish(
     t_start: Instant,
 ) -> Result<ExitCode> {
     let (v, cmp) = write_all(out, meta, rows, base)?;
-    let complete = v.complete
+    let complete = v.complete()
         && slots
             .iter()
             .all(|s| rows.iter().any(|r| r.run_id == s.run_id()));

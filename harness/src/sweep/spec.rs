@@ -99,10 +99,10 @@ pub struct Spec {
 }
 
 fn d_engines() -> Vec<String> {
-    vec![super::engines::DEFAULT_ENGINE.into()]
+    vec![super::engines::def::DEFAULT_ENGINE.into()]
 }
 fn is_default_engines(v: &[String]) -> bool {
-    v.len() == 1 && v[0] == super::engines::DEFAULT_ENGINE
+    v.len() == 1 && v[0] == super::engines::def::DEFAULT_ENGINE
 }
 
 fn d_io() -> Vec<String> {
@@ -379,7 +379,11 @@ impl Spec {
             bail!("timeout_s must be positive");
         }
         parse_size(&self.cgroup_slack).context("invalid cgroup_slack")?;
-        super::engines::registry::validate(self)?;
+        super::engines::resolve::validate(
+            &self.engines,
+            self.reference_engine.as_deref(),
+            &self.engine,
+        )?;
         for p in &self.prompts {
             if let PromptSpec::File { file } = p {
                 if !file.is_file() {

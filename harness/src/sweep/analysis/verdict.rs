@@ -57,6 +57,9 @@ pub struct Group {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Verdict {
     /// True when the sweep is complete, every finished run matches and none failed.
+    /// (Not serialised here: `verdict.json`'s `pass` is the layered verdict's, which
+    /// also counts checks layered over this one, e.g. the cross-engine agreement.)
+    #[serde(skip)]
     pub pass: bool,
     /// Every planned run has a row (finished, failed or below the floor); an
     /// incomplete sweep never passes. Set by [`Verdict::with_planned`].
@@ -87,9 +90,6 @@ pub struct Verdict {
     /// Points an engine cannot run (`n/a` rows: point key and reason).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub not_applicable: Vec<(String, String)>,
-    /// The cross-engine verdict (sweeps with several engines).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub engines: Option<crate::sweep::engines::agreement::CrossEngine>,
 }
 
 /// Position where `a` and `b` first differ (`None` when equal).
@@ -208,7 +208,6 @@ pub fn verdict(rows: &[Row]) -> Verdict {
         points: points.len(),
         over_budget,
         not_applicable,
-        engines: None,
     }
 }
 
@@ -240,7 +239,11 @@ impl Verdict {
 
     /// One line: `PASS: 30 runs at 10 points, output ids sha256 3f2a9c…` or
     /// `FAIL: …` naming the differing points, the first differing position and ids.
-    pub fn one_line(&self) -> String {
+    ///
+    /// `layer` is a check layered over this verdict, `(pass, its line)`, e.g. the
+    /// cross-engine agreement: a failed layer turns `PASS` into `FAIL`; its line
+    /// follows the ids part.
+    pub fn one_line(&self, layer: Option<(bool, String)>) -> String {
         let mut l = if self.complete {
             self.ids_line()
         } else {
@@ -264,13 +267,13 @@ impl Verdict {
                 self.runs_done, self.runs_planned
             )
         };
-        if let Some(c) = &self.engines {
-            if !c.pass {
+        if let Some((pass, line)) = layer {
+            if !pass {
                 if let Some(rest) = l.strip_prefix("PASS: ") {
                     l = format!("FAIL: {rest}");
                 }
             }
-            l += &format!("; {}", c.one_line());
+            l += &format!("; {line}");
         }
         if !self.not_applicable.is_empty() {
             l += &format!(
@@ -401,8 +404,8 @@ mod tests {
             row(2, 0, &[1, 2, 3]),
         ];
         let v = verdict(&rows);
-        assert!(v.pass, "{}", v.one_line());
-        assert!(v.one_line().starts_with("PASS: 3 runs at 3 points"));
+        assert!(v.pass, "{}", v.one_line(None));
+        assert!(v.one_line(None).starts_with("PASS: 3 runs at 3 points"));
         let rows = vec![
             row(0, 0, &[1, 9, 3]),
             row(1, 0, &[1, 2, 3]),
@@ -416,7 +419,7 @@ mod tests {
             (m.first_diff_position, m.expected_id, m.got_id),
             (Some(1), Some(2), Some(9))
         );
-        assert!(v.one_line().contains("p0 [k0]"), "{}", v.one_line());
+        assert!(v.one_line(None).contains("p0 [k0]"), "{}", v.one_line(None));
     }
 
     #[test]
@@ -428,7 +431,7 @@ mod tests {
         bad.error = Some("boom".into());
         let v = verdict(&[row(0, 0, &[1]), bad]);
         assert!(!v.pass);
-        assert!(v.one_line().contains("boom"));
+        assert!(v.one_line(None).contains("boom"));
         let mut skipped = row(2, 0, &[]);
         skipped.status = "below_floor".into();
         assert!(verdict(&[row(0, 0, &[1]), skipped]).pass);

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::engine_or_default;
+use super::def::engine_or_default;
 use super::registry::EngineMeta;
 use crate::sweep::analysis::verdict::{first_difference, Verdict};
 use crate::sweep::record::row::Row;
@@ -99,7 +99,7 @@ pub fn cross(v: &Verdict, rows: &[Row], engines: &[EngineMeta], margins: &Margin
         .iter()
         .find(|e| e.reference)
         .map(|e| e.name.clone())
-        .unwrap_or_else(|| super::DEFAULT_ENGINE.to_string());
+        .unwrap_or_else(|| super::def::DEFAULT_ENGINE.to_string());
     let mut prompts: Vec<(usize, usize)> = ids.keys().map(|k| (k.1, k.2)).collect();
     prompts.sort();
     prompts.dedup();
@@ -318,7 +318,7 @@ mod tests {
             row("b", 2, &[1, 5, 3]),
         ];
         let v = verdict(&rows);
-        assert!(v.pass, "within-engine verdict: {}", v.one_line());
+        assert!(v.pass, "within-engine verdict: {}", v.one_line(None));
         let engines = [
             meta("memdial", true, true),
             meta("a", false, true),

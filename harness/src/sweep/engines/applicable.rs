@@ -2,7 +2,8 @@
 //! engines under the model size, IO modes and prefetch policies it lacks.
 
 use super::def::EngineDef;
-use super::registry::{uses, Engine, Registry};
+use super::def::{uses, K3C_OVERHEAD_BYTES};
+use super::registry::{Engine, Registry};
 use crate::sweep::spec::{Point, Spec};
 
 impl Registry {
@@ -93,11 +94,6 @@ impl Registry {
         }
     }
 }
-
-/// kimi-k3-in-c's memory outside its trunk ring and expert cache (binary, KV and
-/// state buffers, allocator), bytes: ≈144 MB, measured on `mini` by hand (peak RSS
-/// with --trunk-gb 0 --cache-gb 0, see the README).
-pub const K3C_OVERHEAD_BYTES: u64 = 144_000_000;
 
 /// Memory a resident-only engine needs: model bytes × `resident_factor` +
 /// `runtime_overhead`, bytes.

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::engine_or_default;
+use super::def::engine_or_default;
 use crate::sweep::analysis::bootstrap::{ratio, Ratio, Run};
 use crate::sweep::analysis::stats::PointStats;
 

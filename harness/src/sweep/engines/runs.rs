@@ -5,8 +5,9 @@ use std::path::Path;
 
 use anyhow::Result;
 
+use super::def::uses;
 use super::def::BudgetHold;
-use super::registry::{uses, Engine, Registry, RunCtx};
+use super::registry::{Engine, Registry, RunCtx};
 use crate::sweep::spec::{Point, Spec};
 
 /// Prompt ids of every prompt of `spec` (text tokenized with the model's tokenizer,

@@ -15,8 +15,8 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use super::row::{Row, RESULTS_SCHEMA};
+use super::rundir::Meta;
 use crate::sweep::analysis::bootstrap::{ratio, Ratio, Run};
-use crate::sweep::write::report::Meta;
 
 /// Parses a tolerance: `25%` or `0.25` → 0.25.
 pub fn parse_tolerance(s: &str) -> Result<f64> {
@@ -250,6 +250,16 @@ pub fn compare(path: &Path, base: &Runs, rows: &[Row], tolerance: f64) -> Compar
         compared,
         missing,
     }
+}
+
+/// A loaded baseline: its path, runs by match key and the tolerance.
+pub struct Baseline {
+    /// The baseline `results.csv`.
+    pub path: std::path::PathBuf,
+    /// Median s/token per point key.
+    pub runs: Runs,
+    /// Allowed slow-down (0.25 = 25 %).
+    pub tolerance: f64,
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 
 use super::row::Row;
-use crate::sweep::write::report::Meta;
+use super::rundir::Meta;
 
 /// The model identity of a directory: its [`memdial::checkpoint::model_content_hash`]
 /// (recorded in `sweep.json`), or for directories written before it was recorded,

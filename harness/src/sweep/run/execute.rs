@@ -11,7 +11,7 @@ use super::cgroup::{self, Mode, RunCgroup};
 use super::coldcache::make_cold;
 use super::points::Resolved;
 use super::runner::RunRequest;
-use crate::sweep::engines::{self, Registry};
+use crate::sweep::engines::{self, registry::Registry};
 use crate::sweep::record::host::Host;
 use crate::sweep::record::row::Row;
 use crate::sweep::spec::{Point, RunSlot, Spec};
@@ -148,7 +148,7 @@ impl RunEnv<'_> {
             .ok_or_else(|| anyhow::anyhow!("engine {:?} is not in the spec", slot.point.engine))?;
         let run_dir = self.out.join("runs").join(slot.dir_name());
         let ids = &self.prompt_ids[slot.point.prompt_index];
-        let ext_ctx = engines::RunCtx {
+        let ext_ctx = engines::registry::RunCtx {
             model_dir: self.model,
             prompt_ids: ids,
             point: &slot.point,

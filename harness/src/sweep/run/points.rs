@@ -12,7 +12,7 @@ use memdial::store::plan::{plan_unchecked, Prefetch};
 
 use crate::args::as_usage;
 
-use crate::sweep::engines::Registry;
+use crate::sweep::engines::registry::Registry;
 use crate::sweep::spec::{
     BudgetExpr, Point, PromptSpec, RunSlot, Shard, Spec, DEFAULT_PLAN_CONTEXT,
 };

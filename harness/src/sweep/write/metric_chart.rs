@@ -9,7 +9,7 @@ use memdial::store::plan::fmt_bytes;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::charts::{
+use super::chart_parts::{
     empty, fmt_tick_bytes, format_secs, legend, marker, pe, series, whisker, x_range, Series, CAP,
     COLORS,
 };

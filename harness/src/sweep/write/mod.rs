@@ -4,6 +4,7 @@
 //! - [`report`]: `verdict.json` and `report.md`;
 //! - [`charts`], [`metric_chart`], [`ttft_chart`]: `curve.*`, `io.*`, `ttft.*`.
 
+mod chart_parts;
 pub mod charts;
 mod metric_chart;
 pub mod report;
