@@ -347,7 +347,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     // Finished runs are kept; failed ones are run again.
     let finished: HashSet<String> = rows
         .iter()
-        .filter(|r| matches!(r.status.as_str(), "ok" | "below_floor" | "n/a"))
+        .filter(|r| r.status.is_settled())
         .map(|r| r.run_id.clone())
         .collect();
     let todo: Vec<&RunSlot> = slots

@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::bootstrap::{interval, Run};
 use crate::stats::{median, min_max};
 use crate::sweep::record::row::Row;
+use crate::sweep::record::status::RunStatus;
 
 /// Medians (and the spread of s/token) of one point.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -137,10 +138,7 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                     .find_map(|r| r.floor_bytes)
                     .unwrap_or(first.planned_floor_bytes),
                 n: ok.len(),
-                failed: all
-                    .iter()
-                    .filter(|r| !matches!(r.status.as_str(), "ok" | "below_floor" | "n/a"))
-                    .count(),
+                failed: all.iter().filter(|r| r.status.is_failure()).count(),
                 cold_verified: ok.iter().all(|r| r.cold_verified),
                 s_per_token: median(&spt),
                 s_per_token_min: mm.map(|m| m.0),
@@ -154,7 +152,7 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                 peak_rss_bytes: med(&ok, |r| r.peak_rss_bytes.map(|x| x as f64)),
                 peak_rss_anon_bytes: med(&ok, |r| r.peak_rss_anon_bytes.map(|x| x as f64)),
                 peak_accounted_bytes: med(&ok, |r| r.peak_accounted_bytes.map(|x| x as f64)),
-                below_floor: all.iter().any(|r| r.status == "below_floor"),
+                below_floor: all.iter().any(|r| r.status == RunStatus::BelowFloor),
                 unenforced: ok.iter().filter(|r| !r.cgroup_enforced).count(),
                 over_budget: ok.iter().filter(|r| r.over_budget).count(),
                 s_per_token_lo: iv.as_ref().and_then(|i| i.lo),
@@ -163,7 +161,7 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                 engine: first.engine.clone(),
                 not_applicable: all
                     .iter()
-                    .find(|r| r.status == "n/a")
+                    .find(|r| r.status == RunStatus::NotApplicable)
                     .map(|r| r.error.clone().unwrap_or_default()),
                 insufficient_repeats: iv.as_ref().is_some_and(|i| i.insufficient),
             }

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::sweep::record::row::Row;
+use crate::sweep::record::status::RunStatus;
 
 /// A run whose output differs from its group's reference.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -110,12 +111,12 @@ pub fn verdict(rows: &[Row]) -> Verdict {
     let mut points = std::collections::BTreeSet::new();
     let over_budget: Vec<String> = rows
         .iter()
-        .filter(|r| r.status == "ok" && r.over_budget)
+        .filter(|r| r.status == RunStatus::Ok && r.over_budget)
         .map(|r| r.run_id.clone())
         .collect();
     for r in rows {
-        match r.status.as_str() {
-            "ok" => {
+        match r.status {
+            RunStatus::Ok => {
                 points.insert(r.point_index);
                 groups
                     .entry((r.prompt_index, r.max_tokens, r.engine.clone()))
@@ -129,13 +130,13 @@ pub fn verdict(rows: &[Row]) -> Verdict {
                     }
                 }
             }
-            "below_floor" => below_floor.push(r.point_key.clone()),
-            "n/a" => {
+            RunStatus::BelowFloor => below_floor.push(r.point_key.clone()),
+            RunStatus::NotApplicable => {
                 not_applicable.push((r.point_key.clone(), r.error.clone().unwrap_or_default()))
             }
             s => failed.push((
                 r.run_id.clone(),
-                s.to_string(),
+                s.as_str().to_string(),
                 r.error.clone().unwrap_or_default(),
             )),
         }
@@ -385,7 +386,7 @@ mod tests {
             point_index: point,
             point_key: format!("k{point}"),
             repeat: rep,
-            status: "ok".into(),
+            status: RunStatus::Ok,
             max_tokens: 4,
             metrics: memdial::metrics::RunMetrics {
                 output_ids: ids.to_vec(),
@@ -427,13 +428,13 @@ mod tests {
         assert_eq!(first_difference(&[1, 2], &[1, 2, 3]), Some(2));
         assert_eq!(first_difference(&[1, 2], &[1, 2]), None);
         let mut bad = row(1, 0, &[]);
-        bad.status = "failed".into();
+        bad.status = RunStatus::Failed;
         bad.error = Some("boom".into());
         let v = verdict(&[row(0, 0, &[1]), bad]);
         assert!(!v.pass);
         assert!(v.one_line(None).contains("boom"));
         let mut skipped = row(2, 0, &[]);
-        skipped.status = "below_floor".into();
+        skipped.status = RunStatus::BelowFloor;
         assert!(verdict(&[row(0, 0, &[1]), skipped]).pass);
         let mut lying = row(0, 0, &[1]);
         lying.output_ids_sha256 = Some("00".into());

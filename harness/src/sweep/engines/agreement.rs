@@ -289,7 +289,7 @@ mod tests {
             run_id: format!("p{point}#r0"),
             point_index: point,
             point_key: format!("k{point}"),
-            status: "ok".into(),
+            status: crate::sweep::record::status::RunStatus::Ok,
             max_tokens: 4,
             engine: engine.into(),
             metrics: memdial::metrics::RunMetrics {

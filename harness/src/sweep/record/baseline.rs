@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use super::row::{Row, RESULTS_SCHEMA};
 use super::rundir::Meta;
+use super::status::RunStatus;
 use crate::sweep::analysis::bootstrap::{ratio, Ratio, Run};
 
 /// Parses a tolerance: `25%` or `0.25` → 0.25.
@@ -141,7 +142,7 @@ pub fn read_csv(path: &Path) -> Result<Runs> {
     for rec in rd.records() {
         let rec = rec.with_context(|| format!("malformed row in {}", path.display()))?;
         let get = |i: usize| rec.get(c[i]).unwrap_or("");
-        if get(1) != "ok" || get(2) == "true" {
+        if RunStatus::parse(get(1)) != Some(RunStatus::Ok) || get(2) == "true" {
             continue;
         }
         let mut run: Run = get(4)

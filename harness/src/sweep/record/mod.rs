@@ -1,7 +1,7 @@
 //! What a sweep records: one row per run, the run directory that holds them, the
 //! shards merged into one directory, and the baseline a sweep is compared with.
 //!
-//! - [`row`]: the results schema (`results.csv` / `results.json`) and [`row::RunStatus`];
+//! - [`row`]: the results schema (`results.csv` / `results.json`) and [`status::RunStatus`];
 //! - [`rundir`]: the locked run directory and its metadata (`sweep.json`, [`rundir::Meta`]);
 //! - [`merge`]: combining shard directories;
 //! - [`baseline`]: an earlier `results.csv` and the comparison with it;
@@ -12,3 +12,4 @@ pub mod host;
 pub mod merge;
 pub mod row;
 pub mod rundir;
+pub mod status;

@@ -12,6 +12,8 @@ use memdial::metrics::{MetricsFile, RunMetrics, Source};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::status::RunStatus;
+
 /// Version of the results schema (the columns of [`COLUMNS`] and their meaning),
 /// recorded in `sweep.json` as `results_schema`. 2: memory columns from
 /// `cgroup_reason` on, and baselines checked against it.
@@ -36,7 +38,7 @@ pub struct Row {
     /// the engine's floor or usage error), `timeout`, `below_floor` (not run: the
     /// budget resolved below the planned floor), `n/a` (not run: the engine cannot
     /// run this point, e.g. a resident-only engine under the model size).
-    pub status: String,
+    pub status: RunStatus,
     /// Exit code of `memdial run` (`None` when killed by a signal or not run).
     pub exit_code: Option<i32>,
     /// Error message (last stderr line of the child, or the harness's reason).
@@ -274,7 +276,7 @@ impl Row {
     /// of `output_ids` when the engine gave none.
     pub fn ids_hash(&self) -> Option<String> {
         self.output_ids_sha256.clone().or_else(|| {
-            (self.status == "ok").then(|| memdial::generate::ids_sha256(&self.output_ids))
+            (self.status == RunStatus::Ok).then(|| memdial::generate::ids_sha256(&self.output_ids))
         })
     }
 
@@ -296,7 +298,7 @@ impl Row {
             .peak_rss_anon_bytes
             .zip(self.page_cache_resident_bytes_end)
             .map(|(a, p)| a + p);
-        self.over_budget = self.status == "ok"
+        self.over_budget = self.status == RunStatus::Ok
             && crate::sweep::run::memwatch::over_budget(
                 self.cgroup_enforced,
                 &[
@@ -311,7 +313,7 @@ impl Row {
 
     /// True for measured (non-warm-up) runs that finished.
     pub fn is_measured_ok(&self) -> bool {
-        self.status == "ok" && !self.warmup
+        self.status == RunStatus::Ok && !self.warmup
     }
 }
 
@@ -415,7 +417,7 @@ mod tests {
             "output_ids": [1, 2, 3], "output_ids_sha256": "ab", "extra_key": 5
         });
         let mut r = Row {
-            status: "ok".into(),
+            status: RunStatus::Ok,
             ..Default::default()
         };
         r.fill_metrics(&m).unwrap();

@@ -14,6 +14,7 @@ use super::runner::RunRequest;
 use crate::sweep::engines::{self, registry::Registry};
 use crate::sweep::record::host::Host;
 use crate::sweep::record::row::Row;
+use crate::sweep::record::status::RunStatus;
 use crate::sweep::spec::{Point, RunSlot, Spec};
 use crate::sweep::util::utc_now_rfc3339;
 
@@ -71,9 +72,8 @@ pub fn run_label(slot: &RunSlot, budget_bytes: u64) -> String {
 
 /// A short outcome for progress lines: `0.0123 s/token`, `ok`, or the status.
 pub fn outcome_label(row: &Row) -> String {
-    match (row.status.as_str(), row.decode_s_per_token_median) {
-        ("ok", Some(s)) => format!("{s:.4} s/token"),
-        ("ok", None) => "ok".into(),
+    match (row.status, row.decode_s_per_token_median) {
+        (RunStatus::Ok, Some(s)) => format!("{s:.4} s/token"),
         (st, _) => st.to_string(),
     }
 }
@@ -112,7 +112,7 @@ impl RunEnv<'_> {
     pub fn not_applicable_row(&self, r: &Resolved, why: &str) -> Row {
         let mut row = self.base_row(&r.point, r.budget_bytes, r.floor_bytes);
         row.run_id = format!("{}#na", r.point.key());
-        row.status = "n/a".into();
+        row.status = RunStatus::NotApplicable;
         row.error = Some(why.to_string());
         row
     }
@@ -121,7 +121,7 @@ impl RunEnv<'_> {
     pub fn below_floor_row(&self, r: &Resolved) -> Row {
         let mut row = self.base_row(&r.point, r.budget_bytes, r.floor_bytes);
         row.run_id = format!("{}#skip", r.point.key());
-        row.status = "below_floor".into();
+        row.status = RunStatus::BelowFloor;
         row.error = Some(format!(
             "budget {} is below the floor {}",
             fmt_bytes(r.budget_bytes),
@@ -267,27 +267,27 @@ impl RunEnv<'_> {
         };
         row.status = if o.timed_out {
             row.error = Some(format!("timed out after {:.0} s", spec.timeout_s));
-            "timeout".into()
+            RunStatus::Timeout
         } else if o.exit_code == Some(0) {
             match &o.metrics {
                 Some(m) => match row.fill_metrics(m) {
-                    Ok(()) => "ok".into(),
+                    Ok(()) => RunStatus::Ok,
                     Err(e) => {
                         row.error = Some(format!("{e:#}"));
-                        "failed".into()
+                        RunStatus::Failed
                     }
                 },
                 None => {
                     row.error = o.metrics_error.clone();
-                    "failed".into()
+                    RunStatus::Failed
                 }
             }
         } else if o.exit_code == Some(2) {
             row.error = Some(why());
-            "refused".into()
+            RunStatus::Refused
         } else {
             row.error = Some(why());
-            "failed".into()
+            RunStatus::Failed
         };
         row.fill_memory(&o.mem, slack);
         Ok(row)

@@ -20,6 +20,7 @@ use crate::sweep::engines::ratio::{against_reference, EngineRatio};
 use crate::sweep::record::baseline::{Baseline, Comparison};
 use crate::sweep::record::row::Row;
 use crate::sweep::record::rundir::Meta;
+use crate::sweep::record::status::RunStatus;
 use crate::sweep::util::utc_now_rfc3339;
 
 fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
@@ -366,9 +367,9 @@ fn environment_md(s: &mut String, c: &Sections) {
     }
     let cold = rows
         .iter()
-        .filter(|r| r.status == "ok" && r.cold_verified)
+        .filter(|r| r.status == RunStatus::Ok && r.cold_verified)
         .count();
-    let ok = rows.iter().filter(|r| r.status == "ok").count();
+    let ok = rows.iter().filter(|r| r.status == RunStatus::Ok).count();
     let _ = writeln!(s, "| Cold cache | {cold} of {ok} finished runs started with 0 bytes of the model resident (mincore) |");
     let _ = writeln!(s, "| Memory cgroup | {} |", meta.cgroup);
     if h.free_page_reporting {
