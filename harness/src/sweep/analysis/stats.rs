@@ -90,10 +90,10 @@ pub struct PointStats {
 pub fn point_runs(rows: &[Row]) -> BTreeMap<usize, Vec<Run>> {
     let mut by: BTreeMap<usize, Vec<Run>> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.is_measured_ok()) {
-        let run: Run = if r.decode_s_per_token.is_empty() {
-            r.decode_s_per_token_median.into_iter().collect()
+        let run: Run = if r.metrics.decode_s_per_token.is_empty() {
+            r.metrics.decode_s_per_token_median.into_iter().collect()
         } else {
-            r.decode_s_per_token.clone()
+            r.metrics.decode_s_per_token.clone()
         };
         by.entry(r.point_index).or_default().push(run);
     }
@@ -117,7 +117,7 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
             let ok: Vec<&Row> = all.iter().copied().filter(|r| r.is_measured_ok()).collect();
             let spt: Vec<f64> = ok
                 .iter()
-                .filter_map(|r| r.decode_s_per_token_median)
+                .filter_map(|r| r.metrics.decode_s_per_token_median)
                 .collect();
             let mm = min_max(&spt);
             let iv = runs
@@ -135,7 +135,7 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                 prompt_index: first.prompt_index,
                 floor_bytes: all
                     .iter()
-                    .find_map(|r| r.floor_bytes)
+                    .find_map(|r| r.metrics.floor_bytes)
                     .unwrap_or(first.planned_floor_bytes),
                 n: ok.len(),
                 failed: all.iter().filter(|r| r.status.is_failure()).count(),
@@ -144,14 +144,16 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                 s_per_token_min: mm.map(|m| m.0),
                 s_per_token_max: mm.map(|m| m.1),
                 tokens_per_s: median(&spt).filter(|s| *s > 0.0).map(|s| 1.0 / s),
-                ttft_s: med(&ok, |r| r.ttft_s),
-                bytes_read_per_token: med(&ok, |r| r.bytes_read_per_token),
-                io_wait_fraction: med(&ok, |r| r.io_wait_fraction),
-                trunk_hit_rate: med(&ok, |r| r.trunk_hit_rate),
-                expert_hit_rate: med(&ok, |r| r.expert_hit_rate),
-                peak_rss_bytes: med(&ok, |r| r.peak_rss_bytes.map(|x| x as f64)),
-                peak_rss_anon_bytes: med(&ok, |r| r.peak_rss_anon_bytes.map(|x| x as f64)),
-                peak_accounted_bytes: med(&ok, |r| r.peak_accounted_bytes.map(|x| x as f64)),
+                ttft_s: med(&ok, |r| r.metrics.ttft_s),
+                bytes_read_per_token: med(&ok, |r| r.metrics.bytes_read_per_token),
+                io_wait_fraction: med(&ok, |r| r.metrics.io_wait_fraction),
+                trunk_hit_rate: med(&ok, |r| r.metrics.trunk_hit_rate),
+                expert_hit_rate: med(&ok, |r| r.metrics.expert_hit_rate),
+                peak_rss_bytes: med(&ok, |r| r.metrics.peak_rss_bytes.map(|x| x as f64)),
+                peak_rss_anon_bytes: med(&ok, |r| r.metrics.peak_rss_anon_bytes.map(|x| x as f64)),
+                peak_accounted_bytes: med(&ok, |r| {
+                    r.metrics.peak_accounted_bytes.map(|x| x as f64)
+                }),
                 below_floor: all.iter().any(|r| r.status == RunStatus::BelowFloor),
                 unenforced: ok.iter().filter(|r| !r.cgroup_enforced).count(),
                 over_budget: ok.iter().filter(|r| r.over_budget).count(),

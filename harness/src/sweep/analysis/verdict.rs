@@ -122,9 +122,9 @@ pub fn verdict(rows: &[Row]) -> Verdict {
                     .entry((r.prompt_index, r.max_tokens, r.engine.clone()))
                     .or_default()
                     .push(r);
-                if let Some(h) = &r.output_ids_sha256 {
-                    if !r.output_ids.is_empty()
-                        && *h != crate::sweep::util::ids_sha256(&r.output_ids)
+                if let Some(h) = &r.metrics.output_ids_sha256 {
+                    if !r.metrics.output_ids.is_empty()
+                        && *h != crate::sweep::util::ids_sha256(&r.metrics.output_ids)
                     {
                         hash_inconsistent.push(r.run_id.clone());
                     }
@@ -162,15 +162,15 @@ pub fn verdict(rows: &[Row]) -> Verdict {
             .iter()
             .filter(|r| r.ids_hash().unwrap_or_default() != hash)
             .map(|r| {
-                let pos = first_difference(&reference.output_ids, &r.output_ids);
+                let pos = first_difference(&reference.metrics.output_ids, &r.metrics.output_ids);
                 Mismatch {
                     run_id: r.run_id.clone(),
                     point_index: r.point_index,
                     point_key: r.point_key.clone(),
                     hash: r.ids_hash().unwrap_or_default(),
                     first_diff_position: pos,
-                    expected_id: pos.and_then(|p| reference.output_ids.get(p).copied()),
-                    got_id: pos.and_then(|p| r.output_ids.get(p).copied()),
+                    expected_id: pos.and_then(|p| reference.metrics.output_ids.get(p).copied()),
+                    got_id: pos.and_then(|p| r.metrics.output_ids.get(p).copied()),
                 }
             })
             .collect();
@@ -437,7 +437,7 @@ mod tests {
         skipped.status = RunStatus::BelowFloor;
         assert!(verdict(&[row(0, 0, &[1]), skipped]).pass);
         let mut lying = row(0, 0, &[1]);
-        lying.output_ids_sha256 = Some("00".into());
+        lying.metrics.output_ids_sha256 = Some("00".into());
         assert!(!verdict(&[lying]).pass);
     }
 }

@@ -85,7 +85,7 @@ fn group_ids<'a>(v: &Verdict, rows: &'a [Row]) -> BTreeMap<(String, usize, usize
                     g.prompt_index,
                     g.max_tokens,
                 ),
-                r.output_ids.as_slice(),
+                r.metrics.output_ids.as_slice(),
             );
         }
     }

@@ -42,7 +42,7 @@ pub fn key_of(r: &Row) -> Key {
     (
         r.point_key.clone(),
         r.budget_bytes,
-        r.prompt_tokens,
+        r.metrics.prompt_tokens,
         r.max_tokens,
     )
 }
@@ -209,10 +209,10 @@ impl Comparison {
 pub fn compare(path: &Path, base: &Runs, rows: &[Row], tolerance: f64) -> Comparison {
     let mut now: BTreeMap<usize, (Key, Vec<Run>)> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.is_measured_ok()) {
-        let run: Run = if r.decode_s_per_token.is_empty() {
-            r.decode_s_per_token_median.into_iter().collect()
+        let run: Run = if r.metrics.decode_s_per_token.is_empty() {
+            r.metrics.decode_s_per_token_median.into_iter().collect()
         } else {
-            r.decode_s_per_token.clone()
+            r.metrics.decode_s_per_token.clone()
         };
         now.entry(r.point_index)
             .or_insert_with(|| (key_of(r), vec![]))

@@ -239,20 +239,6 @@ pub const COLUMNS: &[&str] = &[
     "budget_held_by",
 ];
 
-/// A row reads as its engine figures: `row.ttft_s` is `row.metrics.ttft_s`.
-impl std::ops::Deref for Row {
-    type Target = RunMetrics;
-    fn deref(&self) -> &RunMetrics {
-        &self.metrics
-    }
-}
-
-impl std::ops::DerefMut for Row {
-    fn deref_mut(&mut self) -> &mut RunMetrics {
-        &mut self.metrics
-    }
-}
-
 impl Row {
     /// Reads the engine's `--metrics-json` object ([`MetricsFile`]) into the row.
     /// Unknown keys are ignored; missing ones stay `None`. A median the engine did
@@ -264,9 +250,13 @@ impl Row {
         let f = MetricsFile::deserialize(m).context("engine metrics do not match the schema")?;
         self.engine_schema_version = f.schema_version;
         self.metrics = f.metrics;
-        if self.decode_s_per_token_median.is_none() && !self.decode_s_per_token.is_empty() {
-            self.metrics.decode_s_per_token_median = crate::stats::median(&self.decode_s_per_token);
-            self.metric_sources
+        if self.metrics.decode_s_per_token_median.is_none()
+            && !self.metrics.decode_s_per_token.is_empty()
+        {
+            self.metrics.decode_s_per_token_median =
+                crate::stats::median(&self.metrics.decode_s_per_token);
+            self.metrics
+                .metric_sources
                 .insert("decode_s_per_token_median".into(), Source::Harness);
         }
         Ok(())
@@ -275,8 +265,9 @@ impl Row {
     /// The hash the verdict compares: the engine's `output_ids_sha256`, or the hash
     /// of `output_ids` when the engine gave none.
     pub fn ids_hash(&self) -> Option<String> {
-        self.output_ids_sha256.clone().or_else(|| {
-            (self.status == RunStatus::Ok).then(|| memdial::generate::ids_sha256(&self.output_ids))
+        self.metrics.output_ids_sha256.clone().or_else(|| {
+            (self.status == RunStatus::Ok)
+                .then(|| memdial::generate::ids_sha256(&self.metrics.output_ids))
         })
     }
 
@@ -295,8 +286,9 @@ impl Row {
             self.cgroup_oom_kills = m.cgroup_oom_kills;
         }
         let engine_end = self
+            .metrics
             .peak_rss_anon_bytes
-            .zip(self.page_cache_resident_bytes_end)
+            .zip(self.metrics.page_cache_resident_bytes_end)
             .map(|(a, p)| a + p);
         self.over_budget = self.status == RunStatus::Ok
             && crate::sweep::run::memwatch::over_budget(
@@ -304,7 +296,7 @@ impl Row {
                 &[
                     self.anon_plus_page_cache_peak_bytes,
                     engine_end,
-                    self.peak_rss_anon_bytes,
+                    self.metrics.peak_rss_anon_bytes,
                 ],
                 self.budget_bytes,
                 slack,
@@ -421,9 +413,9 @@ mod tests {
             ..Default::default()
         };
         r.fill_metrics(&m).unwrap();
-        assert_eq!(r.model_bytes, Some(1000));
-        assert_eq!(r.decode_s_per_token_median, Some(0.5));
-        assert_eq!(r.output_ids, vec![1, 2, 3]);
+        assert_eq!(r.metrics.model_bytes, Some(1000));
+        assert_eq!(r.metrics.decode_s_per_token_median, Some(0.5));
+        assert_eq!(r.metrics.output_ids, vec![1, 2, 3]);
         let csv = String::from_utf8(to_csv(&[r]).unwrap()).unwrap();
         let mut rd = csv::Reader::from_reader(csv.as_bytes());
         let h = rd.headers().unwrap().clone();

@@ -72,7 +72,7 @@ pub fn run_label(slot: &RunSlot, budget_bytes: u64) -> String {
 
 /// A short outcome for progress lines: `0.0123 s/token`, `ok`, or the status.
 pub fn outcome_label(row: &Row) -> String {
-    match (row.status, row.decode_s_per_token_median) {
+    match (row.status, row.metrics.decode_s_per_token_median) {
         (RunStatus::Ok, Some(s)) => format!("{s:.4} s/token"),
         (st, _) => st.to_string(),
     }
