@@ -61,9 +61,9 @@ pub fn run_label(slot: &RunSlot, budget_bytes: u64) -> String {
             String::new()
         },
         crate::sweep::spec::budget_label(&slot.point.budget_spec, budget_bytes),
-        slot.point.io,
-        slot.point.prefetch,
-        slot.point.cache,
+        slot.point.io.as_str(),
+        slot.point.prefetch.as_str(),
+        slot.point.cache.as_str(),
         slot.point.threads,
         if slot.warmup { "w" } else { "r" },
         slot.repeat
@@ -87,9 +87,9 @@ impl RunEnv<'_> {
             point_key: p.key(),
             budget_spec: p.budget_spec.clone(),
             budget_bytes: budget,
-            io: p.io.clone(),
-            prefetch: p.prefetch.clone(),
-            cache: p.cache.clone(),
+            io: p.io,
+            prefetch: p.prefetch,
+            cache: p.cache,
             threads: p.threads,
             prompt_index: p.prompt_index,
             max_tokens: self.spec.max_tokens,
@@ -104,6 +104,11 @@ impl RunEnv<'_> {
             memdial_version: env!("CARGO_PKG_VERSION").to_string(),
             started_utc: utc_now_rfc3339(),
             engine: p.engine.clone(),
+            axes: p
+                .axes
+                .iter()
+                .map(|c| (c.name.clone(), c.value.clone().into()))
+                .collect(),
             ..Default::default()
         }
     }
