@@ -1,5 +1,5 @@
 //! Faults in mapped shard ranges so that a file truncated during an `mmap` run ends
-//! the run with an error naming the file, never a bare `SIGBUS` (issue #10, item 3).
+//! the run with an error naming the file, never a bare `SIGBUS`.
 //!
 //! Three layers, cheapest first:
 //! 1. the caller checks the file's size and mtime before touching a range
@@ -128,10 +128,7 @@ pub fn fault_in(map: &memmap2::Mmap, path: &Path, start: usize, end: usize) -> R
     let ps = crate::io::pagecache::page_size();
     let aligned = start / ps * ps;
     let len = (end.min(map.len())).saturating_sub(aligned);
-    let populate = match test_hook(path, start) {
-        Some(Hook::Touch) => false,
-        _ => true,
-    };
+    let populate = !matches!(test_hook(path, start), Some(Hook::Touch));
     if populate && len > 0 {
         match map.advise_range(memmap2::Advice::PopulateRead, aligned, len) {
             Ok(()) => return Ok(()),

@@ -4,7 +4,7 @@
 //!
 //! Reference: mlx-lm `models/kimi_k3.py` (`KimiK3TextModel`, `KimiK3DecoderLayer`) and
 //! `models/kimi_linear.py` (`KimiLinearModel`, `KimiDecoderLayer`); notes in
-//! docs/architecture.md. All activations are f32; weights are read
+//! docs/model.md. All activations are f32; weights are read
 //! through the [`WeightStore`] and upcast on the fly.
 //!
 //! Processing order: a call to [`Model::forward`] with `n` tokens runs layer by layer
@@ -233,6 +233,7 @@ impl Model {
 
         self.w.store.begin_token(pos0);
         let lookahead = n == 1 && self.w.store.wants_lookahead();
+        #[allow(clippy::needless_range_loop)] // `i` is the layer id the store hints take
         for i in 0..cfg.num_hidden_layers {
             self.w.store.begin_layer(i);
             if lookahead {
