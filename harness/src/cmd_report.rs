@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 
 use crate::args::{as_usage, usage};
-use crate::sweep::merge::{copy_spec, merge};
-use crate::sweep::report::write_all;
+use crate::sweep::record::merge::{copy_spec, merge};
+use crate::sweep::write::report::write_all;
 
 /// Arguments of `memdial report`.
 #[derive(clap::Args, Debug)]
@@ -89,7 +89,7 @@ fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
     copy_spec(&a.dirs[0], &out)?;
     meta.save(&out)?;
     let (v, _) = write_all(&out, &meta, &rows, None)?;
-    let complete = v.complete && missing.is_empty();
+    let complete = v.complete() && missing.is_empty();
     let mut line = v.one_line();
     if !missing.is_empty() {
         line += &format!("; incomplete: shard(s) {} missing", missing.join(", "));

@@ -2,7 +2,7 @@
 //! column names of its schema table, in table order, must equal the CSV header.
 
 /// The code's column list. Its one reference here: if the list moves, change this line.
-use crate::sweep::row::COLUMNS;
+use crate::sweep::record::row::COLUMNS;
 
 /// The documentation page, read at compile time (a change to it rebuilds this test).
 const RESULTS_MD: &str = include_str!("../../docs/results.md");

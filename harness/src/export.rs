@@ -3,15 +3,53 @@
 //! (Markdown), charts (SVG and PNG from one drawing function) and the `latest`
 //! symlink. Every file is written to a temporary name and renamed into place, so a
 //! reader (or an interrupted run) sees the old file or the new one, never a torn one.
+//!
+//! Chart text is drawn with the DejaVu Sans font embedded in the binary and
+//! registered here as `sans-serif` (plotters' `ab_glyph` backend never reads system
+//! fonts), so the charts render on headless machines without fontconfig.
 
 use std::path::Path;
+use std::sync::Once;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde::Serialize;
 
-pub use crate::sweep::util::write_atomic;
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory,
+/// fsync, then `rename` over the target. Readers see the old or the new file, never
+/// a torn one.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
+    {
+        let mut f = std::fs::File::create(&tmp)
+            .with_context(|| format!("cannot create {}", tmp.display()))?;
+        f.write_all(bytes)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        f.sync_all().ok();
+    }
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
+}
+
+static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+
+/// Registers the embedded font as `sans-serif` (idempotent). Runs before any chart
+/// is drawn, for SVG too (plotters needs the metrics to lay text out).
+pub fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
+            .map_err(|_| ())
+            .expect("embedded DejaVuSans.ttf is a valid font");
+    });
+}
 
 /// Writes `value` as pretty JSON to `path`.
 pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<()> {
@@ -40,7 +78,7 @@ pub trait Chart {
 
 /// Writes `chart` as `dir/<stem>.svg` and `dir/<stem>.png`, `size` pixels.
 pub fn write_chart(dir: &Path, stem: &str, size: (u32, u32), chart: &impl Chart) -> Result<()> {
-    crate::sweep::charts::register_font();
+    register_font();
     let mut s = String::new();
     {
         let root = SVGBackend::with_string(&mut s, size).into_drawing_area();

@@ -29,6 +29,7 @@ mod gha;
 mod iobench;
 #[allow(dead_code)] // wired into the sweep's and the merge's outputs next
 mod junit;
+mod stats;
 mod sweep;
 
 /// Run giant MoE models in a memory budget, and measure the trade.

@@ -1,33 +1,8 @@
-//! Small helpers shared by the sweep modules: atomic file writes, UTC timestamps,
-//! SHA-256 hex, medians.
+//! Small helpers shared by the sweep modules: UTC timestamps and SHA-256 hex.
 
-use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
-
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory,
-/// fsync, then `rename` over the target. Readers see the old or the new file, never
-/// a torn one.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    {
-        let mut f = std::fs::File::create(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
-        f.write_all(bytes)
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        f.sync_all().ok();
-    }
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
-}
 
 /// Lower-case hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -74,29 +49,6 @@ pub fn utc_now_dirname() -> String {
     format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}")
 }
 
-/// Median of `v` (mean of the two middle values for even lengths); `None` when empty.
-/// NaNs are ignored.
-pub fn median(v: &[f64]) -> Option<f64> {
-    let mut s: Vec<f64> = v.iter().copied().filter(|x| !x.is_nan()).collect();
-    if s.is_empty() {
-        return None;
-    }
-    s.sort_by(|a, b| a.total_cmp(b));
-    let n = s.len();
-    Some(if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    })
-}
-
-/// Minimum and maximum of `v` ignoring NaNs; `None` when empty.
-pub fn min_max(v: &[f64]) -> Option<(f64, f64)> {
-    let mut it = v.iter().copied().filter(|x| !x.is_nan());
-    let first = it.next()?;
-    Some(it.fold((first, first), |(a, b), x| (a.min(x), b.max(x))))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,14 +58,6 @@ mod tests {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(19_723), (2024, 1, 1));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-    }
-
-    #[test]
-    fn medians() {
-        assert_eq!(median(&[]), None);
-        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
-        assert_eq!(min_max(&[2.0, f64::NAN, -1.0]), Some((-1.0, 2.0)));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The cross-engine verdict: each engine's output ids against the reference
 //! engine's, per (prompt, max_tokens), and the engine × engine agreement table.
 //!
-//! Within an engine the verdict of [`crate::sweep::verdict`] holds (every run of
+//! Within an engine the verdict of [`crate::sweep::analysis::verdict`] holds (every run of
 //! the engine gives the same ids). Across engines, each engine's reference ids (its
 //! group's majority) are compared with the reference engine's: identical, or the
 //! first differing position with both ids. Where the reference engine's logits
@@ -15,10 +15,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::engine_or_default;
+use super::def::engine_or_default;
 use super::registry::EngineMeta;
-use crate::sweep::row::Row;
-use crate::sweep::verdict::{first_difference, Verdict};
+use crate::sweep::analysis::verdict::{first_difference, Verdict};
+use crate::sweep::record::row::Row;
 
 /// Largest top-2 logit margin of the reference that counts as a near-tie, in logit
 /// units. Chosen from the measured spread between float32 engines on `mini`: their
@@ -85,7 +85,7 @@ fn group_ids<'a>(v: &Verdict, rows: &'a [Row]) -> BTreeMap<(String, usize, usize
                     g.prompt_index,
                     g.max_tokens,
                 ),
-                r.output_ids.as_slice(),
+                r.metrics.output_ids.as_slice(),
             );
         }
     }
@@ -99,7 +99,7 @@ pub fn cross(v: &Verdict, rows: &[Row], engines: &[EngineMeta], margins: &Margin
         .iter()
         .find(|e| e.reference)
         .map(|e| e.name.clone())
-        .unwrap_or_else(|| super::DEFAULT_ENGINE.to_string());
+        .unwrap_or_else(|| super::def::DEFAULT_ENGINE.to_string());
     let mut prompts: Vec<(usize, usize)> = ids.keys().map(|k| (k.1, k.2)).collect();
     prompts.sort();
     prompts.dedup();
@@ -281,15 +281,15 @@ impl CrossEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sweep::analysis::verdict::verdict;
     use crate::sweep::util::ids_sha256;
-    use crate::sweep::verdict::verdict;
 
     fn row(engine: &str, point: usize, ids: &[u32]) -> Row {
         Row {
             run_id: format!("p{point}#r0"),
             point_index: point,
             point_key: format!("k{point}"),
-            status: "ok".into(),
+            status: crate::sweep::record::status::RunStatus::Ok,
             max_tokens: 4,
             engine: engine.into(),
             metrics: memdial::metrics::RunMetrics {
@@ -318,7 +318,7 @@ mod tests {
             row("b", 2, &[1, 5, 3]),
         ];
         let v = verdict(&rows);
-        assert!(v.pass, "within-engine verdict: {}", v.one_line());
+        assert!(v.pass, "within-engine verdict: {}", v.one_line(None));
         let engines = [
             meta("memdial", true, true),
             meta("a", false, true),

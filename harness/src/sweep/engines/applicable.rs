@@ -2,7 +2,8 @@
 //! engines under the model size, IO modes and prefetch policies it lacks.
 
 use super::def::EngineDef;
-use super::registry::{uses, Engine, Registry};
+use super::def::{uses, K3C_OVERHEAD_BYTES};
+use super::registry::{Engine, Registry};
 use crate::sweep::spec::{Point, Spec};
 
 impl Registry {
@@ -57,11 +58,11 @@ impl Registry {
             }
         }
         match &e.def.io {
-            Some(m) if !m.contains_key(&p.io) => {
+            Some(m) if !m.contains_key(p.io.as_str()) => {
                 return Some(format!(
                     "{} has no IO mode {:?} (it has: {})",
                     e.name,
-                    p.io,
+                    p.io.as_str(),
                     m.keys().cloned().collect::<Vec<_>>().join(", ")
                 ))
             }
@@ -69,35 +70,34 @@ impl Registry {
                 return Some(format!(
                     "{} has no IO modes: run at io = {:?} only",
                     e.name,
-                    spec.io.first().cloned().unwrap_or_default()
+                    spec.io.first().map(|v| v.as_str()).unwrap_or_default()
                 ))
             }
             _ => {}
         }
         match &e.def.prefetch {
-            Some(v) if !v.contains(&p.prefetch) => Some(format!(
+            Some(v) if !v.iter().any(|x| x == p.prefetch.as_str()) => Some(format!(
                 "{} has no prefetch policy {:?}",
-                e.name, p.prefetch
+                e.name,
+                p.prefetch.as_str()
             )),
             None if spec.prefetch.first() != Some(&p.prefetch) => Some(format!(
                 "{} has no prefetch policies: run at prefetch = {:?} only",
                 e.name,
-                spec.prefetch.first().cloned().unwrap_or_default()
+                spec.prefetch
+                    .first()
+                    .map(|v| v.as_str())
+                    .unwrap_or_default()
             )),
             _ if spec.cache.first() != Some(&p.cache) => Some(format!(
                 "{} has no expert-cache policies: run at cache = {:?} only",
                 e.name,
-                spec.cache.first().cloned().unwrap_or_default()
+                spec.cache.first().map(|v| v.as_str()).unwrap_or_default()
             )),
             _ => None,
         }
     }
 }
-
-/// kimi-k3-in-c's memory outside its trunk ring and expert cache (binary, KV and
-/// state buffers, allocator), bytes: ≈144 MB, measured on `mini` by hand (peak RSS
-/// with --trunk-gb 0 --cache-gb 0, see the README).
-pub const K3C_OVERHEAD_BYTES: u64 = 144_000_000;
 
 /// Memory a resident-only engine needs: model bytes × `resident_factor` +
 /// `runtime_overhead`, bytes.

@@ -400,3 +400,48 @@ pub fn overlay(a: EngineDef, b: &EngineDef) -> EngineDef {
         python
     )
 }
+
+/// The engine of a row whose `engine` column is empty (rows of sweeps before the
+/// engines axis): memdial.
+pub const DEFAULT_ENGINE: &str = "memdial";
+
+/// `name`, or [`DEFAULT_ENGINE`] when empty.
+pub fn engine_or_default(name: &str) -> &str {
+    if name.is_empty() {
+        DEFAULT_ENGINE
+    } else {
+        name
+    }
+}
+
+/// Environment variable naming the python of the `mlx-lm` adapter.
+pub const MLX_PYTHON_ENV: &str = "MEMDIAL_MLX_PYTHON";
+/// Environment variable naming the cache of engine setup steps
+/// (default `$XDG_CACHE_HOME/memdial/engines` or `~/.cache/memdial/engines`).
+pub const SETUP_CACHE_ENV: &str = "MEMDIAL_ENGINE_CACHE";
+
+/// kimi-k3-in-c's memory outside its trunk ring and expert cache (binary, KV and
+/// state buffers, allocator), bytes: ≈144 MB, measured on `mini` by hand (peak RSS
+/// with --trunk-gb 0 --cache-gb 0, see the README).
+pub const K3C_OVERHEAD_BYTES: u64 = 144_000_000;
+
+/// Whether any of the engine's command lines (run, setup, version) holds the
+/// placeholder `ph`.
+pub fn uses(d: &EngineDef, ph: &str) -> bool {
+    d.command.iter().flatten().any(|a| a.contains(ph))
+        || d.setup.iter().flatten().any(|a| a.contains(ph))
+        || d.version_command.iter().flatten().any(|a| a.contains(ph))
+}
+
+/// `name` as a TOML key: bare when it can be (`kimi-k3-in-c`), quoted otherwise
+/// (`"llama.cpp"`).
+pub fn toml_key(name: &str) -> String {
+    if name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        name.to_string()
+    } else {
+        format!("{name:?}")
+    }
+}

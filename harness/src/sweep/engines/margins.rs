@@ -10,8 +10,8 @@ use anyhow::{bail, Context, Result};
 
 use super::agreement::{cross, margin_key, Margins};
 use super::registry::EngineMeta;
-use crate::sweep::row::Row;
-use crate::sweep::verdict::verdict;
+use crate::sweep::analysis::verdict::verdict;
+use crate::sweep::record::row::Row;
 
 /// Reads a little-endian float32 C-order 2-D `.npy` (format 1.0 / 2.0) as
 /// (rows, cols, data).

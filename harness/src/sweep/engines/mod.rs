@@ -27,18 +27,3 @@ pub mod resolve;
 pub mod runs;
 pub mod setup;
 pub mod template;
-
-pub use registry::{Registry, RunCtx};
-
-/// The engine of a row whose `engine` column is empty (rows of sweeps before the
-/// engines axis): memdial.
-pub const DEFAULT_ENGINE: &str = "memdial";
-
-/// `name`, or [`DEFAULT_ENGINE`] when empty.
-pub fn engine_or_default(name: &str) -> &str {
-    if name.is_empty() {
-        DEFAULT_ENGINE
-    } else {
-        name
-    }
-}

@@ -1,15 +1,15 @@
 //! Speed of each engine against the reference engine at the same point (budget, IO
 //! mode, prefetch, cache, threads, prompt): the ratio of median s/token with its
-//! 95 % interval, by the two-level bootstrap of [`crate::sweep::bootstrap`].
+//! 95 % interval, by the two-level bootstrap of [`crate::sweep::analysis::bootstrap`].
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::engine_or_default;
-use crate::sweep::bootstrap::{ratio, Ratio, Run};
-use crate::sweep::stats::PointStats;
+use super::def::engine_or_default;
+use crate::sweep::analysis::bootstrap::{ratio, Ratio, Run};
+use crate::sweep::analysis::stats::PointStats;
 
 /// One engine point against the reference engine's point.
 #[derive(Debug, Clone, Serialize, PartialEq)]

@@ -28,12 +28,6 @@ const SCRIPTS: &[(&str, &str)] = &[
     ),
 ];
 
-/// Environment variable naming the python of the `mlx-lm` adapter.
-pub const MLX_PYTHON_ENV: &str = "MEMDIAL_MLX_PYTHON";
-/// Environment variable naming the cache of engine setup steps
-/// (default `$XDG_CACHE_HOME/memdial/engines` or `~/.cache/memdial/engines`).
-pub const SETUP_CACHE_ENV: &str = "MEMDIAL_ENGINE_CACHE";
-
 /// One engine of the sweep.
 #[derive(Debug, Clone)]
 pub struct Engine {
@@ -137,15 +131,15 @@ pub struct Registry {
     pub scripts_dir: Option<PathBuf>,
 }
 
-use super::applicable::K3C_OVERHEAD_BYTES;
-pub use super::resolve::{default_python, resolve_def, validate};
+use super::def::{toml_key, uses, K3C_OVERHEAD_BYTES};
+use super::resolve::{default_python, resolve_def};
 
 impl Registry {
     /// The engines of `spec` (definitions only; nothing is run).
     pub fn from_spec(spec: &Spec) -> Result<Registry> {
         let mut engines = vec![];
         for name in &spec.engines {
-            let def = resolve_def(spec, name)?;
+            let def = resolve_def(&spec.engine, name)?;
             let adapter = def.adapter.clone().unwrap_or_else(|| "command".into());
             let bin = def.bin.clone().map(PathBuf::from).or_else(|| {
                 bin_env(&adapter)
@@ -411,8 +405,8 @@ impl Registry {
             .set("budget_mib", format!("{:.2}", b / 1048576.0))
             .set("budget_gib", format!("{:.3}", b / 1073741824.0))
             .set("budget_gb", format!("{:.3}", b / 1e9))
-            .set("io", &c.point.io)
-            .set("prefetch", &c.point.prefetch)
+            .set("io", c.point.io.as_str())
+            .set("prefetch", c.point.prefetch.as_str())
             .set("run_dir", c.run_dir.display());
         if let Some(t) = c.trunk_share_bytes {
             // kimi-k3-in-c: the trunk ring gets memdial's pinned + slot bytes, capped so
@@ -435,16 +429,10 @@ impl Registry {
             v.set("model", m);
         }
         if let Some(io) = &e.def.io {
-            v.io_args = io.get(&c.point.io).cloned().unwrap_or_default();
+            v.io_args = io.get(c.point.io.as_str()).cloned().unwrap_or_default();
         }
         Ok(v)
     }
-}
-
-pub(super) fn uses(d: &EngineDef, ph: &str) -> bool {
-    d.command.iter().flatten().any(|a| a.contains(ph))
-        || d.setup.iter().flatten().any(|a| a.contains(ph))
-        || d.version_command.iter().flatten().any(|a| a.contains(ph))
 }
 
 fn join(ids: &[u32], sep: &str) -> String {
@@ -452,19 +440,6 @@ fn join(ids: &[u32], sep: &str) -> String {
         .map(|i| i.to_string())
         .collect::<Vec<_>>()
         .join(sep)
-}
-
-/// `name` as a TOML key: bare when it can be (`kimi-k3-in-c`), quoted otherwise
-/// (`"llama.cpp"`).
-pub(super) fn toml_key(name: &str) -> String {
-    if name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    {
-        name.to_string()
-    } else {
-        format!("{name:?}")
-    }
 }
 
 fn sanitize(s: &str) -> String {

@@ -1,13 +1,12 @@
 //! An engine's definition resolved from the spec: the built-in adapter overlaid with
 //! the spec's `[engine.NAME]` table, and the spec's engine settings checked.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use super::def::{builtin, overlay, EngineDef, BUILTINS};
-use super::registry::MLX_PYTHON_ENV;
-use crate::sweep::spec::Spec;
+use super::def::{builtin, overlay, toml_key, EngineDef, BUILTINS, MLX_PYTHON_ENV};
 
 /// The python of the oracle venv: `$MEMDIAL_MLX_PYTHON`, `fixtures/oracle/.venv` under
 /// the current directory, else under the repository this binary was built from.
@@ -24,10 +23,11 @@ pub fn default_python() -> PathBuf {
     harness.parent().unwrap_or(harness).join(rel)
 }
 
-/// The merged definition of engine `name` of `spec` (errors: unknown adapter, an
-/// engine that is neither a built-in nor defined with a `command`).
-pub fn resolve_def(spec: &Spec, name: &str) -> Result<EngineDef> {
-    let table = spec.engine.get(name).cloned().unwrap_or_default();
+/// The merged definition of engine `name` given the spec's `[engine.NAME]` tables
+/// (errors: unknown adapter, an engine that is neither a built-in nor defined with
+/// a `command`).
+pub fn resolve_def(tables: &BTreeMap<String, EngineDef>, name: &str) -> Result<EngineDef> {
+    let table = tables.get(name).cloned().unwrap_or_default();
     let adapter = table.adapter.clone().unwrap_or_else(|| {
         if builtin(name).is_some() {
             name.to_string()
@@ -45,7 +45,7 @@ pub fn resolve_def(spec: &Spec, name: &str) -> Result<EngineDef> {
     if adapter != "memdial" && d.command.is_none() {
         bail!(
             "engine {name:?} (adapter {adapter}) has no command template: add `command = [...]` to [engine.{}]",
-            super::registry::toml_key(name)
+            toml_key(name)
         );
     }
     if adapter != "memdial" && d.ids_json.is_none() && d.ids_stdout_regex.is_none() {
@@ -80,28 +80,33 @@ pub fn resolve_def(spec: &Spec, name: &str) -> Result<EngineDef> {
     Ok(d)
 }
 
-/// Checks the spec's engine settings (called by `Spec::validate`).
-pub fn validate(spec: &Spec) -> Result<()> {
-    if spec.engines.is_empty() {
+/// Checks the spec's engine settings (called by `Spec::validate`): the `engines`
+/// axis, `reference_engine` and the `[engine.NAME]` tables.
+pub fn validate(
+    engines: &[String],
+    reference_engine: Option<&str>,
+    tables: &BTreeMap<String, EngineDef>,
+) -> Result<()> {
+    if engines.is_empty() {
         bail!("axis `engines` is empty");
     }
     let mut seen = std::collections::BTreeSet::new();
-    for e in &spec.engines {
+    for e in engines {
         if !seen.insert(e) {
             bail!("engine {e:?} is listed twice");
         }
-        resolve_def(spec, e)?;
+        resolve_def(tables, e)?;
     }
-    for k in spec.engine.keys() {
-        if !spec.engines.contains(k) {
+    for k in tables.keys() {
+        if !engines.contains(k) {
             bail!(
                 "[engine.{}] is defined but {k:?} is not in `engines`",
-                super::registry::toml_key(k)
+                toml_key(k)
             );
         }
     }
-    if let Some(r) = &spec.reference_engine {
-        if !spec.engines.contains(r) {
+    if let Some(r) = reference_engine {
+        if !engines.iter().any(|e| e == r) {
             bail!("reference_engine {r:?} is not in `engines`");
         }
     }

@@ -5,8 +5,9 @@ use std::path::Path;
 
 use anyhow::Result;
 
+use super::def::uses;
 use super::def::BudgetHold;
-use super::registry::{uses, Engine, Registry, RunCtx};
+use super::registry::{Engine, Registry, RunCtx};
 use crate::sweep::spec::{Point, Spec};
 
 /// Prompt ids of every prompt of `spec` (text tokenized with the model's tokenizer,
@@ -56,13 +57,7 @@ pub fn trunk_share(
     let cfg = memdial::config::load_config(model).ok()?;
     let ck = memdial::checkpoint::Checkpoint::open(model).ok()?;
     let plan = memdial::store::plan::plan_unchecked(
-        &cfg,
-        &ck,
-        budget,
-        memdial::io::IoMode::parse(&p.io).ok()?,
-        memdial::store::plan::Prefetch::parse(&p.prefetch).ok()?,
-        context,
-        p.threads,
+        &cfg, &ck, budget, p.io, p.prefetch, context, p.threads,
     )
     .ok()?;
     Some(plan.pinned_trunk_bytes + plan.trunk_slots as u64 * plan.slot_bytes)
@@ -74,8 +69,8 @@ pub fn finish_run(
     reg: &Registry,
     e: &Engine,
     c: &RunCtx,
-    o: &mut crate::sweep::runner::RunOutcome,
-    row: &mut crate::sweep::row::Row,
+    o: &mut crate::sweep::run::runner::RunOutcome,
+    row: &mut crate::sweep::record::row::Row,
     in_cgroup: bool,
 ) {
     row.budget_held_by = Some(

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use super::registry::SETUP_CACHE_ENV;
+use super::def::SETUP_CACHE_ENV;
 use super::template::Vars;
 
 /// `$MEMDIAL_ENGINE_CACHE`, `$XDG_CACHE_HOME/memdial/engines`, `~/.cache/memdial/engines`.

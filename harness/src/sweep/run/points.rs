@@ -12,8 +12,10 @@ use memdial::store::plan::{plan_unchecked, Prefetch};
 
 use crate::args::as_usage;
 
-use super::engines::Registry;
-use super::spec::{BudgetExpr, Point, PromptSpec, RunSlot, Shard, Spec, DEFAULT_PLAN_CONTEXT};
+use crate::sweep::engines::registry::Registry;
+use crate::sweep::spec::{
+    BudgetExpr, Point, PromptSpec, RunSlot, Shard, Spec, DEFAULT_PLAN_CONTEXT,
+};
 
 /// A point with its budget resolved against the plan.
 pub struct Resolved {
@@ -75,25 +77,22 @@ impl Points {
                 }
             })
             .collect();
-        let mut floors: HashMap<(String, String, usize, usize), (u64, u64)> = HashMap::new();
+        let mut floors: HashMap<(IoMode, Prefetch, usize, usize), (u64, u64)> = HashMap::new();
         let mut out = vec![];
         for p in spec.points() {
             let ctx = contexts[p.prompt_index];
-            let key = (p.io.clone(), p.prefetch.clone(), ctx, p.threads);
-            if !floors.contains_key(&key) {
-                let plan = plan_unchecked(
-                    &cfg,
-                    &ck,
-                    u64::MAX / 4,
-                    IoMode::parse(&p.io)?,
-                    Prefetch::parse(&p.prefetch)?,
-                    ctx,
-                    p.threads,
-                )
-                .with_context(|| format!("planning {} / {}", p.io, p.prefetch))?;
-                floors.insert(key.clone(), (plan.floor_bytes, plan.model_bytes));
-            }
-            let (floor, model_bytes) = floors[&key];
+            let key = (p.io, p.prefetch, ctx, p.threads);
+            let (floor, model_bytes) = match floors.entry(key) {
+                std::collections::hash_map::Entry::Occupied(e) => *e.get(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let plan =
+                        plan_unchecked(&cfg, &ck, u64::MAX / 4, p.io, p.prefetch, ctx, p.threads)
+                            .with_context(|| {
+                            format!("planning {} / {}", p.io.as_str(), p.prefetch.as_str())
+                        })?;
+                    *e.insert((plan.floor_bytes, plan.model_bytes))
+                }
+            };
             let budget = BudgetExpr::parse(&p.budget_spec)?.resolve(model_bytes, floor);
             out.push(Resolved {
                 point: p,

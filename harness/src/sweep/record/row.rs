@@ -8,9 +8,14 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use memdial::io::IoMode;
 use memdial::metrics::{MetricsFile, RunMetrics, Source};
+use memdial::store::cache::CachePolicy;
+use memdial::store::plan::Prefetch;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use super::status::RunStatus;
 
 /// Version of the results schema (the columns of [`COLUMNS`] and their meaning),
 /// recorded in `sweep.json` as `results_schema`. 2: memory columns from
@@ -36,7 +41,7 @@ pub struct Row {
     /// the engine's floor or usage error), `timeout`, `below_floor` (not run: the
     /// budget resolved below the planned floor), `n/a` (not run: the engine cannot
     /// run this point, e.g. a resident-only engine under the model size).
-    pub status: String,
+    pub status: RunStatus,
     /// Exit code of `memdial run` (`None` when killed by a signal or not run).
     pub exit_code: Option<i32>,
     /// Error message (last stderr line of the child, or the harness's reason).
@@ -51,11 +56,11 @@ pub struct Row {
     /// Budget passed to `--budget`, bytes.
     pub budget_bytes: u64,
     /// IO mode.
-    pub io: String,
+    pub io: IoMode,
     /// Prefetch policy.
-    pub prefetch: String,
+    pub prefetch: Prefetch,
     /// Expert cache policy.
-    pub cache: String,
+    pub cache: CachePolicy,
     /// Kernel threads (`--threads`).
     pub threads: usize,
     /// Index of the prompt in the spec.
@@ -135,6 +140,11 @@ pub struct Row {
     /// `flag+cgroup`, or `none` (neither: see `cgroup_reason`).
     #[serde(default)]
     pub budget_held_by: Option<String>,
+    // --- axes declared after engines (`sweep::axes`): one column each, appended
+    /// The point's value on each later axis, by axis name (the point's
+    /// [`crate::sweep::axes::Coord`]s); empty for sweeps without one.
+    #[serde(flatten, default)]
+    pub axes: serde_json::Map<String, Value>,
 }
 
 /// The schema: every column of `results.csv`, in order (same keys as each object of
@@ -237,20 +247,6 @@ pub const COLUMNS: &[&str] = &[
     "budget_held_by",
 ];
 
-/// A row reads as its engine figures: `row.ttft_s` is `row.metrics.ttft_s`.
-impl std::ops::Deref for Row {
-    type Target = RunMetrics;
-    fn deref(&self) -> &RunMetrics {
-        &self.metrics
-    }
-}
-
-impl std::ops::DerefMut for Row {
-    fn deref_mut(&mut self) -> &mut RunMetrics {
-        &mut self.metrics
-    }
-}
-
 impl Row {
     /// Reads the engine's `--metrics-json` object ([`MetricsFile`]) into the row.
     /// Unknown keys are ignored; missing ones stay `None`. A median the engine did
@@ -262,9 +258,13 @@ impl Row {
         let f = MetricsFile::deserialize(m).context("engine metrics do not match the schema")?;
         self.engine_schema_version = f.schema_version;
         self.metrics = f.metrics;
-        if self.decode_s_per_token_median.is_none() && !self.decode_s_per_token.is_empty() {
-            self.metrics.decode_s_per_token_median = super::util::median(&self.decode_s_per_token);
-            self.metric_sources
+        if self.metrics.decode_s_per_token_median.is_none()
+            && !self.metrics.decode_s_per_token.is_empty()
+        {
+            self.metrics.decode_s_per_token_median =
+                crate::stats::median(&self.metrics.decode_s_per_token);
+            self.metrics
+                .metric_sources
                 .insert("decode_s_per_token_median".into(), Source::Harness);
         }
         Ok(())
@@ -273,14 +273,15 @@ impl Row {
     /// The hash the verdict compares: the engine's `output_ids_sha256`, or the hash
     /// of `output_ids` when the engine gave none.
     pub fn ids_hash(&self) -> Option<String> {
-        self.output_ids_sha256.clone().or_else(|| {
-            (self.status == "ok").then(|| memdial::generate::ids_sha256(&self.output_ids))
+        self.metrics.output_ids_sha256.clone().or_else(|| {
+            (self.status == RunStatus::Ok)
+                .then(|| memdial::generate::ids_sha256(&self.metrics.output_ids))
         })
     }
 
     /// Records the harness's memory samples and decides `over_budget` (call after
     /// [`Row::fill_metrics`], so the engine's anonymous peak is known).
-    pub fn fill_memory(&mut self, m: &super::memwatch::MemSamples, slack: u64) {
+    pub fn fill_memory(&mut self, m: &crate::sweep::run::memwatch::MemSamples, slack: u64) {
         self.cgroup_slack_bytes = Some(slack);
         self.memory_samples = Some(m.samples);
         self.rss_anon_peak_sampled_bytes = Some(m.anon_peak_bytes);
@@ -293,16 +294,17 @@ impl Row {
             self.cgroup_oom_kills = m.cgroup_oom_kills;
         }
         let engine_end = self
+            .metrics
             .peak_rss_anon_bytes
-            .zip(self.page_cache_resident_bytes_end)
+            .zip(self.metrics.page_cache_resident_bytes_end)
             .map(|(a, p)| a + p);
-        self.over_budget = self.status == "ok"
-            && super::memwatch::over_budget(
+        self.over_budget = self.status == RunStatus::Ok
+            && crate::sweep::run::memwatch::over_budget(
                 self.cgroup_enforced,
                 &[
                     self.anon_plus_page_cache_peak_bytes,
                     engine_end,
-                    self.peak_rss_anon_bytes,
+                    self.metrics.peak_rss_anon_bytes,
                 ],
                 self.budget_bytes,
                 slack,
@@ -311,7 +313,7 @@ impl Row {
 
     /// True for measured (non-warm-up) runs that finished.
     pub fn is_measured_ok(&self) -> bool {
-        self.status == "ok" && !self.warmup
+        self.status == RunStatus::Ok && !self.warmup
     }
 }
 
@@ -332,15 +334,30 @@ fn cell(v: &Value) -> String {
     }
 }
 
-/// CSV text of `rows` with the [`COLUMNS`] header.
+/// The columns of `rows`: [`COLUMNS`], then one per later axis the rows have
+/// (`sweep::axes`), in the order the rows first name them.
+pub fn columns(rows: &[Row]) -> Vec<String> {
+    let mut cols: Vec<String> = COLUMNS.iter().map(|c| c.to_string()).collect();
+    for r in rows {
+        for k in r.axes.keys() {
+            if !cols.contains(k) {
+                cols.push(k.clone());
+            }
+        }
+    }
+    cols
+}
+
+/// CSV text of `rows` with the [`columns`] header.
 pub fn to_csv(rows: &[Row]) -> Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(COLUMNS)?;
+    let cols = columns(rows);
+    w.write_record(&cols)?;
     for r in rows {
         let v = serde_json::to_value(r)?;
-        let rec: Vec<String> = COLUMNS
+        let rec: Vec<String> = cols
             .iter()
-            .map(|c| v.get(*c).map(cell).unwrap_or_default())
+            .map(|c| v.get(c.as_str()).map(cell).unwrap_or_default())
             .collect();
         w.write_record(&rec)?;
     }
@@ -415,13 +432,13 @@ mod tests {
             "output_ids": [1, 2, 3], "output_ids_sha256": "ab", "extra_key": 5
         });
         let mut r = Row {
-            status: "ok".into(),
+            status: RunStatus::Ok,
             ..Default::default()
         };
         r.fill_metrics(&m).unwrap();
-        assert_eq!(r.model_bytes, Some(1000));
-        assert_eq!(r.decode_s_per_token_median, Some(0.5));
-        assert_eq!(r.output_ids, vec![1, 2, 3]);
+        assert_eq!(r.metrics.model_bytes, Some(1000));
+        assert_eq!(r.metrics.decode_s_per_token_median, Some(0.5));
+        assert_eq!(r.metrics.output_ids, vec![1, 2, 3]);
         let csv = String::from_utf8(to_csv(&[r]).unwrap()).unwrap();
         let mut rd = csv::Reader::from_reader(csv.as_bytes());
         let h = rd.headers().unwrap().clone();

@@ -2,79 +2,26 @@
 //! `verdict.json`, charts), regenerated after every finished run so an
 //! interrupted sweep always leaves a valid partial report.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use memdial::store::plan::fmt_bytes;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use super::baseline::Comparison;
-use super::host::Host;
-use super::row::Row;
-use super::spec::Shard;
-use super::stats::{per_point, PointStats};
-use super::util::utc_now_rfc3339;
-use super::verdict::{short, verdict, Verdict};
-
-/// `sweep.json`: what a run directory holds.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Meta {
-    /// Format version of the run directory.
-    pub format: u32,
-    /// Spec name.
-    pub spec_name: Option<String>,
-    /// SHA-256 of the canonical spec (shards and resumes must match).
-    pub spec_sha256: String,
-    /// Model directory (canonical path).
-    pub model_dir: String,
-    /// Tensor bytes of the model.
-    pub model_bytes: u64,
-    /// Generated tokens per run.
-    pub max_tokens: usize,
-    /// Creation time, UTC.
-    pub created_utc: String,
-    /// This directory's shard (`None` = the whole sweep).
-    pub shard: Option<Shard>,
-    /// Directories merged into this one (`memdial report merge`).
-    #[serde(default)]
-    pub merged_from: Vec<String>,
-    /// Points in the whole spec.
-    pub points_total: usize,
-    /// Runs this directory is meant to hold (all shards when merged).
-    pub runs_planned: usize,
-    /// Host and storage facts, with the measured cold bandwidth.
-    pub host: Host,
-    /// Memory cgroup enforcement (`off`, `enforced (…)`, `not enforced: …`).
-    pub cgroup: String,
-    /// memdial version that ran the sweep.
-    pub memdial_version: String,
-    /// Command line.
-    pub command: String,
-    /// [`super::row::RESULTS_SCHEMA`] of the results (absent before version 2).
-    #[serde(default)]
-    pub results_schema: Option<u32>,
-    /// [`memdial::checkpoint::model_content_hash`] of the model.
-    #[serde(default)]
-    pub model_content_hash: Option<String>,
-    /// The engines of the sweep (empty for memdial-only sweeps).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub engines: Vec<super::engines::registry::EngineMeta>,
-}
-
-impl Meta {
-    /// Reads `dir/sweep.json`.
-    pub fn load(dir: &Path) -> Result<Meta> {
-        let p = dir.join("sweep.json");
-        let t =
-            std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
-        serde_json::from_str(&t).with_context(|| format!("{} is not a sweep.json", p.display()))
-    }
-    /// Writes `dir/sweep.json` atomically.
-    pub fn save(&self, dir: &Path) -> Result<()> {
-        crate::export::write_json(&dir.join("sweep.json"), self)
-    }
-}
+use crate::sweep::analysis::bootstrap::Run;
+use crate::sweep::analysis::recommend::{recommend, Recommendation};
+use crate::sweep::analysis::stats::point_runs;
+use crate::sweep::analysis::stats::{per_point, PointStats};
+use crate::sweep::analysis::verdict::{short, verdict, Verdict};
+use crate::sweep::engines::agreement::{cross, CrossEngine, Margins};
+use crate::sweep::engines::ratio::{against_reference, EngineRatio};
+use crate::sweep::record::baseline::{Baseline, Comparison};
+use crate::sweep::record::row::Row;
+use crate::sweep::record::rundir::Meta;
+use crate::sweep::record::status::RunStatus;
+use crate::sweep::util::utc_now_rfc3339;
 
 fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
     v.map(f).unwrap_or_else(|| "–".into())
@@ -88,14 +35,61 @@ fn bytes_f(v: Option<f64>) -> String {
     opt(v, |x| fmt_bytes(x.max(0.0).round() as u64))
 }
 
-/// A loaded baseline: its path, runs by match key and the tolerance.
-pub struct Baseline {
-    /// The baseline `results.csv`.
-    pub path: std::path::PathBuf,
-    /// Median s/token per point key.
-    pub runs: super::baseline::Runs,
-    /// Allowed slow-down (0.25 = 25 %).
-    pub tolerance: f64,
+/// `verdict.json`: the verdict over the output ids, the cross-engine verdict layered
+/// over it (sweeps with several engines), the budget recommendation and each
+/// engine's speed against the reference. Computed once; `verdict.json` serialises
+/// this value and `report.md` renders from it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepVerdict {
+    /// Every check passed: the ids verdict and, with several engines, the
+    /// cross-engine agreement.
+    pub pass: bool,
+    /// The verdict over the output ids (one engine at a time).
+    #[serde(flatten)]
+    pub ids: Verdict,
+    /// The cross-engine verdict (sweeps with several engines).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engines: Option<CrossEngine>,
+    /// The budget recommendation (the reference engine's points).
+    pub recommendation: Recommendation,
+    /// Each engine's speed against the reference's (sweeps with an engines axis).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine_ratios: Option<Vec<EngineRatio>>,
+}
+
+impl SweepVerdict {
+    /// The verdict of `rows` for the run directory described by `meta` (`dir` holds
+    /// the engines' `margins.json`, when one was written).
+    pub fn new(dir: &Path, meta: &Meta, rows: &[Row], stats: &[PointStats]) -> SweepVerdict {
+        let ids = verdict(rows).with_planned(meta.runs_planned);
+        let engines = (!meta.engines.is_empty()).then(|| {
+            let margins: Margins =
+                std::fs::read_to_string(dir.join("engines").join("margins.json"))
+                    .ok()
+                    .and_then(|t| serde_json::from_str(&t).ok())
+                    .unwrap_or_default();
+            cross(&ids, rows, &meta.engines, &margins)
+        });
+        let runs = point_runs(rows);
+        SweepVerdict {
+            pass: ids.pass && engines.as_ref().is_none_or(|c| c.pass),
+            recommendation: recommend(&reference_stats(stats, meta), &runs),
+            engine_ratios: (!meta.engines.is_empty()).then(|| engine_ratios(stats, &runs, meta)),
+            ids,
+            engines,
+        }
+    }
+
+    /// Whether the directory holds every planned run.
+    pub fn complete(&self) -> bool {
+        self.ids.complete
+    }
+
+    /// One line: the ids verdict, with the cross-engine verdict layered over it.
+    pub fn one_line(&self) -> String {
+        self.ids
+            .one_line(self.engines.as_ref().map(|c| (c.pass, c.one_line())))
+    }
 }
 
 /// Writes results, `verdict.json`, `report.md` and the charts; returns the verdict
@@ -105,45 +99,30 @@ pub fn write_all(
     meta: &Meta,
     rows: &[Row],
     baseline: Option<&Baseline>,
-) -> Result<(Verdict, Option<Comparison>)> {
-    super::row::save(dir, rows)?;
-    let mut v = verdict(rows).with_planned(meta.runs_planned);
-    if !meta.engines.is_empty() {
-        let margins: super::engines::agreement::Margins =
-            std::fs::read_to_string(dir.join("engines").join("margins.json"))
-                .ok()
-                .and_then(|t| serde_json::from_str(&t).ok())
-                .unwrap_or_default();
-        let c = super::engines::agreement::cross(&v, rows, &meta.engines, &margins);
-        v.pass &= c.pass;
-        v.engines = Some(c);
-    }
+) -> Result<(SweepVerdict, Option<Comparison>)> {
+    crate::sweep::record::row::save(dir, rows)?;
     let stats = per_point(rows);
-    let cmp = baseline.map(|b| super::baseline::compare(&b.path, &b.runs, rows, b.tolerance));
-    let baseline = cmp.as_ref();
-    let rec = super::recommend::recommend(
-        &reference_stats(&stats, meta),
-        &super::stats::point_runs(rows),
-    );
-    let ratios = engine_ratios(&stats, rows, meta);
-    let mut vj = serde_json::to_value(&v)?;
-    if let Some(o) = vj.as_object_mut() {
-        o.insert("recommendation".into(), serde_json::to_value(&rec)?);
-        if !meta.engines.is_empty() {
-            o.insert("engine_ratios".into(), serde_json::to_value(&ratios)?);
-        }
-    }
-    crate::export::write_json(&dir.join("verdict.json"), &vj)?;
+    let v = SweepVerdict::new(dir, meta, rows, &stats);
+    let cmp = baseline
+        .map(|b| crate::sweep::record::baseline::compare(&b.path, &b.runs, rows, b.tolerance));
+    crate::export::write_json(&dir.join("verdict.json"), &v)?;
     let title = meta
         .spec_name
         .clone()
         .unwrap_or_else(|| "memdial sweep".into());
-    let chart_err = super::charts::write_charts(dir, &stats, Some(meta.model_bytes), &title)
-        .and_then(|_| {
-            super::ttft_chart::write_ttft_chart(dir, &stats, rows, Some(meta.model_bytes), &title)
-        })
-        .err();
-    let md = markdown(meta, rows, &v, &stats, baseline, chart_err.as_ref());
+    let chart_err =
+        crate::sweep::write::charts::write_charts(dir, &stats, Some(meta.model_bytes), &title)
+            .and_then(|_| {
+                crate::sweep::write::ttft_chart::write_ttft_chart(
+                    dir,
+                    &stats,
+                    rows,
+                    Some(meta.model_bytes),
+                    &title,
+                )
+            })
+            .err();
+    let md = markdown(meta, rows, &v, &stats, cmp.as_ref(), chart_err.as_ref());
     crate::export::write_text(&dir.join("report.md"), &md)?;
     Ok((v, cmp))
 }
@@ -155,7 +134,7 @@ fn reference_stats(stats: &[PointStats], meta: &Meta) -> Vec<PointStats> {
         None => stats.to_vec(),
         Some(r) => stats
             .iter()
-            .filter(|p| super::engines::engine_or_default(&p.engine) == r.name)
+            .filter(|p| crate::sweep::engines::def::engine_or_default(&p.engine) == r.name)
             .cloned()
             .collect(),
     }
@@ -164,30 +143,63 @@ fn reference_stats(stats: &[PointStats], meta: &Meta) -> Vec<PointStats> {
 /// Each engine's speed against the reference engine's (empty for one engine).
 fn engine_ratios(
     stats: &[PointStats],
-    rows: &[Row],
+    runs: &BTreeMap<usize, Vec<Run>>,
     meta: &Meta,
-) -> Vec<super::engines::ratio::EngineRatio> {
+) -> Vec<EngineRatio> {
     match meta.engines.iter().find(|e| e.reference) {
-        Some(r) if meta.engines.len() > 1 => super::engines::ratio::against_reference(
-            stats,
-            &super::stats::point_runs(rows),
-            &r.name,
-        ),
+        Some(r) if meta.engines.len() > 1 => against_reference(stats, runs, &r.name),
         _ => vec![],
     }
 }
 
-/// The Markdown report.
+/// What every section of `report.md` renders from.
+#[derive(Clone, Copy)]
+struct Sections<'a> {
+    meta: &'a Meta,
+    rows: &'a [Row],
+    v: &'a SweepVerdict,
+    stats: &'a [PointStats],
+    baseline: Option<&'a Comparison>,
+    chart_err: Option<&'a anyhow::Error>,
+}
+
+/// The Markdown report: its sections in order, each written by its own function.
 pub fn markdown(
     meta: &Meta,
     rows: &[Row],
-    v: &Verdict,
+    v: &SweepVerdict,
     stats: &[PointStats],
     baseline: Option<&Comparison>,
     chart_err: Option<&anyhow::Error>,
 ) -> String {
+    let c = Sections {
+        meta,
+        rows,
+        v,
+        stats,
+        baseline,
+        chart_err,
+    };
     let mut s = String::new();
-    let h = &meta.host;
+    for section in [
+        header_md,
+        recommendation_md,
+        verdict_md,
+        engines_md,
+        environment_md,
+        medians_md,
+        baseline_md,
+        same_budget_md,
+        charts_md,
+    ] {
+        section(&mut s, &c);
+    }
+    s
+}
+
+/// The title, the model and the time the report was updated; a partial report says how to complete it.
+fn header_md(s: &mut String, c: &Sections) {
+    let Sections { meta, rows, .. } = *c;
     // Every planned run leaves one row (below-floor points one `below_floor` row each).
     let done = rows.len();
     let planned_runs = meta.runs_planned;
@@ -217,13 +229,21 @@ pub fn markdown(
             "> **Partial report:** {done} of {planned_runs} runs finished. Re-run the same command with `--out` set to this directory to complete it.\n"
         );
     }
-    let rec = super::recommend::recommend(
-        &reference_stats(stats, meta),
-        &super::stats::point_runs(rows),
-    );
-    s += &rec.markdown(&|spec, bytes| super::spec::budget_label(spec, bytes));
+}
+
+/// The budget recommendation (computed once, in [`SweepVerdict`]).
+fn recommendation_md(s: &mut String, c: &Sections) {
+    let Sections { v, .. } = *c;
+    *s += &v
+        .recommendation
+        .markdown(&|spec, bytes| crate::sweep::spec::budget_label(spec, bytes));
+}
+
+/// The verdict: its line, the differing points, each group and every run that failed or was skipped.
+fn verdict_md(s: &mut String, c: &Sections) {
+    let Sections { v, .. } = *c;
     let _ = writeln!(s, "## Verdict\n\n**{}**\n", v.one_line());
-    let diff = v.differing_points();
+    let diff = v.ids.differing_points();
     if !diff.is_empty() {
         let _ = writeln!(
             s,
@@ -234,7 +254,7 @@ pub fn markdown(
                 .join(", ")
         );
     }
-    for g in &v.groups {
+    for g in &v.ids.groups {
         let _ = writeln!(
             s,
             "- {}prompt {} × {} tokens: {} runs, reference `{}` (run `{}`), {} differing",
@@ -262,18 +282,23 @@ pub fn markdown(
             );
         }
     }
-    for (id, st, e) in &v.failed {
+    for (id, st, e) in &v.ids.failed {
         let _ = writeln!(s, "- failed `{id}` ({st}): {e}");
     }
-    for k in &v.below_floor {
+    for k in &v.ids.below_floor {
         let _ = writeln!(s, "- skipped (budget below the floor): `{k}`");
     }
-    for (k, why) in &v.not_applicable {
+    for (k, why) in &v.ids.not_applicable {
         let _ = writeln!(s, "- n/a (skipped): `{k}`: {why}");
     }
     s.push('\n');
+}
+
+/// The cross-engine verdict, the engines table and their speed against the reference.
+fn engines_md(s: &mut String, c: &Sections) {
+    let Sections { meta, rows, v, .. } = *c;
     if let Some(c) = &v.engines {
-        s += &c.markdown();
+        *s += &c.markdown();
         let _ = writeln!(
             s,
             "| engine | adapter | version | budget held by | must match |\n|---|---|---|---|---|"
@@ -295,10 +320,18 @@ pub fn markdown(
         }
         s.push('\n');
         if let Some(r) = meta.engines.iter().find(|e| e.reference) {
-            s += &super::engines::ratio::markdown(&engine_ratios(stats, rows, meta), &r.name);
+            *s += &crate::sweep::engines::ratio::markdown(
+                v.engine_ratios.as_deref().unwrap_or_default(),
+                &r.name,
+            );
         }
     }
+}
 
+/// The machine, its storage and how the runs were held to their budgets.
+fn environment_md(s: &mut String, c: &Sections) {
+    let Sections { meta, rows, .. } = *c;
+    let h = &meta.host;
     let _ = writeln!(s, "## Environment\n");
     let _ = writeln!(s, "| | |\n|---|---|");
     let _ = writeln!(
@@ -334,9 +367,9 @@ pub fn markdown(
     }
     let cold = rows
         .iter()
-        .filter(|r| r.status == "ok" && r.cold_verified)
+        .filter(|r| r.status == RunStatus::Ok && r.cold_verified)
         .count();
-    let ok = rows.iter().filter(|r| r.status == "ok").count();
+    let ok = rows.iter().filter(|r| r.status == RunStatus::Ok).count();
     let _ = writeln!(s, "| Cold cache | {cold} of {ok} finished runs started with 0 bytes of the model resident (mincore) |");
     let _ = writeln!(s, "| Memory cgroup | {} |", meta.cgroup);
     if h.free_page_reporting {
@@ -347,7 +380,11 @@ pub fn markdown(
     }
     let _ = writeln!(s, "| memdial | {} |", meta.memdial_version);
     let _ = writeln!(s, "| Command | `{}` |\n", meta.command);
+}
 
+/// The medians per point with their intervals, and the footnotes their marks need.
+fn medians_md(s: &mut String, c: &Sections) {
+    let Sections { meta, stats, .. } = *c;
     let _ = writeln!(s, "## Medians per point\n");
     let _ = writeln!(
         s,
@@ -364,14 +401,14 @@ pub fn markdown(
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for p in stats {
-        let budget = super::spec::budget_label(&p.budget_spec, p.budget_bytes);
+        let budget = crate::sweep::spec::budget_label(&p.budget_spec, p.budget_bytes);
         // Several engines: the engine is named with the point.
         let budget = if meta.engines.is_empty() {
             budget
         } else {
             format!(
                 "{budget} · {}",
-                super::engines::engine_or_default(&p.engine)
+                crate::sweep::engines::def::engine_or_default(&p.engine)
             )
         };
         if let Some(why) = &p.not_applicable {
@@ -445,7 +482,11 @@ pub fn markdown(
         );
     }
     s.push('\n');
+}
 
+/// The comparison with the baseline, when one was given.
+fn baseline_md(s: &mut String, c: &Sections) {
+    let Sections { baseline, .. } = *c;
     if let Some(b) = baseline {
         let _ = writeln!(
             s,
@@ -483,9 +524,13 @@ pub fn markdown(
             s.push('\n');
         }
     }
+}
 
-    let runs = super::stats::point_runs(rows);
-    let cmps = super::compare::same_budget(stats, &runs);
+/// IO modes and prefetch policies compared at the same budget.
+fn same_budget_md(s: &mut String, c: &Sections) {
+    let Sections { rows, stats, .. } = *c;
+    let runs = crate::sweep::analysis::stats::point_runs(rows);
+    let cmps = crate::sweep::analysis::compare::same_budget(stats, &runs);
     if !cmps.is_empty() {
         let _ = writeln!(
             s,
@@ -514,7 +559,16 @@ pub fn markdown(
         }
         s.push('\n');
     }
+}
 
+/// The charts and how to read them, and the files of the directory.
+fn charts_md(s: &mut String, c: &Sections) {
+    let Sections {
+        rows,
+        stats,
+        chart_err,
+        ..
+    } = *c;
     let _ = writeln!(s, "## Charts\n");
     if let Some(e) = chart_err {
         let _ = writeln!(s, "Charts could not be drawn: {e:#}\n");
@@ -551,5 +605,4 @@ pub fn markdown(
          `curve.svg`/`curve.png`, `io.svg`/`io.png`{}, `runs/<point>-<repeat>/` (metrics.json, stdout, stderr of each run).",
         if long { ", `ttft.svg`/`ttft.png`" } else { "" }
     );
-    s
 }

@@ -10,8 +10,8 @@ use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::row::Row;
-use super::stats::PointStats;
+use crate::sweep::analysis::stats::PointStats;
+use crate::sweep::record::row::Row;
 
 /// Prompts of at least this many tokens count as long (a prefill of several
 /// hundred tokens, where time to first token is a figure of its own).

@@ -24,7 +24,7 @@
 use memdial::rng::SplitMix64;
 use serde::Serialize;
 
-use super::util::median;
+use crate::stats::{median, percentile};
 
 /// Bootstrap replicates per estimate.
 pub const RESAMPLES: usize = 2000;
@@ -120,19 +120,6 @@ fn replicates(runs: &[&Run], seed: u64) -> Vec<f64> {
         .collect()
 }
 
-/// Percentile `q` in [0, 1] of `v` (sorted in place), linear interpolation
-/// between closest ranks.
-fn percentile(v: &mut [f64], q: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let x = q * (v.len() - 1) as f64;
-    let (i, f) = (x.floor() as usize, x - x.floor());
-    if i + 1 < v.len() {
-        v[i] * (1.0 - f) + v[i + 1] * f
-    } else {
-        v[i]
-    }
-}
-
 /// The interval of a point from its runs (`None` when no run has a decode time).
 /// `seed` varies the stream per point (e.g. the point index).
 pub fn interval(runs: &[Run], seed: u64) -> Option<Interval> {
@@ -147,9 +134,9 @@ pub fn interval(runs: &[Run], seed: u64) -> Option<Interval> {
             insufficient: true,
         });
     }
-    let mut reps = replicates(&rs, SEED ^ seed);
-    let lo = percentile(&mut reps, 0.025);
-    let hi = percentile(&mut reps, 0.975);
+    let reps = replicates(&rs, SEED ^ seed);
+    let lo = percentile(&reps, 0.025).unwrap_or(f64::NAN);
+    let hi = percentile(&reps, 0.975).unwrap_or(f64::NAN);
     Some(Interval {
         median,
         lo: Some(lo),
@@ -176,9 +163,9 @@ pub fn ratio(a: &[Run], b: &[Run], seed: u64) -> Option<Ratio> {
     }
     let xa = replicates(&ra, SEED ^ seed);
     let xb = replicates(&rb, SEED ^ seed.rotate_left(32) ^ 0x5bd1_e995);
-    let mut q: Vec<f64> = xa.iter().zip(&xb).map(|(x, y)| x / y).collect();
-    let lo = percentile(&mut q, 0.025);
-    let hi = percentile(&mut q, 0.975);
+    let q: Vec<f64> = xa.iter().zip(&xb).map(|(x, y)| x / y).collect();
+    let lo = percentile(&q, 0.025).unwrap_or(f64::NAN);
+    let hi = percentile(&q, 0.975).unwrap_or(f64::NAN);
     Some(Ratio {
         ratio: ma / mb,
         lo: Some(lo),
@@ -190,14 +177,6 @@ pub fn ratio(a: &[Run], b: &[Run], seed: u64) -> Option<Ratio> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn percentiles_by_hand() {
-        // Closest-rank interpolation: 0.25 of [1,2,3,4,5] → rank 1.0 → 2.
-        assert_eq!(percentile(&mut [5.0, 1.0, 4.0, 2.0, 3.0], 0.25), 2.0);
-        // 0.5 of [1,2,3,4] → rank 1.5 → 2.5.
-        assert_eq!(percentile(&mut [4.0, 3.0, 2.0, 1.0], 0.5), 2.5);
-    }
 
     #[test]
     fn constant_runs_have_a_point_interval() {

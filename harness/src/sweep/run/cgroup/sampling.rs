@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::{read_u64, Mode, RunCgroup};
+use super::base::{read_u64, Mode, RunCgroup};
 
 impl RunCgroup {
     /// Memory charged now (anon + page cache), bytes, from `dir`.

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{join_cgroup, own_path, Mode, RunCgroup};
+use super::base::{join_cgroup, own_path, Mode, RunCgroup};
 
 impl RunCgroup {
     /// The systemd unit name (`<name>.scope`).

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 
-use super::report::Meta;
 use super::row::Row;
+use super::rundir::Meta;
 
 /// The model identity of a directory: its [`memdial::checkpoint::model_content_hash`]
 /// (recorded in `sweep.json`), or for directories written before it was recorded,
@@ -144,7 +144,7 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
 pub fn copy_spec(first: &Path, out: &Path) -> Result<()> {
     let src = first.join("spec.toml");
     if src.exists() {
-        super::util::write_atomic(&out.join("spec.toml"), &std::fs::read(&src)?)?;
+        crate::export::write_atomic(&out.join("spec.toml"), &std::fs::read(&src)?)?;
     }
     Ok(())
 }

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::{join_cgroup, probe, write, Env, Mode, Support};
+use super::base::{join_cgroup, probe, write, Env, Mode, Support};
 
 /// Detection when `/proc/self/cgroup` has a v1 `memory` line with path `path`:
 /// available when our own memory cgroup is visible and a child can be made.

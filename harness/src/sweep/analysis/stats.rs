@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::bootstrap::{interval, Run};
-use super::row::Row;
-use super::util::{median, min_max};
+use crate::stats::{median, min_max};
+use crate::sweep::record::row::Row;
+use crate::sweep::record::status::RunStatus;
 
 /// Medians (and the spread of s/token) of one point.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -89,10 +90,10 @@ pub struct PointStats {
 pub fn point_runs(rows: &[Row]) -> BTreeMap<usize, Vec<Run>> {
     let mut by: BTreeMap<usize, Vec<Run>> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.is_measured_ok()) {
-        let run: Run = if r.decode_s_per_token.is_empty() {
-            r.decode_s_per_token_median.into_iter().collect()
+        let run: Run = if r.metrics.decode_s_per_token.is_empty() {
+            r.metrics.decode_s_per_token_median.into_iter().collect()
         } else {
-            r.decode_s_per_token.clone()
+            r.metrics.decode_s_per_token.clone()
         };
         by.entry(r.point_index).or_default().push(run);
     }
@@ -116,7 +117,7 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
             let ok: Vec<&Row> = all.iter().copied().filter(|r| r.is_measured_ok()).collect();
             let spt: Vec<f64> = ok
                 .iter()
-                .filter_map(|r| r.decode_s_per_token_median)
+                .filter_map(|r| r.metrics.decode_s_per_token_median)
                 .collect();
             let mm = min_max(&spt);
             let iv = runs
@@ -127,34 +128,33 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                 point_key: first.point_key.clone(),
                 budget_spec: first.budget_spec.clone(),
                 budget_bytes: first.budget_bytes,
-                io: first.io.clone(),
-                prefetch: first.prefetch.clone(),
-                cache: first.cache.clone(),
+                io: first.io.as_str().to_string(),
+                prefetch: first.prefetch.as_str().to_string(),
+                cache: first.cache.as_str().to_string(),
                 threads: first.threads,
                 prompt_index: first.prompt_index,
                 floor_bytes: all
                     .iter()
-                    .find_map(|r| r.floor_bytes)
+                    .find_map(|r| r.metrics.floor_bytes)
                     .unwrap_or(first.planned_floor_bytes),
                 n: ok.len(),
-                failed: all
-                    .iter()
-                    .filter(|r| !matches!(r.status.as_str(), "ok" | "below_floor" | "n/a"))
-                    .count(),
+                failed: all.iter().filter(|r| r.status.is_failure()).count(),
                 cold_verified: ok.iter().all(|r| r.cold_verified),
                 s_per_token: median(&spt),
                 s_per_token_min: mm.map(|m| m.0),
                 s_per_token_max: mm.map(|m| m.1),
                 tokens_per_s: median(&spt).filter(|s| *s > 0.0).map(|s| 1.0 / s),
-                ttft_s: med(&ok, |r| r.ttft_s),
-                bytes_read_per_token: med(&ok, |r| r.bytes_read_per_token),
-                io_wait_fraction: med(&ok, |r| r.io_wait_fraction),
-                trunk_hit_rate: med(&ok, |r| r.trunk_hit_rate),
-                expert_hit_rate: med(&ok, |r| r.expert_hit_rate),
-                peak_rss_bytes: med(&ok, |r| r.peak_rss_bytes.map(|x| x as f64)),
-                peak_rss_anon_bytes: med(&ok, |r| r.peak_rss_anon_bytes.map(|x| x as f64)),
-                peak_accounted_bytes: med(&ok, |r| r.peak_accounted_bytes.map(|x| x as f64)),
-                below_floor: all.iter().any(|r| r.status == "below_floor"),
+                ttft_s: med(&ok, |r| r.metrics.ttft_s),
+                bytes_read_per_token: med(&ok, |r| r.metrics.bytes_read_per_token),
+                io_wait_fraction: med(&ok, |r| r.metrics.io_wait_fraction),
+                trunk_hit_rate: med(&ok, |r| r.metrics.trunk_hit_rate),
+                expert_hit_rate: med(&ok, |r| r.metrics.expert_hit_rate),
+                peak_rss_bytes: med(&ok, |r| r.metrics.peak_rss_bytes.map(|x| x as f64)),
+                peak_rss_anon_bytes: med(&ok, |r| r.metrics.peak_rss_anon_bytes.map(|x| x as f64)),
+                peak_accounted_bytes: med(&ok, |r| {
+                    r.metrics.peak_accounted_bytes.map(|x| x as f64)
+                }),
+                below_floor: all.iter().any(|r| r.status == RunStatus::BelowFloor),
                 unenforced: ok.iter().filter(|r| !r.cgroup_enforced).count(),
                 over_budget: ok.iter().filter(|r| r.over_budget).count(),
                 s_per_token_lo: iv.as_ref().and_then(|i| i.lo),
@@ -163,7 +163,7 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                 engine: first.engine.clone(),
                 not_applicable: all
                     .iter()
-                    .find(|r| r.status == "n/a")
+                    .find(|r| r.status == RunStatus::NotApplicable)
                     .map(|r| r.error.clone().unwrap_or_default()),
                 insufficient_repeats: iv.as_ref().is_some_and(|i| i.insufficient),
             }

@@ -1,5 +1,6 @@
 //! Detection and run-cgroup tests against a fake cgroup filesystem.
 
+use super::base::*;
 use super::*;
 
 fn tmp(name: &str) -> PathBuf {

@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::row::Row;
+use crate::sweep::record::row::Row;
+use crate::sweep::record::status::RunStatus;
 
 /// A run whose output differs from its group's reference.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -57,6 +58,9 @@ pub struct Group {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Verdict {
     /// True when the sweep is complete, every finished run matches and none failed.
+    /// (Not serialised here: `verdict.json`'s `pass` is the layered verdict's, which
+    /// also counts checks layered over this one, e.g. the cross-engine agreement.)
+    #[serde(skip)]
     pub pass: bool,
     /// Every planned run has a row (finished, failed or below the floor); an
     /// incomplete sweep never passes. Set by [`Verdict::with_planned`].
@@ -87,9 +91,6 @@ pub struct Verdict {
     /// Points an engine cannot run (`n/a` rows: point key and reason).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub not_applicable: Vec<(String, String)>,
-    /// The cross-engine verdict (sweeps with several engines).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub engines: Option<crate::sweep::engines::agreement::CrossEngine>,
 }
 
 /// Position where `a` and `b` first differ (`None` when equal).
@@ -110,30 +111,32 @@ pub fn verdict(rows: &[Row]) -> Verdict {
     let mut points = std::collections::BTreeSet::new();
     let over_budget: Vec<String> = rows
         .iter()
-        .filter(|r| r.status == "ok" && r.over_budget)
+        .filter(|r| r.status == RunStatus::Ok && r.over_budget)
         .map(|r| r.run_id.clone())
         .collect();
     for r in rows {
-        match r.status.as_str() {
-            "ok" => {
+        match r.status {
+            RunStatus::Ok => {
                 points.insert(r.point_index);
                 groups
                     .entry((r.prompt_index, r.max_tokens, r.engine.clone()))
                     .or_default()
                     .push(r);
-                if let Some(h) = &r.output_ids_sha256 {
-                    if !r.output_ids.is_empty() && *h != super::util::ids_sha256(&r.output_ids) {
+                if let Some(h) = &r.metrics.output_ids_sha256 {
+                    if !r.metrics.output_ids.is_empty()
+                        && *h != crate::sweep::util::ids_sha256(&r.metrics.output_ids)
+                    {
                         hash_inconsistent.push(r.run_id.clone());
                     }
                 }
             }
-            "below_floor" => below_floor.push(r.point_key.clone()),
-            "n/a" => {
+            RunStatus::BelowFloor => below_floor.push(r.point_key.clone()),
+            RunStatus::NotApplicable => {
                 not_applicable.push((r.point_key.clone(), r.error.clone().unwrap_or_default()))
             }
             s => failed.push((
                 r.run_id.clone(),
-                s.to_string(),
+                s.as_str().to_string(),
                 r.error.clone().unwrap_or_default(),
             )),
         }
@@ -159,15 +162,15 @@ pub fn verdict(rows: &[Row]) -> Verdict {
             .iter()
             .filter(|r| r.ids_hash().unwrap_or_default() != hash)
             .map(|r| {
-                let pos = first_difference(&reference.output_ids, &r.output_ids);
+                let pos = first_difference(&reference.metrics.output_ids, &r.metrics.output_ids);
                 Mismatch {
                     run_id: r.run_id.clone(),
                     point_index: r.point_index,
                     point_key: r.point_key.clone(),
                     hash: r.ids_hash().unwrap_or_default(),
                     first_diff_position: pos,
-                    expected_id: pos.and_then(|p| reference.output_ids.get(p).copied()),
-                    got_id: pos.and_then(|p| r.output_ids.get(p).copied()),
+                    expected_id: pos.and_then(|p| reference.metrics.output_ids.get(p).copied()),
+                    got_id: pos.and_then(|p| r.metrics.output_ids.get(p).copied()),
                 }
             })
             .collect();
@@ -206,7 +209,6 @@ pub fn verdict(rows: &[Row]) -> Verdict {
         points: points.len(),
         over_budget,
         not_applicable,
-        engines: None,
     }
 }
 
@@ -238,7 +240,11 @@ impl Verdict {
 
     /// One line: `PASS: 30 runs at 10 points, output ids sha256 3f2a9c…` or
     /// `FAIL: …` naming the differing points, the first differing position and ids.
-    pub fn one_line(&self) -> String {
+    ///
+    /// `layer` is a check layered over this verdict, `(pass, its line)`, e.g. the
+    /// cross-engine agreement: a failed layer turns `PASS` into `FAIL`; its line
+    /// follows the ids part.
+    pub fn one_line(&self, layer: Option<(bool, String)>) -> String {
         let mut l = if self.complete {
             self.ids_line()
         } else {
@@ -262,13 +268,13 @@ impl Verdict {
                 self.runs_done, self.runs_planned
             )
         };
-        if let Some(c) = &self.engines {
-            if !c.pass {
+        if let Some((pass, line)) = layer {
+            if !pass {
                 if let Some(rest) = l.strip_prefix("PASS: ") {
                     l = format!("FAIL: {rest}");
                 }
             }
-            l += &format!("; {}", c.one_line());
+            l += &format!("; {line}");
         }
         if !self.not_applicable.is_empty() {
             l += &format!(
@@ -380,7 +386,7 @@ mod tests {
             point_index: point,
             point_key: format!("k{point}"),
             repeat: rep,
-            status: "ok".into(),
+            status: RunStatus::Ok,
             max_tokens: 4,
             metrics: memdial::metrics::RunMetrics {
                 output_ids: ids.to_vec(),
@@ -399,8 +405,8 @@ mod tests {
             row(2, 0, &[1, 2, 3]),
         ];
         let v = verdict(&rows);
-        assert!(v.pass, "{}", v.one_line());
-        assert!(v.one_line().starts_with("PASS: 3 runs at 3 points"));
+        assert!(v.pass, "{}", v.one_line(None));
+        assert!(v.one_line(None).starts_with("PASS: 3 runs at 3 points"));
         let rows = vec![
             row(0, 0, &[1, 9, 3]),
             row(1, 0, &[1, 2, 3]),
@@ -414,7 +420,7 @@ mod tests {
             (m.first_diff_position, m.expected_id, m.got_id),
             (Some(1), Some(2), Some(9))
         );
-        assert!(v.one_line().contains("p0 [k0]"), "{}", v.one_line());
+        assert!(v.one_line(None).contains("p0 [k0]"), "{}", v.one_line(None));
     }
 
     #[test]
@@ -422,16 +428,16 @@ mod tests {
         assert_eq!(first_difference(&[1, 2], &[1, 2, 3]), Some(2));
         assert_eq!(first_difference(&[1, 2], &[1, 2]), None);
         let mut bad = row(1, 0, &[]);
-        bad.status = "failed".into();
+        bad.status = RunStatus::Failed;
         bad.error = Some("boom".into());
         let v = verdict(&[row(0, 0, &[1]), bad]);
         assert!(!v.pass);
-        assert!(v.one_line().contains("boom"));
+        assert!(v.one_line(None).contains("boom"));
         let mut skipped = row(2, 0, &[]);
-        skipped.status = "below_floor".into();
+        skipped.status = RunStatus::BelowFloor;
         assert!(verdict(&[row(0, 0, &[1]), skipped]).pass);
         let mut lying = row(0, 0, &[1]);
-        lying.output_ids_sha256 = Some("00".into());
+        lying.metrics.output_ids_sha256 = Some("00".into());
         assert!(!verdict(&[lying]).pass);
     }
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::cgroup::RunCgroup;
 use super::memwatch::{interval_at, MemSamples};
-use super::spec::{Point, PromptSpec};
+use crate::sweep::spec::{Point, PromptSpec};
 
 /// Environment variable naming the binary used for child runs instead of this
 /// executable (for tests of the harness against a stand-in).
@@ -47,7 +47,7 @@ pub struct RunRequest<'a> {
     pub watch_files: &'a [PathBuf],
     /// Another engine's command, run instead of `memdial run` (no metrics file: the
     /// caller reads its output, see `sweep::engines::output`).
-    pub external: Option<&'a super::engines::registry::ExtCommand>,
+    pub external: Option<&'a crate::sweep::engines::registry::ExtCommand>,
 }
 
 /// What a child run produced.
@@ -101,11 +101,11 @@ impl RunRequest<'_> {
             "--budget".into(),
             self.budget_bytes.to_string(),
             "--io".into(),
-            p.io.clone(),
+            p.io.as_str().into(),
             "--prefetch".into(),
-            p.prefetch.clone(),
+            p.prefetch.as_str().into(),
             "--cache".into(),
-            p.cache.clone(),
+            p.cache.as_str().into(),
             "--metrics-json".into(),
             metrics.display().to_string(),
         ]);

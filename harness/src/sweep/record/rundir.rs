@@ -3,7 +3,7 @@
 //! (with host facts and a cold bandwidth probe) when empty.
 //!
 //! Crash safety: every file is written atomically (temporary + rename, see
-//! [`super::util::write_atomic`]), `sweep.json` before `spec.toml`, so a sweep
+//! [`crate::export::write_atomic`]), `sweep.json` before `spec.toml`, so a sweep
 //! killed at any moment leaves a directory that is either resumable or holds only
 //! this module's own files (lock, stale temporaries, the same `spec.toml`), which
 //! count as empty.
@@ -13,14 +13,14 @@ use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
 
 use crate::args::{as_usage, usage};
 
 use super::host::Host;
-use super::report::Meta;
 use super::row::{self, Row};
-use super::spec::{Shard, Spec};
-use super::util::{utc_now_dirname, utc_now_rfc3339};
+use crate::sweep::spec::{Shard, Spec};
+use crate::sweep::util::{utc_now_dirname, utc_now_rfc3339};
 
 /// The lock file in a run directory (holds the pid of the sweep that holds the lock).
 pub const LOCK_FILE: &str = ".lock";
@@ -201,4 +201,63 @@ pub fn open(
         engines: vec![],
     };
     Ok((meta, vec![]))
+}
+
+/// `sweep.json`: what a run directory holds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Meta {
+    /// Format version of the run directory.
+    pub format: u32,
+    /// Spec name.
+    pub spec_name: Option<String>,
+    /// SHA-256 of the canonical spec (shards and resumes must match).
+    pub spec_sha256: String,
+    /// Model directory (canonical path).
+    pub model_dir: String,
+    /// Tensor bytes of the model.
+    pub model_bytes: u64,
+    /// Generated tokens per run.
+    pub max_tokens: usize,
+    /// Creation time, UTC.
+    pub created_utc: String,
+    /// This directory's shard (`None` = the whole sweep).
+    pub shard: Option<Shard>,
+    /// Directories merged into this one (`memdial report merge`).
+    #[serde(default)]
+    pub merged_from: Vec<String>,
+    /// Points in the whole spec.
+    pub points_total: usize,
+    /// Runs this directory is meant to hold (all shards when merged).
+    pub runs_planned: usize,
+    /// Host and storage facts, with the measured cold bandwidth.
+    pub host: Host,
+    /// Memory cgroup enforcement (`off`, `enforced (…)`, `not enforced: …`).
+    pub cgroup: String,
+    /// memdial version that ran the sweep.
+    pub memdial_version: String,
+    /// Command line.
+    pub command: String,
+    /// [`super::row::RESULTS_SCHEMA`] of the results (absent before version 2).
+    #[serde(default)]
+    pub results_schema: Option<u32>,
+    /// [`memdial::checkpoint::model_content_hash`] of the model.
+    #[serde(default)]
+    pub model_content_hash: Option<String>,
+    /// The engines of the sweep (empty for memdial-only sweeps).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub engines: Vec<crate::sweep::engines::registry::EngineMeta>,
+}
+
+impl Meta {
+    /// Reads `dir/sweep.json`.
+    pub fn load(dir: &Path) -> Result<Meta> {
+        let p = dir.join("sweep.json");
+        let t =
+            std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+        serde_json::from_str(&t).with_context(|| format!("{} is not a sweep.json", p.display()))
+    }
+    /// Writes `dir/sweep.json` atomically.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        crate::export::write_json(&dir.join("sweep.json"), self)
+    }
 }

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::{join_cgroup, probe, write, Env, Mode, LEAF_PREFIX};
+use super::base::{join_cgroup, probe, write, Env, Mode, LEAF_PREFIX};
 
 /// cgroup v2: enable the memory controller for children of our own cgroup.
 pub(super) fn prepare(env: &Env, path: &str) -> std::result::Result<Mode, String> {

@@ -1,6 +1,6 @@
 //! `--baseline OLD/results.csv --max-regression 25%`: fail when a point is slower
 //! than in the baseline by more than the tolerance **and** the slowdown is
-//! significant under the method of [`super::bootstrap`].
+//! significant under the method of [`crate::sweep::analysis::bootstrap`].
 //!
 //! The baseline's run directory must hold its `sweep.json` next to `results.csv`.
 //! It is refused (usage error, exit 2) when its results schema, spec or model
@@ -14,9 +14,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use super::bootstrap::{ratio, Ratio, Run};
-use super::report::Meta;
 use super::row::{Row, RESULTS_SCHEMA};
+use super::rundir::Meta;
+use super::status::RunStatus;
+use crate::sweep::analysis::bootstrap::{ratio, Ratio, Run};
 
 /// Parses a tolerance: `25%` or `0.25` → 0.25.
 pub fn parse_tolerance(s: &str) -> Result<f64> {
@@ -41,7 +42,7 @@ pub fn key_of(r: &Row) -> Key {
     (
         r.point_key.clone(),
         r.budget_bytes,
-        r.prompt_tokens,
+        r.metrics.prompt_tokens,
         r.max_tokens,
     )
 }
@@ -141,7 +142,7 @@ pub fn read_csv(path: &Path) -> Result<Runs> {
     for rec in rd.records() {
         let rec = rec.with_context(|| format!("malformed row in {}", path.display()))?;
         let get = |i: usize| rec.get(c[i]).unwrap_or("");
-        if get(1) != "ok" || get(2) == "true" {
+        if RunStatus::parse(get(1)) != Some(RunStatus::Ok) || get(2) == "true" {
             continue;
         }
         let mut run: Run = get(4)
@@ -208,10 +209,10 @@ impl Comparison {
 pub fn compare(path: &Path, base: &Runs, rows: &[Row], tolerance: f64) -> Comparison {
     let mut now: BTreeMap<usize, (Key, Vec<Run>)> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.is_measured_ok()) {
-        let run: Run = if r.decode_s_per_token.is_empty() {
-            r.decode_s_per_token_median.into_iter().collect()
+        let run: Run = if r.metrics.decode_s_per_token.is_empty() {
+            r.metrics.decode_s_per_token_median.into_iter().collect()
         } else {
-            r.decode_s_per_token.clone()
+            r.metrics.decode_s_per_token.clone()
         };
         now.entry(r.point_index)
             .or_insert_with(|| (key_of(r), vec![]))
@@ -231,8 +232,8 @@ pub fn compare(path: &Path, base: &Runs, rows: &[Row], tolerance: f64) -> Compar
         };
         let change = r.ratio - 1.0;
         let meds = |rs: &[Run]| {
-            let m: Vec<f64> = rs.iter().filter_map(|x| super::util::median(x)).collect();
-            super::util::median(&m).unwrap_or(f64::NAN)
+            let m: Vec<f64> = rs.iter().filter_map(|x| crate::stats::median(x)).collect();
+            crate::stats::median(&m).unwrap_or(f64::NAN)
         };
         compared.push(Compared {
             point_index: idx,
@@ -250,6 +251,16 @@ pub fn compare(path: &Path, base: &Runs, rows: &[Row], tolerance: f64) -> Compar
         compared,
         missing,
     }
+}
+
+/// A loaded baseline: its path, runs by match key and the tolerance.
+pub struct Baseline {
+    /// The baseline `results.csv`.
+    pub path: std::path::PathBuf,
+    /// Median s/token per point key.
+    pub runs: Runs,
+    /// Allowed slow-down (0.25 = 25 %).
+    pub tolerance: f64,
 }
 
 #[cfg(test)]

@@ -1,0 +1,15 @@
+//! What a sweep records: one row per run, the run directory that holds them, the
+//! shards merged into one directory, and the baseline a sweep is compared with.
+//!
+//! - [`row`]: the results schema (`results.csv` / `results.json`) and [`status::RunStatus`];
+//! - [`rundir`]: the locked run directory and its metadata (`sweep.json`, [`rundir::Meta`]);
+//! - [`merge`]: combining shard directories;
+//! - [`baseline`]: an earlier `results.csv` and the comparison with it;
+//! - [`host`]: machine and storage facts (recorded in `sweep.json` and every row).
+
+pub mod baseline;
+pub mod host;
+pub mod merge;
+pub mod row;
+pub mod rundir;
+pub mod status;

@@ -1,0 +1,20 @@
+//! What a sweep runs: points with resolved budgets, one run slot after another, each
+//! a child process from a verified cold cache, held to its budget by a memory
+//! cgroup and sampled while it lives.
+//!
+//! - [`points`]: the spec's points with their budgets resolved against the floor;
+//! - [`execute`]: one run slot → one row;
+//! - [`runner`]: one child `memdial run --metrics-json` (or another engine) per run;
+//! - [`coldcache`]: eviction and mincore verification before each run;
+//! - [`cgroup`]: memory-cgroup enforcement of the budget (v1, v2, systemd-run and
+//!   sampling in submodules);
+//! - [`memwatch`]: anon + page-cache memory sampled while a run is alive;
+//! - [`interrupt`]: SIGINT/SIGTERM print the command that resumes the sweep.
+
+pub mod cgroup;
+pub mod coldcache;
+pub mod execute;
+pub mod interrupt;
+pub mod memwatch;
+pub mod points;
+pub mod runner;

@@ -1,0 +1,253 @@
+//! The drawing parts every budget chart shares: colours, the series of points by
+//! IO mode and the rest of their label, axis ranges and ticks, floor markers, the
+//! empty-chart notice and the legend box. [`super::charts`] and
+//! [`super::metric_chart`] draw with them.
+
+use anyhow::{anyhow, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::sweep::analysis::stats::PointStats;
+
+/// Tableau-10 colours.
+pub(super) const COLORS: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+pub(super) fn pe<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow!("chart: {e:?}")
+}
+
+/// One line of a chart: points of equal io × prefetch (and of the other varying axes).
+#[derive(Debug, Clone)]
+pub(super) struct Series {
+    pub(super) label: String,
+    /// IO mode (the curve's panel).
+    pub(super) io: String,
+    /// The label without the IO mode (colour and marker within a panel).
+    pub(super) rest: String,
+    pub(super) floor: f64,
+    /// (budget bytes × dodge factor, stats)
+    pub(super) pts: Vec<(f64, PointStats)>,
+}
+
+pub(super) fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Series> {
+    let distinct = |f: &dyn Fn(&PointStats) -> String| {
+        let mut v: Vec<String> = stats.iter().map(f).collect();
+        v.sort();
+        v.dedup();
+        v.len() > 1
+    };
+    let (vc, vt, vp, ve) = (
+        distinct(&|s| s.cache.clone()),
+        distinct(&|s| s.threads.to_string()),
+        distinct(&|s| s.prompt_index.to_string()),
+        distinct(&|s| s.engine.clone()),
+    );
+    let mut out: Vec<Series> = vec![];
+    for s in stats.iter().filter(|s| !s.below_floor && s.n > 0) {
+        // Several engines: the engine leads the label (one colour and marker each).
+        let mut rest = if ve {
+            format!("{} / {}", s.engine, s.prefetch)
+        } else {
+            s.prefetch.clone()
+        };
+        if vc {
+            rest += &format!(" / {}", s.cache);
+        }
+        if vt {
+            rest += &format!(" / {}t", s.threads);
+        }
+        if vp {
+            rest += &format!(" / prompt {}", s.prompt_index);
+        }
+        let label = format!("{} / {rest}", s.io);
+        match out.iter_mut().find(|x| x.label == label) {
+            Some(x) => x.pts.push((s.budget_bytes as f64, s.clone())),
+            None => out.push(Series {
+                label,
+                io: s.io.clone(),
+                rest,
+                // memdial's floor; other engines have none of their own here.
+                floor: if crate::sweep::engines::def::engine_or_default(&s.engine)
+                    == crate::sweep::engines::def::DEFAULT_ENGINE
+                {
+                    s.floor_bytes as f64
+                } else {
+                    0.0
+                },
+                pts: vec![(s.budget_bytes as f64, s.clone())],
+            }),
+        }
+    }
+    // Dodge: within one IO mode, shift each line's points to the right by up to
+    // 5 % so markers and whiskers of lines measured at the same budget do not hide
+    // each other (to the right, so no marker sits left of its floor). A point at or
+    // just under the model size is shifted to the left instead, far enough that its
+    // whisker caps stay clear of the model-size line ([`dodge`]).
+    let ios: Vec<String> = out.iter().map(|s| s.io.clone()).collect();
+    for (i, s) in out.iter_mut().enumerate() {
+        let same: Vec<usize> = (0..ios.len()).filter(|&j| ios[j] == s.io).collect();
+        let n = same.len();
+        let k = same.iter().position(|&j| j == i).unwrap_or(0);
+        let f = if n > 1 {
+            1.0 + 0.05 * k as f64 / (n - 1) as f64
+        } else {
+            1.0
+        };
+        for p in &mut s.pts {
+            p.0 = dodge(p.0, f, model_bytes.map(|m| m as f64));
+        }
+        s.pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    out
+}
+
+/// Half-width of a whisker's end caps, as a factor on the (log) x axis.
+pub(super) const CAP: f64 = 1.02;
+
+/// Where a point of budget `b` (bytes) is drawn for dodge factor `f` (≥ 1): `b × f`,
+/// except a point at or under the model size `m` whose dodged marker or whisker cap
+/// would reach the line: it goes to `b / (f × CAP × 1.005)`, left of the line by
+/// more than its cap, so marker and whisker move together and neither touches it.
+pub(super) fn dodge(b: f64, f: f64, m: Option<f64>) -> f64 {
+    match m {
+        Some(m) if b <= m && b * f * CAP >= m => b / (f * CAP * 1.005),
+        _ => b * f,
+    }
+}
+
+/// Axis tick text of a byte count: binary units, at most three significant digits
+/// and no trailing zeros ("256 MiB", "1.5 GiB", "177 MiB").
+pub(super) fn fmt_tick_bytes(v: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let (mut x, mut i) = (v.max(0.0), 0);
+    while x >= 1024.0 && i < UNITS.len() - 1 {
+        x /= 1024.0;
+        i += 1;
+    }
+    let t = if x >= 99.95 {
+        format!("{x:.0}")
+    } else if x >= 9.995 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    };
+    let t = if t.contains('.') {
+        t.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        t
+    };
+    format!("{t} {}", UNITS[i])
+}
+
+pub(super) fn x_range(ser: &[Series], model_bytes: Option<u64>) -> (f64, f64) {
+    let mut lo = f64::INFINITY;
+    let mut hi = 0f64;
+    for s in ser {
+        for (x, _) in &s.pts {
+            lo = lo.min(*x);
+            hi = hi.max(*x);
+        }
+        if s.floor > 0.0 {
+            lo = lo.min(s.floor);
+        }
+    }
+    if let Some(m) = model_bytes.filter(|m| *m > 0) {
+        hi = hi.max(m as f64);
+        lo = lo.min(m as f64);
+    }
+    if !lo.is_finite() || lo <= 0.0 {
+        lo = 1.0;
+    }
+    if hi <= lo {
+        hi = lo * 2.0;
+    }
+    (lo / 1.3, hi * 1.3)
+}
+
+pub(super) fn empty<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str) -> Result<()> {
+    root.fill(&WHITE).map_err(pe)?;
+    root.titled(title, ("sans-serif", 22)).map_err(pe)?;
+    root.draw(&Text::new(
+        "no finished runs yet",
+        (40, 80),
+        ("sans-serif", 18).into_font(),
+    ))
+    .map_err(pe)?;
+    root.present().map_err(pe)
+}
+
+/// A point's whisker: its 95 % interval, else the min–max over repeats.
+pub(super) fn whisker(p: &PointStats) -> Option<(f64, f64)> {
+    p.s_per_token_lo
+        .zip(p.s_per_token_hi)
+        .or(p.s_per_token_min.zip(p.s_per_token_max))
+}
+
+/// Draws one marker of shape `shape` (0 circle, 1 triangle, 2 square, 3 diamond-ish
+/// cross), filled or hollow.
+pub(super) fn marker<DB: DrawingBackend>(
+    chart: &mut ChartContext<
+        '_,
+        DB,
+        Cartesian2d<LogCoord<f64>, plotters::coord::types::RangedCoordf64>,
+    >,
+    at: (f64, f64),
+    shape: usize,
+    c: RGBColor,
+    filled: bool,
+) -> Result<()> {
+    let st = if filled {
+        c.filled()
+    } else {
+        c.stroke_width(2)
+    };
+    match shape % 4 {
+        0 => chart.draw_series([Circle::new(at, 5, st)]).map(|_| ()),
+        1 => chart
+            .draw_series([TriangleMarker::new(at, 7, st)])
+            .map(|_| ()),
+        2 => chart
+            .draw_series([EmptyElement::at(at) + Rectangle::new([(-5, -5), (5, 5)], st)])
+            .map(|_| ()),
+        _ => chart
+            .draw_series([Cross::new(at, 6, c.stroke_width(2))])
+            .map(|_| ()),
+    }
+    .map_err(pe)
+}
+
+/// The legend box of every chart: upper right, on a translucent white ground,
+/// labels in `font_size` px.
+pub(super) fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    font_size: u32,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font(("sans-serif", font_size))
+        .draw()
+        .map_err(pe)
+}
+
+/// Seconds to two significant digits (ticks of a log axis: 0.0063, 0.079, 1.3, 16).
+pub(super) fn format_secs(v: f64) -> String {
+    if v.is_nan() || v <= 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let digits = (1 - v.log10().floor() as i32).max(0) as usize;
+    format!("{v:.digits$}")
+}

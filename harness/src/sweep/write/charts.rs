@@ -1,0 +1,224 @@
+//! Charts (plotters, SVG + PNG): the memory/speed curve and the IO chart, written
+//! through [`crate::export::write_chart`] (which registers the embedded font).
+
+use std::path::Path;
+
+use anyhow::Result;
+use memdial::store::plan::fmt_bytes;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::sweep::analysis::stats::PointStats;
+
+use super::chart_parts::{empty, fmt_tick_bytes, legend, pe, series, x_range, COLORS};
+
+/// The decode curve: s/token against the budget, one panel per IO mode
+/// ([`super::metric_chart::DECODE`]).
+fn draw_curve<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    stats: &[PointStats],
+    model_bytes: Option<u64>,
+    title: &str,
+) -> Result<()> {
+    use super::metric_chart::{draw, DECODE};
+    draw(root, stats, model_bytes, title, &DECODE)
+}
+
+/// Draws the IO chart: bytes read per decoded token (top) and the IO-wait share of
+/// decode time (bottom) against the budget (log).
+fn draw_io<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    stats: &[PointStats],
+    model_bytes: Option<u64>,
+    title: &str,
+) -> Result<()> {
+    let ser = series(stats, model_bytes);
+    if ser.is_empty() {
+        return empty(&root, title);
+    }
+    root.fill(&WHITE).map_err(pe)?;
+    let root = root.titled(title, ("sans-serif", 22)).map_err(pe)?;
+    let (top, bottom) = root.split_vertically(root.dim_in_pixel().1 / 2);
+    let (x0, x1) = x_range(&ser, model_bytes);
+    type Get = fn(&PointStats) -> Option<f64>;
+    let panels: [(&DrawingArea<DB, Shift>, &str, Get, f64); 2] = [
+        (
+            &top,
+            "bytes read per token (MiB)",
+            |p| p.bytes_read_per_token.map(|b| b / 1048576.0),
+            1.0,
+        ),
+        (
+            &bottom,
+            "IO wait (% of prefill + decode time)",
+            |p| p.io_wait_fraction.map(|f| f * 100.0),
+            100.0,
+        ),
+    ];
+    for (pi, (area, ydesc, get, min_top)) in panels.into_iter().enumerate() {
+        let mut ymax = 0f64;
+        for s in &ser {
+            for (_, p) in &s.pts {
+                if let Some(v) = get(p) {
+                    ymax = ymax.max(v);
+                }
+            }
+        }
+        let ymax = if pi == 1 {
+            100.0
+        } else if ymax > 0.0 {
+            ymax * 1.15
+        } else {
+            min_top
+        };
+        let mut chart = ChartBuilder::on(area)
+            .margin(14)
+            .x_label_area_size(46)
+            .y_label_area_size(78)
+            .build_cartesian_2d((x0..x1).log_scale().base(2.0), 0f64..ymax)
+            .map_err(pe)?;
+        chart
+            .configure_mesh()
+            .x_desc("memory budget (bytes, log scale)")
+            .y_desc(ydesc)
+            .x_labels(12)
+            .x_label_formatter(&|v| fmt_tick_bytes(*v))
+            .y_label_formatter(&|v| format!("{v:.1}"))
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 15))
+            .draw()
+            .map_err(pe)?;
+        for (i, s) in ser.iter().enumerate() {
+            let c = COLORS[i % COLORS.len()];
+            let line: Vec<(f64, f64)> = s
+                .pts
+                .iter()
+                .filter_map(|(x, p)| get(p).map(|y| (*x, y)))
+                .collect();
+            if line.is_empty() {
+                continue;
+            }
+            let anno = chart
+                .draw_series(LineSeries::new(line.clone(), c.stroke_width(2)))
+                .map_err(pe)?;
+            if pi == 0 {
+                anno.label(s.label.clone()).legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 22, y)], c.stroke_width(2))
+                });
+            }
+            chart
+                .draw_series(line.iter().map(|p| Circle::new(*p, 4, c.filled())))
+                .map_err(pe)?;
+        }
+        if let Some(m) = model_bytes {
+            let m = m as f64;
+            let a = chart
+                .draw_series(LineSeries::new(
+                    vec![(m, 0.0), (m, ymax)],
+                    BLACK.stroke_width(1),
+                ))
+                .map_err(pe)?;
+            if pi == 0 {
+                a.label(format!("model size ({})", fmt_bytes(m as u64)))
+                    .legend(|(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 22, y)], BLACK.stroke_width(1))
+                    });
+            }
+        }
+        if pi == 0 {
+            legend(&mut chart, 13)?;
+        }
+    }
+    root.present().map_err(pe)
+}
+
+/// Chart inputs shared by both output formats.
+struct Job<'a> {
+    dir: &'a Path,
+    stem: &'a str,
+    size: (u32, u32),
+    stats: &'a [PointStats],
+    model_bytes: Option<u64>,
+    title: String,
+}
+
+/// Renders one chart as `<stem>.svg` and `<stem>.png` with drawing function `$f`
+/// through [`crate::export::write_chart`]. (A macro because the drawing functions
+/// are generic over the backend.)
+macro_rules! render {
+    ($j:expr, $f:ident) => {{
+        struct C<'a>(&'a Job<'a>);
+        impl crate::export::Chart for C<'_> {
+            fn draw<DB: DrawingBackend>(
+                &self,
+                root: DrawingArea<DB, plotters::coord::Shift>,
+            ) -> Result<()>
+            where
+                DB::ErrorType: 'static,
+            {
+                $f(root, self.0.stats, self.0.model_bytes, &self.0.title)
+            }
+        }
+        let j: &Job = $j;
+        crate::export::write_chart(j.dir, j.stem, j.size, &C(j))?;
+    }};
+}
+
+/// Writes `curve.svg`, `curve.png`, `io.svg` and `io.png` into `dir`.
+pub fn write_charts(
+    dir: &Path,
+    stats: &[PointStats],
+    model_bytes: Option<u64>,
+    title: &str,
+) -> Result<()> {
+    let job = |stem, size, t: &str| Job {
+        dir,
+        stem,
+        size,
+        stats,
+        model_bytes,
+        title: format!("{title}: {t}"),
+    };
+    render!(
+        &job("curve", (1500, 620), "decode time vs memory budget"),
+        draw_curve
+    );
+    render!(
+        &job("io", (1100, 860), "reads and IO wait vs memory budget"),
+        draw_io
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::chart_parts::{dodge, CAP};
+    use super::*;
+
+    #[test]
+    fn tick_labels_have_no_trailing_zeros() {
+        assert_eq!(fmt_tick_bytes(256.0 * 1048576.0), "256 MiB");
+        assert_eq!(fmt_tick_bytes(1.5 * 1073741824.0), "1.5 GiB");
+        assert_eq!(fmt_tick_bytes(1073741824.0), "1 GiB");
+        assert_eq!(fmt_tick_bytes(512.0), "512 B");
+        // 177.4 MiB: three significant digits.
+        assert_eq!(fmt_tick_bytes(177.4 * 1048576.0), "177 MiB");
+        assert_eq!(fmt_tick_bytes(12.34 * 1048576.0), "12.3 MiB");
+    }
+
+    /// The 100 % point (budget = model size) of every dodged line, marker and whisker
+    /// caps, stays left of the model-size line; points far from it move right.
+    #[test]
+    fn dodge_keeps_the_model_size_point_and_its_whisker_left_of_the_line() {
+        let m = 1000.0;
+        for f in [1.0, 1.025, 1.05] {
+            let x = dodge(m, f, Some(m));
+            assert!(x * CAP < m, "f {f}: cap at {} reaches the line", x * CAP);
+            assert_eq!(dodge(100.0, f, Some(m)), 100.0 * f);
+            // Above the model size: to the right as usual.
+            assert_eq!(dodge(2000.0, f, Some(m)), 2000.0 * f);
+        }
+        // Distinct lines stay apart at the model size.
+        assert!(dodge(m, 1.05, Some(m)) < dodge(m, 1.0, Some(m)));
+    }
+}
