@@ -22,12 +22,8 @@ mod cmd_sweep;
 mod cmd_tokenize;
 mod convert;
 mod export;
-#[allow(dead_code)] // wired into the sweep's and the merge's outputs next
-mod gha;
 mod iobench;
 mod stats;
-#[allow(dead_code)] // wired into the sweep's and the merge's outputs next
-mod junit;
 mod sweep;
 
 /// Run giant MoE models in a memory budget, and measure the trade.
