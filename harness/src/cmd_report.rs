@@ -33,6 +33,9 @@ pub struct MergeArgs {
     /// Output directory [default: reports/<UTC time>-merged].
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Also write a JUnit XML report to FILE (see `memdial sweep --junit`).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
     /// Print only a one-line verdict on stdout.
     #[arg(long)]
     pub check: bool,
@@ -46,6 +49,7 @@ pub fn run(a: &ReportArgs) -> Result<ExitCode> {
 }
 
 fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
+    crate::sweep::write::ci::check_junit_path(a.junit.as_deref())?;
     for d in &a.dirs {
         if !d.join("sweep.json").exists() {
             return Err(usage(format!(
@@ -94,11 +98,23 @@ fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
     if !missing.is_empty() {
         line += &format!("; incomplete: shard(s) {} missing", missing.join(", "));
     }
+    let pass = v.pass && complete;
     println!("{line}");
+    crate::sweep::write::ci::outputs(
+        a.junit.as_deref(),
+        &crate::sweep::write::ci::Finished {
+            meta: &meta,
+            rows: &rows,
+            v: &v,
+            baseline: None,
+            line: &line,
+            pass,
+        },
+    )?;
     if !a.check {
         println!("report: {}", out.join("report.md").display());
     }
-    Ok(if v.pass && complete {
+    Ok(if pass {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -59,6 +59,10 @@ pub struct SweepArgs {
     /// Allowed slow-down against --baseline (e.g. 25% or 0.25).
     #[arg(long, default_value = "25%")]
     pub max_regression: String,
+    /// Also write a JUnit XML report to FILE: one test case per point and engine, and
+    /// one for the verdict (for GitLab, Jenkins, Buildkite and GitHub test reporters).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
     /// Run only the deterministic slice i of n (points whose index mod n = i-1);
     /// combine the slices with `memdial report merge`.
     #[arg(long)]
@@ -259,6 +263,7 @@ fn progress_bar(a: &SweepArgs, runs: usize) -> ProgressBar {
 
 fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     let t_start = Instant::now();
+    crate::sweep::write::ci::check_junit_path(a.junit.as_deref())?;
     let inp = read_inputs(a)?;
     let spec = &inp.spec;
     let mut engines = Registry::from_spec(spec).map_err(as_usage)?;
@@ -491,7 +496,19 @@ fn finish(
             line += &format!(" (e.g. p{} {:+.0}%)", w.point_index, w.change * 100.0);
         }
     }
+    let pass = v.pass && regressions == 0 && complete && !stopped;
     println!("{line}");
+    crate::sweep::write::ci::outputs(
+        a.junit.as_deref(),
+        &crate::sweep::write::ci::Finished {
+            meta,
+            rows,
+            v: &v,
+            baseline: cmp.as_ref(),
+            line: &line,
+            pass,
+        },
+    )?;
     if !a.check {
         println!("report: {}", out.join("report.md").display());
         println!(
@@ -505,7 +522,7 @@ fn finish(
             }
         );
     }
-    Ok(if v.pass && regressions == 0 && complete && !stopped {
+    Ok(if pass {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -197,6 +197,30 @@ pub fn markdown(
     s
 }
 
+/// The parts of `report.md` a CI job summary shows: the recommendation, the verdict
+/// and, with several engines, the agreement tables.
+pub fn summary_markdown(
+    meta: &Meta,
+    rows: &[Row],
+    v: &SweepVerdict,
+    baseline: Option<&Comparison>,
+) -> String {
+    let stats = per_point(rows);
+    let c = Sections {
+        meta,
+        rows,
+        v,
+        stats: &stats,
+        baseline,
+        chart_err: None,
+    };
+    let mut s = String::new();
+    for section in [recommendation_md, verdict_md, engines_md, baseline_md] {
+        section(&mut s, &c);
+    }
+    s
+}
+
 /// The title, the model and the time the report was updated; a partial report says how to complete it.
 fn header_md(s: &mut String, c: &Sections) {
     let Sections { meta, rows, .. } = *c;
