@@ -413,7 +413,7 @@ fn medians_md(s: &mut String, c: &Sections) {
     let _ = writeln!(
         s,
         "s/token is the median over repeats of each run's median decode time, with its 95 % interval in brackets \
-         (two-level bootstrap over runs and the decode times within each run; see the README, \"Noise and signal\"). \
+         (two-level bootstrap over runs and the decode times within each run; see docs/statistics.md, \"Noise and signal\"). \
          tok/s is 1 / s/token (the same figure). Read/token is bytes read from the model files per decoded token; IO wait is the share of generation time (prefill + decode) the compute thread spent waiting for reads.\n"
     );
     let _ = writeln!(
@@ -625,7 +625,7 @@ fn charts_md(s: &mut String, c: &Sections) {
     }
     let _ = writeln!(
         s,
-        "Files: `results.csv` / `results.json` (one row per run, schema in the README), `verdict.json`, \
+        "Files: `results.csv` / `results.json` (one row per run, schema in docs/results.md), `verdict.json`, \
          `curve.svg`/`curve.png`, `io.svg`/`io.png`{}, `runs/<point>-<repeat>/` (metrics.json, stdout, stderr of each run).",
         if long { ", `ttft.svg`/`ttft.png`" } else { "" }
     );
