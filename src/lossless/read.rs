@@ -19,9 +19,9 @@ use super::pack::{BlockRec, PackIndex};
 use crate::io::{AlignedBuf, ShardFile};
 
 /// Staging buffers of a store reading a pack.
-pub const STAGING_BUFFERS: usize = 4;
+pub const STAGING_BUFFERS: usize = 3;
 /// Upper bound of one staging buffer, bytes.
-pub const STAGING_MAX: u64 = 4 << 20;
+pub const STAGING_MAX: u64 = 1 << 20;
 
 /// Bytes of one staging buffer for `pack`: [`STAGING_MAX`], or less when no tensor's
 /// blocks need that much (small models), but at least one block's stored size.
