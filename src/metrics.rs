@@ -198,6 +198,13 @@ pub struct RunMetrics {
     /// store got while reading (compare fio on the same request mix and depth).
     #[serde(deserialize_with = "finite_f64")]
     pub read_throughput_busy_decode_bytes_per_s: Option<f64>,
+    /// Lossless layout: bytes decoded from coded blocks per decoded token (the
+    /// coded bytes read are in `bytes_read_per_token`).
+    #[serde(deserialize_with = "finite_f64")]
+    pub lossless_decoded_bytes_per_token: Option<f64>,
+    /// Lossless layout: IO-thread CPU seconds checking and decoding blocks per decoded token.
+    #[serde(deserialize_with = "finite_f64")]
+    pub lossless_decode_s_per_token: Option<f64>,
     /// Who measured each figure present (field name → source).
     pub metric_sources: BTreeMap<String, Source>,
 }
