@@ -369,13 +369,13 @@ impl PackIndex {
         for t in &self.header.tensors {
             let n = t.len.div_ceil(bb) as usize;
             let ok = t.first_block == next_block
-                && t.offset % PAGE == 0
+                && t.offset.is_multiple_of(PAGE)
                 && t.offset >= prev_end
                 && t.first_block + n <= self.blocks.len()
                 && (0..n).all(|k| {
                     let b = &self.blocks[t.first_block + k];
                     b.decoded_len as u64 == bb.min(t.len - k as u64 * bb)
-                        && b.offset % PAGE == 0
+                        && b.offset.is_multiple_of(PAGE)
                         && b.offset >= PREAMBLE
                         && b.offset + b.stored_len() <= footer_at
                 });

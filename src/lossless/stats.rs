@@ -50,11 +50,11 @@ impl PlaneHist {
 
     /// Adds another histogram's counts.
     pub fn merge(&mut self, o: &PlaneHist) {
-        for i in 0..256 {
-            self.high[i] += o.high[i];
-            self.exponent[i] += o.exponent[i];
-            self.bytes[i] += o.bytes[i];
-        }
+        let add =
+            |a: &mut [u64; 256], b: &[u64; 256]| a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+        add(&mut self.high, &o.high);
+        add(&mut self.exponent, &o.exponent);
+        add(&mut self.bytes, &o.bytes);
         self.values += o.values;
     }
 
