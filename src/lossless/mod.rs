@@ -26,7 +26,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 
 pub use pack::{PackIndex, PACK_FILE};
-pub use write::{pack_checkpoint, PackReport};
+pub use write::{pack_checkpoint, pack_checkpoint_with, PackReport};
 
 use crate::checkpoint::{Shard, TensorLoc};
 use crate::io::{IoMode, ShardFile};

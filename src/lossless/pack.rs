@@ -254,13 +254,14 @@ impl PackWriter {
     pub fn finish(
         mut self,
         source_dir: &str,
+        codec: super::codec::Codec,
         source: Identity,
         companion: Identity,
     ) -> Result<PackHeader> {
         let header = PackHeader {
             format: "memdial-lossless".into(),
             version: VERSION,
-            codec: "bf16-planes-dict15".into(),
+            codec: format!("bf16-planes-{}", codec.as_str()),
             block_bytes: BLOCK_BYTES,
             source_dir: source_dir.to_string(),
             source,

@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::codec::{self, Kind};
+use super::codec::{self, Codec, Kind};
 use super::pack::{identity_of, PackWriter, BLOCK_BYTES, PACK_FILE, PAGE};
 use super::stats::{PlaneHist, PlaneStats};
 use crate::checkpoint::{Checkpoint, TensorLoc};
@@ -52,6 +52,8 @@ pub struct PackReport {
     pub raw_tensors: usize,
     /// Packed tensors whose decoded SHA-256 matched `tensors.sha256` after writing.
     pub verified_tensors: usize,
+    /// The block kinds allowed ([`Codec::as_str`]).
+    pub codec: String,
     pub seconds: f64,
 }
 
@@ -118,6 +120,16 @@ struct ClassAcc {
 pub fn pack_checkpoint(
     src: &Path,
     out: Option<&Path>,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<PackReport> {
+    pack_checkpoint_with(src, out, Codec::Smallest, progress)
+}
+
+/// [`pack_checkpoint`] with the block kinds `codec` allows.
+pub fn pack_checkpoint_with(
+    src: &Path,
+    out: Option<&Path>,
+    codec: Codec,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<PackReport> {
     let t0 = Instant::now();
@@ -274,7 +286,7 @@ pub fn pack_checkpoint(
                 })?;
             h.update(&buf[..k]);
             a.hist.add_bf16(&buf[..k]);
-            let kind = codec::encode(&buf[..k], PAGE as usize, &mut coded);
+            let kind = codec::encode_as(codec, &buf[..k], PAGE as usize, &mut coded);
             a.blocks += 1;
             if kind == Kind::Raw {
                 a.raw_blocks += 1;
@@ -300,7 +312,7 @@ pub fn pack_checkpoint(
         copy_other_files(src, tmp)?;
         let source = identity_of(src)?;
         let companion = identity_of(tmp)?;
-        w.finish(&src.display().to_string(), source, companion)?;
+        w.finish(&src.display().to_string(), codec, source, companion)?;
         verified = verify_written(tmp, &manifest)?;
         sync_dir(tmp);
         std::fs::rename(tmp, o)
@@ -329,6 +341,7 @@ pub fn pack_checkpoint(
         packed_tensors: packed.len(),
         raw_tensors: raw.len(),
         verified_tensors: verified,
+        codec: codec.as_str().to_string(),
         seconds: t0.elapsed().as_secs_f64(),
     })
 }
