@@ -159,6 +159,28 @@ fn tiny_linear_layouts_are_bit_identical() {
 }
 
 #[test]
+fn dict15_codec_is_bit_identical() {
+    // The faster, larger kind only (the default packs mostly 3-bit planes).
+    let (src, _) = pair("tiny-k3");
+    let out = src.parent().unwrap().join("tiny-k3-dict15");
+    memdial::lossless::pack_checkpoint_with(
+        &src,
+        Some(&out),
+        memdial::lossless::codec::Codec::Dict15,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let reference = run(&src, StoreOptions::Resident);
+    for io in [IoMode::Direct, IoMode::Buffered] {
+        for prefetch in [Prefetch::None, Prefetch::NextLayer] {
+            let f = floor(&src, io, prefetch).max(floor(&out, io, prefetch));
+            let o = run(&out, StoreOptions::Streaming(opts(f, io, prefetch, None)));
+            assert!(same(&o, &reference), "dict15 {io:?} {prefetch:?}");
+        }
+    }
+}
+
+#[test]
 fn packed_floor_adds_exactly_the_staging_buffers() {
     let (src, packed) = pair("tiny-k3");
     let cfg = load_config(&src).unwrap();
