@@ -425,6 +425,10 @@ unsafe fn bits3_avx2(
         );
         let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
         let seven = _mm256_set1_epi8(7);
+        let lanes = _mm256_setr_epi8(
+            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
+            24, 25, 26, 27, 28, 29, 30, 31,
+        );
         // Plane `p`'s 32 bits for values 32b..32b+32, as bytes `w` (set) or 0.
         macro_rules! expand {
             ($p:expr, $b:expr, $w:expr) => {{
@@ -440,23 +444,42 @@ unsafe fn bits3_avx2(
                 _mm256_or_si256(expand!(0, b, 1), expand!(1, b, 2)),
                 expand!(2, b, 4),
             );
-            let hi = _mm256_shuffle_epi8(table, idx);
+            let mut hi = _mm256_shuffle_epi8(table, idx);
+            // Escapes of these 32 values, in order: the first two blended in without
+            // branches (lane 32 = none; ≈ 1 per 32 values at 3 %), a loop for more.
+            let mask = _mm256_movemask_epi8(_mm256_cmpeq_epi8(idx, seven)) as u32;
+            let c = mask.count_ones() as usize;
+            if k + c > esc.len() {
+                return None;
+            }
+            let m1 = mask & mask.wrapping_sub(1);
+            for (j, v) in [
+                (mask.trailing_zeros(), esc.get(k)),
+                (m1.trailing_zeros(), esc.get(k + 1)),
+            ] {
+                let v = _mm256_set1_epi8(v.copied().unwrap_or(0) as i8);
+                let at = _mm256_cmpeq_epi8(lanes, _mm256_set1_epi8(j as i8));
+                hi = _mm256_blendv_epi8(hi, v, at);
+            }
             let lo = _mm256_loadu_si256(low.as_ptr().add(32 * b) as *const __m256i);
             let a = _mm256_unpacklo_epi8(lo, hi); // values 0..8 | 16..24
-            let c = _mm256_unpackhi_epi8(lo, hi); // values 8..16 | 24..32
+            let c2 = _mm256_unpackhi_epi8(lo, hi); // values 8..16 | 24..32
             let o = out.as_mut_ptr().add(64 * b);
-            _mm256_storeu_si256(o as *mut __m256i, _mm256_permute2x128_si256(a, c, 0x20));
+            _mm256_storeu_si256(o as *mut __m256i, _mm256_permute2x128_si256(a, c2, 0x20));
             _mm256_storeu_si256(
                 o.add(32) as *mut __m256i,
-                _mm256_permute2x128_si256(a, c, 0x31),
+                _mm256_permute2x128_si256(a, c2, 0x31),
             );
-            let mut mask = _mm256_movemask_epi8(_mm256_cmpeq_epi8(idx, seven)) as u32;
-            while mask != 0 {
-                let j = mask.trailing_zeros() as usize;
-                *o.add(2 * j + 1) = *esc.get(k)?;
-                k += 1;
-                mask &= mask - 1;
+            if c > 2 {
+                let mut m = m1 & m1.wrapping_sub(1);
+                let mut kk = k + 2;
+                while m != 0 {
+                    *o.add(2 * m.trailing_zeros() as usize + 1) = esc[kk];
+                    kk += 1;
+                    m &= m - 1;
+                }
             }
+            k += c;
         }
     }
     let tail = bits3_scalar(
