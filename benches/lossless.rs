@@ -2,7 +2,8 @@
 //!
 //! Decodes 64 MiB of BF16 fixture-like weights (N(0, 1/1024) from the fixture's
 //! generator) coded in 256 KiB blocks — more than the last-level cache, as the store's
-//! reads are — with the scalar and the AVX2 loop, with and without the per-block CRC-32
+//! reads are — in both block kinds (`bits3`, what `pack --codec smallest` writes, and
+//! `dict15`), with the scalar and the AVX2 loop, with and without the per-block CRC-32
 //! check the store always does. Throughput is **decoded** bytes per second (decimal
 //! GB/s) of one core, measured in the calling thread's CPU time
 //! (`CLOCK_THREAD_CPUTIME_ID`: immune to preemption on a shared machine). The rule in
@@ -14,12 +15,12 @@ use std::time::Duration;
 
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use memdial::lossless::codec::{decode_with, encode, DecodeIsa, Kind};
+use memdial::lossless::codec::{decode_with, encode_as, Codec, DecodeIsa, Kind};
 
 const TOTAL: usize = 64 << 20;
 const BLOCK: usize = memdial::lossless::pack::BLOCK_BYTES;
 
-fn blocks() -> Vec<(Kind, Vec<u8>)> {
+fn blocks(codec: Codec) -> Vec<(Kind, Vec<u8>)> {
     let s = memdial::fixture::rng::Stream::new(0, "bench.lossless");
     let sd = 1.0 / 1024f32.sqrt();
     let data: Vec<u8> = (0..TOTAL as u64 / 2)
@@ -32,7 +33,7 @@ fn blocks() -> Vec<(Kind, Vec<u8>)> {
     data.chunks(BLOCK)
         .map(|b| {
             let mut c = Vec::new();
-            let k = encode(b, 4096, &mut c);
+            let k = encode_as(codec, b, 4096, &mut c);
             (k, c)
         })
         .collect()
@@ -48,25 +49,31 @@ fn decode_all(isa: DecodeIsa, crc: bool, bs: &[(Kind, Vec<u8>)], out: &mut [u8])
 }
 
 fn bench(c: &mut Criterion<ThreadCpu>) {
-    let bs = blocks();
-    let coded: usize = bs.iter().map(|(_, c)| c.len()).sum();
-    eprintln!(
-        "lossless bench: {} MiB in {} blocks, coded {:.4} of decoded",
-        TOTAL >> 20,
-        bs.len(),
-        coded as f64 / TOTAL as f64
-    );
     let mut out = vec![0u8; TOTAL];
     let mut g = c.benchmark_group("lossless_decode");
     g.throughput(Throughput::BytesDecimal(TOTAL as u64));
-    for isa in [DecodeIsa::Scalar, DecodeIsa::Avx2] {
-        if !isa.is_supported() {
-            eprintln!("lossless bench: {isa:?} not on this CPU, skipped");
-            continue;
-        }
-        for crc in [false, true] {
-            let id = BenchmarkId::new(format!("{isa:?}"), if crc { "crc" } else { "no-crc" });
-            g.bench_function(id, |b| b.iter(|| decode_all(isa, crc, &bs, &mut out)));
+    // `smallest` codes these blocks as 3-bit planes; `dict15` as nibble dictionaries.
+    for (name, codec) in [("bits3", Codec::Smallest), ("dict15", Codec::Dict15)] {
+        let bs = blocks(codec);
+        let coded: usize = bs.iter().map(|(_, c)| c.len()).sum();
+        eprintln!(
+            "lossless bench {name}: {} MiB in {} blocks, coded {:.4} of decoded",
+            TOTAL >> 20,
+            bs.len(),
+            coded as f64 / TOTAL as f64
+        );
+        for isa in [DecodeIsa::Scalar, DecodeIsa::Avx2] {
+            if !isa.is_supported() {
+                eprintln!("lossless bench: {isa:?} not on this CPU, skipped");
+                continue;
+            }
+            for crc in [false, true] {
+                let id = BenchmarkId::new(
+                    format!("{name}/{isa:?}"),
+                    if crc { "crc" } else { "no-crc" },
+                );
+                g.bench_function(id, |b| b.iter(|| decode_all(isa, crc, &bs, &mut out)));
+            }
         }
     }
     g.finish();

@@ -424,6 +424,16 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
             p.threads
         ),
     );
+    if p.staging_bytes > 0 {
+        line(
+            &mut s,
+            "staging",
+            format!(
+                "{} (lossless pack: coded blocks are read here, then decoded into the slots)",
+                fmt_bytes(p.staging_bytes)
+            ),
+        );
+    }
     line(&mut s, "unused", fmt_bytes(p.unused_bytes));
     line(
         &mut s,
