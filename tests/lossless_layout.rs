@@ -278,7 +278,10 @@ fn a_corrupt_block_is_detected() {
             let mut st = o.model.new_state(MAX_CONTEXT);
             generate(&o.model, &mut st, &PROMPT, &params(), &mut |_| {})
         });
-        let msg = format!("{:#}", r.err().expect("a corrupt block must fail"));
+        let Err(e) = r else {
+            panic!("a corrupt block must fail")
+        };
+        let msg = format!("{e:#}");
         assert!(msg.contains("CRC-32") && msg.contains(&t.name), "{msg}");
     }
 }
