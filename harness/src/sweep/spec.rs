@@ -180,73 +180,17 @@ fn d_slack() -> String {
     "32MiB".into()
 }
 
+/// Largest `timeout_s` accepted: 7 days (a finite limit a timer can hold).
+pub const MAX_TIMEOUT_S: f64 = 7.0 * 24.0 * 3600.0;
+/// Largest `repeats` (and `warmup`) per point: every run slot is planned up front.
+pub const MAX_REPEATS: u32 = 10_000;
+
 /// Context length assumed for the floor when the prompt cannot be tokenized.
 pub const DEFAULT_PLAN_CONTEXT: usize = 4096;
 
-/// A budget expression.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum BudgetExpr {
-    /// An absolute size in bytes.
-    Bytes(u64),
-    /// A fraction of the model's tensor bytes (`0.25` for `"25%"`).
-    FractionOfModel(f64),
-    /// A multiple of the point's floor (`1.0` for `"floor"`).
-    Floor(f64),
-}
-
-impl BudgetExpr {
-    /// Parses `"512MiB"`, `"25%"`, `"floor"`, `"2x floor"`, `"model"`, `"1.5x model"`.
-    pub fn parse(s: &str) -> Result<Self> {
-        let t = s.trim().to_ascii_lowercase();
-        if let Some(p) = t.strip_suffix('%') {
-            let v: f64 = p
-                .trim()
-                .parse()
-                .with_context(|| format!("invalid budget {s:?}"))?;
-            if v.is_nan() || v <= 0.0 {
-                bail!("budget {s:?} must be positive");
-            }
-            return Ok(BudgetExpr::FractionOfModel(v / 100.0));
-        }
-        for (word, model) in [("floor", false), ("model", true)] {
-            if let Some(head) = t.strip_suffix(word) {
-                let head = head.trim().trim_end_matches(['x', '*', '×']).trim();
-                let m = if head.is_empty() {
-                    1.0
-                } else {
-                    head.parse::<f64>()
-                        .with_context(|| format!("invalid budget {s:?} (e.g. \"2x {word}\")"))?
-                };
-                if m.is_nan() || m <= 0.0 {
-                    bail!("budget {s:?} must be positive");
-                }
-                return Ok(if model {
-                    BudgetExpr::FractionOfModel(m)
-                } else {
-                    BudgetExpr::Floor(m)
-                });
-            }
-        }
-        let b = parse_size(&t).with_context(|| {
-            format!(
-                "invalid budget {s:?} (a size like 512MiB, a fraction like 25%, floor, 2x floor)"
-            )
-        })?;
-        if b == 0 {
-            bail!("budget {s:?} must be positive");
-        }
-        Ok(BudgetExpr::Bytes(b))
-    }
-
-    /// Bytes for a model of `model_bytes` whose floor at this point is `floor_bytes`.
-    pub fn resolve(self, model_bytes: u64, floor_bytes: u64) -> u64 {
-        match self {
-            BudgetExpr::Bytes(b) => b,
-            BudgetExpr::FractionOfModel(f) => (model_bytes as f64 * f).round() as u64,
-            BudgetExpr::Floor(m) => (floor_bytes as f64 * m).ceil() as u64,
-        }
-    }
-}
+/// A budget expression: the library's, bounded (a multiple of at most 1000, a finite
+/// positive number) and resolved without overflow.
+pub use memdial::budget::BudgetExpr;
 
 /// One point of the sweep (a combination of axis values).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -441,6 +385,20 @@ impl Spec {
         if self.timeout_s.is_nan() || self.timeout_s <= 0.0 {
             bail!("timeout_s must be positive");
         }
+        if self.timeout_s > MAX_TIMEOUT_S {
+            bail!(
+                "timeout_s = {} is more than {MAX_TIMEOUT_S} s (7 days); give a finite per-run limit",
+                self.timeout_s
+            );
+        }
+        if self.repeats > MAX_REPEATS || self.warmup > MAX_REPEATS {
+            bail!(
+                "repeats = {} and warmup = {} must each be at most {MAX_REPEATS} per point",
+                self.repeats,
+                self.warmup
+            );
+        }
+        self.refuse_duplicates()?;
         parse_size(&self.cgroup_slack).context("invalid cgroup_slack")?;
         super::engines::resolve::validate(
             &self.engines,
@@ -452,6 +410,52 @@ impl Spec {
                 if !file.is_file() {
                     bail!("prompt file {} does not exist", file.display());
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Refuses an axis that lists a value twice: the two points would share their run
+    /// ids, so the sweep could never be complete.
+    fn refuse_duplicates(&self) -> Result<()> {
+        fn first_dup<T: PartialEq + std::fmt::Debug>(v: &[T]) -> Option<&T> {
+            v.iter()
+                .enumerate()
+                .find(|(i, x)| v[..*i].contains(x))
+                .map(|(_, x)| x)
+        }
+        let budgets: Vec<String> = self
+            .budgets
+            .iter()
+            .map(|b| {
+                b.split_whitespace()
+                    .collect::<String>()
+                    .to_ascii_lowercase()
+            })
+            .collect();
+        let dup = [
+            ("budgets", first_dup(&budgets).map(|d| format!("{d:?}"))),
+            (
+                "io",
+                first_dup(&self.io).map(|d| format!("{:?}", d.as_str())),
+            ),
+            (
+                "prefetch",
+                first_dup(&self.prefetch).map(|d| format!("{:?}", d.as_str())),
+            ),
+            (
+                "cache",
+                first_dup(&self.cache).map(|d| format!("{:?}", d.as_str())),
+            ),
+            ("threads", first_dup(&self.threads).map(|d| d.to_string())),
+            (
+                "engines",
+                first_dup(&self.engines).map(|d| format!("{d:?}")),
+            ),
+        ];
+        for (axis, d) in dup {
+            if let Some(d) = d {
+                bail!("axis `{axis}` lists {d} more than once (each point must be distinct)");
             }
         }
         Ok(())
@@ -573,8 +577,52 @@ mod tests {
         assert!(BudgetExpr::parse("lots").is_err());
         assert!(BudgetExpr::parse("0%").is_err());
         assert!(BudgetExpr::parse("-1x floor").is_err());
-        assert_eq!(BudgetExpr::Floor(2.0).resolve(1000, 300), 600);
-        assert_eq!(BudgetExpr::FractionOfModel(0.25).resolve(1000, 300), 250);
+        assert_eq!(BudgetExpr::Floor(2.0).resolve(1000, 300).unwrap(), 600);
+        assert_eq!(
+            BudgetExpr::FractionOfModel(0.25)
+                .resolve(1000, 300)
+                .unwrap(),
+            250
+        );
+        for absurd in ["inf%", "1e20%", "1e300x floor", "infx model", "NaN%"] {
+            assert!(BudgetExpr::parse(absurd).is_err(), "{absurd}");
+        }
+    }
+
+    #[test]
+    fn duplicate_axis_values_and_unbounded_limits_are_refused() {
+        let base = Path::new(".");
+        let refused = |text: &str, want: &str| {
+            let e = format!("{:#}", Spec::parse(text, base).unwrap_err());
+            assert!(e.contains(want), "{text}: {e}");
+        };
+        let one = "budgets = [\"floor\"]\n";
+        refused(
+            "budgets = [\"floor\", \"Floor \"]",
+            "axis `budgets` lists \"floor\" more than once",
+        );
+        refused(
+            &format!("{one}io = [\"direct\", \"direct\"]"),
+            "axis `io` lists \"direct\" more than once",
+        );
+        refused(
+            &format!("{one}threads = [2, 1, 2]"),
+            "axis `threads` lists 2 more than once",
+        );
+        refused(
+            &format!("{one}timeout_s = inf"),
+            "timeout_s = inf is more than",
+        );
+        refused(&format!("{one}timeout_s = 1e300"), "is more than 604800 s");
+        refused(
+            &format!("{one}repeats = 4000000000"),
+            "must each be at most 10000",
+        );
+        refused(
+            &format!("{one}warmup = 4294967295"),
+            "must each be at most 10000",
+        );
+        refused("budgets = [\"1e20%\"]", "invalid budget \"1e20%\"");
     }
 
     #[test]

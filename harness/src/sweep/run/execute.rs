@@ -247,7 +247,10 @@ impl RunEnv<'_> {
                 ));
                 None
             }
-            Some(m) => match RunCgroup::create(m, &slot.dir_name(), budget_bytes + self.slack) {
+            Some(m) => match memdial::budget::cgroup_limit(budget_bytes, self.slack)
+                .map_err(anyhow::Error::from)
+                .and_then(|limit| RunCgroup::create(m, &slot.dir_name(), limit))
+            {
                 Ok(c) => {
                     row.cgroup_reason = None;
                     Some(c)

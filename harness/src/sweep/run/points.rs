@@ -93,7 +93,7 @@ impl Points {
                     *e.insert((plan.floor_bytes, plan.model_bytes))
                 }
             };
-            let budget = BudgetExpr::parse(&p.budget_spec)?.resolve(model_bytes, floor);
+            let budget = BudgetExpr::parse(&p.budget_spec)?.resolve(model_bytes, floor)?;
             out.push(Resolved {
                 point: p,
                 budget_bytes: budget,
