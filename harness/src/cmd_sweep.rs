@@ -241,7 +241,7 @@ fn cgroup_mode(a: &SweepArgs, cg_support: &Option<Support>) -> (Option<cgroup::M
     };
     let reason = match cg_support {
         Some(Support::Unavailable(r)) => r.clone(),
-        _ => "--no-cgroup".to_string(),
+        _ => "not requested (--no-cgroup)".to_string(),
     };
     (mode, reason)
 }

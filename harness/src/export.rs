@@ -118,3 +118,29 @@ pub fn update_latest(parent: &Path, link: &str, target: &Path) {
         let _ = std::fs::remove_file(&tmp);
     }
 }
+
+/// `text` made safe for one Markdown table cell or heading line: `|` escaped as `\|`,
+/// newlines and other control characters as spaces (hyperfine escapes `|` the same
+/// way), so a name can neither end a cell nor start a heading of its own.
+pub fn md_cell(text: &str) -> String {
+    let mut o = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '|' => o.push_str("\\|"),
+            c if c.is_control() => o.push(' '),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+#[cfg(test)]
+mod md_tests {
+    #[test]
+    fn md_cell_escapes_pipes_and_newlines() {
+        assert_eq!(
+            super::md_cell("a|b\n## Verdict: FAIL\r"),
+            "a\\|b ## Verdict: FAIL "
+        );
+    }
+}

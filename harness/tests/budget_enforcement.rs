@@ -162,7 +162,7 @@ fn unenforced_run_over_budget_is_marked_not_failed() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let r = only_row(&out);
     assert_eq!(r["cgroup_enforced"], false);
-    assert_eq!(r["cgroup_reason"], "--no-cgroup");
+    assert_eq!(r["cgroup_reason"], "not requested (--no-cgroup)");
     assert_eq!(r["over_budget"], true, "{r:#}");
     let line = String::from_utf8_lossy(&o.stdout);
     assert!(

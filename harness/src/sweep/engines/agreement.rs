@@ -11,6 +11,7 @@
 //! engine with `must_match` fails the sweep whatever the margin; the others are
 //! reported.
 
+use crate::export::md_cell;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -242,11 +243,12 @@ impl CrossEngine {
             "## Engines agreement\n\nReference engine: `{}`. Each cell compares the row engine's output ids with the column engine's \
              (every finished run of an engine gives the same ids, see the verdict). A `tie-break` is a first difference where the reference's \
              top-2 logit margin is under {TIE_MARGIN}; `disagrees` one above it; `differs` one where the reference's logits were not dumped.\n",
-            self.reference
+            md_cell(&self.reference)
         );
-        let _ = writeln!(s, "| | {} |", self.engines.join(" | "));
+        let names: Vec<String> = self.engines.iter().map(|e| md_cell(e)).collect();
+        let _ = writeln!(s, "| | {} |", names.join(" | "));
         let _ = writeln!(s, "|---|{}", "---|".repeat(self.engines.len()));
-        for (i, e) in self.engines.iter().enumerate() {
+        for (i, e) in names.iter().enumerate() {
             let _ = writeln!(s, "| **{e}** | {} |", self.table[i].join(" | "));
         }
         s.push('\n');
@@ -254,14 +256,16 @@ impl CrossEngine {
             let _ = writeln!(
                 s,
                 "| engine | prompt | tokens | against {} | first difference | {} id | engine id | {} top-2 margin | must match |\n|---|---|---|---|---|---|---|---|---|",
-                self.reference, self.reference, self.reference
+                md_cell(&self.reference),
+                md_cell(&self.reference),
+                md_cell(&self.reference)
             );
             for c in &self.comparisons {
                 let o = |v: Option<String>| v.unwrap_or_else(|| "–".into());
                 let _ = writeln!(
                     s,
                     "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                    c.engine,
+                    md_cell(&c.engine),
                     c.prompt_index,
                     c.max_tokens,
                     c.status,

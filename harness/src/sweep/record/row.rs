@@ -320,7 +320,7 @@ impl Row {
 fn cell(v: &Value) -> String {
     match v {
         Value::Null => String::new(),
-        Value::String(s) => s.clone(),
+        Value::String(s) => neutralise_formula(s),
         Value::Array(a) => a
             .iter()
             .map(|x| match x {
@@ -346,6 +346,18 @@ pub fn columns(rows: &[Row]) -> Vec<String> {
         }
     }
     cols
+}
+
+/// A text cell a spreadsheet would run as a formula (it begins with `=`, `+`, `-`,
+/// `@`, a tab or a carriage return: OWASP's CSV-injection list) gets a leading `'`, so
+/// it shows as the text it is. Only text cells: numbers (a negative one too) are
+/// written as numbers, and memdial's own values never begin with those characters.
+pub fn neutralise_formula(s: &str) -> String {
+    if s.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{s}")
+    } else {
+        s.to_string()
+    }
 }
 
 /// CSV text of `rows` with the [`columns`] header.
@@ -382,6 +394,23 @@ pub fn load(dir: &Path) -> Result<Vec<Row>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn formula_cells_are_neutralised_numbers_are_not() {
+        assert_eq!(
+            neutralise_formula("=HYPERLINK(\"x\")"),
+            "'=HYPERLINK(\"x\")"
+        );
+        for t in ["+1", "-cmd", "@SUM(A1)", "\tx", "\rx"] {
+            assert_eq!(neutralise_formula(t), format!("'{t}"));
+        }
+        assert_eq!(
+            neutralise_formula("budget=floor;io=direct"),
+            "budget=floor;io=direct"
+        );
+        assert_eq!(cell(&serde_json::json!(-5.0)), "-5.0");
+        assert_eq!(cell(&serde_json::json!("=1+1")), "'=1+1");
+    }
+
     use super::*;
 
     #[test]

@@ -230,7 +230,7 @@ fn header_md(s: &mut String, c: &Sections) {
     let _ = writeln!(
         s,
         "# memdial sweep: {}\n",
-        meta.spec_name.as_deref().unwrap_or("unnamed")
+        crate::export::md_cell(meta.spec_name.as_deref().unwrap_or("unnamed"))
     );
     let _ = writeln!(
         s,
@@ -331,7 +331,7 @@ fn engines_md(s: &mut String, c: &Sections) {
             let _ = writeln!(
                 s,
                 "| {}{} | {} | {} | {} | {} |",
-                e.name,
+                crate::export::md_cell(&e.name),
                 if e.reference { " (reference)" } else { "" },
                 e.adapter,
                 rows.iter()
