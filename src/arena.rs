@@ -108,9 +108,9 @@ impl Dims {
         Dims::for_run(cfg, chunk, 1, chunk)
     }
 
-    /// The widths of `cfg` for forwards of up to `chunk` tokens (`chunk` 0 counts as
-    /// 1) on `threads` kernel threads (0 counts as 1), with up to `max_context`
-    /// positions in the MLA caches.
+    /// The widths of `cfg` for forwards of up to `chunk` tokens (a `chunk` of 0
+    /// counts as 1) on `threads` kernel threads (0 counts as 1), with up to
+    /// `max_context` positions in the MLA caches.
     pub fn for_run(cfg: &ModelConfig, chunk: usize, threads: usize, max_context: usize) -> Dims {
         let m = &cfg.mla;
         let kda = cfg.attn_kinds.contains(&AttnKind::Kda);

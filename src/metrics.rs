@@ -221,6 +221,71 @@ impl RunMetrics {
     }
 }
 
+impl RunMetrics {
+    /// Whether this run proves its own output: at least one id, exactly
+    /// `generated_tokens` of them and no more than `max_tokens` (when given), an
+    /// `output_ids_sha256` that is [`crate::generate::ids_sha256`] of those ids, and
+    /// every timing and rate present finite and non-negative (`decode_s_per_token`
+    /// element by element).
+    ///
+    /// Errors: the first field that fails, named, with the values that disagree —
+    /// the reason a sweep gives when it counts the run as failed.
+    pub fn check_self_consistent(&self, max_tokens: Option<u64>) -> Result<(), String> {
+        let n = self.output_ids.len() as u64;
+        if n == 0 {
+            return Err("output_ids: the run reported no ids".into());
+        }
+        match self.generated_tokens {
+            None => return Err(format!("generated_tokens: missing ({n} ids reported)")),
+            Some(g) if g != n => {
+                return Err(format!(
+                    "generated_tokens: {g}, but output_ids holds {n} ids"
+                ))
+            }
+            _ => {}
+        }
+        if let Some(m) = max_tokens.filter(|&m| n > m) {
+            return Err(format!("output_ids: {n} ids, more than max_tokens = {m}"));
+        }
+        let want = crate::generate::ids_sha256(&self.output_ids);
+        match &self.output_ids_sha256 {
+            None => return Err("output_ids_sha256: missing".into()),
+            Some(h) if *h != want => {
+                return Err(format!(
+                    "output_ids_sha256: {h} is not the hash of the reported ids ({want})"
+                ))
+            }
+            _ => {}
+        }
+        let timings = [
+            ("load_s", self.load_s),
+            ("ttft_s", self.ttft_s),
+            ("prefill_s", self.prefill_s),
+            ("decode_s_per_token_median", self.decode_s_per_token_median),
+            ("decode_s_per_token_p90", self.decode_s_per_token_p90),
+            ("tokens_per_s", self.tokens_per_s),
+            ("io_wait_s", self.io_wait_s),
+            ("read_busy_s_decode", self.read_busy_s_decode),
+        ];
+        for (name, v) in timings {
+            if let Some(x) = v.filter(|x| !(x.is_finite() && *x >= 0.0)) {
+                return Err(format!("{name}: {x} is not a finite non-negative figure"));
+            }
+        }
+        if let Some((i, x)) = self
+            .decode_s_per_token
+            .iter()
+            .enumerate()
+            .find(|(_, x)| !(x.is_finite() && **x >= 0.0))
+        {
+            return Err(format!(
+                "decode_s_per_token[{i}]: {x} is not a finite non-negative time"
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// `Option<u64>` from a JSON integer, a non-negative float (rounded) or `null`.
 fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     let v = Option::<serde_json::Number>::deserialize(d)?;
@@ -241,6 +306,67 @@ fn finite_f64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run that proves itself: ids [1, 2], their hash (Python:
+    /// hashlib.sha256(struct.pack("<2I", 1, 2)).hexdigest()), finite timings.
+    fn proven() -> RunMetrics {
+        RunMetrics {
+            generated_tokens: Some(2),
+            output_ids: vec![1, 2],
+            output_ids_sha256: Some(
+                "34fb5c825de7ca4aea6e712f19d439c1da0c92c37b423936c5f618545ca4fa1f".into(),
+            ),
+            ttft_s: Some(0.5),
+            decode_s_per_token: vec![0.25],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn self_consistency_names_the_field() {
+        assert_eq!(proven().check_self_consistent(Some(2)), Ok(()));
+        type Case = (Box<dyn Fn(&mut RunMetrics)>, Option<u64>, &'static str);
+        let cases: Vec<Case> = vec![
+            (
+                Box::new(|m| m.output_ids.clear()),
+                None,
+                "output_ids: the run reported no ids",
+            ),
+            (
+                Box::new(|m| m.generated_tokens = None),
+                None,
+                "generated_tokens: missing",
+            ),
+            (
+                Box::new(|m| m.generated_tokens = Some(3)),
+                None,
+                "generated_tokens: 3, but",
+            ),
+            (Box::new(|_| {}), Some(1), "more than max_tokens = 1"),
+            (
+                Box::new(|m| m.output_ids_sha256 = None),
+                None,
+                "output_ids_sha256: missing",
+            ),
+            (
+                Box::new(|m| m.output_ids = vec![1, 3]),
+                None,
+                "output_ids_sha256: 34fb5c82",
+            ),
+            (Box::new(|m| m.ttft_s = Some(-5.0)), None, "ttft_s: -5"),
+            (
+                Box::new(|m| m.decode_s_per_token = vec![0.1, f64::INFINITY]),
+                None,
+                "decode_s_per_token[1]: inf",
+            ),
+        ];
+        for (edit, max, want) in cases {
+            let mut m = proven();
+            edit(&mut m);
+            let e = m.check_self_consistent(max).unwrap_err();
+            assert!(e.starts_with(want) || e.contains(want), "{want:?} in {e:?}");
+        }
+    }
 
     #[test]
     fn lenient_numbers_and_unknown_keys() {

@@ -259,9 +259,12 @@ fn generate_is_chunking_invariant_and_stops_on_eos() {
 }
 
 /// A store that accepts expert-grouped chunks and records the chunk hints and fetches.
+/// One chunk hint as recorded: (layer, experts per token, the chunk's fetch order).
+type ChunkHint = (usize, Vec<Vec<usize>>, Vec<usize>);
+
 struct Grouping {
     inner: MemStore,
-    hints: Mutex<Vec<(usize, Vec<Vec<usize>>, Vec<usize>)>>,
+    hints: Mutex<Vec<ChunkHint>>,
     fetches: Mutex<Vec<(usize, usize)>>,
 }
 

@@ -368,7 +368,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         let steps = out.decode_s.len();
         let device_end = memdial::io::accounting::device_read_bytes();
         let read_busy_decode = m.read_busy_s - first_m.read_busy_s;
-        let model_bytes = memdial::inspect::model_bytes(&cfg, &ck);
+        let model_bytes = memdial::inspect::model_bytes(&cfg, ck);
         let page_cache = match &streaming {
             Some(s) => s.page_cache_resident_bytes(),
             None => ck

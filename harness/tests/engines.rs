@@ -394,7 +394,7 @@ engines = ["memdial", "llama.cpp-f32", "llama.cpp"]
                     .find(|r| r["engine"] == e && r["io"] == io)
                     .unwrap_or_else(|| panic!("{preset}: no {e} row at {io}"));
                 assert_eq!(r["status"], "ok", "{preset} {e} {io}: {r}");
-                assert_eq!(r["budget_held_by"] != "flag", true, "{r}");
+                assert!(r["budget_held_by"] != "flag", "{r}");
                 assert_eq!(r["metric_sources"]["decode_s_per_token"], "engine");
                 // the GGUF (setup directory) is evicted with the model's 2 shards
                 assert!(r["model_files"].as_u64().unwrap() > 2, "{r}");

@@ -54,7 +54,7 @@ fn direct_io_on_tmpfs_is_refused_with_a_hint() -> testkit::Outcome {
         },
         1,
     );
-    let err = res.err().expect("tmpfs must not pass for direct IO");
+    let err = res.expect_err("tmpfs must not pass for direct IO");
     let msg = format!("{err:#}");
     // The library names the alternative in its own words (the CLI adds `--io buffered`,
     // checked below).

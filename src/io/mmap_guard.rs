@@ -128,10 +128,7 @@ pub fn fault_in(map: &memmap2::Mmap, path: &Path, start: usize, end: usize) -> R
     let ps = crate::io::pagecache::page_size();
     let aligned = start / ps * ps;
     let len = (end.min(map.len())).saturating_sub(aligned);
-    let populate = match test_hook(path, start) {
-        Some(Hook::Touch) => false,
-        _ => true,
-    };
+    let populate = !matches!(test_hook(path, start), Some(Hook::Touch));
     if populate && len > 0 {
         match map.advise_range(memmap2::Advice::PopulateRead, aligned, len) {
             Ok(()) => return Ok(()),

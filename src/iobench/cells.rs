@@ -570,8 +570,6 @@ fn cold_probe(w: &Workload, mode: IoMode, seconds: f64) -> Result<Row> {
 
 // ---------------------------------------------------------------- fio
 
-/// `fio --version` (e.g. `fio-3.33`), or None when fio is not installed.
-
 /// `x` per second over `seconds` (GB/s, requests/s); 0 when no time passed.
 pub(super) fn per_second(x: f64, seconds: f64) -> f64 {
     if seconds > 0.0 {

@@ -204,7 +204,7 @@ pub fn fio_job(w: &Workload, spec: &CellSpec) -> Result<FioJob> {
 }
 
 /// Runs the fio job equivalent to `spec` and returns its row: for direct and buffered
-/// cells a replay of the cell's reads ([`run_fio_replay`], `ours` = our row of the
+/// cells a replay of the cell's reads ([`run_fio_replay`](super::replay::run_fio_replay), `ours` = our row of the
 /// cell, whose passes / request count fio matches), for mmap the synthetic job (cold:
 /// files evicted and verified first; warm: fio's region read through the page cache
 /// first).
@@ -277,8 +277,6 @@ pub fn run_fio_cell(w: &Workload, spec: &CellSpec, ours: Option<&Row>) -> Result
 }
 
 // ---------------------------------------------------------------- matrix
-
-/// The cells to run: every cache state × mode × queue depth.
 
 #[cfg(test)]
 mod tests {

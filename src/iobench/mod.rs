@@ -21,7 +21,7 @@
 //! - [`Pattern::Trace`]: the experts of a routing trace recorded by
 //!   `memdial run --record-trace`, in the order the engine needed them.
 //!
-//! Each range is read exactly as the engine reads it: [`read_range`] (one
+//! Each range is read exactly as the engine reads it: [`read_range`](crate::io::reader::read_range) (one
 //! `pread`, aligned over-read in direct mode) into a 4096-aligned buffer, or in
 //! mmap mode `madvise(WILLNEED)` and then a load of every byte of the mapping (a
 //! checksum; the engine's kernels read every byte too, and touching one byte per

@@ -13,7 +13,7 @@ use crate::store::plan::{plan_unchecked, Prefetch, ReadGroup};
 /// Default seed of the random expert order.
 pub const DEFAULT_SEED: u64 = 0x6d65_6d64_6961_6c31;
 
-/// Request size of [`sequential_cold_read`], bytes.
+/// Request size of [`sequential_cold_read`](super::cells::sequential_cold_read), bytes.
 pub const SEQUENTIAL_REQUEST_BYTES: u64 = 4 << 20;
 
 /// Which of the engine's requests to replay.
@@ -291,8 +291,6 @@ impl Workload {
         v
     }
 }
-
-/// One cell of the matrix: IO mode × queue depth × cache state.
 
 #[cfg(test)]
 mod tests {

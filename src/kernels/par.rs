@@ -457,6 +457,27 @@ impl OutPtr {
     }
 }
 
+/// Starts thread `name` (index `i` of its pool) with [`std::thread::Builder::spawn`];
+/// the OS's refusal (EAGAIN, ENOMEM) is returned, never a panic.
+///
+/// Test-only hook: with `MEMDIAL_TEST_SPAWN_FAIL_AT=i` in the environment the spawn of
+/// index `i` fails as if the OS refused it (EAGAIN), so callers' error paths can be
+/// tested deterministically (an address-space limit fails at whichever allocation
+/// comes first, which may be inside a thread already started).
+pub fn spawn_thread<F>(name: String, i: usize, f: F) -> std::io::Result<std::thread::JoinHandle<()>>
+where
+    F: FnOnce() + Send + 'static,
+{
+    if std::env::var("MEMDIAL_TEST_SPAWN_FAIL_AT")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        == Some(i)
+    {
+        return Err(std::io::Error::from_raw_os_error(11));
+    }
+    std::thread::Builder::new().name(name).spawn(f)
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -543,25 +564,4 @@ mod tests {
         });
         assert_eq!(count.load(SeqCst), 5);
     }
-}
-
-/// Starts thread `name` (index `i` of its pool) with [`std::thread::Builder::spawn`];
-/// the OS's refusal (EAGAIN, ENOMEM) is returned, never a panic.
-///
-/// Test-only hook: with `MEMDIAL_TEST_SPAWN_FAIL_AT=i` in the environment the spawn of
-/// index `i` fails as if the OS refused it (EAGAIN), so callers' error paths can be
-/// tested deterministically (an address-space limit fails at whichever allocation
-/// comes first, which may be inside a thread already started).
-pub fn spawn_thread<F>(name: String, i: usize, f: F) -> std::io::Result<std::thread::JoinHandle<()>>
-where
-    F: FnOnce() + Send + 'static,
-{
-    if std::env::var("MEMDIAL_TEST_SPAWN_FAIL_AT")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        == Some(i)
-    {
-        return Err(std::io::Error::from_raw_os_error(11));
-    }
-    std::thread::Builder::new().name(name).spawn(f)
 }

@@ -18,10 +18,10 @@ use std::ops::Range;
 /// f32 elements of workspace a product of `xs: [n, cols]` with any `[rows, cols]`
 /// matrix uses at most (`n` counted as at least 1), as `(shared, per participant)`:
 /// shared `n·(cols + 16)` — the batched products' inputs in group-major order with
-/// the padded row stride of [`super::matmul`] (`32·⌊cols/32⌋ + 16 ≤ cols + 16`),
+/// the padded row stride of `kernels::matmul` (`32·⌊cols/32⌋ + 16 ≤ cols + 16`),
 /// the scalar MXFP4 path's permuted inputs (`n·cols`) or the MXFP4 matvec's
-/// permuted input (`cols`); per participant `ROW_BLOCK·(cols + 16) + ROW_BLOCK·32·n
-/// + ROW_BLOCK·⌈cols/32⌉` — one [`super::matmul::ROW_BLOCK`]-row decoded weight
+/// permuted input (`cols`); per participant
+/// `ROW_BLOCK·(cols + 16) + ROW_BLOCK·32·n + ROW_BLOCK·⌈cols/32⌉` — one `matmul::ROW_BLOCK`-row decoded weight
 /// panel, the 32-lane partial sums of its rows × `n` tokens and its MXFP4 half
 /// scales (the scalar paths' one decoded row and its scales fit in the panel).
 ///

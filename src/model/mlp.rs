@@ -66,6 +66,7 @@ impl GatedMlp {
 
     /// [`GatedMlp::forward`] into `out: [n, D]`, with the intermediates in the
     /// arena's `g` / `u` buffers and the kernels' scratch in `ws` (bit-identical to `forward`).
+    #[allow(clippy::too_many_arguments)]
     pub fn forward_into(
         &self,
         par: &Par,

@@ -233,6 +233,7 @@ impl Model {
 
         self.w.store.begin_token(pos0);
         let lookahead = n == 1 && self.w.store.wants_lookahead();
+        #[allow(clippy::needless_range_loop)] // `i` is the layer id the store hints take
         for i in 0..cfg.num_hidden_layers {
             self.w.store.begin_layer(i);
             if lookahead {

@@ -206,7 +206,7 @@ pub struct MoeScratch<'a> {
 /// into `out: [n, D]`. Each token is routed; one token (decode) reports its selection
 /// to the store ([`WeightStore::experts_selected`](crate::store::WeightStore::experts_selected))
 /// and runs its experts one by one; a chunk of tokens (prefill) runs each distinct
-/// expert once over all the tokens that picked it ([`grouped_experts`]). Either
+/// expert once over all the tokens that picked it (`grouped_experts`). Either
 /// way each token's expert outputs are summed in its router-rank order, so a
 /// token's result is bit-identical whatever the chunk size.
 #[allow(clippy::too_many_arguments)]

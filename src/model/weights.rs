@@ -499,7 +499,9 @@ impl Weights {
         })
     }
 
-    /// [`Weights::row`] into `out: [cols]`.
+    /// Row `row` of a `[rows, cols]` matrix, decoded to f32 into `out: [cols]`.
+    ///
+    /// Errors: `row` ≥ `rows`, a misshapen tensor, store errors (naming the tensor).
     pub fn row_into(
         &self,
         layer: Option<usize>,

@@ -144,7 +144,7 @@ pub trait WeightStore: Send + Sync {
         _name: &str,
         rows: usize,
     ) -> Vec<std::ops::Range<usize>> {
-        vec![0..rows]
+        std::iter::once(0..rows).collect()
     }
 
     /// Bytes of rows `rows` (a block of [`WeightStore::row_blocks`]) of tensor `name`,

@@ -274,7 +274,7 @@ impl Plan {
         let mut v: Vec<String> = self.pinned_keys.clone();
         for g in &self.groups {
             for m in &g.read.members {
-                if !v.last().is_some_and(|l| *l == m.key) {
+                if v.last().is_none_or(|l| *l != m.key) {
                     v.push(m.key.clone());
                 }
             }

@@ -167,7 +167,7 @@ fn token_field(cfg: &Value, key: &str) -> Option<String> {
 
 impl Tokenizer {
     /// Loads `dir/tiktoken.model` and `dir/tokenizer_config.json` (the files of a real Kimi
-    /// checkpoint, or those written by [`write_tokenizer_files`]).
+    /// checkpoint, or those written by [`write_tokenizer_files`](crate::fixture::vocab::write_tokenizer_files)).
     ///
     /// `n_base` = number of lines (ranks must be dense). Specials: ids `n_base..n_base+256`
     /// named from `added_tokens_decoder`, else `<|reserved_token_{id}|>`; named ids beyond
@@ -363,7 +363,7 @@ impl Tokenizer {
     /// gives the same ids whenever the contents contain no special-token strings).
     ///
     /// Panics only if the vocabulary lacks the `<|im_*|>` specials (they are present in every
-    /// Kimi config and in [`write_tokenizer_files`] output); see [`Tokenizer::try_chat_prompt`].
+    /// Kimi config and in [`write_tokenizer_files`](crate::fixture::vocab::write_tokenizer_files) output); see [`Tokenizer::try_chat_prompt`].
     pub fn chat_prompt(&self, user: &str, system: Option<&str>) -> Vec<u32> {
         self.try_chat_prompt(user, system)
             .expect("Kimi chat special tokens present")
@@ -404,7 +404,7 @@ impl Tokenizer {
         self.bos_id
     }
 
-    /// Id of the config's `eos_token` (`<|im_end|>` in files from [`write_tokenizer_files`];
+    /// Id of the config's `eos_token` (`<|im_end|>` in files from [`write_tokenizer_files`](crate::fixture::vocab::write_tokenizer_files);
     /// `[EOS]` in the published Kimi K2 `tokenizer_config.json`, whose `config.json`
     /// `eos_token_id` is nevertheless `<|im_end|>`). See [`Tokenizer::stop_ids`].
     pub fn eos_id(&self) -> u32 {

@@ -4,7 +4,7 @@
 //!   (created with `O_EXCL` semantics by `tempfile`, so two tests — or two processes —
 //!   can never share one), removed when dropped; [`until_exit`] keeps one for the whole
 //!   process (a fixture shared read-only by the tests of one binary) and removes it at exit.
-//! - [`main`], [`test`], [`ignorable`], [`skip`]: test binaries with `harness = false`
+//! - [`main`], [`test()`], [`ignorable`], [`skip`]: test binaries with `harness = false`
 //!   run on `libtest-mimic`, whose "ignored" outcome is decided at run time. A check that
 //!   cannot run here (no oracle venv, no tmpfs, not root) is reported as
 //!   `test NAME ... ignored, REASON` and counted in the `N ignored` of the summary line —
@@ -170,7 +170,7 @@ pub fn ignorable(name: &str, f: fn() -> Outcome) -> Trial {
     Trial::ignorable_test(name, f)
 }
 
-/// `trials![f, g]`: [`test`] trials named after the functions.
+/// `trials![f, g]`: [`test()`] trials named after the functions.
 #[macro_export]
 macro_rules! trials {
     ($($f:ident),* $(,)?) => {
@@ -198,6 +198,34 @@ pub fn main(own_source: &str, trials: Vec<Trial>) -> ExitCode {
         return ExitCode::from(101);
     }
     libtest_mimic::run(&libtest_mimic::Arguments::from_args(), trials).exit_code()
+}
+
+/// A finished child process described for an assertion message: its exit code, then
+/// its stdout and stderr as (lossy) UTF-8.
+pub fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// The fixture checkpoint `preset` in `out`, written there with
+/// `BIN fixture --preset PRESET --out OUT` unless `out/config.json` already exists
+/// (`bin`: the memdial binary under test). Returns `out`.
+///
+/// Panics (failing the test) if the binary cannot run or exits nonzero.
+pub fn fixture(bin: &str, preset: &str, out: &Path) -> PathBuf {
+    if !out.join("config.json").exists() {
+        let o = std::process::Command::new(bin)
+            .args(["fixture", "--preset", preset, "--out"])
+            .arg(out)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"));
+        assert!(o.status.success(), "{}", output_text(&o));
+    }
+    out.to_path_buf()
 }
 
 #[cfg(test)]
@@ -255,32 +283,4 @@ mod tests {
             bad.join("\n")
         );
     }
-}
-
-/// A finished child process described for an assertion message: its exit code, then
-/// its stdout and stderr as (lossy) UTF-8.
-pub fn output_text(o: &std::process::Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// The fixture checkpoint `preset` in `out`, written there with
-/// `BIN fixture --preset PRESET --out OUT` unless `out/config.json` already exists
-/// (`bin`: the memdial binary under test). Returns `out`.
-///
-/// Panics (failing the test) if the binary cannot run or exits nonzero.
-pub fn fixture(bin: &str, preset: &str, out: &Path) -> PathBuf {
-    if !out.join("config.json").exists() {
-        let o = std::process::Command::new(bin)
-            .args(["fixture", "--preset", preset, "--out"])
-            .arg(out)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {bin}: {e}"));
-        assert!(o.status.success(), "{}", output_text(&o));
-    }
-    out.to_path_buf()
 }

@@ -19,7 +19,7 @@ pub fn repack(packed: &[u8], scales: &[u8], out: &mut Vec<u8>) {
         let src = &packed[b * 16..b * 16 + 16];
         let el = |i: usize| -> u8 {
             let byte = src[i / 2];
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 byte & 0x0F
             } else {
                 byte >> 4

@@ -261,6 +261,7 @@ unsafe fn dense_tile<const R: usize, const T: usize>(a: Tile) {
             _mm_prefetch::<_MM_HINT_T1>(a.pf.0.add(64 * j) as *const i8);
         }
         let w: [__m512; R] = std::array::from_fn(|r| _mm512_loadu_ps(a.w.add((j * R + r) * 16)));
+        #[allow(clippy::needless_range_loop)] // acc[r][t]: registers by row and token
         for t in 0..T {
             let x = _mm512_loadu_ps(a.x.add((j * T + t) * 16));
             for r in 0..R {
@@ -394,6 +395,7 @@ unsafe fn mx_tile_impl<const R: usize, const T: usize, const FOLDED: bool>(a: Ti
                 _mm512_set1_ps(*a.s.add(j * R + r))
             }
         });
+        #[allow(clippy::needless_range_loop)] // acc[r][t]: registers by row and token
         for t in 0..T {
             let xe = _mm512_loadu_ps(a.x.add((j * T + t) * 32));
             let xo = _mm512_loadu_ps(a.x.add((j * T + t) * 32 + 16));

@@ -11,7 +11,7 @@ pub(super) fn input_range(xs: &[f32]) -> Option<(f32, f32)> {
     let (mut lo, mut hi, mut bad) = (f32::INFINITY, 0f32, false);
     for &x in xs {
         let a = x.abs();
-        bad |= !(a <= f32::MAX);
+        bad |= !a.is_finite();
         hi = if a > hi { a } else { hi };
         lo = if a > 0.0 && a < lo { a } else { lo };
     }

@@ -97,7 +97,7 @@ fn point_median(runs: &[&Run]) -> Option<f64> {
 }
 
 fn pick(rng: &mut SplitMix64, n: usize) -> usize {
-    ((rng.next_u64() >> 11) as u128 * n as u128 >> 53) as usize
+    (((rng.next_u64() >> 11) as u128 * n as u128) >> 53) as usize
 }
 
 /// One replicate: runs and, inside each, tokens drawn with replacement.

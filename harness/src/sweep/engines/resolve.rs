@@ -69,7 +69,7 @@ pub fn resolve_def(tables: &BTreeMap<String, EngineDef>, name: &str) -> Result<E
         memdial::store::plan::parse_size(o)
             .with_context(|| format!("engine {name:?}: runtime_overhead"))?;
     }
-    if d.resident_factor.is_some_and(|f| !(f > 0.0)) {
+    if d.resident_factor.is_some_and(|f| f.is_nan() || f <= 0.0) {
         bail!("engine {name:?}: resident_factor must be positive");
     }
     if let Some(io) = &d.io {

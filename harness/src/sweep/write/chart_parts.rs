@@ -245,7 +245,7 @@ pub(super) fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTran
 
 /// Seconds to two significant digits (ticks of a log axis: 0.0063, 0.079, 1.3, 16).
 pub(super) fn format_secs(v: f64) -> String {
-    if !(v > 0.0) || !v.is_finite() {
+    if v.is_nan() || v <= 0.0 || !v.is_finite() {
         return format!("{v}");
     }
     let digits = (1 - v.log10().floor() as i32).max(0) as usize;
