@@ -4,8 +4,11 @@
 //! Runs are grouped by (prompt, max_tokens). In each group the reference is the
 //! most common hash (ties: the hash of the earliest run in point order), so a
 //! single deviating point is the one named. Any run that failed (non-zero exit,
-//! timeout, no metrics) also fails the verdict. Points not run because their
-//! budget resolved below the floor do not.
+//! timeout, no metrics) also fails the verdict, and so does a finished run whose
+//! row does not prove its output (no ids, more ids than `max_tokens`,
+//! `generated_tokens` not the number of ids, a hash that is not the hash of the ids,
+//! a non-finite timing: see [`Row::prove`]); such a run is not compared. Points not
+//! run because their budget resolved below the floor do not.
 
 use std::collections::BTreeMap;
 
@@ -80,6 +83,10 @@ pub struct Verdict {
     pub below_floor: Vec<String>,
     /// Runs whose engine hash does not match the hash of their `output_ids`.
     pub hash_inconsistent: Vec<String>,
+    /// Finished runs whose row does not prove its output: (run id, the failing
+    /// field and why). Not compared; the verdict fails.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unproven: Vec<(String, String)>,
     /// Finished runs compared.
     pub runs_compared: usize,
     /// Distinct points with at least one finished run.
@@ -108,6 +115,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
     let mut failed = vec![];
     let mut below_floor = vec![];
     let mut hash_inconsistent = vec![];
+    let mut unproven = vec![];
     let mut points = std::collections::BTreeSet::new();
     let over_budget: Vec<String> = rows
         .iter()
@@ -117,18 +125,18 @@ pub fn verdict(rows: &[Row]) -> Verdict {
     for r in rows {
         match r.status {
             RunStatus::Ok => {
+                if let Err(why) = r.prove() {
+                    if why.contains("output_ids_sha256:") {
+                        hash_inconsistent.push(r.run_id.clone());
+                    }
+                    unproven.push((r.run_id.clone(), why));
+                    continue;
+                }
                 points.insert(r.point_index);
                 groups
                     .entry((r.prompt_index, r.max_tokens, r.engine.clone()))
                     .or_default()
                     .push(r);
-                if let Some(h) = &r.metrics.output_ids_sha256 {
-                    if !r.metrics.output_ids.is_empty()
-                        && *h != crate::sweep::util::ids_sha256(&r.metrics.output_ids)
-                    {
-                        hash_inconsistent.push(r.run_id.clone());
-                    }
-                }
             }
             RunStatus::BelowFloor => below_floor.push(r.point_key.clone()),
             RunStatus::NotApplicable => {
@@ -189,7 +197,8 @@ pub fn verdict(rows: &[Row]) -> Verdict {
     not_applicable.sort();
     not_applicable.dedup();
     let pass = failed.is_empty()
-        && hash_inconsistent.is_empty()
+        && unproven.is_empty()
+        && runs_compared > 0
         && out.iter().all(|g| g.mismatches.is_empty());
     let runs_done = rows
         .iter()
@@ -205,6 +214,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
         failed,
         below_floor,
         hash_inconsistent,
+        unproven,
         runs_compared,
         points: points.len(),
         over_budget,
@@ -249,20 +259,21 @@ impl Verdict {
             self.ids_line()
         } else {
             let agree = self.failed.is_empty()
-                && self.hash_inconsistent.is_empty()
+                && self.unproven.is_empty()
                 && self.groups.iter().all(|g| g.mismatches.is_empty());
-            let so_far = if self.runs_compared == 0 && self.failed.is_empty() {
-                "no finished runs yet".to_string()
-            } else if agree {
-                let hashes: Vec<String> = self.groups.iter().map(|g| short(&g.hash)).collect();
-                format!(
-                    "the {} finished runs agree so far (sha256 {})",
-                    self.runs_compared,
-                    hashes.join(", ")
-                )
-            } else {
-                self.ids_line()
-            };
+            let so_far =
+                if self.runs_compared == 0 && self.failed.is_empty() && self.unproven.is_empty() {
+                    "no finished runs yet".to_string()
+                } else if agree {
+                    let hashes: Vec<String> = self.groups.iter().map(|g| short(&g.hash)).collect();
+                    format!(
+                        "the {} finished runs agree so far (sha256 {})",
+                        self.runs_compared,
+                        hashes.join(", ")
+                    )
+                } else {
+                    self.ids_line()
+                };
             format!(
                 "INCOMPLETE ({} of {} runs); {so_far}",
                 self.runs_done, self.runs_planned
@@ -292,12 +303,12 @@ impl Verdict {
     }
 
     fn ids_line(&self) -> String {
-        if self.runs_compared == 0 && self.failed.is_empty() {
+        if self.runs_compared == 0 && self.failed.is_empty() && self.unproven.is_empty() {
             return "FAIL: no finished runs".into();
         }
         let hashes: Vec<String> = self.groups.iter().map(|g| short(&g.hash)).collect();
         let within_pass = self.failed.is_empty()
-            && self.hash_inconsistent.is_empty()
+            && self.unproven.is_empty()
             && self.groups.iter().all(|g| g.mismatches.is_empty());
         if within_pass {
             return format!(
@@ -355,10 +366,10 @@ impl Verdict {
                 first.2
             ));
         }
-        if !self.hash_inconsistent.is_empty() {
+        if let Some((id, why)) = self.unproven.first() {
             parts.push(format!(
-                "{} run(s) report a hash that does not match their output_ids",
-                self.hash_inconsistent.len()
+                "{} finished run(s) do not prove their output (first: {id}: {why})",
+                self.unproven.len()
             ));
         }
         format!(
@@ -391,6 +402,7 @@ mod tests {
             metrics: memdial::metrics::RunMetrics {
                 output_ids: ids.to_vec(),
                 output_ids_sha256: Some(ids_sha256(ids)),
+                generated_tokens: Some(ids.len() as u64),
                 ..Default::default()
             },
             ..Default::default()
@@ -438,6 +450,37 @@ mod tests {
         assert!(verdict(&[row(0, 0, &[1]), skipped]).pass);
         let mut lying = row(0, 0, &[1]);
         lying.metrics.output_ids_sha256 = Some("00".into());
-        assert!(!verdict(&[lying]).pass);
+        let v = verdict(&[lying.clone(), row(1, 0, &[1])]);
+        assert!(!v.pass);
+        assert_eq!(v.hash_inconsistent, vec!["p0#r0".to_string()]);
+        assert!(v.one_line(None).contains("do not prove their output"));
+    }
+
+    /// A finished run proves its output or fails the verdict, and a verdict that
+    /// compared nothing is not a pass.
+    #[test]
+    fn unproven_runs_and_nothing_compared() {
+        let no_ids = row(1, 0, &[]);
+        let mut too_many = row(2, 0, &[1, 2, 3, 4, 5]);
+        too_many.max_tokens = 4;
+        let mut miscounted = row(3, 0, &[1, 2]);
+        miscounted.metrics.generated_tokens = Some(3);
+        for (bad, field) in [
+            (no_ids, "output_ids: the run reported no ids"),
+            (too_many, "more than max_tokens = 4"),
+            (miscounted, "generated_tokens: 3, but"),
+        ] {
+            let v = verdict(&[row(0, 0, &[1, 2]), bad]);
+            assert!(!v.pass, "{field}");
+            assert_eq!(v.runs_compared, 1);
+            assert!(v.unproven[0].1.contains(field), "{:?}", v.unproven);
+            assert!(v.one_line(None).starts_with("FAIL: "));
+        }
+        let mut skipped = row(0, 0, &[]);
+        skipped.status = RunStatus::BelowFloor;
+        let v = verdict(&[skipped]);
+        assert!(!v.pass);
+        assert_eq!(v.one_line(None), "FAIL: no finished runs");
+        assert!(!verdict(&[]).pass);
     }
 }

@@ -295,6 +295,7 @@ mod tests {
             metrics: memdial::metrics::RunMetrics {
                 output_ids: ids.to_vec(),
                 output_ids_sha256: Some(ids_sha256(ids)),
+                generated_tokens: Some(ids.len() as u64),
                 ..Default::default()
             },
             ..Default::default()
