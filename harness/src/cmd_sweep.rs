@@ -3,7 +3,7 @@
 //! Exit codes: 0 PASS (and no baseline regression), 1 output mismatch, a failed
 //! run, a regression or an incomplete sweep, 2 usage error.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use memdial::checkpoint::Checkpoint;
+use memdial::identity::Identity as InputIdentity;
 use memdial::store::plan::parse_size;
 
 use crate::args::{as_usage, usage};
@@ -136,7 +137,27 @@ struct Inputs {
     probe_bytes: u64,
     model: PathBuf,
     content_hash: String,
+    model_identity: InputIdentity,
+    prompt_identities: BTreeMap<String, InputIdentity>,
     cg_support: Option<Support>,
+}
+
+/// The identities of the model and of the spec's prompt files (see
+/// [`memdial::identity`]). Errors (usage): one cannot be read.
+fn input_identities(
+    spec: &Spec,
+    model: &Path,
+) -> Result<(InputIdentity, BTreeMap<String, InputIdentity>)> {
+    let m = InputIdentity::of_path(model).map_err(|e| usage(format!("model: {e:#}")))?;
+    let mut prompts = BTreeMap::new();
+    for p in &spec.prompts {
+        if let crate::sweep::spec::PromptSpec::File { file } = p {
+            let id =
+                InputIdentity::of_path(file).map_err(|e| usage(format!("prompt file: {e:#}")))?;
+            prompts.insert(file.display().to_string(), id);
+        }
+    }
+    Ok((m, prompts))
 }
 
 /// The model directory: `--model`, or the default (generated when missing).
@@ -189,12 +210,15 @@ fn read_inputs(a: &SweepArgs) -> Result<Inputs> {
     let content_hash = Checkpoint::open(&model)
         .and_then(|ck| memdial::checkpoint::model_content_hash(&ck))
         .map_err(|e| usage(format!("{e:#}")))?;
+    let (model_identity, prompt_identities) = input_identities(&spec, &model)?;
     let base = match &a.baseline {
         Some(p) => {
             let me = baseline::Identity {
                 spec_name: spec.name.as_deref(),
                 spec_sha256: &spec.hash(),
                 model_content_hash: &content_hash,
+                model_identity: &model_identity,
+                prompt_identities: &prompt_identities,
             };
             Some(Baseline {
                 path: p.clone(),
@@ -212,6 +236,8 @@ fn read_inputs(a: &SweepArgs) -> Result<Inputs> {
         probe_bytes,
         model,
         content_hash,
+        model_identity,
+        prompt_identities,
         cg_support,
     })
 }
@@ -295,6 +321,8 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         model: &inp.model,
         model_bytes: points.model_bytes,
         points_total,
+        model_identity: &inp.model_identity,
+        prompt_identities: &inp.prompt_identities,
     };
     let (mut meta, mut rows) = rundir::open(&out, &id, &points.shard_files, inp.probe_bytes)?;
     meta.results_schema = Some(crate::sweep::record::row::RESULTS_SCHEMA);

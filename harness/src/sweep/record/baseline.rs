@@ -56,6 +56,10 @@ pub struct Identity<'a> {
     pub spec_sha256: &'a str,
     /// [`memdial::checkpoint::model_content_hash`] of the model.
     pub model_content_hash: &'a str,
+    /// The model's identity over its files.
+    pub model_identity: &'a memdial::identity::Identity,
+    /// The prompt files' identities, by path as written in the spec.
+    pub prompt_identities: &'a BTreeMap<String, memdial::identity::Identity>,
 }
 
 /// Per-token decode times of the baseline's measured finished runs, by match key.
@@ -83,6 +87,12 @@ pub fn load(path: &Path, me: &Identity) -> Result<Runs> {
 }
 
 /// Refuses a baseline whose results schema, spec or model differ from `me`.
+///
+/// The model and prompt files are compared by their identities
+/// ([`memdial::identity`]) when the baseline recorded them: a baseline written with
+/// another model or prompt file content is refused, naming what changed. A baseline
+/// written before identities were recorded is accepted on its model content hash,
+/// with a note on stderr that its model files could not be compared.
 pub fn check(meta: &Meta, me: &Identity) -> Result<()> {
     match meta.results_schema {
         None => bail!(
@@ -101,6 +111,34 @@ pub fn check(meta: &Meta, me: &Identity) -> Result<()> {
             me.spec_name.unwrap_or("unnamed"),
             short(me.spec_sha256)
         );
+    }
+    match &meta.model_identity {
+        Some(old) => {
+            let mut changes: Vec<String> = me
+                .model_identity
+                .changes_since(old)
+                .into_iter()
+                .map(|c| format!("model: {c}"))
+                .collect();
+            for (name, new) in me.prompt_identities {
+                if let Some(old) = meta.prompt_identities.get(name) {
+                    changes.extend(
+                        new.changes_since(old)
+                            .into_iter()
+                            .map(|c| format!("prompt {name}: {c}")),
+                    );
+                }
+            }
+            if !changes.is_empty() {
+                bail!(
+                    "it was written with other inputs: {}",
+                    changes.join("; ")
+                );
+            }
+        }
+        None => eprintln!(
+            "note: the baseline predates model identities: its model is checked by content hash only"
+        ),
     }
     match &meta.model_content_hash {
         Some(h) if h == me.model_content_hash => Ok(()),

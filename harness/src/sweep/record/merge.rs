@@ -34,7 +34,12 @@ fn model_id(m: &Meta) -> String {
 /// the inputs its plan is the plan of the merge.
 ///
 /// Errors (the caller reports them as usage errors, exit 2), each naming both
-/// directories: another spec; another model; two copies of a run that disagree.
+/// directories: another spec; another model; two copies of a run that disagree; a
+/// directory whose rows are duplicate, foreign or disagree with their runs'
+/// `metrics.json` ([`super::proof`]).
+///
+/// The merged meta's `missing_shards` names the missing shards (the shard count
+/// comes from the shards' own `sweep.json`).
 pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
     if dirs.is_empty() {
         bail!("nothing to merge: give one or more run directories");
@@ -59,6 +64,17 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
                 (Some(a), Some(b)) => a == b,
                 _ => m.model_bytes == first.model_bytes,
             };
+            if let (Some(a), Some(b)) = (&m.model_identity, &first.model_identity) {
+                let changes = a.changes_since(b);
+                if !changes.is_empty() {
+                    bail!(
+                        "{} was made from another model than {}: {}",
+                        d.display(),
+                        dirs[0].display(),
+                        changes.join("; ")
+                    );
+                }
+            }
             if !same_model {
                 bail!(
                     "{} was made from another model ({}) than {} ({})",
@@ -69,7 +85,19 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
                 );
             }
         }
-        for r in super::row::load(d)? {
+        let own = super::row::load(d)?;
+        let found = super::proof::check(d, &m, &own);
+        if let Some(p) = found.problems().first() {
+            bail!(
+                "{}: {p}{}",
+                d.display(),
+                match found.problems().len() {
+                    1 => String::new(),
+                    n => format!(" (and {} more)", n - 1),
+                }
+            );
+        }
+        for r in own {
             match seen.get(&r.run_id) {
                 None => {
                     seen.insert(r.run_id.clone(), (rows.len(), di));
@@ -136,6 +164,7 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
     meta.shard = None;
     meta.merged_from = dirs.iter().map(|d| d.display().to_string()).collect();
     meta.runs_planned = planned;
+    meta.missing_shards = missing.clone();
     meta.command = std::env::args().collect::<Vec<_>>().join(" ");
     Ok((meta, rows, missing))
 }

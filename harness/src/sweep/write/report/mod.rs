@@ -55,13 +55,20 @@ pub struct SweepVerdict {
     /// Each engine's speed against the reference's (sweeps with an engines axis).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_ratios: Option<Vec<EngineRatio>>,
+    /// Shards missing from a merge (`"2/3"`): the directory is incomplete.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing_shards: Vec<String>,
 }
 
 impl SweepVerdict {
     /// The verdict of `rows` for the run directory described by `meta` (`dir` holds
     /// the engines' `margins.json`, when one was written).
     pub fn new(dir: &Path, meta: &Meta, rows: &[Row], stats: &[PointStats]) -> SweepVerdict {
-        let ids = verdict(rows).with_planned(meta.runs_planned);
+        let mut ids = verdict(rows).with_planned(meta.runs_planned);
+        if !meta.missing_shards.is_empty() {
+            ids.complete = false;
+            ids.pass = false;
+        }
         let engines = (!meta.engines.is_empty()).then(|| {
             let margins: Margins =
                 std::fs::read_to_string(dir.join("engines").join("margins.json"))
@@ -77,6 +84,7 @@ impl SweepVerdict {
             engine_ratios: (!meta.engines.is_empty()).then(|| engine_ratios(stats, &runs, meta)),
             ids,
             engines,
+            missing_shards: meta.missing_shards.clone(),
         }
     }
 
@@ -223,6 +231,13 @@ fn header_md(s: &mut String, c: &Sections) {
             None => String::new(),
         }
     );
+    if !meta.missing_shards.is_empty() {
+        let _ = writeln!(
+            s,
+            "> **Incomplete merge:** shard(s) {} of the split are missing; merge them in to complete it.\n",
+            meta.missing_shards.join(", ")
+        );
+    }
     if done < planned_runs {
         let _ = writeln!(
             s,
