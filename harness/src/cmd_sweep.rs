@@ -1,7 +1,10 @@
 //! `memdial sweep`: run a sweep spec against a model and write the report.
 //!
-//! Exit codes: 0 PASS (and no baseline regression), 1 output mismatch, a failed
-//! run, a regression or an incomplete sweep, 2 usage error.
+//! Exit codes (from the sweep's [`crate::sweep::analysis::outcome::Outcome`]): 0
+//! PASS; 1 FAIL (output mismatch, a failed or unproven run, a regression),
+//! INCOMPLETE, NOTHING COMPARED or BASELINE UNDECIDED; 2 usage error or refused
+//! input (a changed model or prompt on resume, a tampered run directory, a baseline
+//! of another sweep).
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::IsTerminal;
@@ -60,6 +63,10 @@ pub struct SweepArgs {
     /// Allowed slow-down against --baseline (e.g. 25% or 0.25).
     #[arg(long, default_value = "25%")]
     pub max_regression: String,
+    /// What a baseline gate that cannot decide (too few repeats, unreadable baseline
+    /// cells, no point in common) does to the outcome: `fail` (exit 1) or `pass`.
+    #[arg(long, value_enum, default_value_t = Undecided::Fail)]
+    pub baseline_undecided: Undecided,
     /// Run only the deterministic slice i of n (points whose index mod n = i-1);
     /// combine the slices with `memdial report merge`.
     #[arg(long)]
@@ -87,6 +94,16 @@ pub struct SweepArgs {
     /// Test only: stop after N runs, as if interrupted.
     #[arg(long, hide = true)]
     pub test_stop_after: Option<usize>,
+}
+
+/// `--baseline-undecided`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Undecided {
+    /// An undecided gate passes (the line still says it is undecided).
+    Pass,
+    /// An undecided gate fails the sweep.
+    #[default]
+    Fail,
 }
 
 /// Runs `memdial sweep`.
@@ -220,10 +237,13 @@ fn read_inputs(a: &SweepArgs) -> Result<Inputs> {
                 model_identity: &model_identity,
                 prompt_identities: &prompt_identities,
             };
+            let (runs, unreadable) = baseline::load(p, &me).map_err(|e| usage(format!("{e:#}")))?;
             Some(Baseline {
                 path: p.clone(),
-                runs: baseline::load(p, &me).map_err(|e| usage(format!("{e:#}")))?,
+                runs,
+                unreadable,
                 tolerance,
+                undecided_passes: a.baseline_undecided == Undecided::Pass,
             })
         }
         None => None,
@@ -460,24 +480,16 @@ fn finish(
     stopped: bool,
     t_start: Instant,
 ) -> Result<ExitCode> {
-    let (v, cmp) = write_all(out, meta, rows, base)?;
-    let complete = v.complete()
-        && slots
-            .iter()
-            .all(|s| rows.iter().any(|r| r.run_id == s.run_id()));
-    let regressions = cmp.as_ref().map(|c| c.regressions().len()).unwrap_or(0);
-    let mut line = v.one_line();
-    if let Some(c) = &cmp {
-        line += &format!(
-            "; baseline: {regressions} of {} points slower by more than {:.0}%",
-            c.compared.len(),
-            c.tolerance * 100.0
-        );
-        if let Some(w) = c.regressions().first() {
-            line += &format!(" (e.g. p{} {:+.0}%)", w.point_index, w.change * 100.0);
-        }
-    }
-    println!("{line}");
+    let (v, _) = write_all(out, meta, rows, base)?;
+    // Every slot of this invocation has a row unless it stopped early; `runs_planned`
+    // (and so the outcome) counts them all.
+    debug_assert!(
+        stopped
+            || slots
+                .iter()
+                .all(|s| rows.iter().any(|r| r.run_id == s.run_id()))
+    );
+    println!("{}", v.line);
     if !a.check {
         println!("report: {}", out.join("report.md").display());
         println!(
@@ -491,9 +503,5 @@ fn finish(
             }
         );
     }
-    Ok(if v.pass && regressions == 0 && complete && !stopped {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(ExitCode::from(v.outcome.exit_code()))
 }

@@ -248,58 +248,37 @@ impl Verdict {
         v
     }
 
-    /// One line: `PASS: 30 runs at 10 points, output ids sha256 3f2a9c…` or
-    /// `FAIL: …` naming the differing points, the first differing position and ids.
-    ///
-    /// `layer` is a check layered over this verdict, `(pass, its line)`, e.g. the
-    /// cross-engine agreement: a failed layer turns `PASS` into `FAIL`; its line
-    /// follows the ids part.
-    pub fn one_line(&self, layer: Option<(bool, String)>) -> String {
-        let mut l = if self.complete {
-            self.ids_line()
+    /// No mismatch, no failed run, no unproven run (whatever was compared).
+    pub fn checks_pass(&self) -> bool {
+        self.failed.is_empty()
+            && self.unproven.is_empty()
+            && self.groups.iter().all(|g| g.mismatches.is_empty())
+    }
+
+    /// The ids part of the verdict line without its `PASS: ` / `FAIL: ` word:
+    /// `30 runs at 10 points produced identical output ids (sha256 …)`, or what
+    /// differs and what failed.
+    pub fn summary(&self) -> String {
+        let l = self.ids_line();
+        l.strip_prefix("PASS: ")
+            .or_else(|| l.strip_prefix("FAIL: "))
+            .unwrap_or(&l)
+            .to_string()
+    }
+
+    /// What the finished runs say while the directory is incomplete: `no finished
+    /// runs yet`, `the 3 finished runs agree so far (sha256 …)`.
+    pub fn so_far(&self) -> String {
+        if self.runs_compared == 0 {
+            "no finished runs yet".to_string()
         } else {
-            let agree = self.failed.is_empty()
-                && self.unproven.is_empty()
-                && self.groups.iter().all(|g| g.mismatches.is_empty());
-            let so_far =
-                if self.runs_compared == 0 && self.failed.is_empty() && self.unproven.is_empty() {
-                    "no finished runs yet".to_string()
-                } else if agree {
-                    let hashes: Vec<String> = self.groups.iter().map(|g| short(&g.hash)).collect();
-                    format!(
-                        "the {} finished runs agree so far (sha256 {})",
-                        self.runs_compared,
-                        hashes.join(", ")
-                    )
-                } else {
-                    self.ids_line()
-                };
+            let hashes: Vec<String> = self.groups.iter().map(|g| short(&g.hash)).collect();
             format!(
-                "INCOMPLETE ({} of {} runs); {so_far}",
-                self.runs_done, self.runs_planned
+                "the {} finished runs agree so far (sha256 {})",
+                self.runs_compared,
+                hashes.join(", ")
             )
-        };
-        if let Some((pass, line)) = layer {
-            if !pass {
-                if let Some(rest) = l.strip_prefix("PASS: ") {
-                    l = format!("FAIL: {rest}");
-                }
-            }
-            l += &format!("; {line}");
         }
-        if !self.not_applicable.is_empty() {
-            l += &format!(
-                "; {} point(s) n/a for their engine (skipped)",
-                self.not_applicable.len()
-            );
-        }
-        if !self.over_budget.is_empty() {
-            l += &format!(
-                "; {} run(s) exceeded their budget through the page cache; their speed is not comparable",
-                self.over_budget.len()
-            );
-        }
-        l
     }
 
     fn ids_line(&self) -> String {
@@ -417,8 +396,8 @@ mod tests {
             row(2, 0, &[1, 2, 3]),
         ];
         let v = verdict(&rows);
-        assert!(v.pass, "{}", v.one_line(None));
-        assert!(v.one_line(None).starts_with("PASS: 3 runs at 3 points"));
+        assert!(v.pass, "{}", v.summary());
+        assert!(v.summary().starts_with("3 runs at 3 points"));
         let rows = vec![
             row(0, 0, &[1, 9, 3]),
             row(1, 0, &[1, 2, 3]),
@@ -432,7 +411,7 @@ mod tests {
             (m.first_diff_position, m.expected_id, m.got_id),
             (Some(1), Some(2), Some(9))
         );
-        assert!(v.one_line(None).contains("p0 [k0]"), "{}", v.one_line(None));
+        assert!(v.summary().contains("p0 [k0]"), "{}", v.summary());
     }
 
     #[test]
@@ -444,7 +423,7 @@ mod tests {
         bad.error = Some("boom".into());
         let v = verdict(&[row(0, 0, &[1]), bad]);
         assert!(!v.pass);
-        assert!(v.one_line(None).contains("boom"));
+        assert!(v.summary().contains("boom"));
         let mut skipped = row(2, 0, &[]);
         skipped.status = RunStatus::BelowFloor;
         assert!(verdict(&[row(0, 0, &[1]), skipped]).pass);
@@ -453,7 +432,7 @@ mod tests {
         let v = verdict(&[lying.clone(), row(1, 0, &[1])]);
         assert!(!v.pass);
         assert_eq!(v.hash_inconsistent, vec!["p0#r0".to_string()]);
-        assert!(v.one_line(None).contains("do not prove their output"));
+        assert!(v.summary().contains("do not prove their output"));
     }
 
     /// A finished run proves its output or fails the verdict, and a verdict that
@@ -474,13 +453,13 @@ mod tests {
             assert!(!v.pass, "{field}");
             assert_eq!(v.runs_compared, 1);
             assert!(v.unproven[0].1.contains(field), "{:?}", v.unproven);
-            assert!(v.one_line(None).starts_with("FAIL: "));
+            assert!(!v.checks_pass(), "{}", v.summary());
         }
         let mut skipped = row(0, 0, &[]);
         skipped.status = RunStatus::BelowFloor;
         let v = verdict(&[skipped]);
         assert!(!v.pass);
-        assert_eq!(v.one_line(None), "FAIL: no finished runs");
+        assert_eq!(v.summary(), "no finished runs");
         assert!(!verdict(&[]).pass);
     }
 }

@@ -319,7 +319,7 @@ mod tests {
             row("b", 2, &[1, 5, 3]),
         ];
         let v = verdict(&rows);
-        assert!(v.pass, "within-engine verdict: {}", v.one_line(None));
+        assert!(v.pass, "within-engine verdict: {}", v.summary());
         let engines = [
             meta("memdial", true, true),
             meta("a", false, true),

@@ -42,11 +42,6 @@ pub struct RowCheck {
 }
 
 impl RowCheck {
-    /// Nothing found.
-    pub fn is_clean(&self) -> bool {
-        self.duplicate.is_empty() && self.foreign.is_empty() && self.disagreeing.is_empty()
-    }
-
     /// One phrase per problem: `duplicate row KEY#r0`, `foreign row …: why`,
     /// `row … disagrees with runs/p000-r0/metrics.json: why`.
     pub fn problems(&self) -> Vec<String> {
