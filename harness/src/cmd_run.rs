@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use memdial::config::load_config;
+use memdial::config::{load_config, ModelConfig};
 use memdial::error::UsageError;
 use memdial::fixture::hex;
 use memdial::generate::{generate, GenerateParams};
@@ -194,18 +194,31 @@ fn write_logits(path: &Path, data: &[f32], vocab: usize) -> Result<()> {
     }
 }
 
-/// Runs `memdial run`.
+/// Runs `memdial run`: checks the arguments, loads the model and the prompt,
+/// generates, then writes the outputs (metrics, logits, stdout).
 pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let t_load = Instant::now();
     let mut mem = PeakTracker::default();
-    let (io, prefetch, cache, budget) = (a.io.0, a.prefetch.0, a.cache.0, a.budget);
+    check_args(a)?;
+    let cfg = load_config(&a.model)?;
+    let prompt = load_prompt(a, cfg.vocab_size)?;
+    let max_context = context_for(a, &cfg, prompt.len())?;
+    let opened = open_model(a, max_context)?;
+    let load_s = t_load.elapsed().as_secs_f64();
+    mem.sample();
+    let g = generate_ids(a, &cfg, &opened, &prompt, max_context, &mut mem)?;
+    write_outputs(a, &cfg, &opened, &prompt, max_context, load_s, &g, &mem)
+}
+
+/// The usage errors clap cannot see (ranges, combinations).
+fn check_args(a: &RunArgs) -> Result<()> {
     if a.max_tokens == 0 {
         return Err(usage("--max-tokens must be ≥ 1"));
     }
     if !(a.top_p > 0.0 && a.top_p <= 1.0) {
         return Err(usage("--top-p must be in (0, 1]"));
     }
-    if budget.is_none() && (a.record_trace.is_some() || a.trace.is_some() || a.verify_reads) {
+    if a.budget.is_none() && (a.record_trace.is_some() || a.trace.is_some() || a.verify_reads) {
         // (--io, --prefetch and --cache given without --budget are refused by clap.)
         return Err(usage(
             "--io, --prefetch, --cache, --trace, --record-trace and --verify-reads need --budget (the streaming store)",
@@ -214,11 +227,16 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     if a.threads == 0 {
         return Err(usage("--threads must be ≥ 1"));
     }
-    if prefetch == Prefetch::Oracle && a.trace.is_none() {
+    if a.prefetch.0 == Prefetch::Oracle && a.trace.is_none() {
         return Err(UsageError::OracleNeedsTrace.into());
     }
+    Ok(())
+}
 
-    let cfg = load_config(&a.model)?;
+/// The prompt's ids: given as ids, or text (literal or from a file) encoded with the
+/// model's tokenizer (in its chat template with `--chat`). Errors: empty, or an id
+/// outside the vocabulary.
+fn load_prompt(a: &RunArgs, vocab_size: usize) -> Result<Vec<u32>> {
     let prompt: Vec<u32> = if let Some(ids) = &a.prompt_ids {
         ids.clone()
     } else {
@@ -233,17 +251,21 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     if prompt.is_empty() {
         return Err(usage("the prompt is empty"));
     }
-    if let Some(bad) = prompt.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+    if let Some(bad) = prompt.iter().find(|&&t| t as usize >= vocab_size) {
         return Err(usage(format!(
-            "prompt token id {bad} is out of range (vocab_size {})",
-            cfg.vocab_size
+            "prompt token id {bad} is out of range (vocab_size {vocab_size})"
         )));
     }
-    let needed = prompt.len().checked_add(a.max_tokens).ok_or_else(|| {
+    Ok(prompt)
+}
+
+/// Positions the MLA cache is sized for: `--max-context`, at least prompt +
+/// max-tokens. Errors: the count overflows, or its cache is not a byte count.
+fn context_for(a: &RunArgs, cfg: &ModelConfig, prompt_len: usize) -> Result<usize> {
+    let needed = prompt_len.checked_add(a.max_tokens).ok_or_else(|| {
         usage(format!(
-            "--max-tokens {} plus the prompt's {} tokens overflows the position counter",
-            a.max_tokens,
-            prompt.len()
+            "--max-tokens {} plus the prompt's {prompt_len} tokens overflows the position counter",
+            a.max_tokens
         ))
     })?;
     let max_context = a.max_context.unwrap_or(needed).max(needed);
@@ -258,14 +280,18 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
                 "a context of {max_context} positions needs more than 2^64 bytes of MLA cache"
             ))
         })?;
+    Ok(max_context)
+}
 
-    // Load: validate the checkpoint, then open the store.
-    let store = match budget {
+/// Validates the checkpoint and opens its store: streaming under `--budget`, else
+/// resident (`--check-hidden` set on the model).
+fn open_model(a: &RunArgs, max_context: usize) -> Result<Opened> {
+    let store = match a.budget {
         Some(b) => StoreOptions::Streaming(StreamOptions {
             budget: b,
-            io,
-            prefetch,
-            cache,
+            io: a.io.0,
+            prefetch: a.prefetch.0,
+            cache: a.cache.0,
             max_context,
             io_threads: a.io_threads.max(1),
             record_trace: a.record_trace.clone(),
@@ -274,37 +300,61 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         }),
         None => StoreOptions::Resident,
     };
-    let Opened {
-        model,
-        checkpoint,
-        streaming,
-    } = Model::open(&a.model, store, a.threads)?;
-    let ck = &checkpoint.ck;
-    let model = model.with_hidden_checks(a.check_hidden);
-    let load_s = t_load.elapsed().as_secs_f64();
-    mem.sample();
+    let o = Model::open(&a.model, store, a.threads)?;
+    Ok(Opened {
+        model: o.model.with_hidden_checks(a.check_hidden),
+        ..o
+    })
+}
 
-    // Under a budget the plan reserves activations for at most this many prefill
-    // tokens per forward; larger chunks are cut to it (same output, bounded memory),
-    // and the model's scratch arena is sized exactly as the plan counts it.
+/// What generation produced, with the counters taken when the first token was chosen.
+struct Generated {
+    out: memdial::generate::GenerateOutput,
+    /// Store counters when the first token was chosen (decode figures start there).
+    at_first: Option<memdial::store::metrics::StoreMetrics>,
+    /// Device read bytes at the first token (when the OS reports them).
+    device_at_first: Option<u64>,
+    /// Wall time of generation (prefill + decode), seconds.
+    gen_wall: f64,
+}
+
+/// Prefill chunk and arena chunk: under a budget the plan reserves activations for at
+/// most this many prefill tokens per forward; larger chunks are cut to it (same
+/// output, bounded memory), and the model's scratch arena is sized exactly as the
+/// plan counts it.
+fn prefill_chunks(a: &RunArgs, prompt_len: usize, max_context: usize) -> (usize, usize) {
     let want = if a.prefill_chunk == 0 {
-        prompt.len()
+        prompt_len
     } else {
         a.prefill_chunk
     };
-    let (prefill_chunk, arena_chunk) = match budget {
+    match a.budget {
         Some(_) => {
             let cap = memdial::store::plan::planned_prefill_chunk(max_context);
             // Say so only when it changes how this prompt is cut.
-            if want.min(prompt.len()) > cap {
+            if want.min(prompt_len) > cap {
                 eprintln!(
                     "note: --prefill-chunk {want} capped at {cap} (the plan's activation reserve)"
                 );
             }
             (want.min(cap), cap)
         }
-        None => (a.prefill_chunk, want.min(prompt.len()).max(1)),
-    };
+        None => (a.prefill_chunk, want.min(prompt_len).max(1)),
+    }
+}
+
+/// Prefills the prompt and decodes, sampling memory at every token.
+fn generate_ids(
+    a: &RunArgs,
+    cfg: &ModelConfig,
+    opened: &Opened,
+    prompt: &[u32],
+    max_context: usize,
+    mem: &mut PeakTracker,
+) -> Result<Generated> {
+    let streaming = &opened.streaming;
+    let model = &opened.model;
+    let (prefill_chunk, arena_chunk) = prefill_chunks(a, prompt.len(), max_context);
     let mut state = model.new_state_with_chunk(max_context, arena_chunk);
     let params = GenerateParams {
         max_tokens: a.max_tokens,
@@ -322,12 +372,11 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         prefill_chunk,
         perturb_logit: a.perturb_logit,
     };
-    // Store counters when the first token was chosen (decode figures start there).
     let mut at_first: Option<memdial::store::metrics::StoreMetrics> = None;
     let mut device_at_first: Option<u64> = None;
     let t_gen = Instant::now();
     memdial::profile::enable(a.profile_ops);
-    let out = generate(&model, &mut state, &prompt, &params, &mut |_| {
+    let out = generate(model, &mut state, prompt, &params, &mut |_| {
         mem.sample();
         if at_first.is_none() {
             at_first = Some(streaming.as_ref().map(|s| s.metrics()).unwrap_or_default());
@@ -346,30 +395,82 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     }
     let gen_wall = t_gen.elapsed().as_secs_f64();
     mem.sample();
-    if let Some(s) = &streaming {
+    if let Some(s) = streaming {
         s.finish()?;
     }
+    Ok(Generated {
+        out,
+        at_first,
+        device_at_first,
+        gen_wall,
+    })
+}
+
+/// Writes the logits (`--logits-out`), the metrics (`--metrics-json`) and the
+/// output in `--output`'s format.
+#[allow(clippy::too_many_arguments)]
+fn write_outputs(
+    a: &RunArgs,
+    cfg: &ModelConfig,
+    opened: &Opened,
+    prompt: &[u32],
+    max_context: usize,
+    load_s: f64,
+    g: &Generated,
+    mem: &PeakTracker,
+) -> Result<ExitCode> {
+    let out = &g.out;
     if let (Some(path), Some(l)) = (&a.logits_out, &out.logits) {
         write_logits(path, l, cfg.vocab_size)?;
     }
     let text = decode_ids(&a.model, &out.output_ids, cfg.vocab_size);
-    let ids_str = out
-        .output_ids
-        .iter()
-        .map(|t| t.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
-
     if let Some(path) = &a.metrics_json {
+        let run = RunFacts {
+            a,
+            cfg,
+            opened,
+            prompt_len: prompt.len(),
+            max_context,
+            load_s,
+            g,
+            mem,
+            text: text.as_deref(),
+        };
+        write_metrics_json(path, a, &run.metrics())?;
+    }
+    print_output(a, out, text.as_deref(), load_s)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Everything a run's metrics are computed from.
+struct RunFacts<'a> {
+    a: &'a RunArgs,
+    cfg: &'a ModelConfig,
+    opened: &'a Opened,
+    prompt_len: usize,
+    max_context: usize,
+    load_s: f64,
+    g: &'a Generated,
+    mem: &'a PeakTracker,
+    text: Option<&'a str>,
+}
+
+impl RunFacts<'_> {
+    /// The run's [`RunMetrics`] (every figure of `--metrics-json`), with each
+    /// figure's source: the OS for memory and device reads, the engine otherwise.
+    fn metrics(&self) -> RunMetrics {
+        let (a, out, mem) = (self.a, &self.g.out, self.mem);
+        let streaming = &self.opened.streaming;
+        let ck = &self.opened.checkpoint.ck;
         let m = streaming.as_ref().map(|s| s.metrics()).unwrap_or_default();
         let decode_total: f64 = out.decode_s.iter().sum();
-        let first_m = at_first.clone().unwrap_or_default();
+        let first_m = self.g.at_first.clone().unwrap_or_default();
         let decode_bytes = m.bytes_read.saturating_sub(first_m.bytes_read);
         let steps = out.decode_s.len();
         let device_end = memdial::io::accounting::device_read_bytes();
         let read_busy_decode = m.read_busy_s - first_m.read_busy_s;
-        let model_bytes = memdial::inspect::model_bytes(&cfg, ck);
-        let page_cache = match &streaming {
+        let model_bytes = memdial::inspect::model_bytes(self.cfg, ck);
+        let page_cache = match streaming {
             Some(s) => s.page_cache_resident_bytes(),
             None => ck
                 .shards
@@ -379,15 +480,16 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         };
         let plan = streaming.as_ref().map(|s| s.plan().clone());
         let streamed = streaming.is_some();
+        let gen_wall = self.g.gen_wall;
         let mut rm = RunMetrics {
             model: Some(a.model.display().to_string()),
             model_bytes: Some(model_bytes),
             floor_bytes: plan.as_ref().map(|p| p.floor_bytes),
             io_threads: Some(a.io_threads as u64),
-            max_context: Some(max_context as u64),
-            prompt_tokens: Some(prompt.len() as u64),
+            max_context: Some(self.max_context as u64),
+            prompt_tokens: Some(self.prompt_len as u64),
             generated_tokens: Some(out.output_ids.len() as u64),
-            load_s: Some(load_s),
+            load_s: Some(self.load_s),
             ttft_s: Some(out.ttft_s),
             decode_s_per_token: out.decode_s.clone(),
             decode_s_per_token_median: (steps > 0).then(|| out.decode_median_s()),
@@ -424,7 +526,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             page_cache_resident_bytes_end: Some(page_cache),
             output_ids: out.output_ids.clone(),
             output_ids_sha256: Some(out.output_ids_sha256()),
-            output_text_sha256: text.as_ref().map(|t| hex(&Sha256::digest(t.as_bytes()))),
+            output_text_sha256: self.text.map(|t| hex(&Sha256::digest(t.as_bytes()))),
             pinned_layers: plan.as_ref().map(|p| p.pinned_layers as u64),
             expert_cache_experts: plan.as_ref().map(|p| p.expert_cache_experts as u64),
             prefill_s: Some(out.prefill_s),
@@ -438,12 +540,12 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             expert_prefetch_hits: Some(m.expert_prefetch_hits),
             rss_anon_bytes: Some(mem.last.rss_anon_bytes),
             prefill_tokens_per_s: (out.prefill_s > 0.0)
-                .then(|| prompt.len() as f64 / out.prefill_s),
+                .then(|| self.prompt_len as f64 / out.prefill_s),
             prefill_bytes_read: streamed.then_some(first_m.bytes_read),
             prefill_expert_fetches: streamed.then_some(first_m.prefill_expert_fetches),
             device_read_bytes: device_end,
             device_read_bytes_per_token: device_end
-                .zip(device_at_first)
+                .zip(self.g.device_at_first)
                 .filter(|_| steps > 0)
                 .map(|(e, f)| e.saturating_sub(f) as f64 / steps as f64),
             read_busy_s_decode: streamed.then_some(read_busy_decode),
@@ -463,25 +565,45 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             rm.metric_sources.insert(k.into(), Source::Os);
         }
         rm.fill_sources(Source::Engine);
-        let file = MetricsFile {
-            schema_version: Some(SCHEMA_VERSION),
-            budget_bytes: budget,
-            io: streamed.then(|| io.as_str().to_string()),
-            prefetch: Some(prefetch.as_str().to_string()),
-            cache: Some(cache.as_str().to_string()),
-            threads: Some(a.threads as u64),
-            metrics: rm,
-        };
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_string_pretty(&file)? + "\n")
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+        rm
     }
+}
 
+/// Writes `--metrics-json` (the [`MetricsFile`] with the run's settings) atomically.
+fn write_metrics_json(path: &Path, a: &RunArgs, rm: &RunMetrics) -> Result<()> {
+    let streamed = a.budget.is_some();
+    let file = MetricsFile {
+        schema_version: Some(SCHEMA_VERSION),
+        budget_bytes: a.budget,
+        io: streamed.then(|| a.io.0.as_str().to_string()),
+        prefetch: Some(a.prefetch.0.as_str().to_string()),
+        cache: Some(a.cache.0.as_str().to_string()),
+        threads: Some(a.threads as u64),
+        metrics: rm.clone(),
+    };
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(&file)? + "\n")
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Prints the output: text, ids, or the JSON object of `--output json`.
+fn print_output(
+    a: &RunArgs,
+    out: &memdial::generate::GenerateOutput,
+    text: Option<&str>,
+    load_s: f64,
+) -> Result<()> {
+    let ids_str = out
+        .output_ids
+        .iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
     let mut so = std::io::stdout().lock();
     match a.output {
         OutputFormat::Ids => writeln!(so, "{ids_str}")?,
-        OutputFormat::Text => match &text {
+        OutputFormat::Text => match text {
             Some(t) => writeln!(so, "{t}")?,
             None => {
                 eprintln!("note: tokenizer not available, printing token ids");
@@ -506,5 +628,5 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
             writeln!(so, "{}", serde_json::to_string_pretty(&v)?)?
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

@@ -27,7 +27,7 @@ use crate::sweep::record::rundir;
 use crate::sweep::record::rundir::Meta;
 use crate::sweep::run::cgroup::{self, Support};
 use crate::sweep::run::execute::{outcome_label, run_label, RunEnv};
-use crate::sweep::run::points::Points;
+use crate::sweep::run::points::{Points, Selection};
 use crate::sweep::run::runner::run_binary;
 use crate::sweep::spec::{RunSlot, Shard, Spec, DEFAULT_SPEC};
 use crate::sweep::write::report::write_all;
@@ -334,35 +334,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     if stale > 0 && !a.check {
         eprintln!("note: removed {stale} stale temporary file(s) of an interrupted sweep");
     }
-    let id = rundir::Identity {
-        spec,
-        spec_text: &inp.spec_text,
-        shard: inp.shard,
-        model: &inp.model,
-        model_bytes: points.model_bytes,
-        points_total,
-        model_identity: &inp.model_identity,
-        prompt_identities: &inp.prompt_identities,
-    };
-    let (mut meta, mut rows) = rundir::open(&out, &id, &points.shard_files, inp.probe_bytes)?;
-    meta.results_schema = Some(crate::sweep::record::row::RESULTS_SCHEMA);
-    meta.model_content_hash = Some(inp.content_hash.clone());
-    meta.cgroup = match &inp.cg_support {
-        None => "off (--no-cgroup: engine accounting only, page cache unchecked)".into(),
-        Some(s) => s.describe(),
-    };
-    meta.runs_planned = slots.len() + sel.below.len() + sel.na.len();
-    engines.prepare(&out, &inp.model, &inp.content_hash)?;
-    meta.engines = engines.meta();
-    // sweep.json first: a directory with it is resumable; one without it holds at
-    // most the same spec.toml, which a new sweep accepts (see rundir::open).
-    meta.save(&out)?;
-    if !out.join("spec.toml").exists() {
-        crate::export::write_atomic(&out.join("spec.toml"), inp.spec_text.as_bytes())?;
-    }
-    if a.out.is_none() {
-        crate::export::update_latest(Path::new(DEFAULT_REPORTS), "latest", &out);
-    }
+    let (meta, mut rows) = open_run_dir(a, &inp, &points, &sel, &mut engines, &out)?;
     let (cg_mode, no_cg_reason) = cgroup_mode(a, &inp.cg_support);
     let env = RunEnv {
         spec,
@@ -380,6 +352,93 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         engines: &engines,
         prompt_ids: &prompt_ids,
     };
+    let todo = unrun_rows_and_todo(&env, &sel, &mut rows);
+    let base = inp.base.as_ref();
+    write_all(&out, &meta, &rows, base)?;
+    if !a.check {
+        eprintln!(
+            "sweep: {} points ({} in this run{}), {} runs to do ({} already finished) → {}",
+            points_total,
+            sel.by_index.len(),
+            inp.shard
+                .map(|s| format!(", shard {s}"))
+                .unwrap_or_default(),
+            todo.len(),
+            slots.len() - todo.len(),
+            out.display()
+        );
+    }
+    let (executed, stopped) = run_todo(a, &env, &sel, &todo, &meta, &mut rows, base)?;
+    if !meta.engines.is_empty() {
+        if let Err(e) = engines::margins::find(
+            &out,
+            &env.bin,
+            &inp.model,
+            &rows,
+            &meta.engines,
+            &prompt_ids,
+            &spec.extra_args,
+        ) {
+            eprintln!("warning: cannot dump the reference logits for the engines' margins: {e:#}");
+        }
+    }
+    finish(
+        a, &out, &meta, &rows, slots, base, executed, stopped, t_start,
+    )
+}
+
+/// Opens (or resumes) the run directory `out`: its metadata completed and saved,
+/// `spec.toml` and the `latest` link written, the engines prepared. Returns the
+/// metadata and the rows already there.
+fn open_run_dir(
+    a: &SweepArgs,
+    inp: &Inputs,
+    points: &Points,
+    sel: &Selection,
+    engines: &mut Registry,
+    out: &Path,
+) -> Result<(Meta, Vec<Row>)> {
+    let id = rundir::Identity {
+        spec: &inp.spec,
+        spec_text: &inp.spec_text,
+        shard: inp.shard,
+        model: &inp.model,
+        model_bytes: points.model_bytes,
+        points_total: points.resolved.len(),
+        model_identity: &inp.model_identity,
+        prompt_identities: &inp.prompt_identities,
+    };
+    let slots = &sel.slots;
+    let (mut meta, rows) = rundir::open(out, &id, &points.shard_files, inp.probe_bytes)?;
+    meta.results_schema = Some(crate::sweep::record::row::RESULTS_SCHEMA);
+    meta.model_content_hash = Some(inp.content_hash.clone());
+    meta.cgroup = match &inp.cg_support {
+        None => "off (--no-cgroup: engine accounting only, page cache unchecked)".into(),
+        Some(s) => s.describe(),
+    };
+    meta.runs_planned = slots.len() + sel.below.len() + sel.na.len();
+    engines.prepare(out, &inp.model, &inp.content_hash)?;
+    meta.engines = engines.meta();
+    // sweep.json first: a directory with it is resumable; one without it holds at
+    // most the same spec.toml, which a new sweep accepts (see rundir::open).
+    meta.save(out)?;
+    if !out.join("spec.toml").exists() {
+        crate::export::write_atomic(&out.join("spec.toml"), inp.spec_text.as_bytes())?;
+    }
+    if a.out.is_none() {
+        crate::export::update_latest(Path::new(DEFAULT_REPORTS), "latest", out);
+    }
+    Ok((meta, rows))
+}
+
+/// Adds the rows of the points not run (below the floor, not applicable to their
+/// engine) and returns the slots still to run: finished runs are kept, failed ones
+/// are run again.
+fn unrun_rows_and_todo<'a>(
+    env: &RunEnv,
+    sel: &'a Selection,
+    rows: &mut Vec<Row>,
+) -> Vec<&'a RunSlot> {
     for r in &sel.below {
         let row = env.below_floor_row(r);
         if !rows.iter().any(|x| x.run_id == row.run_id) {
@@ -398,35 +457,33 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         .filter(|r| r.status.is_settled())
         .map(|r| r.run_id.clone())
         .collect();
-    let todo: Vec<&RunSlot> = slots
+    let todo: Vec<&RunSlot> = sel
+        .slots
         .iter()
         .filter(|s| !finished.contains(&s.run_id()))
         .collect();
     rows.sort_by_key(run_order_key);
-    let base = inp.base.as_ref();
-    write_all(&out, &meta, &rows, base)?;
+    todo
+}
 
-    // --- runs
+/// Runs the slots of `todo` one after the other, rewriting the reports after each;
+/// returns how many ran and whether `--test-stop-after` stopped the loop.
+fn run_todo(
+    a: &SweepArgs,
+    env: &RunEnv,
+    sel: &Selection,
+    todo: &[&RunSlot],
+    meta: &Meta,
+    rows: &mut Vec<Row>,
+    base: Option<&Baseline>,
+) -> Result<(usize, bool)> {
     let tty = std::io::stderr().is_terminal();
     let n_todo = todo.len();
     let pb = progress_bar(a, n_todo);
-    if !a.check {
-        eprintln!(
-            "sweep: {} points ({} in this run{}), {} runs to do ({} already finished) → {}",
-            points_total,
-            sel.by_index.len(),
-            inp.shard
-                .map(|s| format!(", shard {s}"))
-                .unwrap_or_default(),
-            todo.len(),
-            slots.len() - todo.len(),
-            out.display()
-        );
-    }
     let mut last = String::from("–");
     let mut executed = 0usize;
     let mut stopped = false;
-    for slot in todo {
+    for &slot in todo {
         let r = sel.by_index[&slot.point.index];
         let label = run_label(slot, r.budget_bytes);
         pb.set_message(format!("{label} | last {last}"));
@@ -440,7 +497,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         rows.retain(|x| x.run_id != row.run_id);
         rows.push(row);
         rows.sort_by_key(run_order_key);
-        write_all(&out, &meta, &rows, base)?;
+        write_all(env.out, meta, rows, base)?;
         pb.inc(1);
         executed += 1;
         if a.test_stop_after == Some(executed) {
@@ -449,22 +506,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         }
     }
     pb.finish_and_clear();
-    if !meta.engines.is_empty() {
-        if let Err(e) = engines::margins::find(
-            &out,
-            &env.bin,
-            &inp.model,
-            &rows,
-            &meta.engines,
-            &prompt_ids,
-            &spec.extra_args,
-        ) {
-            eprintln!("warning: cannot dump the reference logits for the engines' margins: {e:#}");
-        }
-    }
-    finish(
-        a, &out, &meta, &rows, slots, base, executed, stopped, t_start,
-    )
+    Ok((executed, stopped))
 }
 
 /// Last step: the final report, the verdict line and the exit code.

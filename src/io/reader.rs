@@ -29,10 +29,13 @@ use super::aligned::{AlignedBuf, ALIGN};
 use crate::error::UsageError;
 
 /// How weights are read from disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Default, Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum IoMode {
     /// O_DIRECT reads into aligned buffers (bypasses the page cache).
+    #[default]
     Direct,
     /// pread through the page cache.
     Buffered,

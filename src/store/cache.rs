@@ -9,9 +9,12 @@
 use crate::error::UsageError;
 
 /// Replacement policy of the expert cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Default, Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum CachePolicy {
+    #[default]
     Lru,
     Lfru,
 }

@@ -30,10 +30,11 @@ use crate::store::groups::{layer_groups, row_blocks, TrunkGroup};
 pub use crate::units::{fmt_bytes, parse_size};
 
 /// Prefetch policy (cumulative: each policy does what the one before it does, plus more).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Prefetch {
     /// Read on demand only.
+    #[default]
     None,
     /// Read layer L+1's trunk while layer L computes; in an expert-grouped prefill
     /// chunk, also the next two experts of the chunk's order while one is multiplied

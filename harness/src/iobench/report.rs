@@ -101,8 +101,7 @@ fn warnings(r: &Row) -> Vec<String> {
     v
 }
 
-/// The Markdown report.
-/// The Markdown report.
+/// The Markdown report: the introduction, one section per access pattern, the chart.
 pub fn markdown(
     meta: &Meta,
     workloads: &[Workload],
@@ -111,6 +110,16 @@ pub fn markdown(
     chart_err: Option<&anyhow::Error>,
 ) -> String {
     let mut s = String::new();
+    intro(&mut s, meta);
+    for w in workloads {
+        pattern(&mut s, w, rows, matrix);
+    }
+    chart_and_files(&mut s, chart_err);
+    s
+}
+
+/// The title, the environment and how to read the tables.
+fn intro(s: &mut String, meta: &Meta) {
     let _ = writeln!(s, "# memdial iobench\n");
     let _ = writeln!(
         s,
@@ -152,134 +161,149 @@ pub fn markdown(
          - **resident** = page-cache bytes of the model before → after the timed reads: direct reads must not change it.\n\
          - **p50/p99** are per-request latencies (one request = one trunk layer or one expert record, several ranges when the tensors are not adjacent); **CPU s/GB** is user + system CPU per GB read.\n"
     );
-    for w in workloads {
-        let ours: Vec<&Row> = rows
-            .iter()
-            .filter(|r| r.tool == "memdial" && r.pattern == w.name)
-            .collect();
-        let _ = writeln!(
-            s,
-            "## Pattern `{}`\n\n{} distinct requests (sequence of {}), median request {} in {} contiguous range(s), one pass {}.\n",
-            w.name,
-            w.cold_sequence().len(),
-            w.sequence.len(),
-            fmt_bytes(w.median_request_bytes()),
-            w.median_spans_per_request(),
-            fmt_bytes(w.pass_bytes())
-        );
-        let _ = writeln!(
-            s,
-            "| io | qd | cache | cold ✓ | GB/s | fio GB/s | ours/fio | req/s | p50 µs | p99 µs | CPU s/GB | read | device | resident before → after | s |\n\
-             |---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
-        );
-        let mut notes = Vec::new();
-        for r in &ours {
-            let f = twin(rows, r);
-            if r.status != "ok" {
-                let _ = writeln!(
-                    s,
-                    "| {} | {} | {} | – | error | {} | – | | | | | | | | |",
-                    r.io,
-                    r.qd,
-                    r.cache,
-                    gbps(f)
-                );
-                notes.push(format!("{} qd{} {}: {}", r.io, r.qd, r.cache, r.note));
-                continue;
-            }
-            let ratio = match f {
-                Some(f) if f.status == "ok" && f.gb_per_s > 0.0 => {
-                    format!("{:.2}", r.gb_per_s / f.gb_per_s)
-                }
-                _ => "–".into(),
-            };
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | **{:.3}** | {} | {} | {:.0} | {:.0} | {:.0} | {:.3} | {} | {} | {} → {} | {:.2} |",
-                r.io,
-                r.qd,
-                r.cache,
-                if r.cache == "cold" {
-                    if r.cold_verified {
-                        "yes"
-                    } else {
-                        "**NO**"
-                    }
-                } else {
-                    "–"
-                },
-                r.gb_per_s,
-                gbps(f),
-                ratio,
-                r.requests_per_s,
-                r.latency_p50_us,
-                r.latency_p99_us,
-                r.cpu_s_per_gb,
-                fmt_bytes(r.bytes),
-                fmt_bytes(r.device_read_bytes),
-                fmt_bytes(r.resident_before_bytes),
-                fmt_bytes(r.resident_after_bytes),
-                r.elapsed_s
-            );
-            for wn in warnings(r) {
-                notes.push(format!("{} qd{} {}: {wn}", r.io, r.qd, r.cache));
-            }
-        }
-        if !notes.is_empty() {
-            let _ = writeln!(s, "\n**Warnings**\n");
-            for n in notes {
-                let _ = writeln!(s, "- {n}");
-            }
-        }
-        knee_table(&mut s, rows, &w.name);
-        if matrix.fio {
-            let fio_rows: Vec<&Row> = rows
-                .iter()
-                .filter(|r| r.tool == "fio" && r.pattern == w.name)
-                .collect();
-            if let Some(r) = fio_rows.iter().find(|r| r.status == "ok") {
-                let _ = writeln!(
-                    s,
-                    "\nfio jobs ({}): e.g. `{}`",
-                    r.note,
-                    matrix
-                        .cells()
-                        .iter()
-                        .find(|c| c.mode.as_str() == r.io
-                            && c.qd == r.qd
-                            && c.cache.as_str() == r.cache)
-                        .and_then(|c| fio_command(w, c))
-                        .unwrap_or_default()
-                );
-            }
-            if fio_rows.iter().any(|r| r.note.contains("4 KiB pages")) {
-                let _ = writeln!(
-                    s,
-                    "- **fio's IO buffers were 4 KiB pages** (not enough free hugetlb pages; `sysctl vm.nr_hugepages=N` as root gives them): its direct reads were cut into more, smaller device requests than ours, so ours/fio is too high (docs/io.md §2)"
-                );
-            }
-            if fio_rows.iter().any(|r| r.status == "skipped") {
-                let _ = writeln!(
-                    s,
-                    "- fio mmap at qd > 1 is n/a: fio's mmap engine ignores `offset_increment`, so its jobs would share one slice"
-                );
-            }
-            for r in fio_rows.iter().filter(|r| r.status == "error") {
-                let _ = writeln!(s, "- fio {} qd{} {}: {}", r.io, r.qd, r.cache, r.note);
-            }
-            let fio_unverified = fio_rows
-                .iter()
-                .filter(|r| r.status == "ok" && r.cache == "cold" && !r.cold_verified)
-                .count();
-            if fio_unverified > 0 {
-                let _ = writeln!(
-                    s,
-                    "- {fio_unverified} cold fio row(s) did not start from an empty page cache"
-                );
-            }
-        }
-        let _ = writeln!(s);
+}
+
+/// One access pattern: its table of our cells, their warnings, the depth table and
+/// the fio notes.
+fn pattern(s: &mut String, w: &Workload, rows: &[Row], matrix: &Matrix) {
+    let ours: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.tool == "memdial" && r.pattern == w.name)
+        .collect();
+    let _ = writeln!(
+        s,
+        "## Pattern `{}`\n\n{} distinct requests (sequence of {}), median request {} in {} contiguous range(s), one pass {}.\n",
+        w.name,
+        w.cold_sequence().len(),
+        w.sequence.len(),
+        fmt_bytes(w.median_request_bytes()),
+        w.median_spans_per_request(),
+        fmt_bytes(w.pass_bytes())
+    );
+    let _ = writeln!(
+        s,
+        "| io | qd | cache | cold ✓ | GB/s | fio GB/s | ours/fio | req/s | p50 µs | p99 µs | CPU s/GB | read | device | resident before → after | s |\n\
+         |---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+    );
+    let mut notes = Vec::new();
+    for r in &ours {
+        memdial_row(s, rows, r, &mut notes);
     }
+    if !notes.is_empty() {
+        let _ = writeln!(s, "\n**Warnings**\n");
+        for n in notes {
+            let _ = writeln!(s, "- {n}");
+        }
+    }
+    knee_table(s, rows, &w.name);
+    if matrix.fio {
+        fio_notes(s, w, rows, matrix);
+    }
+    let _ = writeln!(s);
+}
+
+/// One row of memdial's table (`notes` collects its error or warnings).
+fn memdial_row(s: &mut String, rows: &[Row], r: &Row, notes: &mut Vec<String>) {
+    let f = twin(rows, r);
+    if r.status != "ok" {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | – | error | {} | – | | | | | | | | |",
+            r.io,
+            r.qd,
+            r.cache,
+            gbps(f)
+        );
+        notes.push(format!("{} qd{} {}: {}", r.io, r.qd, r.cache, r.note));
+        return;
+    }
+    let ratio = match f {
+        Some(f) if f.status == "ok" && f.gb_per_s > 0.0 => {
+            format!("{:.2}", r.gb_per_s / f.gb_per_s)
+        }
+        _ => "–".into(),
+    };
+    let _ = writeln!(
+        s,
+        "| {} | {} | {} | {} | **{:.3}** | {} | {} | {:.0} | {:.0} | {:.0} | {:.3} | {} | {} | {} → {} | {:.2} |",
+        r.io,
+        r.qd,
+        r.cache,
+        if r.cache == "cold" {
+            if r.cold_verified {
+                "yes"
+            } else {
+                "**NO**"
+            }
+        } else {
+            "–"
+        },
+        r.gb_per_s,
+        gbps(f),
+        ratio,
+        r.requests_per_s,
+        r.latency_p50_us,
+        r.latency_p99_us,
+        r.cpu_s_per_gb,
+        fmt_bytes(r.bytes),
+        fmt_bytes(r.device_read_bytes),
+        fmt_bytes(r.resident_before_bytes),
+        fmt_bytes(r.resident_after_bytes),
+        r.elapsed_s
+    );
+    for wn in warnings(r) {
+        notes.push(format!("{} qd{} {}: {wn}", r.io, r.qd, r.cache));
+    }
+}
+
+/// The fio job of the pattern and what to know about fio's rows.
+fn fio_notes(s: &mut String, w: &Workload, rows: &[Row], matrix: &Matrix) {
+    let fio_rows: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.tool == "fio" && r.pattern == w.name)
+        .collect();
+    if let Some(r) = fio_rows.iter().find(|r| r.status == "ok") {
+        let _ = writeln!(
+            s,
+            "\nfio jobs ({}): e.g. `{}`",
+            r.note,
+            matrix
+                .cells()
+                .iter()
+                .find(|c| c.mode.as_str() == r.io && c.qd == r.qd && c.cache.as_str() == r.cache)
+                .and_then(|c| fio_command(w, c))
+                .unwrap_or_default()
+        );
+    }
+    if fio_rows.iter().any(|r| r.note.contains("4 KiB pages")) {
+        let _ = writeln!(
+            s,
+            "- **fio's IO buffers were 4 KiB pages** (not enough free hugetlb pages; `sysctl vm.nr_hugepages=N` as root gives them): its direct reads were cut into more, smaller device requests than ours, so ours/fio is too high (docs/io.md §2)"
+        );
+    }
+    if fio_rows.iter().any(|r| r.status == "skipped") {
+        let _ = writeln!(
+            s,
+            "- fio mmap at qd > 1 is n/a: fio's mmap engine ignores `offset_increment`, so its jobs would share one slice"
+        );
+    }
+    for r in fio_rows.iter().filter(|r| r.status == "error") {
+        let _ = writeln!(s, "- fio {} qd{} {}: {}", r.io, r.qd, r.cache, r.note);
+    }
+    let fio_unverified = fio_rows
+        .iter()
+        .filter(|r| r.status == "ok" && r.cache == "cold" && !r.cold_verified)
+        .count();
+    if fio_unverified > 0 {
+        let _ = writeln!(
+            s,
+            "- {fio_unverified} cold fio row(s) did not start from an empty page cache"
+        );
+    }
+}
+
+/// The chart and the files of the directory.
+fn chart_and_files(s: &mut String, chart_err: Option<&anyhow::Error>) {
     match chart_err {
         None => {
             let _ = writeln!(s, "## Chart\n\n![GB/s per cell](chart.svg)\n");
@@ -292,7 +316,6 @@ pub fn markdown(
         s,
         "Files: `results.csv` / `results.json` (one row per cell and tool, units in the column names), `iobench.json` (environment and settings)."
     );
-    s
 }
 
 /// The fio command for cell `c` of `w` (a replay names its iolog `<iolog>`).

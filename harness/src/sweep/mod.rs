@@ -19,6 +19,7 @@
 //! - [`engines`]: other engines on the same points (the `engines` axis).
 
 pub mod analysis;
+pub mod axes;
 pub mod engines;
 pub mod record;
 pub mod run;

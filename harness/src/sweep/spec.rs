@@ -9,8 +9,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use memdial::store::plan::{fmt_bytes, parse_size};
+use memdial::io::IoMode;
+use memdial::store::cache::CachePolicy;
+use memdial::store::plan::{fmt_bytes, parse_size, Prefetch};
 use serde::{Deserialize, Serialize};
+
+use super::axes::Coord;
 
 /// The default spec, embedded so `memdial sweep` works outside the repository root.
 pub const DEFAULT_SPEC: &str = include_str!("../../sweeps/default.toml");
@@ -44,15 +48,16 @@ pub struct Spec {
     /// tensor bytes (`"25%"`), `"floor"`, multiples of the floor (`"2x floor"`), or
     /// `"model"` / multiples of the model size (`"1.5x model"`).
     pub budgets: Vec<String>,
-    /// IO modes: `direct`, `buffered`, `mmap`.
-    #[serde(default = "d_io")]
-    pub io: Vec<String>,
-    /// Prefetch policies: `none`, `next-layer`, `lookahead`, `oracle`.
-    #[serde(default = "d_prefetch")]
-    pub prefetch: Vec<String>,
-    /// Expert cache policies: `lru`, `lfru`.
-    #[serde(default = "d_cache")]
-    pub cache: Vec<String>,
+    /// IO modes as written (`direct`, `buffered`, `mmap`); parsed into [`Spec::io`]
+    /// by [`Spec::validate`], whose errors are the library's usage errors.
+    #[serde(rename = "io", default = "d_io")]
+    io_names: Vec<String>,
+    /// Prefetch policies as written (`none`, `next-layer`, `lookahead`, `oracle`).
+    #[serde(rename = "prefetch", default = "d_prefetch")]
+    prefetch_names: Vec<String>,
+    /// Expert cache policies as written (`lru`, `lfru`).
+    #[serde(rename = "cache", default = "d_cache")]
+    cache_names: Vec<String>,
     /// Kernel thread counts.
     #[serde(default = "d_threads")]
     pub threads: Vec<usize>,
@@ -96,6 +101,48 @@ pub struct Spec {
     /// Adapter settings per engine (`[engine.NAME]`), overriding the built-in ones.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub engine: BTreeMap<String, super::engines::def::EngineDef>,
+    // Axes declared after the ones above (see `super::axes`) go here, each
+    // `#[serde(default, skip_serializing_if = "Values::is_default")] NAME: Values<A>`,
+    // and into `Spec::later_axes`.
+    /// IO modes (the spec's `io`), set by [`Spec::validate`].
+    #[serde(skip)]
+    pub io: Vec<IoMode>,
+    /// Prefetch policies (the spec's `prefetch`), set by [`Spec::validate`].
+    #[serde(skip)]
+    pub prefetch: Vec<Prefetch>,
+    /// Expert cache policies (the spec's `cache`), set by [`Spec::validate`].
+    #[serde(skip)]
+    pub cache: Vec<CachePolicy>,
+}
+
+/// Version of the spec-hash form. 1: the fields of the first spec format, every
+/// one serialised (defaults included); fields added later are left out while they
+/// hold their default, so a version-1 spec keeps its hash. A later version that
+/// changes how the form is written is serialised as `"hash_format": N` at the end
+/// (version 1 writes nothing, which is what makes the shipped specs' hashes stay).
+pub const SPEC_HASH_FORMAT: u32 = 1;
+
+/// The form of a spec (or of any value holding one) that [`Spec::hash`] hashes.
+#[derive(Serialize)]
+struct HashForm<'a, T: Serialize> {
+    #[serde(flatten)]
+    spec: &'a T,
+    #[serde(skip_serializing_if = "is_first_hash_format")]
+    hash_format: u32,
+}
+
+fn is_first_hash_format(v: &u32) -> bool {
+    *v == 1
+}
+
+/// SHA-256 (hex) of the hash form of `spec`: its canonical JSON with the hash-form
+/// version ([`SPEC_HASH_FORMAT`]).
+pub fn spec_hash<T: Serialize>(spec: &T) -> String {
+    let form = HashForm {
+        spec,
+        hash_format: SPEC_HASH_FORMAT,
+    };
+    super::util::sha256_hex(serde_json::to_string(&form).unwrap_or_default().as_bytes())
 }
 
 fn d_engines() -> Vec<String> {
@@ -209,11 +256,11 @@ pub struct Point {
     /// The budget as written in the spec.
     pub budget_spec: String,
     /// IO mode.
-    pub io: String,
+    pub io: IoMode,
     /// Prefetch policy.
-    pub prefetch: String,
+    pub prefetch: Prefetch,
     /// Expert cache policy.
-    pub cache: String,
+    pub cache: CachePolicy,
     /// Kernel threads.
     pub threads: usize,
     /// Index into `Spec::prompts`.
@@ -224,6 +271,9 @@ pub struct Point {
     /// The spec has several engines: the key names the engine.
     #[serde(default)]
     pub engine_in_key: bool,
+    /// Values on the axes declared after engines ([`super::axes`]), innermost last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub axes: Vec<Coord>,
 }
 
 impl Point {
@@ -233,10 +283,18 @@ impl Point {
     pub fn key(&self) -> String {
         let mut k = format!(
             "budget={};io={};prefetch={};cache={};threads={};prompt={}",
-            self.budget_spec, self.io, self.prefetch, self.cache, self.threads, self.prompt_index
+            self.budget_spec,
+            self.io.as_str(),
+            self.prefetch.as_str(),
+            self.cache.as_str(),
+            self.threads,
+            self.prompt_index
         );
         if self.engine_in_key {
             k += &format!(";engine={}", self.engine);
+        }
+        for c in self.axes.iter().filter(|c| c.in_key) {
+            k += &format!(";{}={}", c.name, c.value);
         }
         k
     }
@@ -334,12 +392,13 @@ impl Spec {
     }
 
     /// Checks every axis is non-empty and every value is known.
-    pub fn validate(&self) -> Result<()> {
+    /// Sets the typed [`Spec::io`], [`Spec::prefetch`] and [`Spec::cache`].
+    pub fn validate(&mut self) -> Result<()> {
         for (name, n) in [
             ("budgets", self.budgets.len()),
-            ("io", self.io.len()),
-            ("prefetch", self.prefetch.len()),
-            ("cache", self.cache.len()),
+            ("io", self.io_names.len()),
+            ("prefetch", self.prefetch_names.len()),
+            ("cache", self.cache_names.len()),
             ("threads", self.threads.len()),
             ("prompts", self.prompts.len()),
         ] {
@@ -350,12 +409,15 @@ impl Spec {
         for b in &self.budgets {
             BudgetExpr::parse(b)?;
         }
-        for io in &self.io {
-            memdial::io::IoMode::parse(io)?;
+        self.io = Vec::new();
+        for io in &self.io_names {
+            self.io.push(IoMode::parse(io)?);
         }
-        for p in &self.prefetch {
-            memdial::store::plan::Prefetch::parse(p)?;
-            if p == "oracle" && !self.extra_args.iter().any(|a| a == "--trace") {
+        self.prefetch = Vec::new();
+        for p in &self.prefetch_names {
+            let v = Prefetch::parse(p)?;
+            self.prefetch.push(v);
+            if v == Prefetch::Oracle && !self.extra_args.iter().any(|a| a == "--trace") {
                 bail!(
                     "prefetch \"oracle\" replays a recorded expert trace: record one with \
                      `memdial run … --record-trace F.jsonl` and add extra_args = [\"--trace\", \"F.jsonl\"] \
@@ -363,8 +425,9 @@ impl Spec {
                 );
             }
         }
-        for c in &self.cache {
-            memdial::store::cache::CachePolicy::parse(c)?;
+        self.cache = Vec::new();
+        for c in &self.cache_names {
+            self.cache.push(CachePolicy::parse(c)?);
         }
         if self.threads.contains(&0) {
             bail!("threads must be ≥ 1");
@@ -394,29 +457,44 @@ impl Spec {
         Ok(())
     }
 
+    /// The values of the axes declared after engines ([`super::axes`]), in the
+    /// order they are expanded (innermost last): one `self.NAME.coords()` each.
+    pub fn later_axes(&self) -> Vec<Vec<Coord>> {
+        vec![]
+    }
+
     /// All points in the fixed order (budgets, io, prefetch, cache, threads, prompts,
-    /// engines).
+    /// engines, then the later axes).
     pub fn points(&self) -> Vec<Point> {
+        self.points_with(&self.later_axes())
+    }
+
+    /// [`Spec::points`] with `later` as the values of the later axes.
+    pub fn points_with(&self, later: &[Vec<Coord>]) -> Vec<Point> {
         let mut v = Vec::new();
         let multi = self.engines.len() > 1;
+        let later = super::axes::product(later);
         for b in &self.budgets {
-            for io in &self.io {
-                for pf in &self.prefetch {
-                    for c in &self.cache {
-                        for &t in &self.threads {
-                            for pi in 0..self.prompts.len() {
+            for &io in &self.io {
+                for &prefetch in &self.prefetch {
+                    for &cache in &self.cache {
+                        for &threads in &self.threads {
+                            for prompt_index in 0..self.prompts.len() {
                                 for e in &self.engines {
-                                    v.push(Point {
-                                        index: v.len(),
-                                        budget_spec: b.clone(),
-                                        io: io.clone(),
-                                        prefetch: pf.clone(),
-                                        cache: c.clone(),
-                                        threads: t,
-                                        prompt_index: pi,
-                                        engine: e.clone(),
-                                        engine_in_key: multi,
-                                    });
+                                    for axes in &later {
+                                        v.push(Point {
+                                            index: v.len(),
+                                            budget_spec: b.clone(),
+                                            io,
+                                            prefetch,
+                                            cache,
+                                            threads,
+                                            prompt_index,
+                                            engine: e.clone(),
+                                            engine_in_key: multi,
+                                            axes: axes.clone(),
+                                        });
+                                    }
                                 }
                             }
                         }
@@ -446,10 +524,10 @@ impl Spec {
         v
     }
 
-    /// SHA-256 of the canonical JSON form of the spec: shards of one sweep, and a
-    /// resumed sweep, must have the same hash.
+    /// SHA-256 of the canonical JSON form of the spec ([`spec_hash`]): shards of one
+    /// sweep, and a resumed sweep, must have the same hash.
     pub fn hash(&self) -> String {
-        super::util::sha256_hex(serde_json::to_string(self).unwrap_or_default().as_bytes())
+        spec_hash(self)
     }
 }
 
@@ -514,7 +592,7 @@ warmup = 1
         let p = s.points();
         assert_eq!(p.len(), 4);
         assert_eq!(p[1].budget_spec, "floor");
-        assert_eq!(p[1].io, "mmap");
+        assert_eq!(p[1].io, IoMode::Mmap);
         assert_eq!(p[2].budget_spec, "50%");
         let runs = s.runs(&p);
         assert_eq!(runs.len(), 12);
@@ -568,6 +646,55 @@ warmup = 1
             Path::new(".")
         )
         .is_err());
+    }
+
+    /// The hash of every shipped spec, computed before the spec held typed values
+    /// and the hash form had a version: existing run directories, shards and
+    /// baselines must keep matching. (Prompt files are resolved against the
+    /// relative `sweeps/`, so the long-prompt hash is the one of a sweep started
+    /// from `harness/`.)
+    #[test]
+    fn shipped_spec_hashes_are_unchanged() {
+        for (name, hash) in [
+            (
+                "default",
+                "b4e011c60327702e96abcb0bfd6a8783ae4e90fb31c5df1ed484d05a8b47771a",
+            ),
+            (
+                "engines",
+                "4be5d737b6e5901a403c6e4a33eded4dd2ff2b55f60c8946fd1eb74438a121db",
+            ),
+            (
+                "floor-io",
+                "68c677bf3e4af5b783ed3704b40bfd11e64ff432ed352672b16660c95dff155b",
+            ),
+            (
+                "full-grid",
+                "606cff1fbc84826335ae1e9e1630d65ee579812f3f6fd15c67ab670f72ed6d4c",
+            ),
+            (
+                "long-prompt",
+                "01df1ad390c1ecd0ac8cf6183fdf8de134dea26a1c4c5d76221c4bff8ab45ee5",
+            ),
+        ] {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("sweeps")
+                .join(format!("{name}.toml"));
+            let text = std::fs::read_to_string(path).unwrap();
+            let s = Spec::parse(&text, Path::new("sweeps")).unwrap();
+            assert_eq!(s.hash(), hash, "{name}.toml");
+        }
+        // The embedded default and a minimal spec (every field at its default).
+        let s = Spec::parse(DEFAULT_SPEC, Path::new(".")).unwrap();
+        assert_eq!(
+            s.hash(),
+            "b4e011c60327702e96abcb0bfd6a8783ae4e90fb31c5df1ed484d05a8b47771a"
+        );
+        let s = Spec::parse("budgets = [\"floor\"]", Path::new(".")).unwrap();
+        assert_eq!(
+            s.hash(),
+            "1a53ce6d5d10adcbc0c10dd70e59d1b7d3a3c2b08e8e66a4d294b5ca8fda9553"
+        );
     }
 
     #[test]

@@ -128,9 +128,9 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                 point_key: first.point_key.clone(),
                 budget_spec: first.budget_spec.clone(),
                 budget_bytes: first.budget_bytes,
-                io: first.io.clone(),
-                prefetch: first.prefetch.clone(),
-                cache: first.cache.clone(),
+                io: first.io.as_str().to_string(),
+                prefetch: first.prefetch.as_str().to_string(),
+                cache: first.cache.as_str().to_string(),
                 threads: first.threads,
                 prompt_index: first.prompt_index,
                 floor_bytes: all

@@ -58,11 +58,11 @@ impl Registry {
             }
         }
         match &e.def.io {
-            Some(m) if !m.contains_key(&p.io) => {
+            Some(m) if !m.contains_key(p.io.as_str()) => {
                 return Some(format!(
                     "{} has no IO mode {:?} (it has: {})",
                     e.name,
-                    p.io,
+                    p.io.as_str(),
                     m.keys().cloned().collect::<Vec<_>>().join(", ")
                 ))
             }
@@ -70,25 +70,29 @@ impl Registry {
                 return Some(format!(
                     "{} has no IO modes: run at io = {:?} only",
                     e.name,
-                    spec.io.first().cloned().unwrap_or_default()
+                    spec.io.first().map(|v| v.as_str()).unwrap_or_default()
                 ))
             }
             _ => {}
         }
         match &e.def.prefetch {
-            Some(v) if !v.contains(&p.prefetch) => Some(format!(
+            Some(v) if !v.iter().any(|x| x == p.prefetch.as_str()) => Some(format!(
                 "{} has no prefetch policy {:?}",
-                e.name, p.prefetch
+                e.name,
+                p.prefetch.as_str()
             )),
             None if spec.prefetch.first() != Some(&p.prefetch) => Some(format!(
                 "{} has no prefetch policies: run at prefetch = {:?} only",
                 e.name,
-                spec.prefetch.first().cloned().unwrap_or_default()
+                spec.prefetch
+                    .first()
+                    .map(|v| v.as_str())
+                    .unwrap_or_default()
             )),
             _ if spec.cache.first() != Some(&p.cache) => Some(format!(
                 "{} has no expert-cache policies: run at cache = {:?} only",
                 e.name,
-                spec.cache.first().cloned().unwrap_or_default()
+                spec.cache.first().map(|v| v.as_str()).unwrap_or_default()
             )),
             _ => None,
         }

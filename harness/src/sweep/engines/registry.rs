@@ -417,8 +417,8 @@ impl Registry {
             .set("budget_mib", format!("{:.2}", b / 1048576.0))
             .set("budget_gib", format!("{:.3}", b / 1073741824.0))
             .set("budget_gb", format!("{:.3}", b / 1e9))
-            .set("io", &c.point.io)
-            .set("prefetch", &c.point.prefetch)
+            .set("io", c.point.io.as_str())
+            .set("prefetch", c.point.prefetch.as_str())
             .set("run_dir", c.run_dir.display());
         if let Some(t) = c.trunk_share_bytes {
             // kimi-k3-in-c: the trunk ring gets memdial's pinned + slot bytes, capped so
@@ -441,7 +441,7 @@ impl Registry {
             v.set("model", m);
         }
         if let Some(io) = &e.def.io {
-            v.io_args = io.get(&c.point.io).cloned().unwrap_or_default();
+            v.io_args = io.get(c.point.io.as_str()).cloned().unwrap_or_default();
         }
         Ok(v)
     }

@@ -57,13 +57,7 @@ pub fn trunk_share(
     let cfg = memdial::config::load_config(model).ok()?;
     let ck = memdial::checkpoint::Checkpoint::open(model).ok()?;
     let plan = memdial::store::plan::plan_unchecked(
-        &cfg,
-        &ck,
-        budget,
-        memdial::io::IoMode::parse(&p.io).ok()?,
-        memdial::store::plan::Prefetch::parse(&p.prefetch).ok()?,
-        context,
-        p.threads,
+        &cfg, &ck, budget, p.io, p.prefetch, context, p.threads,
     )
     .ok()?;
     Some(plan.pinned_trunk_bytes + plan.trunk_slots as u64 * plan.slot_bytes)

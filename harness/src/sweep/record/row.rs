@@ -8,7 +8,10 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use memdial::io::IoMode;
 use memdial::metrics::{MetricsFile, RunMetrics, Source};
+use memdial::store::cache::CachePolicy;
+use memdial::store::plan::Prefetch;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -53,11 +56,11 @@ pub struct Row {
     /// Budget passed to `--budget`, bytes.
     pub budget_bytes: u64,
     /// IO mode.
-    pub io: String,
+    pub io: IoMode,
     /// Prefetch policy.
-    pub prefetch: String,
+    pub prefetch: Prefetch,
     /// Expert cache policy.
-    pub cache: String,
+    pub cache: CachePolicy,
     /// Kernel threads (`--threads`).
     pub threads: usize,
     /// Index of the prompt in the spec.
@@ -137,6 +140,11 @@ pub struct Row {
     /// `flag+cgroup`, or `none` (neither: see `cgroup_reason`).
     #[serde(default)]
     pub budget_held_by: Option<String>,
+    // --- axes declared after engines (`sweep::axes`): one column each, appended
+    /// The point's value on each later axis, by axis name (the point's
+    /// [`crate::sweep::axes::Coord`]s); empty for sweeps without one.
+    #[serde(flatten, default)]
+    pub axes: serde_json::Map<String, Value>,
 }
 
 /// The schema: every column of `results.csv`, in order (same keys as each object of
@@ -339,15 +347,30 @@ fn cell(v: &Value) -> String {
     }
 }
 
-/// CSV text of `rows` with the [`COLUMNS`] header.
+/// The columns of `rows`: [`COLUMNS`], then one per later axis the rows have
+/// (`sweep::axes`), in the order the rows first name them.
+pub fn columns(rows: &[Row]) -> Vec<String> {
+    let mut cols: Vec<String> = COLUMNS.iter().map(|c| c.to_string()).collect();
+    for r in rows {
+        for k in r.axes.keys() {
+            if !cols.contains(k) {
+                cols.push(k.clone());
+            }
+        }
+    }
+    cols
+}
+
+/// CSV text of `rows` with the [`columns`] header.
 pub fn to_csv(rows: &[Row]) -> Result<Vec<u8>> {
     let mut w = csv::Writer::from_writer(Vec::new());
-    w.write_record(COLUMNS)?;
+    let cols = columns(rows);
+    w.write_record(&cols)?;
     for r in rows {
         let v = serde_json::to_value(r)?;
-        let rec: Vec<String> = COLUMNS
+        let rec: Vec<String> = cols
             .iter()
-            .map(|c| v.get(*c).map(cell).unwrap_or_default())
+            .map(|c| v.get(c.as_str()).map(cell).unwrap_or_default())
             .collect();
         w.write_record(&rec)?;
     }

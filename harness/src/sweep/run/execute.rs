@@ -10,8 +10,11 @@ use memdial::store::plan::fmt_bytes;
 use super::cgroup::{self, Mode, RunCgroup};
 use super::coldcache::make_cold;
 use super::points::Resolved;
-use super::runner::RunRequest;
-use crate::sweep::engines::{self, registry::Registry};
+use super::runner::{RunOutcome, RunRequest};
+use crate::sweep::engines::{
+    self,
+    registry::{Engine, Registry},
+};
 use crate::sweep::record::host::Host;
 use crate::sweep::record::row::Row;
 use crate::sweep::record::status::RunStatus;
@@ -61,9 +64,9 @@ pub fn run_label(slot: &RunSlot, budget_bytes: u64) -> String {
             String::new()
         },
         crate::sweep::spec::budget_label(&slot.point.budget_spec, budget_bytes),
-        slot.point.io,
-        slot.point.prefetch,
-        slot.point.cache,
+        slot.point.io.as_str(),
+        slot.point.prefetch.as_str(),
+        slot.point.cache.as_str(),
         slot.point.threads,
         if slot.warmup { "w" } else { "r" },
         slot.repeat
@@ -87,9 +90,9 @@ impl RunEnv<'_> {
             point_key: p.key(),
             budget_spec: p.budget_spec.clone(),
             budget_bytes: budget,
-            io: p.io.clone(),
-            prefetch: p.prefetch.clone(),
-            cache: p.cache.clone(),
+            io: p.io,
+            prefetch: p.prefetch,
+            cache: p.cache,
             threads: p.threads,
             prompt_index: p.prompt_index,
             max_tokens: self.spec.max_tokens,
@@ -104,6 +107,11 @@ impl RunEnv<'_> {
             memdial_version: env!("CARGO_PKG_VERSION").to_string(),
             started_utc: utc_now_rfc3339(),
             engine: p.engine.clone(),
+            axes: p
+                .axes
+                .iter()
+                .map(|c| (c.name.clone(), c.value.clone().into()))
+                .collect(),
             ..Default::default()
         }
     }
@@ -137,7 +145,6 @@ impl RunEnv<'_> {
     /// `--cgroup` is required and no cgroup can be made.
     pub fn run_slot(&self, slot: &RunSlot, r: &Resolved) -> Result<Row> {
         let spec = self.spec;
-        let slack = self.slack;
         let mut row = self.base_row(&slot.point, r.budget_bytes, r.floor_bytes);
         row.run_id = slot.run_id();
         row.repeat = slot.repeat;
@@ -170,33 +177,7 @@ impl RunEnv<'_> {
         row.model_files = cold.files;
         row.resident_before_bytes = cold.resident_bytes;
         row.cold_verified = cold.verified();
-        row.cgroup_reason = Some(self.no_cg_reason.clone());
-        let cg = match &self.cg_mode {
-            Some(_) if !engine.budget.wants_cgroup() => {
-                row.cgroup_reason = Some(format!(
-                    "engine {} holds its budget by its own flags (budget = \"flag\")",
-                    engine.name
-                ));
-                None
-            }
-            Some(m) => match RunCgroup::create(m, &slot.dir_name(), r.budget_bytes + slack) {
-                Ok(c) => {
-                    row.cgroup_reason = None;
-                    Some(c)
-                }
-                Err(e) if self.require_cgroup => {
-                    return Err(e.context("--cgroup: cannot create a memory cgroup"))
-                }
-                Err(e) => {
-                    eprintln!(
-                        "warning: cannot create a memory cgroup ({e:#}); this run is not enforced"
-                    );
-                    row.cgroup_reason = Some(format!("{e:#}"));
-                    None
-                }
-            },
-            None => None,
-        };
+        let cg = self.run_cgroup(engine, slot, r.budget_bytes, &mut row)?;
         let prompt = &spec.prompts[slot.point.prompt_index];
         let ext = if engine.is_memdial() {
             None
@@ -244,13 +225,60 @@ impl RunEnv<'_> {
             row.cgroup_oom_kills = c.oom_kills();
         }
         drop(cg);
+        self.record_outcome(&mut row, &o, r.budget_bytes);
+        Ok(row)
+    }
+
+    /// The memory cgroup the run goes in (`None`: not enforced, the reason in
+    /// `row.cgroup_reason`). Errors: `--cgroup` is required and none can be made.
+    fn run_cgroup(
+        &self,
+        engine: &Engine,
+        slot: &RunSlot,
+        budget_bytes: u64,
+        row: &mut Row,
+    ) -> Result<Option<RunCgroup>> {
+        row.cgroup_reason = Some(self.no_cg_reason.clone());
+        let cg = match &self.cg_mode {
+            Some(_) if !engine.budget.wants_cgroup() => {
+                row.cgroup_reason = Some(format!(
+                    "engine {} holds its budget by its own flags (budget = \"flag\")",
+                    engine.name
+                ));
+                None
+            }
+            Some(m) => match RunCgroup::create(m, &slot.dir_name(), budget_bytes + self.slack) {
+                Ok(c) => {
+                    row.cgroup_reason = None;
+                    Some(c)
+                }
+                Err(e) if self.require_cgroup => {
+                    return Err(e.context("--cgroup: cannot create a memory cgroup"))
+                }
+                Err(e) => {
+                    eprintln!(
+                        "warning: cannot create a memory cgroup ({e:#}); this run is not enforced"
+                    );
+                    row.cgroup_reason = Some(format!("{e:#}"));
+                    None
+                }
+            },
+            None => None,
+        };
+        Ok(cg)
+    }
+
+    /// Sets the row's status and error from the child's outcome, then its metrics
+    /// and memory figures.
+    fn record_outcome(&self, row: &mut Row, o: &RunOutcome, budget_bytes: u64) {
+        let (spec, slack) = (self.spec, self.slack);
         let oom_killed = row.cgroup_oom_kills.unwrap_or(0) > 0
             || (row.cgroup_enforced && o.mem.cgroup_oom_kills.unwrap_or(0) > 0);
         let why = || {
             if oom_killed {
                 format!(
                     "{}{}",
-                    cgroup::oom_hint(r.budget_bytes, slack),
+                    cgroup::oom_hint(budget_bytes, slack),
                     if o.stderr_tail.is_empty() {
                         String::new()
                     } else {
@@ -294,6 +322,5 @@ impl RunEnv<'_> {
             RunStatus::Failed
         };
         row.fill_memory(&o.mem, slack);
-        Ok(row)
     }
 }

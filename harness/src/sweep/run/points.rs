@@ -77,22 +77,17 @@ impl Points {
                 }
             })
             .collect();
-        let mut floors: HashMap<(String, String, usize, usize), (u64, u64)> = HashMap::new();
+        let mut floors: HashMap<(IoMode, Prefetch, usize, usize), (u64, u64)> = HashMap::new();
         let mut out = vec![];
         for p in spec.points() {
             let ctx = contexts[p.prompt_index];
-            let key = (p.io.clone(), p.prefetch.clone(), ctx, p.threads);
+            let key = (p.io, p.prefetch, ctx, p.threads);
             if !floors.contains_key(&key) {
-                let plan = plan_unchecked(
-                    &cfg,
-                    &ck,
-                    u64::MAX / 4,
-                    IoMode::parse(&p.io)?,
-                    Prefetch::parse(&p.prefetch)?,
-                    ctx,
-                    p.threads,
-                )
-                .with_context(|| format!("planning {} / {}", p.io, p.prefetch))?;
+                let plan =
+                    plan_unchecked(&cfg, &ck, u64::MAX / 4, p.io, p.prefetch, ctx, p.threads)
+                        .with_context(|| {
+                            format!("planning {} / {}", p.io.as_str(), p.prefetch.as_str())
+                        })?;
                 floors.insert(key.clone(), (plan.floor_bytes, plan.model_bytes));
             }
             let (floor, model_bytes) = floors[&key];

@@ -75,45 +75,9 @@ pub(super) fn draw<DB: DrawingBackend>(
     root.fill(&WHITE).map_err(pe)?;
     let root = root.titled(title, ("sans-serif", 22)).map_err(pe)?;
     let (x0, x1) = x_range(&ser, model_bytes);
-    let (mut y0, mut y1) = (f64::INFINITY, 0f64);
-    for (_, p) in ser.iter().flat_map(|s| &s.pts) {
-        let w = (m.whisker)(p);
-        for v in [value(p), w.map(|w| w.0), w.map(|w| w.1)]
-            .into_iter()
-            .flatten()
-            .filter(|v| *v > 0.0)
-        {
-            y0 = y0.min(v);
-            y1 = y1.max(v);
-        }
-    }
-    if !y0.is_finite() {
-        (y0, y1) = m.fallback;
-    }
-    let (y0, y1) = if y1 / y0 < 4.0 {
-        let c = (y0 * y1).sqrt();
-        (c / 2.5, c * 2.5)
-    } else {
-        (y0 / 1.3, y1 * 1.3)
-    };
+    let (y0, y1) = y_range(&ser, m);
     let (ly0, ly1) = (y0.log10(), y1.log10());
-    // Panels by IO mode (per_io) and the keys that pick a line's colour and shape.
-    let mut ios: Vec<String> = vec![];
-    let mut keys: Vec<String> = vec![];
-    for s in &ser {
-        let io = if m.per_io {
-            s.io.clone()
-        } else {
-            String::new()
-        };
-        if !ios.contains(&io) {
-            ios.push(io);
-        }
-        let key = if m.per_io { &s.rest } else { &s.label };
-        if !keys.contains(key) {
-            keys.push(key.clone());
-        }
-    }
+    let (ios, keys) = panels_and_keys(&ser, m);
     let panels = root.split_evenly((1, ios.len()));
     for (pi, (area, io)) in panels.iter().zip(&ios).enumerate() {
         let mut b = ChartBuilder::on(area);
@@ -206,6 +170,55 @@ pub(super) fn draw<DB: DrawingBackend>(
         legend(&mut chart, 12)?;
     }
     root.present().map_err(pe)
+}
+
+/// The y range of the chart: every drawn value and whisker end, widened so a flat
+/// figure still spans a readable range (`m.fallback` when nothing is drawn).
+fn y_range(ser: &[Series], m: &Metric) -> (f64, f64) {
+    let value = |p: &PointStats| (m.value)(p).filter(|v| *v > 0.0);
+    let (mut y0, mut y1) = (f64::INFINITY, 0f64);
+    for (_, p) in ser.iter().flat_map(|s| &s.pts) {
+        let w = (m.whisker)(p);
+        for v in [value(p), w.map(|w| w.0), w.map(|w| w.1)]
+            .into_iter()
+            .flatten()
+            .filter(|v| *v > 0.0)
+        {
+            y0 = y0.min(v);
+            y1 = y1.max(v);
+        }
+    }
+    if !y0.is_finite() {
+        (y0, y1) = m.fallback;
+    }
+    if y1 / y0 < 4.0 {
+        let c = (y0 * y1).sqrt();
+        (c / 2.5, c * 2.5)
+    } else {
+        (y0 / 1.3, y1 * 1.3)
+    }
+}
+
+/// The panels (IO modes when `m.per_io`, else one) and the keys that pick a line's
+/// colour and shape, in first-seen order.
+fn panels_and_keys(ser: &[Series], m: &Metric) -> (Vec<String>, Vec<String>) {
+    let mut ios: Vec<String> = vec![];
+    let mut keys: Vec<String> = vec![];
+    for s in ser {
+        let io = if m.per_io {
+            s.io.clone()
+        } else {
+            String::new()
+        };
+        if !ios.contains(&io) {
+            ios.push(io);
+        }
+        let key = if m.per_io { &s.rest } else { &s.label };
+        if !keys.contains(key) {
+            keys.push(key.clone());
+        }
+    }
+    (ios, keys)
 }
 
 /// Legend entries without a series: the dashed floor, and hollow markers when a
