@@ -168,7 +168,8 @@ fn hostile_run(name: &str, payload: Value) -> Output {
 }
 
 /// A sweep of memdial and a `command` engine `fake` whose command is `cmd` and whose
-/// ids file is `ids_json`.
+/// ids file is `ids_json` (braces in `cmd` are placeholders: JSON is written with
+/// printf's octal escapes 173 and 175).
 fn engine_run(name: &str, cmd: &str, ids_json: &str) -> Output {
     let d = fresh(name);
     let spec = format!(
@@ -349,7 +350,7 @@ fn cases() -> Vec<Case> {
             || {
                 engine_run(
                 "stale-old",
-                "echo '{\"output_ids\": [5, 6]}' > {run_dir}/ids.json; touch -d 2001-01-01 {run_dir}/ids.json",
+                "printf '\\173\"output_ids\": [5, 6]\\175' > {run_dir}/ids.json; touch -d 2001-01-01 {run_dir}/ids.json",
                 "{run_dir}/ids.json",
             )
             },
@@ -361,7 +362,7 @@ fn cases() -> Vec<Case> {
             || {
                 engine_run(
                     "empty-ids",
-                    "echo '{\"output_ids\": []}' > {run_dir}/ids.json",
+                    "printf '\\173\"output_ids\": []\\175' > {run_dir}/ids.json",
                     "{run_dir}/ids.json",
                 )
             },
