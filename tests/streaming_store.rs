@@ -371,3 +371,48 @@ fn streaming_run_accounts_exactly_the_plans_activation_bytes() {
         assert_eq!(m.budget_overflows, 0);
     }
 }
+
+#[test]
+fn warm_start_fills_caches_within_budget_and_changes_no_byte() {
+    let dir = tiny();
+    let cfg = load_config(dir).unwrap();
+    let ck = Checkpoint::open(dir).unwrap();
+    let r = ResidentStore::open(&cfg, &ck).unwrap();
+    let moe = cfg.moe.as_ref().unwrap();
+    let moe_layers: Vec<usize> = (0..cfg.num_hidden_layers)
+        .filter(|&l| cfg.mlp_kinds[l] == MlpKind::Moe)
+        .collect();
+    let all_experts = moe.num_experts * moe_layers.len();
+    for io in [IoMode::Direct, IoMode::Buffered, IoMode::Mmap] {
+        let floor = plan_unchecked(&cfg, &ck, 0, io, Prefetch::NextLayer, 256, 1)
+            .unwrap()
+            .floor_bytes;
+        let model = ck.total_bytes();
+        for budget in [floor, floor + model / 4, floor + 2 * model] {
+            let s = StreamingStore::open(
+                &cfg,
+                &ck,
+                opts(budget, io, Prefetch::NextLayer, CachePolicy::Lru),
+                1,
+            )
+            .unwrap();
+            let cap = s.plan().expert_cache_experts;
+            let w = s.warm_fill().unwrap();
+            assert_eq!(w.experts, cap.min(all_experts), "{io:?} {budget}");
+            assert!(w.bytes > 0 || (cap == 0 && s.plan().trunk_slots == 0));
+            // The fill is counted apart: the store's counters start from zero.
+            let m = s.metrics();
+            assert_eq!((m.bytes_read, m.reads), (0, 0), "{io:?} {budget}");
+            assert!(m.peak_accounted_bytes <= budget);
+            walk_and_compare(&s, &r, dir);
+            let m = s.metrics();
+            assert_eq!(m.budget_overflows, 0);
+            assert!(m.peak_accounted_bytes <= budget);
+            if cap >= all_experts {
+                // Every expert cached: every request hits and no expert byte is read.
+                assert_eq!(m.expert_hits, m.expert_requests, "{io:?} {budget}");
+                assert_eq!(m.expert_bytes_read, 0, "{io:?} {budget}");
+            }
+        }
+    }
+}

@@ -14,7 +14,8 @@
 //! hints, selection counters); `open.rs` builds it (plan, shards, pinned set, IO
 //! threads); `caches.rs` decides what to read and evict; `io.rs` is the IO
 //! workers; `rows.rs` the row-blocked and on-demand row reads; `mapped.rs` the
-//! mmap mode; `verify_parts.rs` the checksums of tensors read in parts.
+//! mmap mode; `verify_parts.rs` the checksums of tensors read in parts; `warm.rs`
+//! the warm start (caches filled to capacity before the first forward).
 
 mod caches;
 mod io;
@@ -22,6 +23,9 @@ mod mapped;
 mod open;
 mod rows;
 mod verify_parts;
+mod warm;
+
+pub use warm::WarmFill;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
