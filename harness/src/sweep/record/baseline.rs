@@ -123,14 +123,14 @@ pub fn check(meta: &Meta, me: &Identity) -> Result<()> {
         Some(old) => {
             let mut changes: Vec<String> = me
                 .model_identity
-                .changes_since(old)
+                .content_changes_since(old)
                 .into_iter()
                 .map(|c| format!("model: {c}"))
                 .collect();
             for (name, new) in me.prompt_identities {
                 if let Some(old) = meta.prompt_identities.get(name) {
                     changes.extend(
-                        new.changes_since(old)
+                        new.content_changes_since(old)
                             .into_iter()
                             .map(|c| format!("prompt {name}: {c}")),
                     );

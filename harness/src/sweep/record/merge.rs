@@ -65,7 +65,7 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
                 _ => m.model_bytes == first.model_bytes,
             };
             if let (Some(a), Some(b)) = (&m.model_identity, &first.model_identity) {
-                let changes = a.changes_since(b);
+                let changes = a.content_changes_since(b);
                 if !changes.is_empty() {
                     bail!(
                         "{} was made from another model than {}: {}",

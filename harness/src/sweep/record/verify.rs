@@ -23,8 +23,9 @@ pub struct Report {
     pub problems: Vec<String>,
 }
 
-/// Verifies the run directory `dir`; the model is `model`, else the directory
-/// recorded in `sweep.json`.
+/// Verifies the run directory `dir`; the model is `model` (compared by content:
+/// another copy has its own modification times), else the directory recorded in
+/// `sweep.json` (compared by content and modification times).
 ///
 /// Errors: `dir` holds no readable `sweep.json` or `results.json` (not a run
 /// directory). A model that cannot be read is a problem, not an error.
@@ -95,10 +96,15 @@ pub fn verify(dir: &Path, model: Option<&Path>) -> Result<Report> {
         (Some(_), Err(e)) => out.problems.push(format!(
             "the model cannot be checked: {e:#} (give it with --model)"
         )),
+        // Another copy (--model) has its own mtimes: compared by content.
         (Some(old), Ok(new)) => out.problems.extend(
-            new.changes_since(old)
-                .into_iter()
-                .map(|c| format!("model {}: {c}", model_dir.display())),
+            if model.is_some() {
+                new.content_changes_since(old)
+            } else {
+                new.changes_since(old)
+            }
+            .into_iter()
+            .map(|c| format!("model {}: {c}", model_dir.display())),
         ),
     }
     for (name, old) in &meta.prompt_identities {
