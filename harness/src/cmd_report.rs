@@ -3,8 +3,9 @@
 //! [--model PATH]`: re-check a finished run directory offline.
 //!
 //! Exit codes: merge as `memdial sweep` (0 PASS, 1 any other outcome, 2 usage or
-//! refused input); verify 0 when the directory verifies, 1 when a problem was
-//! found, 2 when DIR is not a run directory.
+//! refused input); verify 0 when the directory verifies and its verdict (recomputed
+//! and recorded) is a pass, 1 when a problem was found or the verdict is not a
+//! pass, 2 when DIR is not a run directory.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -75,10 +76,14 @@ fn run_verify(a: &VerifyArgs) -> Result<ExitCode> {
     let r = crate::sweep::record::verify::verify(&a.dir, a.model.as_deref()).map_err(as_usage)?;
     if r.problems.is_empty() {
         println!(
-            "verified: {} rows agree with their runs, the results files with verdict.json, the model with sweep.json",
-            r.rows
+            "verified: {} rows agree with their runs, the results files with verdict.json, the model with sweep.json; {}",
+            r.rows, r.line
         );
-        return Ok(ExitCode::SUCCESS);
+        return Ok(if r.pass {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
     }
     println!(
         "FAIL: {} problem(s) in {}: {}",

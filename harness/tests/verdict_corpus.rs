@@ -616,8 +616,26 @@ fn cases() -> Vec<Case> {
         ..case(
             "control: verify of a clean directory",
             0,
-            &["verified: 4 rows agree"],
+            &["verified: 4 rows agree", "; PASS: 4 runs"],
             || memdial(&["report", "verify", s(&clean_sweep("verify-clean"))]),
+        )
+    });
+    v.push(Case {
+        never: &["PASS"],
+        ..case(
+            "verify of an interrupted directory: consistent, but not a pass",
+            1,
+            &["verified: 1 rows agree", "; INCOMPLETE (1 of 4 runs)"],
+            || {
+                let d = fresh("verify-interrupted");
+                let out = d.join("out");
+                sweep(
+                    &write(&d.join("spec.toml"), SPEC),
+                    &out,
+                    &["--test-stop-after", "1"],
+                );
+                memdial(&["report", "verify", s(&out)])
+            },
         )
     });
     v.push(Case {

@@ -21,6 +21,11 @@ pub struct Report {
     pub rows: usize,
     /// One phrase per problem (empty: the directory verifies).
     pub problems: Vec<String>,
+    /// The verdict line recomputed from the rows.
+    pub line: String,
+    /// The recomputed outcome is a pass and so is the recorded one (the baseline
+    /// gate, not re-run offline, counts through the recorded verdict).
+    pub pass: bool,
 }
 
 /// Verifies the run directory `dir`; the model is `model` (compared by content:
@@ -70,6 +75,8 @@ pub fn verify(dir: &Path, model: Option<&Path>) -> Result<Report> {
     // The verdict again, from the rows (the baseline gate is not re-run offline).
     let again = SweepVerdict::new(dir, &meta, &rows, &per_point(&rows)).settle(None, false);
     let said = recorded.get("pass").and_then(|v| v.as_bool());
+    out.line = again.line.clone();
+    out.pass = again.pass && said == Some(true);
     let gated = recorded.get("baseline").is_some_and(|b| !b.is_null());
     if said == Some(true) && !again.pass {
         out.problems.push(format!(
