@@ -285,6 +285,23 @@ fn cases() -> Vec<Case> {
                 o
             },
         ),
+        case(
+            "merge of a directory with a row deleted and runs_planned lowered to match",
+            1,
+            &["INCOMPLETE (3 of 4 runs)"],
+            || {
+                let out = clean_sweep("merge-deleted");
+                tamper(&out, |rows| {
+                    rows.remove(0);
+                });
+                let p = out.join("sweep.json");
+                let mut m = json_of(&p);
+                m["runs_planned"] = json!(3);
+                std::fs::write(&p, m.to_string()).unwrap();
+                let m = out.parent().unwrap().join("m");
+                memdial(&["report", "merge", s(&out), "--out", s(&m), "--check"])
+            },
+        ),
         // --- runs that do not prove themselves
         case(
             "a run with no ids",

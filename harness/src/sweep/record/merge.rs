@@ -48,6 +48,9 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
     let mut rows: Vec<Row> = vec![];
     // run id → (index into rows, directory it came from)
     let mut seen: HashMap<String, (usize, usize)> = HashMap::new();
+    // Runs that left a metrics.json but have no row (a sweep killed between the two,
+    // or a row deleted), by directory and run: they count as planned.
+    let mut unrecorded: BTreeSet<String> = BTreeSet::new();
     for (di, d) in dirs.iter().enumerate() {
         let m = Meta::load(d)?;
         if let Some(first) = metas.first() {
@@ -97,6 +100,7 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
                 }
             );
         }
+        unrecorded.extend(super::proof::unrecorded_runs(d, &own));
         for r in own {
             match seen.get(&r.run_id) {
                 None => {
@@ -142,6 +146,13 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
     if let Some(full) = metas.iter().find(|m| m.shard.is_none()) {
         planned = full.runs_planned;
     }
+    // A run without its row is planned whatever sweep.json says, so it can never be
+    // merged away.
+    let rowless = unrecorded
+        .iter()
+        .filter(|run| !rows.iter().any(|r| super::proof::run_dir_name(r) == **run))
+        .count();
+    planned = planned.max(rows.len() + rowless);
     let mut missing = vec![];
     let counts: BTreeSet<usize> = metas
         .iter()
