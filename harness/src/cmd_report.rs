@@ -73,7 +73,7 @@ fn run_verify(a: &VerifyArgs) -> Result<ExitCode> {
             a.dir.display()
         )));
     }
-    let r = crate::sweep::record::verify::verify(&a.dir, a.model.as_deref()).map_err(as_usage)?;
+    let r = crate::sweep::verify::verify(&a.dir, a.model.as_deref()).map_err(as_usage)?;
     if r.problems.is_empty() {
         println!(
             "verified: {} rows agree with their runs, the results files with verdict.json, the model with sweep.json; {}",

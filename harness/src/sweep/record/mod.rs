@@ -5,7 +5,6 @@
 //! - [`rundir`]: the locked run directory and its metadata (`sweep.json`, [`rundir::Meta`]);
 //! - [`merge`]: combining shard directories;
 //! - [`proof`]: rows checked against each run's own `metrics.json`;
-//! - [`verify`]: a finished run directory re-checked offline;
 //! - [`baseline`]: an earlier `results.csv` and the comparison with it;
 //! - [`host`]: machine and storage facts (recorded in `sweep.json` and every row).
 
@@ -16,4 +15,3 @@ pub mod proof;
 pub mod row;
 pub mod rundir;
 pub mod status;
-pub mod verify;

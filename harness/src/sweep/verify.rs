@@ -1,6 +1,6 @@
 //! `memdial report verify DIR`: re-checks a finished run directory offline — every
 //! row against its run's own `metrics.json` and its ids against its hash
-//! ([`super::proof`]), no run without a row, `results.json` / `results.csv` against
+//! ([`proof`]), no run without a row, `results.json` / `results.csv` against
 //! the digests `verdict.json` recorded, the verdict recomputed from the rows
 //! against the one recorded, and the model's (and prompt files') identity against
 //! the one recorded in `sweep.json`.
@@ -9,9 +9,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use super::row;
-use super::rundir::Meta;
 use crate::sweep::analysis::stats::per_point;
+use crate::sweep::record::proof;
+use crate::sweep::record::row;
+use crate::sweep::record::rundir::Meta;
 use crate::sweep::write::report::{ResultsDigests, SweepVerdict};
 
 /// What `verify` checked and what it found.
@@ -41,9 +42,9 @@ pub fn verify(dir: &Path, model: Option<&Path>) -> Result<Report> {
         rows: rows.len(),
         ..Default::default()
     };
-    let found = super::proof::check(dir, &meta, &rows);
+    let found = proof::check(dir, &meta, &rows);
     out.problems.extend(found.problems());
-    for r in super::proof::unrecorded_runs(dir, &rows) {
+    for r in proof::unrecorded_runs(dir, &rows) {
         out.problems.push(format!(
             "runs/{r} holds a metrics.json but results.json has no row for it"
         ));
