@@ -42,7 +42,7 @@ pub fn verify(dir: &Path, model: Option<&Path>) -> Result<Report> {
         rows: rows.len(),
         ..Default::default()
     };
-    let found = proof::check(dir, &meta, &rows);
+    let found = proof::check(dir, &meta.expect(), &rows);
     out.problems.extend(found.problems());
     for r in proof::unrecorded_runs(dir, &rows) {
         out.problems.push(format!(

@@ -89,7 +89,7 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
             }
         }
         let own = super::row::load(d)?;
-        let found = super::proof::check(d, &m, &own);
+        let found = super::proof::check(d, &m.expect(), &own);
         if let Some(p) = found.problems().first() {
             bail!(
                 "{}: {p}{}",

@@ -17,8 +17,19 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use super::row::Row;
-use super::rundir::Meta;
 use super::status::RunStatus;
+use crate::sweep::spec::Shard;
+
+/// What a run directory's rows must fit (from its `sweep.json`).
+#[derive(Debug, Clone, Copy)]
+pub struct Expect {
+    /// Points in the whole spec (0: unknown).
+    pub points_total: usize,
+    /// The directory's shard (`None`: the whole sweep).
+    pub shard: Option<Shard>,
+    /// Generated tokens per run.
+    pub max_tokens: usize,
+}
 
 /// Directory of a run under `runs/`: `p003-r1` (`p003-w0` for a warm-up).
 pub fn run_dir_name(r: &Row) -> String {
@@ -65,7 +76,7 @@ impl RowCheck {
 }
 
 /// Why `r` cannot belong to the directory described by `meta` (`None`: it can).
-fn foreign(r: &Row, meta: &Meta) -> Option<String> {
+fn foreign(r: &Row, meta: &Expect) -> Option<String> {
     let axes = format!(
         "budget={};io={};prefetch={};cache={};threads={};prompt={}",
         r.budget_spec,
@@ -144,7 +155,7 @@ fn disagrees(dir: &Path, r: &Row) -> Option<String> {
 }
 
 /// Checks `rows` of the run directory `dir` (described by `meta`) against its runs.
-pub fn check(dir: &Path, meta: &Meta, rows: &[Row]) -> RowCheck {
+pub fn check(dir: &Path, meta: &Expect, rows: &[Row]) -> RowCheck {
     let mut out = RowCheck::default();
     let mut seen = BTreeSet::new();
     for r in rows {

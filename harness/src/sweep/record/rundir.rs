@@ -207,7 +207,7 @@ pub fn open(
             )));
         }
         let mut rows = row::load(out)?;
-        let found = super::proof::check(out, &m, &rows);
+        let found = super::proof::check(out, &m.expect(), &rows);
         if !found.duplicate.is_empty() || !found.foreign.is_empty() {
             return Err(usage(format!(
                 "{}/results.json cannot be resumed: {}",
@@ -328,6 +328,15 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// What this directory's rows must fit ([`super::proof::check`]).
+    pub fn expect(&self) -> super::proof::Expect {
+        super::proof::Expect {
+            points_total: self.points_total,
+            shard: self.shard,
+            max_tokens: self.max_tokens,
+        }
+    }
+
     /// Reads `dir/sweep.json`.
     pub fn load(dir: &Path) -> Result<Meta> {
         let p = dir.join("sweep.json");
