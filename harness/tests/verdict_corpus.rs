@@ -302,6 +302,28 @@ fn cases() -> Vec<Case> {
                 memdial(&["report", "merge", s(&out), "--out", s(&m), "--check"])
             },
         ),
+        case(
+            "merge of a shard whose sweep.json claims the whole sweep",
+            1,
+            &["INCOMPLETE (", "1 point(s) without a row (first: p1)"],
+            || {
+                let d = fresh("merge-unsharded-claim");
+                let a = d.join("a");
+                sweep(&write(&d.join("spec.toml"), SPEC), &a, &["--shard", "1/2"]);
+                let p = a.join("sweep.json");
+                let mut m = json_of(&p);
+                m["shard"] = Value::Null;
+                std::fs::write(&p, m.to_string()).unwrap();
+                memdial(&[
+                    "report",
+                    "merge",
+                    s(&a),
+                    "--out",
+                    s(&d.join("m")),
+                    "--check",
+                ])
+            },
+        ),
         // --- runs that do not prove themselves
         case(
             "a run with no ids",

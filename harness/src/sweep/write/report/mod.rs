@@ -65,6 +65,10 @@ pub struct SweepVerdict {
     /// Shards missing from a merge (`"2/3"`): the directory is incomplete.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing_shards: Vec<String>,
+    /// Points of the directory (of its shard) without a single row: however many
+    /// runs `sweep.json` plans, the directory is incomplete.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub points_without_rows: Vec<usize>,
     /// The baseline gate (when a baseline was given).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub baseline: Option<BaselineGate>,
@@ -115,7 +119,11 @@ impl SweepVerdict {
     /// the engines' `margins.json`, when one was written).
     pub fn new(dir: &Path, meta: &Meta, rows: &[Row], stats: &[PointStats]) -> SweepVerdict {
         let mut ids = verdict(rows).with_planned(meta.runs_planned);
-        if !meta.missing_shards.is_empty() {
+        let have: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.point_index).collect();
+        let points_without_rows: Vec<usize> = (0..meta.points_total)
+            .filter(|i| meta.shard.is_none_or(|s| s.contains(*i)) && !have.contains(i))
+            .collect();
+        if !meta.missing_shards.is_empty() || !points_without_rows.is_empty() {
             ids.complete = false;
             ids.pass = false;
         }
@@ -139,12 +147,13 @@ impl SweepVerdict {
             ids,
             engines,
             missing_shards: meta.missing_shards.clone(),
+            points_without_rows,
         }
     }
 
     /// Whether the directory holds every planned run (of every shard).
     pub fn complete(&self) -> bool {
-        self.ids.complete && self.missing_shards.is_empty()
+        self.ids.complete && self.missing_shards.is_empty() && self.points_without_rows.is_empty()
     }
 
     /// Decides the outcome from the checks, completeness and the baseline
@@ -177,11 +186,18 @@ impl SweepVerdict {
     fn compose_line(&self, cmp: Option<&Comparison>, engines_pass: bool) -> String {
         let ids = &self.ids;
         let engines = self.engines.as_ref().map(|c| c.one_line());
-        let missing = if self.missing_shards.is_empty() {
+        let mut missing = if self.missing_shards.is_empty() {
             String::new()
         } else {
             format!("; shard(s) {} missing", self.missing_shards.join(", "))
         };
+        if !self.points_without_rows.is_empty() {
+            missing += &format!(
+                "; {} point(s) without a row (first: p{})",
+                self.points_without_rows.len(),
+                self.points_without_rows[0]
+            );
+        }
         let incomplete = format!("{} of {} runs{missing}", ids.runs_done, ids.runs_planned);
         let mut l = match self.outcome {
             Outcome::Incomplete => format!("INCOMPLETE ({incomplete}); {}", ids.so_far()),
