@@ -39,6 +39,14 @@ pub fn planned_prefill_chunk(max_context: usize) -> usize {
     max_context.clamp(1, PLANNED_PREFILL_CHUNK)
 }
 
+/// Tokens per forward the arena of a batch of up to `max_batch` sequences with
+/// `max_context` positions each holds: the planned prefill chunk, or one decode
+/// token per sequence when that is more (`max(planned_prefill_chunk, max_batch)`;
+/// `max_batch` 1 gives the single-sequence chunk).
+pub fn planned_step_tokens(max_context: usize, max_batch: usize) -> usize {
+    planned_prefill_chunk(max_context).max(max_batch)
+}
+
 /// The widths the arena is sized from (all element counts).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Dims {
@@ -98,6 +106,9 @@ pub struct Dims {
     pub threads: usize,
     /// Positions the MLA attention scores are sized for (`max_context`).
     pub ctx: usize,
+    /// Rows of logits one forward returns at most (1 for a single sequence; a
+    /// batch forward returns one row per sequence that asks for logits).
+    pub logit_rows: usize,
 }
 
 impl Dims {
@@ -112,6 +123,19 @@ impl Dims {
     /// counts as 1) on `threads` kernel threads (0 counts as 1), with up to
     /// `max_context` positions in the MLA caches.
     pub fn for_run(cfg: &ModelConfig, chunk: usize, threads: usize, max_context: usize) -> Dims {
+        Dims::for_batch(cfg, chunk, threads, max_context, 1)
+    }
+
+    /// [`Dims::for_run`] for the shared arena of a batch: forwards of up to `chunk`
+    /// tokens in all returning up to `logit_rows` rows of logits (0 counts as 1);
+    /// `max_context` is the context of one sequence.
+    pub fn for_batch(
+        cfg: &ModelConfig,
+        chunk: usize,
+        threads: usize,
+        max_context: usize,
+        logit_rows: usize,
+    ) -> Dims {
         let m = &cfg.mla;
         let kda = cfg.attn_kinds.contains(&AttnKind::Kda);
         let mla = cfg.attn_kinds.contains(&AttnKind::Mla);
@@ -174,6 +198,7 @@ impl Dims {
             cols,
             threads: threads.max(1),
             ctx: max_context,
+            logit_rows: logit_rows.max(1),
         }
     }
 
@@ -241,8 +266,13 @@ buffers! {
         blocks_inv: f32 = d.c * d.blocks,
         /// AttnRes mixing logits / weights `[blocks + 1]` (0 without AttnRes).
         mix: f32 = if d.blocks > 0 { d.blocks + 1 } else { 0 },
-        /// Logits of the last position `[V]`.
-        logits: f32 = d.vocab,
+        /// Logits of the last position `[V]` (a batch: one row per sequence `[logit_rows, V]`).
+        logits: f32 = d.logit_rows * d.vocab,
+        /// A batch's `lm_head` block outputs `[logit_rows, V]` while `lm_head` is read
+        /// in row blocks (0 for one row: a block's logits are a slice of the row).
+        head_block: f32 = if d.logit_rows > 1 { d.logit_rows * d.vocab } else { 0 },
+        /// A batch's tokens whose logits the call returns `[logit_rows]` (0 for one row).
+        logit_ids: usize = if d.logit_rows > 1 { d.logit_rows } else { 0 },
         /// Token ids of the call as embedding rows `[c]`.
         ids: usize = d.c,
     }
@@ -410,6 +440,34 @@ impl Scratch {
         Scratch::from_dims(Dims::for_run(cfg, chunk, threads, max_context))
     }
 
+    /// The shared arena of a batch of up to `max_batch` sequences with `max_context`
+    /// positions each on `threads` kernel threads: forwards of up to
+    /// [`planned_step_tokens`] tokens in all, one row of logits per sequence.
+    pub fn for_batch(
+        cfg: &ModelConfig,
+        max_batch: usize,
+        threads: usize,
+        max_context: usize,
+    ) -> Scratch {
+        Scratch::from_dims(Dims::for_batch(
+            cfg,
+            planned_step_tokens(max_context, max_batch),
+            threads,
+            max_context,
+            max_batch,
+        ))
+    }
+
+    /// No buffers at all (a sequence whose forwards run on a batch's shared arena);
+    /// the widths are those of a one-token forward, so a forward on it still works
+    /// (every buffer then grows).
+    pub fn unallocated(cfg: &ModelConfig, max_context: usize) -> Scratch {
+        Scratch {
+            dims: Dims::for_run(cfg, 1, 1, max_context),
+            ..Scratch::default()
+        }
+    }
+
     fn from_dims(d: Dims) -> Scratch {
         let (shared, per) = d.kernel_floats();
         Scratch {
@@ -440,7 +498,42 @@ impl Scratch {
         threads: usize,
         max_context: usize,
     ) -> Vec<(String, u64)> {
-        let d = Dims::for_run(cfg, chunk, threads, max_context);
+        Scratch::planned_buffers_of(&Dims::for_run(cfg, chunk, threads, max_context))
+    }
+
+    /// `(group.buffer, bytes)` of every buffer [`Scratch::for_batch`] allocates.
+    pub fn planned_batch_buffers(
+        cfg: &ModelConfig,
+        max_batch: usize,
+        threads: usize,
+        max_context: usize,
+    ) -> Vec<(String, u64)> {
+        Scratch::planned_buffers_of(&Dims::for_batch(
+            cfg,
+            planned_step_tokens(max_context, max_batch),
+            threads,
+            max_context,
+            max_batch,
+        ))
+    }
+
+    /// Bytes [`Scratch::for_batch`] allocates: a batch plan's activation figure
+    /// (equal to [`Scratch::planned_bytes`] at the planned prefill chunk for
+    /// `max_batch` 1).
+    pub fn planned_batch_bytes(
+        cfg: &ModelConfig,
+        max_batch: usize,
+        threads: usize,
+        max_context: usize,
+    ) -> u64 {
+        Scratch::planned_batch_buffers(cfg, max_batch, threads, max_context)
+            .iter()
+            .map(|b| b.1)
+            .sum()
+    }
+
+    fn planned_buffers_of(d: &Dims) -> Vec<(String, u64)> {
+        let d = *d;
         let mut out = Vec::new();
         let mut add = |group: &str, on: bool, v: Vec<(&'static str, u64)>| {
             if on {

@@ -25,12 +25,14 @@
 //! - [`profile`]: the per-op timer behind `run --profile-ops` (off: one atomic load per op);
 //! - [`ops`]: the kernel API the model calls (reference implementations);
 //! - [`sampler`], [`generate`]: token selection and the prefill/decode loop;
+//! - [`batch`]: several sequences decoded in one pass over the weights ([`batch::Batch`]);
 //! - [`metrics`]: [`metrics::RunMetrics`], the figures of one run (`--metrics-json`, `results.csv`);
 //! - [`error`]: typed usage-class errors ([`error::UsageError`]);
 //! - [`units`]: byte sizes (`512MiB`) parsed and printed;
 //! - [`budget`]: budget expressions (`25%`, `2x floor`) bounded and resolved without overflow.
 
 pub mod arena;
+pub mod batch;
 pub mod budget;
 pub mod chat;
 pub mod checkpoint;

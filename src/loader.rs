@@ -100,6 +100,20 @@ impl Model {
     /// store, the usage errors of [`StreamingStore::open`] (budget below the floor,
     /// direct IO refused, …) and IO failures.
     pub fn open(dir: &Path, store: StoreOptions, threads: usize) -> Result<Opened> {
+        Model::open_batch(dir, store, threads, 1)
+    }
+
+    /// [`Model::open`] for a batch of up to `max_batch` sequences
+    /// ([`crate::batch::Batch`]): a streaming store plans their states and the
+    /// shared activation arena ([`StreamingStore::open_batch`]).
+    ///
+    /// Errors: as [`Model::open`].
+    pub fn open_batch(
+        dir: &Path,
+        store: StoreOptions,
+        threads: usize,
+        max_batch: usize,
+    ) -> Result<Opened> {
         let checkpoint = Checkpointed::read(dir)?.validated()?;
         let (cfg, ck) = (&checkpoint.cfg, &checkpoint.ck);
         let (ws, streaming): (Arc<dyn WeightStore>, _) = match store {
@@ -108,7 +122,9 @@ impl Model {
                 None,
             ),
             StoreOptions::Streaming(opts) => {
-                let s = Arc::new(StreamingStore::open(cfg, ck, opts, threads)?);
+                let s = Arc::new(StreamingStore::open_batch(
+                    cfg, ck, opts, threads, max_batch,
+                )?);
                 (s.clone(), Some(s))
             }
         };

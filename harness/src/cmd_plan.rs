@@ -12,7 +12,7 @@ use memdial::error::UsageError;
 use memdial::io::IoMode;
 use memdial::loader::Checkpointed;
 use memdial::store::paper::paper_checkpoint;
-use memdial::store::plan::{parse_size, plan_unchecked, Plan, Prefetch};
+use memdial::store::plan::{parse_size, plan_unchecked_batch, Plan, Prefetch, Sequences};
 use memdial::store::rank::ranking;
 use memdial::units::fmt_bytes;
 
@@ -43,9 +43,13 @@ pub struct PlanArgs {
     /// Memory budget, e.g. 512MiB, 2GiB, 8GB (decimal units are powers of 1000); default: the floor.
     #[arg(long, value_parser = parse_size)]
     pub budget: Option<u64>,
-    /// Positions the MLA latent cache must hold.
+    /// Positions the MLA latent cache must hold (per sequence).
     #[arg(long, default_value_t = 4096)]
     pub max_context: usize,
+    /// Sequences decoded together at most: the plan holds a state of --max-context
+    /// positions for each and a shared activation arena for the batch.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub max_batch: u64,
     /// Kernel threads of the run (the activation arena holds a kernel workspace region per thread).
     #[arg(long, default_value_t = 1, value_parser = crate::args::thread_count)]
     pub threads: usize,
@@ -173,7 +177,11 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
     let (io, prefetch) = (a.io.0, a.prefetch.0);
     let src = source(a)?;
     let (cfg, ck) = (&src.cfg, &src.ck);
-    let p0 = plan_unchecked(cfg, ck, 0, io, prefetch, a.max_context, a.threads)?;
+    let seqs = Sequences {
+        max_context: a.max_context,
+        max_batch: a.max_batch as usize,
+    };
+    let p0 = plan_unchecked_batch(cfg, ck, 0, io, prefetch, seqs, a.threads)?;
     let budget = a.budget.unwrap_or(p0.floor_bytes);
     let p = p0.with_budget(cfg, budget);
     let below = budget < p.floor_bytes;
@@ -218,7 +226,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
     }
     if below {
         // Same refusal as `memdial run` (a usage error: exit 2).
-        memdial::store::plan::plan(cfg, ck, budget, io, prefetch, a.max_context, a.threads)
+        memdial::store::plan::plan_batch(cfg, ck, budget, io, prefetch, seqs, a.threads)
             .context("planning the budget")?;
     }
     Ok(ExitCode::SUCCESS)
@@ -426,20 +434,35 @@ fn describe_streamed(s: &mut String, p: &Plan, cfg: &ModelConfig) {
     line(
         s,
         "state",
-        format!(
-            "{} (KDA states + MLA latents for {} positions)",
-            fmt_bytes(p.state_bytes),
-            p.max_context
-        ),
+        if p.max_batch > 1 {
+            format!(
+                "{} ({} sequences × {}: KDA states + MLA latents for {} positions each)",
+                fmt_bytes(p.state_bytes),
+                p.max_batch,
+                fmt_bytes(p.state_bytes_per_sequence),
+                p.max_context
+            )
+        } else {
+            format!(
+                "{} (KDA states + MLA latents for {} positions)",
+                fmt_bytes(p.state_bytes),
+                p.max_context
+            )
+        },
     );
     line(
         s,
         "activations",
         format!(
-            "{} (the model's scratch arena for {}-token forwards on {} kernel thread(s))",
+            "{} (the model's scratch arena for {}-token forwards on {} kernel thread(s){})",
             fmt_bytes(p.activation_bytes),
-            memdial::store::plan::planned_prefill_chunk(p.max_context),
-            p.threads
+            p.step_tokens(),
+            p.threads,
+            if p.max_batch > 1 {
+                format!(", shared by {} sequences", p.max_batch)
+            } else {
+                String::new()
+            }
         ),
     );
     line(s, "unused", fmt_bytes(p.unused_bytes));

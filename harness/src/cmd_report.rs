@@ -53,6 +53,9 @@ pub struct MergeArgs {
     /// Output directory [default: reports/<UTC time>-merged].
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Also write a JUnit XML report to FILE (see `memdial sweep --junit`).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
     /// Print only a one-line verdict on stdout.
     #[arg(long)]
     pub check: bool,
@@ -98,6 +101,7 @@ fn run_verify(a: &VerifyArgs) -> Result<ExitCode> {
 }
 
 fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
+    crate::sweep::write::ci::check_junit_path(a.junit.as_deref())?;
     for d in &a.dirs {
         if !d.join("sweep.json").exists() {
             return Err(usage(format!(
@@ -143,6 +147,17 @@ fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
     let (v, _) = write_all(&out, &meta, &rows, None)?;
     debug_assert!(missing.is_empty() || !v.complete());
     println!("{}", v.line);
+    crate::sweep::write::ci::outputs(
+        a.junit.as_deref(),
+        &crate::sweep::write::ci::Finished {
+            meta: &meta,
+            rows: &rows,
+            v: &v,
+            baseline: None,
+            line: &v.line,
+            pass: v.pass,
+        },
+    )?;
     if !a.check {
         println!("report: {}", out.join("report.md").display());
     }

@@ -88,8 +88,8 @@ pub struct RunArgs {
     pub logits_out: Option<PathBuf>,
     /// Prompt tokens per prefill forward call (0 = whole prompt at once). Each MoE
     /// layer fetches every routed expert the chunk needs once per chunk, so larger
-    /// chunks read fewer bytes; the model's scratch arena grows by about 141 KiB
-    /// per chunk token on `mini` (`memdial plan` prints the exact figure). Under
+    /// chunks read fewer bytes; the model's scratch arena grows with the chunk
+    /// (`memdial plan` prints its size). Under
     /// `--budget` the plan reserves min(max-context, 256) tokens and larger chunks
     /// are capped there.
     #[arg(long, default_value_t = 256)]

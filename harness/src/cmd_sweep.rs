@@ -67,6 +67,10 @@ pub struct SweepArgs {
     /// cells, no point in common) does to the outcome: `fail` (exit 1) or `pass`.
     #[arg(long, value_enum, default_value_t = Undecided::Fail)]
     pub baseline_undecided: Undecided,
+    /// Also write a JUnit XML report to FILE: one test case per point and engine, and
+    /// one for the verdict (for GitLab, Jenkins, Buildkite and GitHub test reporters).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
     /// Run only the deterministic slice i of n (points whose index mod n = i-1);
     /// combine the slices with `memdial report merge`.
     #[arg(long)]
@@ -305,6 +309,7 @@ fn progress_bar(a: &SweepArgs, runs: usize) -> ProgressBar {
 
 fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     let t_start = Instant::now();
+    crate::sweep::write::ci::check_junit_path(a.junit.as_deref())?;
     let inp = read_inputs(a)?;
     let spec = &inp.spec;
     let mut engines = Registry::from_spec(spec).map_err(as_usage)?;
@@ -522,7 +527,7 @@ fn finish(
     stopped: bool,
     t_start: Instant,
 ) -> Result<ExitCode> {
-    let (v, _) = write_all(out, meta, rows, base)?;
+    let (v, cmp) = write_all(out, meta, rows, base)?;
     // Every slot of this invocation has a row unless it stopped early; `runs_planned`
     // (and so the outcome) counts them all.
     debug_assert!(
@@ -532,6 +537,17 @@ fn finish(
                 .all(|s| rows.iter().any(|r| r.run_id == s.run_id()))
     );
     println!("{}", v.line);
+    crate::sweep::write::ci::outputs(
+        a.junit.as_deref(),
+        &crate::sweep::write::ci::Finished {
+            meta,
+            rows,
+            v: &v,
+            baseline: cmp.as_ref(),
+            line: &v.line,
+            pass: v.pass,
+        },
+    )?;
     if !a.check {
         println!("report: {}", out.join("report.md").display());
         println!(

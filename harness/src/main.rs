@@ -24,11 +24,7 @@ mod convert;
 #[cfg(test)]
 mod docs_schema;
 mod export;
-#[allow(dead_code)] // wired into the sweep's and the merge's outputs next
-mod gha;
 mod iobench;
-#[allow(dead_code)] // wired into the sweep's and the merge's outputs next
-mod junit;
 mod stats;
 mod sweep;
 

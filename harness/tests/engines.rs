@@ -318,7 +318,7 @@ fn missing_binary_is_a_usage_error_naming_how_to_build() {
 fn kimi_k3_in_c_agrees_with_memdial_on_tiny_k3() -> testkit::Outcome {
     let Some(bin) = std::env::var_os("MEMDIAL_K3C_BIN").filter(|b| !b.is_empty()) else {
         return testkit::skip_optional(
-            "MEMDIAL_K3C_BIN is not set (build kimi-k3-in-c, see the README)",
+            "MEMDIAL_K3C_BIN is not set (build kimi-k3-in-c, see docs/engines.md)",
         );
     };
     let bin = PathBuf::from(bin);
@@ -357,7 +357,7 @@ setup = []
 fn llama_cpp_f32_agrees_with_memdial_on_tiny_fixtures() -> testkit::Outcome {
     let Some(bin) = std::env::var_os("MEMDIAL_LLAMA_BIN").filter(|b| !b.is_empty()) else {
         return testkit::skip_optional(
-            "MEMDIAL_LLAMA_BIN is not set (build llama.cpp and tools/llama-ids, see the README)",
+            "MEMDIAL_LLAMA_BIN is not set (build llama.cpp and tools/llama-ids, see docs/engines.md)",
         );
     };
     let bin = PathBuf::from(bin);

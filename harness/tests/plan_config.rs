@@ -63,6 +63,49 @@ fn k3_floor_from_the_published_config_is_under_2_5_gib() {
 }
 
 #[test]
+fn max_batch_plans_a_state_per_sequence_and_refuses_a_budget_without_room() {
+    let base = ["--preset", "k3", "--max-context", "4096"];
+    let one = json(&base);
+    let four = json(&[&base[..], &["--max-batch", "4"]].concat());
+    // The K3 state of one sequence as in the test above, held 4 times.
+    let each = 69 * (96 * 128 * 128 * 4 + 3 * 3 * 12288 * 4) + 24 * 4096 * 576 * 4;
+    assert_eq!(u(&one, "state_bytes"), each);
+    assert_eq!(u(&four, "max_batch"), 4);
+    assert_eq!(u(&four, "state_bytes_per_sequence"), each);
+    assert_eq!(u(&four, "state_bytes"), 4 * each);
+    // The arena (same 256-token forwards) gains 3 rows of logits, 4 rows of lm_head
+    // block outputs (K3 vocab 163840, f32) and 4 row indices (usize).
+    let arena = 7 * 163840 * 4 + 4 * 8;
+    assert_eq!(
+        u(&four, "activation_bytes") - u(&one, "activation_bytes"),
+        arena
+    );
+    assert_eq!(
+        u(&four, "floor_bytes") - u(&one, "floor_bytes"),
+        3 * each + arena
+    );
+    let floor = u(&four, "floor_bytes").to_string();
+    let below = (u(&four, "floor_bytes") - 1).to_string();
+    assert!(
+        plan(&[&base[..], &["--max-batch", "4", "--budget", &floor]].concat())
+            .status
+            .success()
+    );
+    let o = plan(&[&base[..], &["--max-batch", "4", "--budget", &below]].concat());
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("below the floor"), "{err}");
+    assert!(err.contains("max batch 4"), "{err}");
+    assert!(err.contains("(4 sequences × "), "{err}");
+    assert_eq!(
+        plan(&[&base[..], &["--max-batch", "0"]].concat())
+            .status
+            .code(),
+        Some(2)
+    );
+}
+
+#[test]
 fn kimi_linear_plans_and_prints_the_io_bound_per_budget() {
     let v = json(&["--preset", "kimi-linear-48b"]);
     // 26 MoE layers × 256 BF16 experts of 3 × [1024, 2304].

@@ -103,7 +103,15 @@ fn start_cluster(dir: &Path) -> Result<Cluster, String> {
     .map_err(|e| e.to_string())?
     .trim()
     .to_string();
-    let port = 20000 + (std::process::id() % 20000) as u16 * 2;
+    // Two free ports for slurmctld and slurmd: asked of the kernel (both held at once,
+    // so they differ), then released for the daemons.
+    let bind =
+        || std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"));
+    let (a, b) = (bind()?, bind()?);
+    let port_of =
+        |l: &std::net::TcpListener| l.local_addr().map(|a| a.port()).map_err(|e| e.to_string());
+    let (port, port_d) = (port_of(&a)?, port_of(&b)?);
+    drop((a, b));
     let d = dir.display();
     let conf = dir.join("slurm.conf");
     for sub in ["state", "spool"] {
@@ -119,10 +127,9 @@ fn start_cluster(dir: &Path) -> Result<Cluster, String> {
              SlurmdSpoolDir={d}/spool\nStateSaveLocation={d}/state\n\
              SlurmctldLogFile={d}/slurmctld.log\nSlurmdLogFile={d}/slurmd.log\n\
              JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n\
-             MpiDefault=none\nReturnToService=2\nSlurmctldPort={port}\nSlurmdPort={}\n\
+             MpiDefault=none\nReturnToService=2\nSlurmctldPort={port}\nSlurmdPort={port_d}\n\
              NodeName={host} NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN\n\
-             PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP\n",
-            port + 1
+             PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP\n"
         ),
     )
     .unwrap();

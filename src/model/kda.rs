@@ -249,7 +249,8 @@ pub fn kda_forward(
 }
 
 /// [`kda_forward`] into `out: [n, D]` with every intermediate in the arena `sc` and
-/// the kernels' scratch in `ws`.
+/// the kernels' scratch in `ws`: [`kda_project`], [`kda_recur`] over all `n`
+/// tokens, [`kda_output`].
 #[allow(clippy::too_many_arguments)]
 pub fn kda_forward_into(
     par: &Par,
@@ -262,15 +263,28 @@ pub fn kda_forward_into(
     sc: &mut Kda,
     out: &mut [f32],
 ) {
+    kda_project(par, ws, cfg, w, xs, n, sc);
+    kda_recur(par, cfg, w, n, 0..n, st, sc);
+    kda_output(par, ws, w, n, sc, out);
+}
+
+/// The projections of `n` tokens `xs: [n, D]` into the arena (`q, k, v, a, g: [n, P]`,
+/// `b: [n, H]`) and the head outputs `y: [n, P]` zeroed. The tokens may belong to
+/// different sequences: each token's projections are the same products whatever
+/// `n` is (batched matmul ≡ matvec per row).
+pub fn kda_project(
+    par: &Par,
+    ws: &mut Workspace,
+    cfg: &ModelConfig,
+    w: &KdaWeights,
+    xs: &[f32],
+    n: usize,
+    sc: &mut Kda,
+) {
     let h = cfg.kda.num_heads;
     let k = cfg.kda.head_dim;
     let p = h * k;
-    let cw = cfg.kda.short_conv_kernel_size;
-    let eps = cfg.rms_norm_eps;
-    let lb = cfg.kda.gate_lower_bound;
-    let scale = (k as f32).powf(-0.5);
-
-    let prof = profile::scope(Op::KdaProj);
+    let _prof = profile::scope(Op::KdaProj);
     let qs = zeroed(&mut sc.q, n * p);
     w.q.mm_into(par, ws, xs, n, qs);
     let ks = zeroed(&mut sc.k, n * p);
@@ -292,14 +306,50 @@ pub fn kda_forward_into(
             gb.mm_into(par, ws, t, n, g_all);
         }
     }
+    zeroed(&mut sc.y, n * p);
+}
 
-    drop(prof);
-    let prof = profile::scope(Op::KdaRecur);
+/// The short convolution and the gated delta rule of tokens `tokens` (a
+/// consecutive run of one sequence, within the `n` projected by [`kda_project`]),
+/// in order, on that sequence's state `st`; writes their rows of the arena's `y`.
+pub fn kda_recur(
+    par: &Par,
+    cfg: &ModelConfig,
+    w: &KdaWeights,
+    n: usize,
+    tokens: std::ops::Range<usize>,
+    st: &mut KdaState,
+    sc: &mut Kda,
+) {
+    let h = cfg.kda.num_heads;
+    let k = cfg.kda.head_dim;
+    let p = h * k;
+    let cw = cfg.kda.short_conv_kernel_size;
+    let eps = cfg.rms_norm_eps;
+    let lb = cfg.kda.gate_lower_bound;
+    let scale = (k as f32).powf(-0.5);
+    let _prof = profile::scope(Op::KdaRecur);
+    let Kda {
+        q: qs,
+        k: ks,
+        v: vs,
+        a: a_all,
+        b: b_all,
+        g: g_all,
+        y: ys,
+        u,
+        uc,
+        qh,
+        kh,
+        alpha,
+        ..
+    } = sc;
+    let (qs, ks, vs) = (&mut qs[..n * p], &mut ks[..n * p], &mut vs[..n * p]);
     // The short convolution, token by token (one state for all channels), written
     // back over the projections.
-    let u = zeroed(&mut sc.u, 3 * p);
-    let c = zeroed(&mut sc.uc, 3 * p);
-    for t in 0..n {
+    let u = zeroed(u, 3 * p);
+    let c = zeroed(uc, 3 * p);
+    for t in tokens.clone() {
         let row = t * p..(t + 1) * p;
         u[..p].copy_from_slice(&qs[row.clone()]);
         u[p..2 * p].copy_from_slice(&ks[row.clone()]);
@@ -309,9 +359,9 @@ pub fn kda_forward_into(
         ks[row.clone()].copy_from_slice(&c[p..2 * p]);
         vs[row].copy_from_slice(&c[2 * p..]);
     }
-    // The heads are independent: each runs the chunk's tokens in order on its own
+    // The heads are independent: each runs the run's tokens in order on its own
     // state, so splitting heads across threads changes no bit.
-    let ys = zeroed(&mut sc.y, n * p);
+    let ys = &mut ys[..n * p];
     let step = HeadStep {
         k,
         p,
@@ -327,16 +377,17 @@ pub fn kda_forward_into(
         b_all,
         g_all,
     };
+    let m = tokens.len();
     if k <= PAR_HEAD_DIM {
         let (s_out, y_out) = (OutPtr::new(&mut st.s), OutPtr::new(ys));
-        par.for_ranges(h, 1, n * h * k * k * 4, PAR_MIN_ELEMS, &|heads| {
+        par.for_ranges(h, 1, m * h * k * k * 4, PAR_MIN_ELEMS, &|heads| {
             let mut buf = [0f32; 3 * PAR_HEAD_DIM];
             let (qh, rest) = buf.split_at_mut(PAR_HEAD_DIM);
             let (kh, alpha) = rest.split_at_mut(PAR_HEAD_DIM);
             for hh in heads {
                 // SAFETY: head hh's state and output columns belong to this range only.
                 let s = unsafe { s_out.slice(hh * k * k..(hh + 1) * k * k) };
-                for t in 0..n {
+                for t in tokens.clone() {
                     // SAFETY: as above (head hh's columns of token t).
                     let y = unsafe { y_out.slice(t * p + hh * k..t * p + (hh + 1) * k) };
                     step.run(hh, t, s, &mut qh[..k], &mut kh[..k], &mut alpha[..k], y);
@@ -344,20 +395,30 @@ pub fn kda_forward_into(
             }
         });
     } else {
-        let qh = zeroed(&mut sc.qh, k);
-        let kh = zeroed(&mut sc.kh, k);
-        let alpha = zeroed(&mut sc.alpha, k);
+        let qh = zeroed(qh, k);
+        let kh = zeroed(kh, k);
+        let alpha = zeroed(alpha, k);
         for hh in 0..h {
             let s = &mut st.s[hh * k * k..(hh + 1) * k * k];
-            for t in 0..n {
+            for t in tokens.clone() {
                 let y = &mut ys[t * p + hh * k..t * p + (hh + 1) * k];
                 step.run(hh, t, s, qh, kh, alpha, y);
             }
         }
     }
-    drop(prof);
+}
+
+/// `o_proj` of the `n` tokens' head outputs (the arena's `y: [n, P]`) into `out: [n, D]`.
+pub fn kda_output(
+    par: &Par,
+    ws: &mut Workspace,
+    w: &KdaWeights,
+    n: usize,
+    sc: &Kda,
+    out: &mut [f32],
+) {
     let _prof = profile::scope(Op::KdaOut);
-    w.o.mm_into(par, ws, ys, n, out);
+    w.o.mm_into(par, ws, &sc.y, n, out);
 }
 
 /// Largest head dimension whose recurrence scratch (3 × `[K]`) the threads keep

@@ -166,7 +166,8 @@ pub fn mla_forward(
 }
 
 /// [`mla_forward`] into `out: [n, D]` with every intermediate in the arena `sc` and
-/// the kernels' scratch (products, attention scores) in `ws`.
+/// the kernels' scratch (products, attention scores) in `ws`: [`mla_project`],
+/// [`mla_attend`] over all `n` tokens, [`mla_output`].
 #[allow(clippy::too_many_arguments)]
 pub fn mla_forward_into(
     par: &Par,
@@ -179,6 +180,24 @@ pub fn mla_forward_into(
     sc: &mut Mla,
     out: &mut [f32],
 ) {
+    mla_project(par, ws, cfg, w, xs, n, sc);
+    mla_attend(par, ws, cfg, w, 0..n, cache, sc);
+    mla_output(par, ws, w, n, sc, out);
+}
+
+/// The projections of `n` tokens `xs: [n, D]` into the arena (queries
+/// `q: [n, h·(dn+dr)]`, `kv_a_proj_with_mqa` outputs `kv: [n, r+dr]`, gate logits
+/// `gate: [n, h·dv]`) and the head outputs `out: [n, h·dv]` zeroed. The tokens may
+/// belong to different sequences (batched matmul ≡ matvec per row).
+pub fn mla_project(
+    par: &Par,
+    ws: &mut Workspace,
+    cfg: &ModelConfig,
+    w: &MlaWeights,
+    xs: &[f32],
+    n: usize,
+    sc: &mut Mla,
+) {
     let m = &cfg.mla;
     let (h, dn, dr, dv, r) = (
         m.num_heads,
@@ -188,10 +207,8 @@ pub fn mla_forward_into(
         m.kv_lora_rank,
     );
     let qhd = dn + dr;
-    let tau = (qhd as f32).powf(-0.5);
     let ld = r + dr;
-
-    let prof = profile::scope(Op::MlaProj);
+    let _prof = profile::scope(Op::MlaProj);
     let qs = zeroed(&mut sc.q, n * h * qhd);
     match &w.q {
         QProj::Full(q) => q.mm_into(par, ws, xs, n, qs),
@@ -207,24 +224,56 @@ pub fn mla_forward_into(
     }
     let kvs = zeroed(&mut sc.kv, n * ld);
     w.kv_a.mm_into(par, ws, xs, n, kvs);
-    let gates = match &w.g {
-        Some(g) => {
-            let gs = zeroed(&mut sc.gate, n * h * dv);
-            g.mm_into(par, ws, xs, n, gs);
-            Some(&*gs)
-        }
-        None => None,
-    };
-    let kv_eps = kv_norm_eps(cfg);
-    drop(prof);
-    let prof = profile::scope(Op::MlaAttend);
+    if let Some(g) = &w.g {
+        let gs = zeroed(&mut sc.gate, n * h * dv);
+        g.mm_into(par, ws, xs, n, gs);
+    }
+    zeroed(&mut sc.out, n * h * dv);
+}
 
-    let outs = zeroed(&mut sc.out, n * h * dv);
-    let q_abs = zeroed(&mut sc.q_abs, h * r);
-    let q_pe = zeroed(&mut sc.q_pe, h * dr);
-    let ctx = zeroed(&mut sc.ctx, h * r);
-    let c = zeroed(&mut sc.lat, r);
-    for t in 0..n {
+/// Attention of tokens `tokens` (a consecutive run of one sequence, within the
+/// tokens projected by [`mla_project`]) in order over that sequence's latent
+/// cache, appending their latents to `cache`; writes their rows of the arena's `out`.
+#[allow(clippy::too_many_arguments)]
+pub fn mla_attend(
+    par: &Par,
+    ws: &mut Workspace,
+    cfg: &ModelConfig,
+    w: &MlaWeights,
+    tokens: std::ops::Range<usize>,
+    cache: &mut MlaCache,
+    sc: &mut Mla,
+) {
+    let m = &cfg.mla;
+    let (h, dn, dr, dv, r) = (
+        m.num_heads,
+        m.qk_nope_head_dim,
+        m.qk_rope_head_dim,
+        m.v_head_dim,
+        m.kv_lora_rank,
+    );
+    let qhd = dn + dr;
+    let tau = (qhd as f32).powf(-0.5);
+    let ld = r + dr;
+    let kv_eps = kv_norm_eps(cfg);
+    let _prof = profile::scope(Op::MlaAttend);
+    let Mla {
+        q: qs,
+        kv: kvs,
+        gate,
+        out: outs,
+        q_abs,
+        q_pe,
+        ctx,
+        lat,
+        ..
+    } = sc;
+    let gates = w.g.as_ref().map(|_| &gate[..]);
+    let q_abs = zeroed(q_abs, h * r);
+    let q_pe = zeroed(q_pe, h * dr);
+    let ctx = zeroed(ctx, h * r);
+    let c = zeroed(lat, r);
+    for t in tokens {
         let kv = &kvs[t * ld..(t + 1) * ld];
         rms_norm_into(&kv[..r], &w.kv_norm, kv_eps, c);
         cache.latents.extend_from_slice(c);
@@ -266,7 +315,17 @@ pub fn mla_forward_into(
             }
         }
     }
-    drop(prof);
+}
+
+/// `o_proj` of the `n` tokens' head outputs (the arena's `out: [n, h·dv]`) into `out: [n, D]`.
+pub fn mla_output(
+    par: &Par,
+    ws: &mut Workspace,
+    w: &MlaWeights,
+    n: usize,
+    sc: &Mla,
+    out: &mut [f32],
+) {
     let _prof = profile::scope(Op::MlaOut);
-    w.o.mm_into(par, ws, outs, n, out);
+    w.o.mm_into(par, ws, &sc.out, n, out);
 }

@@ -52,6 +52,26 @@ pub enum LogitsMode {
     All,
 }
 
+/// One sequence's part of a [`Model::forward_batch`].
+pub struct SeqTokens<'a> {
+    /// The sequence's state (its KDA states and MLA caches; its own arena is not used).
+    pub state: &'a mut State,
+    /// Its next tokens (≥ 1), at positions `state.pos ..`.
+    pub tokens: &'a [u32],
+    /// Whether the forward returns the logits of its last token.
+    pub logits: bool,
+}
+
+/// A sequence's tokens within one forward: its layer states and position, and
+/// where its tokens start in the call's `[n, D]` activations.
+struct Seg<'a> {
+    layers: &'a mut Vec<LayerState>,
+    pos: &'a mut usize,
+    tokens: &'a [u32],
+    start: usize,
+    logits: bool,
+}
+
 /// A loaded model: configuration, weight accessor and kernel thread handle.
 pub struct Model {
     cfg: ModelConfig,
@@ -178,31 +198,121 @@ impl Model {
         tokens: &[u32],
         mode: LogitsMode,
     ) -> Result<&'s mut [f32]> {
-        let cfg = &self.cfg;
         let n = tokens.len();
         if n == 0 {
             bail!("forward called with no tokens");
         }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-            bail!(
-                "token id {bad} is out of range (vocab_size {})",
-                cfg.vocab_size
-            );
-        }
-        if state.layers.len() != cfg.num_hidden_layers {
-            bail!("state was built for a different model");
-        }
+        self.check_tokens(tokens)?;
+        self.check_state(state)?;
         state.check_room(n)?;
-        let d = cfg.hidden_size;
-        let eps = cfg.rms_norm_eps;
-        let par = &self.par;
-        let pos0 = state.pos;
         let State {
             layers,
-            scratch: sc,
+            scratch,
             pos,
             ..
         } = state;
+        let mut segs = [Seg {
+            layers,
+            pos,
+            tokens,
+            start: 0,
+            logits: mode != LogitsMode::None,
+        }];
+        self.forward_segs(scratch, &mut segs, n, mode == LogitsMode::All)
+    }
+
+    /// One forward over several sequences' tokens, reading each weight once:
+    /// `seqs[j].tokens` (positions `seqs[j].state.pos ..` of sequence `j`) are
+    /// concatenated into one `[n, D]` activation (`n` = the sum of their lengths),
+    /// every matrix of the trunk multiplies all `n` tokens at once, and on a store
+    /// that groups experts ([`WeightStore::groups_chunk_experts`], the streaming
+    /// store) each routed expert is fetched once for the tokens that chose it;
+    /// attention (KDA recurrence, MLA cache) runs per sequence on its own state.
+    /// Every per-token operation is the one of a single-sequence forward (batched
+    /// matmul ≡ matvec per row, router-rank order per token), so each sequence's
+    /// logits are bit-identical to running it alone.
+    ///
+    /// `scratch` is the shared arena ([`crate::arena::Scratch::for_batch`]; a
+    /// forward of more tokens or logit rows than it was sized for grows it); the
+    /// sequences' own arenas are not used. Returns `[m, vocab]` in `scratch` (valid
+    /// until its next use): the logits of the last token of each sequence with
+    /// `logits` set, in `seqs` order (`m` of them; empty when none asks).
+    ///
+    /// Errors: no sequences, a sequence without tokens, a token id ≥ vocab, a
+    /// state of another model, a context overflow (naming the sequence's index in
+    /// `seqs`); then nothing has changed. Missing or misshapen tensors and NaN/Inf
+    /// logits as [`Model::forward`]; after those every state of the call is
+    /// unusable (reset them).
+    pub fn forward_batch<'s>(
+        &self,
+        scratch: &'s mut Scratch,
+        seqs: &mut [SeqTokens<'_>],
+    ) -> Result<&'s mut [f32]> {
+        if seqs.is_empty() {
+            bail!("batch forward called with no sequences");
+        }
+        let mut n = 0;
+        for (j, s) in seqs.iter().enumerate() {
+            let ctx = || format!("sequence {j} of the batch");
+            if s.tokens.is_empty() {
+                bail!("sequence {j} of the batch has no tokens");
+            }
+            self.check_tokens(s.tokens).with_context(ctx)?;
+            self.check_state(s.state).with_context(ctx)?;
+            s.state.check_room(s.tokens.len()).with_context(ctx)?;
+            n += s.tokens.len();
+        }
+        let mut segs: Vec<Seg<'_>> = Vec::with_capacity(seqs.len());
+        let mut start = 0;
+        for s in seqs.iter_mut() {
+            let st = &mut *s.state;
+            segs.push(Seg {
+                layers: &mut st.layers,
+                pos: &mut st.pos,
+                tokens: s.tokens,
+                start,
+                logits: s.logits,
+            });
+            start += s.tokens.len();
+        }
+        self.forward_segs(scratch, &mut segs, n, false)
+    }
+
+    fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
+        let vocab = self.cfg.vocab_size;
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            bail!("token id {bad} is out of range (vocab_size {vocab})");
+        }
+        Ok(())
+    }
+
+    fn check_state(&self, state: &State) -> Result<()> {
+        let kinds_match = state.layers.len() == self.cfg.num_hidden_layers
+            && state.layers.iter().zip(&self.cfg.attn_kinds).all(|(l, k)| {
+                matches!(
+                    (l, k),
+                    (LayerState::Kda(_), AttnKind::Kda) | (LayerState::Mla(_), AttnKind::Mla)
+                )
+            });
+        if !kinds_match {
+            bail!("state was built for a different model");
+        }
+        Ok(())
+    }
+
+    /// The forward of `n` tokens, the concatenation of `segs`' tokens, on the arena
+    /// `sc` (inputs already checked). Logits: every token's (`all_rows`, one
+    /// sequence only) or the last token's of each segment asking for them.
+    fn forward_segs<'s>(
+        &self,
+        sc: &'s mut Scratch,
+        segs: &mut [Seg<'_>],
+        n: usize,
+        all_rows: bool,
+    ) -> Result<&'s mut [f32]> {
+        let cfg = &self.cfg;
+        let d = cfg.hidden_size;
+        let pos0 = *segs[0].pos;
         self.w.store.note_activation_bytes(sc.bytes());
 
         // Residual stream per token: the running sum (plain residual) or the AttnRes partial sum.
@@ -212,7 +322,9 @@ impl Model {
         // read just these rows).
         let ids = &mut sc.main.ids;
         ids.clear();
-        ids.extend(tokens.iter().map(|&t| t as usize));
+        for s in segs.iter() {
+            ids.extend(s.tokens.iter().map(|&t| t as usize));
+        }
         self.w.rows_into(
             None,
             "model.embed_tokens.weight",
@@ -239,22 +351,70 @@ impl Model {
             if lookahead {
                 self.lookahead(i, sc)?;
             }
-            let r = self.layer(i, &mut layers[i], sc, n, &mut nb);
+            let r = self.layer(i, segs, sc, n, &mut nb);
             self.w.store.end_layer(i);
             r.with_context(|| format!("layer {i}"))?;
             if self.check_hidden {
-                crate::integrity::check_hidden(&sc.main.hidden[..n * d], d, i, pos0)?;
+                for s in segs.iter() {
+                    let rows = s.start * d..(s.start + s.tokens.len()) * d;
+                    crate::integrity::check_hidden(&sc.main.hidden[rows], d, i, *s.pos)?;
+                }
             }
         }
 
-        if mode == LogitsMode::None {
-            *pos += n;
-            return Ok(&mut []);
-        }
-        let (first, rows) = match mode {
-            LogitsMode::Last => (n - 1, 1),
-            _ => (0, n),
+        // The tokens whose logits are returned.
+        let single: [usize; 1];
+        let every: Vec<usize>;
+        let mut listed = std::mem::take(&mut sc.main.logit_ids);
+        listed.clear();
+        let rows: &[usize] = if all_rows {
+            every = (0..n).collect();
+            &every
+        } else if segs.len() == 1 {
+            single = [n - 1];
+            &single[..usize::from(segs[0].logits)]
+        } else {
+            listed.extend(
+                segs.iter()
+                    .filter(|s| s.logits)
+                    .map(|s| s.start + s.tokens.len() - 1),
+            );
+            &listed
         };
+        let r = self.lm_head(sc, rows, nb);
+        let ok = r.and_then(|()| {
+            let vocab = cfg.vocab_size;
+            let logits = &sc.main.logits[..rows.len() * vocab];
+            if segs.len() == 1 {
+                return crate::integrity::check_logits(logits, vocab, rows, pos0);
+            }
+            for (j, s) in segs.iter().filter(|s| s.logits).enumerate() {
+                let row = &logits[j * vocab..(j + 1) * vocab];
+                crate::integrity::check_logits(row, vocab, &[s.tokens.len() - 1], *s.pos)?;
+            }
+            Ok(())
+        });
+        let m = rows.len();
+        sc.main.logit_ids = listed;
+        ok?;
+        for s in segs.iter_mut() {
+            *s.pos += s.tokens.len();
+        }
+        Ok(&mut sc.main.logits[..m * cfg.vocab_size])
+    }
+
+    /// The final norm and `lm_head` of the tokens `rows` (indices into the call's
+    /// residual stream) into `sc.main.logits: [rows.len(), vocab]` (nothing for no rows).
+    fn lm_head(&self, sc: &mut Scratch, rows: &[usize], nb: usize) -> Result<()> {
+        if rows.is_empty() {
+            sc.main.logits.clear();
+            return Ok(());
+        }
+        let cfg = &self.cfg;
+        let d = cfg.hidden_size;
+        let eps = cfg.rms_norm_eps;
+        let par = &self.par;
+        let attn_res = cfg.attn_res_block_size;
         let _prof = profile::scope(Op::LmHead);
         let main = &mut sc.main;
         if attn_res.is_some() {
@@ -272,9 +432,10 @@ impl Model {
         } else {
             "lm_head.weight"
         };
-        let xs = zeroed(&mut main.xin, rows * d);
+        let nrows = rows.len();
+        let xs = zeroed(&mut main.xin, nrows * d);
         let b = sc.dims.blocks;
-        for (j, t) in (first..first + rows).enumerate() {
+        for (j, &t) in rows.iter().enumerate() {
             let p = &main.hidden[t * d..(t + 1) * d];
             let x = &mut xs[j * d..(j + 1) * d];
             match attn_res {
@@ -294,7 +455,7 @@ impl Model {
             }
         }
         let vocab = cfg.vocab_size;
-        let logits = zeroed(&mut main.logits, rows * vocab);
+        let logits = zeroed(&mut main.logits, nrows * vocab);
         // lm_head in the store's row blocks: each logit is the same fixed-order dot
         // product as with the whole matrix (kernels/dense.rs), so logits are identical.
         let blocks = self.w.row_blocks(None, head, vocab);
@@ -302,41 +463,29 @@ impl Model {
         if blocks.len() == 1 {
             self.w
                 .mat_rows(None, head, vocab, d, 0..vocab)?
-                .mm_into(par, ws, xs, rows, logits);
-        } else if rows == 1 {
+                .mm_into(par, ws, xs, nrows, logits);
+        } else if nrows == 1 {
             // One row: each block's logits are a contiguous slice of the row.
             for r in blocks {
                 let block = self.w.mat_rows(None, head, vocab, d, r.clone())?;
                 block.mm_into(par, ws, xs, 1, &mut logits[r]);
             }
         } else {
-            // Several rows (`LogitsMode::All`, outside the plan: the logits
-            // buffer grows to `[n, vocab]` too): one block's rows at a time.
-            let mut ys = Vec::new();
+            // Several rows (a batch, or `LogitsMode::All` outside the plan: the
+            // logits grow to `[n, vocab]` there): one block's rows at a time.
+            let ys = &mut main.head_block;
             for r in blocks {
                 let block = self.w.mat_rows(None, head, vocab, d, r.clone())?;
                 let bn = r.len();
-                ys.clear();
-                ys.resize(rows * bn, 0f32);
-                block.mm_into(par, ws, xs, rows, &mut ys);
-                for t in 0..rows {
+                let ys = zeroed(ys, nrows * bn);
+                block.mm_into(par, ws, xs, nrows, ys);
+                for t in 0..nrows {
                     logits[t * vocab + r.start..t * vocab + r.end]
                         .copy_from_slice(&ys[t * bn..(t + 1) * bn]);
                 }
             }
         }
-        let row_ids: [usize; 1];
-        let all_rows: Vec<usize>;
-        let row_list: &[usize] = if mode == LogitsMode::Last {
-            row_ids = [n - 1];
-            &row_ids
-        } else {
-            all_rows = (0..n).collect();
-            &all_rows
-        };
-        crate::integrity::check_logits(logits, cfg.vocab_size, row_list, pos0)?;
-        *pos += n;
-        Ok(logits)
+        Ok(())
     }
 
     /// Router look-ahead (decode only): runs the router of the next MoE layer after
@@ -388,7 +537,7 @@ impl Model {
     fn layer(
         &self,
         i: usize,
-        ls: &mut LayerState,
+        segs: &mut [Seg<'_>],
         sc: &mut Scratch,
         n: usize,
         nb: &mut usize,
@@ -458,18 +607,32 @@ impl Model {
 
         drop(prof);
         let a = zeroed(&mut main.attn_out, n * d);
-        match (cfg.attn_kinds[i], ls) {
-            (AttnKind::Kda, LayerState::Kda(st)) => {
+        // Projections over all the call's tokens; the recurrence / cache per sequence.
+        match cfg.attn_kinds[i] {
+            AttnKind::Kda => {
                 let w = kda::KdaWeights::load_from(&self.w, cfg, i, kda_sc)?;
-                kda::kda_forward_into(par, ws, cfg, &w, xin, n, st, kda_sc, a);
+                kda::kda_project(par, ws, cfg, &w, xin, n, kda_sc);
+                for s in segs.iter_mut() {
+                    let run = s.start..s.start + s.tokens.len();
+                    if let LayerState::Kda(st) = &mut s.layers[i] {
+                        kda::kda_recur(par, cfg, &w, n, run, st, kda_sc);
+                    }
+                }
+                kda::kda_output(par, ws, &w, n, kda_sc, a);
                 w.recycle(kda_sc);
             }
-            (AttnKind::Mla, LayerState::Mla(cache)) => {
+            AttnKind::Mla => {
                 let w = mla::MlaWeights::load_from(&self.w, cfg, i, mla_sc)?;
-                mla::mla_forward_into(par, ws, cfg, &w, xin, n, cache, mla_sc, a);
+                mla::mla_project(par, ws, cfg, &w, xin, n, mla_sc);
+                for s in segs.iter_mut() {
+                    let run = s.start..s.start + s.tokens.len();
+                    if let LayerState::Mla(cache) = &mut s.layers[i] {
+                        mla::mla_attend(par, ws, cfg, &w, run, cache, mla_sc);
+                    }
+                }
+                mla::mla_output(par, ws, &w, n, mla_sc, a);
                 w.recycle(mla_sc);
             }
-            _ => bail!("state layer kind does not match the config"),
         }
 
         // Residual after attention, then MLP input.

@@ -72,6 +72,17 @@ impl State {
         chunk: usize,
         threads: usize,
     ) -> State {
+        State {
+            scratch: Scratch::new(cfg, chunk, threads, max_context),
+            ..State::without_arena(cfg, max_context)
+        }
+    }
+
+    /// Fresh state with room for `max_context` positions and no arena of its own:
+    /// a sequence of a batch, whose forwards run on the batch's shared arena
+    /// ([`crate::model::Model::forward_batch`]). [`State::bytes`] is its whole
+    /// footprint (a single-sequence forward on it still works, growing an arena).
+    pub fn without_arena(cfg: &ModelConfig, max_context: usize) -> State {
         let ld = cfg.mla.latent_dim();
         let h = cfg.kda.num_heads;
         let k = cfg.kda.head_dim;
@@ -98,7 +109,7 @@ impl State {
             pos: 0,
             max_context,
             layers,
-            scratch: Scratch::new(cfg, chunk, threads, max_context),
+            scratch: Scratch::unallocated(cfg, max_context),
             latent_dim: ld,
         }
     }

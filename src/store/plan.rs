@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde::Serialize;
 
-pub use crate::arena::{planned_prefill_chunk, PLANNED_PREFILL_CHUNK};
+pub use crate::arena::{planned_prefill_chunk, planned_step_tokens, PLANNED_PREFILL_CHUNK};
 use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
 use crate::error::UsageError;
@@ -204,7 +204,10 @@ pub struct Plan {
     pub budget_bytes: u64,
     pub io: IoMode,
     pub prefetch: Prefetch,
+    /// Positions of one sequence (its MLA latent cache holds them all).
     pub max_context: usize,
+    /// Sequences decoded together at most ([`Sequences::max_batch`]; 1 for `run`).
+    pub max_batch: usize,
     /// Kernel threads the activation arena holds a workspace region for.
     pub threads: usize,
     pub model_bytes: u64,
@@ -228,10 +231,13 @@ pub struct Plan {
     pub expert_buffer_bytes: u64,
     pub expert_cache_bytes: u64,
     pub total_experts: usize,
-    /// KDA recurrent + conv state (all KDA layers) and MLA latent cache for max_context.
+    /// KDA recurrent + conv state (all KDA layers) and MLA latent cache for
+    /// max_context, of every sequence: `max_batch × state_bytes_per_sequence`.
     pub state_bytes: u64,
-    /// The model's scratch arena for a [`planned_prefill_chunk`]-token prefill
-    /// (exact: [`activation_bytes`]).
+    /// The state of one sequence ([`state_estimate`]).
+    pub state_bytes_per_sequence: u64,
+    /// The model's scratch arena for forwards of [`Plan::step_tokens`] tokens
+    /// (exact: [`activation_bytes`]; a batch's shared arena: [`batch_activation_bytes`]).
     pub activation_bytes: u64,
     /// The embedding table `[vocab, hidden]` in bytes, and whether it is pinned (only
     /// when the budget has room after everything that saves more per byte).
@@ -269,7 +275,34 @@ pub struct Plan {
     pub embedding_key: String,
 }
 
+/// What a run holds state for: up to `max_batch` sequences (decoded together,
+/// sharing one activation arena) of up to `max_context` positions each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sequences {
+    /// Positions of one sequence.
+    pub max_context: usize,
+    /// Sequences at once (≥ 1; 0 counts as 1).
+    pub max_batch: usize,
+}
+
+impl Sequences {
+    /// One sequence of `max_context` positions (`memdial run`).
+    pub fn single(max_context: usize) -> Self {
+        Sequences {
+            max_context,
+            max_batch: 1,
+        }
+    }
+}
+
 impl Plan {
+    /// Tokens per forward the activation arena and the embedding-row reserve
+    /// hold: [`planned_step_tokens`] (the prefill chunk, or one token per sequence
+    /// of a batch when that is more).
+    pub fn step_tokens(&self) -> usize {
+        planned_step_tokens(self.max_context, self.max_batch)
+    }
+
     /// Keys of every tensor the plan reads (pinned, in groups, experts), each once.
     pub fn read_keys(&self) -> Vec<String> {
         let mut v: Vec<String> = self.pinned_keys.clone();
@@ -303,6 +336,18 @@ pub fn activation_bytes(
     crate::arena::Scratch::planned_bytes(cfg, chunk, threads, max_context)
 }
 
+/// The shared activation arena of a batch of up to `max_batch` sequences with
+/// `max_context` positions each (bytes, exact: [`crate::arena::Scratch::planned_batch_bytes`];
+/// [`activation_bytes`] at the planned prefill chunk for `max_batch` 1).
+pub fn batch_activation_bytes(
+    cfg: &ModelConfig,
+    max_batch: usize,
+    threads: usize,
+    max_context: usize,
+) -> u64 {
+    crate::arena::Scratch::planned_batch_bytes(cfg, max_batch, threads, max_context)
+}
+
 /// State bytes for `max_context` positions: KDA states of every KDA layer and the
 /// MLA latent cache (f32) of every MLA layer. (AttnRes block vectors live only
 /// within a forward call and are counted in the activation arena.)
@@ -312,10 +357,9 @@ pub fn state_estimate(cfg: &ModelConfig, max_context: usize) -> u64 {
         + mla as u64 * max_context as u64 * cfg.mla_cache_bytes_per_position() as u64
 }
 
-/// Builds the plan for `budget` bytes.
+/// Builds the plan for `budget` bytes for one sequence of `max_context` positions.
 ///
-/// Errors: [`UsageError::BelowFloor`] (with the floor and what makes it up) when
-/// `budget` is below the floor; checkpoint/config mismatches from [`plan_unchecked`].
+/// Errors: as [`plan_batch`].
 pub fn plan(
     cfg: &ModelConfig,
     ck: &Checkpoint,
@@ -325,18 +369,49 @@ pub fn plan(
     max_context: usize,
     threads: usize,
 ) -> Result<Plan> {
-    let p = plan_unchecked(cfg, ck, budget, io, prefetch, max_context, threads)?;
+    plan_batch(
+        cfg,
+        ck,
+        budget,
+        io,
+        prefetch,
+        Sequences::single(max_context),
+        threads,
+    )
+}
+
+/// Builds the plan for `budget` bytes for `seqs` (their states and the shared
+/// activation arena are part of the floor).
+///
+/// Errors: [`UsageError::BelowFloor`] (with the floor and what makes it up, the
+/// state as sequences × bytes each) when `budget` is below the floor;
+/// checkpoint/config mismatches from [`plan_unchecked`].
+pub fn plan_batch(
+    cfg: &ModelConfig,
+    ck: &Checkpoint,
+    budget: u64,
+    io: IoMode,
+    prefetch: Prefetch,
+    seqs: Sequences,
+    threads: usize,
+) -> Result<Plan> {
+    let p = plan_unchecked_batch(cfg, ck, budget, io, prefetch, seqs, threads)?;
     if budget < p.floor_bytes {
+        let batch = if p.max_batch > 1 {
+            format!("max batch {}, ", p.max_batch)
+        } else {
+            String::new()
+        };
         return Err(UsageError::BelowFloor {
             budget,
             floor: p.floor_bytes,
             detail: format!(
-                "IO mode {}, prefetch {}, max context {}, {} kernel thread(s): \
+                "IO mode {}, prefetch {}, {batch}max context {}, {} kernel thread(s): \
                  pinned globals {} + pinned norms/gates {} + {} trunk slot(s) × {} + {} expert buffers × {} \
                  + state {} + activations {} + embedding rows {}",
                 io.as_str(),
                 prefetch.as_str(),
-                max_context,
+                p.max_context,
                 p.threads,
                 fmt_bytes(p.pinned_global_bytes),
                 fmt_bytes(p.pinned_small_bytes),
@@ -344,7 +419,16 @@ pub fn plan(
                 fmt_bytes(p.slot_bytes),
                 p.min_expert_buffers(cfg),
                 fmt_bytes(p.expert_buffer_bytes),
-                fmt_bytes(p.state_bytes),
+                if p.max_batch > 1 {
+                    format!(
+                        "{} ({} sequences × {})",
+                        fmt_bytes(p.state_bytes),
+                        p.max_batch,
+                        fmt_bytes(p.state_bytes_per_sequence)
+                    )
+                } else {
+                    fmt_bytes(p.state_bytes)
+                },
                 fmt_bytes(p.activation_bytes),
                 fmt_bytes(p.embedding_rows_bytes)
             ),
@@ -395,6 +479,35 @@ pub fn plan_unchecked(
     max_context: usize,
     threads: usize,
 ) -> Result<Plan> {
+    plan_unchecked_batch(
+        cfg,
+        ck,
+        budget,
+        io,
+        prefetch,
+        Sequences::single(max_context),
+        threads,
+    )
+}
+
+/// [`plan_unchecked`] for `seqs`: the state of `seqs.max_batch` sequences and
+/// the batch's shared activation arena ([`batch_activation_bytes`]).
+///
+/// Errors: as [`plan_unchecked`].
+pub fn plan_unchecked_batch(
+    cfg: &ModelConfig,
+    ck: &Checkpoint,
+    budget: u64,
+    io: IoMode,
+    prefetch: Prefetch,
+    seqs: Sequences,
+    threads: usize,
+) -> Result<Plan> {
+    let Sequences {
+        max_context,
+        max_batch,
+    } = seqs;
+    let max_batch = max_batch.max(1);
     crate::limits::check_dimensions(cfg, ck)?;
     let specs = expected_tensors(cfg);
     let prefix = cfg.weight_prefix.as_str();
@@ -494,10 +607,11 @@ pub fn plan_unchecked(
     } else {
         k
     };
-    let state = state_estimate(cfg, max_context);
-    let chunk = planned_prefill_chunk(max_context);
+    let state_each = state_estimate(cfg, max_context);
+    let state = state_each * max_batch as u64;
+    let chunk = planned_step_tokens(max_context, max_batch);
     let threads = threads.max(1);
-    let act = activation_bytes(cfg, chunk, threads, max_context);
+    let act = batch_activation_bytes(cfg, max_batch, threads, max_context);
     let row_buffer = match io {
         IoMode::Direct => emb_row.div_ceil(align) * align + align,
         _ => emb_row,
@@ -513,6 +627,7 @@ pub fn plan_unchecked(
         io,
         prefetch,
         max_context,
+        max_batch,
         threads,
         model_bytes,
         pinned_global_bytes: global,
@@ -527,6 +642,7 @@ pub fn plan_unchecked(
         expert_cache_bytes: 0,
         total_experts,
         state_bytes: state,
+        state_bytes_per_sequence: state_each,
         activation_bytes: act,
         embedding_bytes: emb_loc.len,
         embedding_pinned: false,

@@ -15,7 +15,7 @@
 
 use serde::Serialize;
 
-use super::plan::{planned_prefill_chunk, Plan};
+use super::plan::Plan;
 use crate::config::{MlpKind, ModelConfig};
 
 /// One class of pin candidates, as `memdial plan` lists them.
@@ -137,8 +137,7 @@ impl Plan {
         } else {
             self.min_expert_buffers(cfg)
         };
-        let rows_reserve =
-            planned_prefill_chunk(self.max_context) as u64 * self.embedding_row_buffer_bytes;
+        let rows_reserve = self.step_tokens() as u64 * self.embedding_row_buffer_bytes;
         let (slot_bytes, expert_buffer_bytes) = (self.slot_bytes, self.expert_buffer_bytes);
         // 1. Trunk groups and lm_head blocks (saves 1 byte/token per byte): a prefix.
         let mut left = budget.saturating_sub(self.floor_bytes);

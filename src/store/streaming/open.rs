@@ -17,7 +17,7 @@ use crate::checkpoint::Checkpoint;
 use crate::config::ModelConfig;
 use crate::fixture::hex;
 use crate::io::{AlignedBuf, IoMode, ShardFile};
-use crate::store::plan::{plan, Prefetch};
+use crate::store::plan::{plan_batch, Prefetch, Sequences};
 use crate::store::trace;
 use crate::store::Bytes;
 
@@ -31,16 +31,28 @@ impl StreamingStore {
         opts: StreamOptions,
         threads: usize,
     ) -> Result<Self> {
+        Self::open_batch(cfg, ck, opts, threads, 1)
+    }
+
+    /// [`StreamingStore::open`] for a batch of up to `max_batch` sequences of
+    /// `opts.max_context` positions each: the plan holds their states and the
+    /// batch's shared activation arena ([`crate::store::plan::plan_batch`]).
+    ///
+    /// Errors: as [`StreamingStore::open`]; the floor names the state as
+    /// sequences × bytes each.
+    pub fn open_batch(
+        cfg: &ModelConfig,
+        ck: &Checkpoint,
+        opts: StreamOptions,
+        threads: usize,
+        max_batch: usize,
+    ) -> Result<Self> {
         let t0 = Instant::now();
-        let plan = plan(
-            cfg,
-            ck,
-            opts.budget,
-            opts.io,
-            opts.prefetch,
-            opts.max_context,
-            threads,
-        )?;
+        let seqs = Sequences {
+            max_context: opts.max_context,
+            max_batch,
+        };
+        let plan = plan_batch(cfg, ck, opts.budget, opts.io, opts.prefetch, seqs, threads)?;
         if opts.prefetch == Prefetch::Oracle && opts.trace.is_none() {
             return Err(crate::error::UsageError::OracleNeedsTrace.into());
         }

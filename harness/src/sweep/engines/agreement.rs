@@ -22,7 +22,7 @@ use crate::sweep::record::row::Row;
 
 /// Largest top-2 logit margin of the reference that counts as a near-tie, in logit
 /// units. Chosen from the measured spread between float32 engines on `mini`: their
-/// first-step logits differ by up to 2e-3 (issue #15), so a margin 5× that can flip.
+/// first-step logits differ by up to 2e-3, so a margin 5× that can flip.
 pub const TIE_MARGIN: f64 = 0.01;
 
 /// Reference top-2 margins by (prompt index, max_tokens, position), as found by the

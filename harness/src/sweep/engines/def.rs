@@ -347,14 +347,14 @@ pub fn how_to_build(adapter: &str) -> &'static str {
     match adapter {
         "kimi-k3-in-c" => {
             "git clone https://github.com/Speedstu/kimi-k3-in-c && make -C kimi-k3-in-c -j2 all, \
-             then export MEMDIAL_K3C_BIN=$PWD/kimi-k3-in-c/bin/k3 (see the README, \"memdial against other engines\")"
+             then export MEMDIAL_K3C_BIN=$PWD/kimi-k3-in-c/bin/k3 (see docs/engines.md)"
         }
         "llama.cpp" | "llama.cpp-f32" => {
             "get llama.cpp's source (e.g. vendor/llama.cpp of the llama-cpp-python==0.3.36 sdist), \
              cmake -S llama.cpp -B llama.cpp/build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF \
              && cmake --build llama.cpp/build --target llama -j2, build memdial's driver \
              tools/llama-ids/llama_ids.cpp against it (command in that file's header), \
-             then export MEMDIAL_LLAMA_BIN=$PWD/llama_ids (see the README, \"memdial against other engines\")"
+             then export MEMDIAL_LLAMA_BIN=$PWD/llama_ids (see docs/engines.md)"
         }
         "mlx-lm" => {
             "bash fixtures/oracle/setup.sh (creates fixtures/oracle/.venv with mlx-lm), \
@@ -422,7 +422,7 @@ pub const SETUP_CACHE_ENV: &str = "MEMDIAL_ENGINE_CACHE";
 
 /// kimi-k3-in-c's memory outside its trunk ring and expert cache (binary, KV and
 /// state buffers, allocator), bytes: ≈144 MB, measured on `mini` by hand (peak RSS
-/// with --trunk-gb 0 --cache-gb 0, see the README).
+/// with --trunk-gb 0 --cache-gb 0, see docs/engines.md).
 pub const K3C_OVERHEAD_BYTES: u64 = 144_000_000;
 
 /// Whether any of the engine's command lines (run, setup, version) holds the

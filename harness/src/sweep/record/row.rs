@@ -1,7 +1,7 @@
 //! One row of `results.csv` / `results.json`: one run of one point.
 //!
 //! The column list [`COLUMNS`] is the schema; it is documented in
-//! the README (`results.csv` / `results.json` schema) and must stay stable (add columns at the end of a
+//! `docs/results.md` (a test checks the table against it) and must stay stable (add columns at the end of a
 //! group, never rename). Units are in the names: `_s` seconds, `_bytes` bytes,
 //! `_per_s` per second; fractions are in [0, 1].
 

@@ -2,10 +2,15 @@
 //! the charts, all through [`crate::export`].
 //!
 //! - [`report`]: `verdict.json` and `report.md`;
-//! - [`charts`], [`metric_chart`], [`ttft_chart`]: `curve.*`, `io.*`, `ttft.*`.
+//! - [`charts`], [`metric_chart`], [`ttft_chart`]: `curve.*`, `io.*`, `ttft.*`;
+//! - [`ci`] (over [`junit`] and [`gha`]): the JUnit report and GitHub Actions' job
+//!   summary and annotations.
 
 mod chart_parts;
 pub mod charts;
+pub mod ci;
+pub mod gha;
+pub mod junit;
 mod metric_chart;
 pub mod report;
 pub mod ttft_chart;

@@ -349,6 +349,30 @@ pub fn markdown(
     s
 }
 
+/// The parts of `report.md` a CI job summary shows: the recommendation, the verdict
+/// and, with several engines, the agreement tables.
+pub fn summary_markdown(
+    meta: &Meta,
+    rows: &[Row],
+    v: &SweepVerdict,
+    baseline: Option<&Comparison>,
+) -> String {
+    let stats = per_point(rows);
+    let c = Sections {
+        meta,
+        rows,
+        v,
+        stats: &stats,
+        baseline,
+        chart_err: None,
+    };
+    let mut s = String::new();
+    for section in [recommendation_md, verdict_md, engines_md, baseline_md] {
+        section(&mut s, &c);
+    }
+    s
+}
+
 /// The title, the model and the time the report was updated; a partial report says how to complete it.
 fn header_md(s: &mut String, c: &Sections) {
     let Sections { meta, rows, .. } = *c;
@@ -551,7 +575,7 @@ fn medians_md(s: &mut String, c: &Sections) {
     let _ = writeln!(
         s,
         "s/token is the median over repeats of each run's median decode time, with its 95 % interval in brackets \
-         (two-level bootstrap over runs and the decode times within each run; see the README, \"Noise and signal\"). \
+         (two-level bootstrap over runs and the decode times within each run; see docs/statistics.md, \"Noise and signal\"). \
          tok/s is 1 / s/token (the same figure). Read/token is bytes read from the model files per decoded token; IO wait is the share of generation time (prefill + decode) the compute thread spent waiting for reads.\n"
     );
     let _ = writeln!(
@@ -772,7 +796,7 @@ fn charts_md(s: &mut String, c: &Sections) {
     }
     let _ = writeln!(
         s,
-        "Files: `results.csv` / `results.json` (one row per run, schema in the README), `verdict.json`, \
+        "Files: `results.csv` / `results.json` (one row per run, schema in docs/results.md), `verdict.json`, \
          `curve.svg`/`curve.png`, `io.svg`/`io.png`{}, `runs/<point>-<repeat>/` (metrics.json, stdout, stderr of each run).",
         if long { ", `ttft.svg`/`ttft.png`" } else { "" }
     );

@@ -21,7 +21,6 @@ pub fn enabled() -> bool {
 pub enum Level {
     Error,
     Warning,
-    Notice,
 }
 
 /// One workflow command line, e.g. `::error title=Output mismatch::ids differ`.
@@ -29,7 +28,6 @@ pub fn annotation(level: Level, title: &str, message: &str) -> String {
     let cmd = match level {
         Level::Error => "error",
         Level::Warning => "warning",
-        Level::Notice => "notice",
     };
     format!(
         "::{cmd} title={}::{}",
