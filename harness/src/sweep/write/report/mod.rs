@@ -191,7 +191,8 @@ impl SweepVerdict {
         } else {
             format!("; shard(s) {} missing", self.missing_shards.join(", "))
         };
-        if !self.points_without_rows.is_empty() {
+        // Named only when the planned count says complete (else runs are just not done).
+        if !self.points_without_rows.is_empty() && ids.runs_done >= ids.runs_planned {
             missing += &format!(
                 "; {} point(s) without a row (first: p{})",
                 self.points_without_rows.len(),
