@@ -47,6 +47,11 @@ pub struct Checkpoint {
     /// Things worth telling `inspect` that are not problems: stale copies of a tensor
     /// in a shard the index does not map it to (ignored; the index decides).
     pub notes: Vec<String>,
+    /// The lossless pack of a packed directory ([`crate::lossless`]): its tensors are
+    /// listed in `tensors` at logical offsets of its shard, which hold coded blocks, so
+    /// their bytes are read through [`crate::lossless::read::read_logical`], never at
+    /// `offset` of the file.
+    pub lossless: Option<std::sync::Arc<crate::lossless::Packed>>,
 }
 
 /// Largest JSON header accepted (the format's own limit is 100 MB).
@@ -223,15 +228,17 @@ impl Checkpoint {
                 )
             })
             .collect();
-        let ck = Checkpoint {
+        let mut ck = Checkpoint {
             dir: dir.to_path_buf(),
             shards,
             tensors,
             notes,
+            lossless: None,
         };
         if let Some(wm) = &weight_map {
             ck.check_index(&index, &files, wm)?;
         }
+        ck.lossless = crate::lossless::attach(dir, &mut ck.shards, &mut ck.tensors)?;
         Ok(ck)
     }
 
@@ -295,6 +302,10 @@ impl Checkpoint {
         let mut per_shard: BTreeMap<usize, Vec<(u64, u64, &str)>> = BTreeMap::new();
         for (name, t) in &self.tensors {
             let shard = &self.shards[t.shard];
+            // Packed tensors sit at logical offsets (checked when the pack is read).
+            if self.lossless.as_ref().is_some_and(|p| p.shard == t.shard) {
+                continue;
+            }
             if t.offset + t.len > shard.size {
                 problems.push(format!(
                     "{name}: bytes [{}, {}) extend past the end of {} ({} bytes) — truncated file?",

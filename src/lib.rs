@@ -49,6 +49,7 @@ pub mod iobench;
 pub mod kernels;
 pub mod limits;
 pub mod loader;
+pub mod lossless;
 pub mod manifest;
 pub mod metrics;
 pub mod model;

@@ -111,6 +111,12 @@ pub fn manifest_for_run(
 /// Errors: unreadable checkpoint or shard; the directory is not writable.
 pub fn write_checksum_manifest(dir: &Path) -> Result<usize> {
     let ck = Checkpoint::open(dir)?;
+    if ck.lossless.is_some() {
+        anyhow::bail!(
+            "{} is a packed (lossless) directory: its tensors.sha256 is the source's,              checked by `memdial pack`; checksum the source checkpoint instead",
+            dir.display()
+        );
+    }
     let mut names: Vec<&String> = ck.tensors.keys().collect();
     names.sort_by_key(|n| {
         let t = &ck.tensors[*n];

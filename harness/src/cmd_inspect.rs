@@ -32,9 +32,24 @@ pub fn run(a: &InspectArgs) -> Result<ExitCode> {
     let (s, problems) = inspect_read(&c.cfg, &c.ck, &c.specs)?;
     let found = findings(&a.model, &c.cfg, &c.ck);
     let cfg = &c.cfg;
+    // A packed directory: what the lossless pack holds.
+    let layout = c.ck.lossless.as_ref().map(|p| {
+        let h = &p.index.header;
+        serde_json::json!({
+            "layout": "lossless",
+            "codec": h.codec,
+            "version": h.version,
+            "packed_tensors": h.tensors.len(),
+            "decoded_bytes": p.decoded_bytes(),
+            "stored_bytes": p.index.stored_bytes(),
+            "ratio": p.ratio(),
+            "source_dir": h.source_dir,
+            "source_safetensors_hash": h.source.safetensors_hash,
+        })
+    });
     if a.json {
         let v = serde_json::json!({"summary": s, "findings": found, "problems": problems,
-            "valid": problems.is_empty()});
+            "valid": problems.is_empty(), "layout": layout});
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!("model        {} ({})", a.model.display(), s.model_type);
@@ -71,6 +86,21 @@ pub fn run(a: &InspectArgs) -> Result<ExitCode> {
             gb(s.routed_expert_bytes)
         );
         println!("per expert   {} bytes", s.bytes_per_expert);
+        if let Some(p) = &c.ck.lossless {
+            println!(
+                "layout       lossless pack: {} tensors, {} decoded in {} stored (ratio {:.4}), \
+                 codec {} v{}, packed from {}",
+                p.index.header.tensors.len(),
+                gb(p.decoded_bytes()),
+                gb(p.index.stored_bytes()),
+                p.ratio(),
+                p.index.header.codec,
+                p.index.header.version,
+                p.index.header.source_dir
+            );
+        } else {
+            println!("layout       safetensors");
+        }
         println!(
             "KDA state    {} bytes per layer per sequence",
             s.kda_state_bytes_per_layer

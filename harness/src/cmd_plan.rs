@@ -465,6 +465,16 @@ fn describe_streamed(s: &mut String, p: &Plan, cfg: &ModelConfig) {
             }
         ),
     );
+    if p.staging_bytes > 0 {
+        line(
+            s,
+            "staging",
+            format!(
+                "{} (lossless pack: coded blocks are read here, then decoded into the slots)",
+                fmt_bytes(p.staging_bytes)
+            ),
+        );
+    }
     line(s, "unused", fmt_bytes(p.unused_bytes));
 }
 

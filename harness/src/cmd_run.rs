@@ -562,6 +562,13 @@ impl RunFacts<'_> {
             read_busy_s_decode: streamed.then_some(read_busy_decode),
             read_throughput_busy_decode_bytes_per_s: (streamed && read_busy_decode > 0.0)
                 .then(|| decode_bytes as f64 / read_busy_decode),
+            lossless_decoded_bytes_per_token: (ck.lossless.is_some() && steps > 0).then(|| {
+                m.lossless_decoded_bytes
+                    .saturating_sub(first_m.lossless_decoded_bytes) as f64
+                    / steps as f64
+            }),
+            lossless_decode_s_per_token: (ck.lossless.is_some() && steps > 0)
+                .then(|| (m.lossless_decode_s - first_m.lossless_decode_s) / steps as f64),
             metric_sources: Default::default(),
         };
         for k in [

@@ -15,6 +15,7 @@ mod cmd_checksum;
 mod cmd_fixture;
 mod cmd_inspect;
 mod cmd_iobench;
+mod cmd_pack;
 mod cmd_plan;
 mod cmd_report;
 mod cmd_run;
@@ -46,6 +47,8 @@ enum Command {
     Plan(cmd_plan::PlanArgs),
     /// Write the per-tensor SHA-256 manifest (tensors.sha256) used by --verify-reads.
     Checksum(cmd_checksum::ChecksumArgs),
+    /// Write a lossless streamed layout (fewer bytes per token, same bits), or measure one.
+    Pack(cmd_pack::PackArgs),
     /// Direct vs buffered vs mmap on the model's own reads, cold and warm, fio beside.
     Iobench(cmd_iobench::Args),
     /// Encode text to token ids (or decode ids) with a model directory's tokenizer.
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
         Command::Inspect(a) => cmd_inspect::run(a),
         Command::Plan(a) => cmd_plan::run(a),
         Command::Checksum(a) => cmd_checksum::run(a),
+        Command::Pack(a) => cmd_pack::run(a),
         Command::Iobench(a) => cmd_iobench::run(a),
         Command::Tokenize(a) => cmd_tokenize::run(a).map(|_| ExitCode::SUCCESS),
         Command::Run(a) => cmd_run::run(a),

@@ -47,6 +47,11 @@ pub struct StoreMetrics {
     /// ([`crate::store::WeightStore::note_activation_bytes`]); 0 before the first
     /// forward, when the plan's `activation_bytes` is accounted instead.
     pub activation_bytes: u64,
+    /// Lossless layout: bytes decoded from coded blocks (included in what the model
+    /// read; `bytes_read` counts the coded bytes), and the IO threads' CPU seconds
+    /// checking and decoding them.
+    pub lossless_decoded_bytes: u64,
+    pub lossless_decode_s: f64,
 }
 
 impl StoreMetrics {

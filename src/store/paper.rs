@@ -129,5 +129,6 @@ pub fn paper_checkpoint(cfg: &ModelConfig, label: &str) -> Result<Checkpoint, Us
         shards,
         tensors,
         notes: Vec::new(),
+        lossless: None,
     })
 }

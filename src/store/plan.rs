@@ -249,6 +249,10 @@ pub struct Plan {
     pub embedding_rows_bytes: u64,
     /// `lm_head` row blocks (groups after the last layer).
     pub lm_head_blocks: usize,
+    /// Staging buffers for reading a lossless pack's coded blocks before they are
+    /// decoded into the slots ([`crate::lossless::read::staging_bytes`]; 0 for a
+    /// safetensors layout).
+    pub staging_bytes: u64,
     /// The smallest budget that can run with this IO mode and prefetch policy.
     pub floor_bytes: u64,
     /// Bytes per token of trunk (streamed part, `lm_head` included) across all layers.
@@ -408,7 +412,7 @@ pub fn plan_batch(
             detail: format!(
                 "IO mode {}, prefetch {}, {batch}max context {}, {} kernel thread(s): \
                  pinned globals {} + pinned norms/gates {} + {} trunk slot(s) × {} + {} expert buffers × {} \
-                 + state {} + activations {} + embedding rows {}",
+                 + state {} + activations {} + embedding rows {} + staging {}",
                 io.as_str(),
                 prefetch.as_str(),
                 p.max_context,
@@ -430,7 +434,8 @@ pub fn plan_batch(
                     fmt_bytes(p.state_bytes)
                 },
                 fmt_bytes(p.activation_bytes),
-                fmt_bytes(p.embedding_rows_bytes)
+                fmt_bytes(p.embedding_rows_bytes),
+                fmt_bytes(p.staging_bytes)
             ),
         }
         .into());
@@ -617,7 +622,12 @@ pub fn plan_unchecked_batch(
         _ => emb_row,
     };
     let rows_reserve = chunk as u64 * row_buffer;
-    let base = global + small + state + act + rows_reserve;
+    // A lossless pack's coded blocks pass through a fixed set of staging buffers.
+    let staging = ck
+        .lossless
+        .as_ref()
+        .map_or(0, |p| crate::lossless::read::staging_bytes(&p.index));
+    let base = global + small + state + act + rows_reserve + staging;
     let floor = base + min_slots as u64 * slot_bytes + min_exp as u64 * expert_buffer_bytes;
     // Tensors the model uses (present-and-unused MTP layers excluded).
     let model_bytes = crate::inspect::model_bytes(cfg, ck);
@@ -649,6 +659,7 @@ pub fn plan_unchecked_batch(
         embedding_row_buffer_bytes: row_buffer,
         embedding_rows_bytes: rows_reserve,
         lm_head_blocks,
+        staging_bytes: staging,
         floor_bytes: floor,
         trunk_bytes_per_token,
         predicted_trunk_hit_rate: 0.0,

@@ -25,7 +25,8 @@ pub struct ResidentStore {
 }
 
 impl ResidentStore {
-    /// Reads every tensor the config implies (aliases resolved) into memory.
+    /// Reads every tensor the config implies (aliases resolved) into memory; the
+    /// tensors of a lossless pack are decoded ([`crate::lossless`]).
     /// Errors: a missing tensor, or IO failure naming file and offset.
     pub fn open(cfg: &ModelConfig, ck: &Checkpoint) -> Result<Self> {
         Self::open_specs(cfg, ck, &expected_tensors(cfg))
@@ -36,6 +37,7 @@ impl ResidentStore {
         let mut shards: Vec<Option<Arc<Vec<u8>>>> = vec![None; ck.shards.len()];
         let mut tensors = HashMap::new();
         let mut resident = 0u64;
+        let mut pool = None;
         for spec in specs {
             let Some((name, loc)) = std::iter::once(&spec.name)
                 .chain(spec.aliases.iter())
@@ -43,7 +45,21 @@ impl ResidentStore {
             else {
                 bail!("tensor {} is missing from {}", spec.name, ck.dir.display());
             };
-            let _ = name;
+            // Key by the canonical (schema) name, without the weight prefix.
+            let key = spec
+                .name
+                .strip_prefix(&cfg.weight_prefix)
+                .unwrap_or(&spec.name)
+                .to_string();
+            if let Some(p) = ck.lossless.as_ref().filter(|p| p.shard == loc.shard) {
+                // A packed tensor: decoded once, here.
+                let pool =
+                    pool.get_or_insert_with(|| crate::lossless::read::StagingPool::new(&p.index));
+                let v = crate::lossless::decode_tensor(p, &ck.shards[p.shard].path, name, pool)?;
+                resident += v.len() as u64;
+                tensors.insert(key, Bytes::from_vec(v));
+                continue;
+            }
             if shards[loc.shard].is_none() {
                 let sh = &ck.shards[loc.shard];
                 let f = File::open(&sh.path)
@@ -63,12 +79,6 @@ impl ResidentStore {
                     ck.shards[loc.shard].path.display()
                 );
             }
-            // Key by the canonical (schema) name, without the weight prefix.
-            let key = spec
-                .name
-                .strip_prefix(&cfg.weight_prefix)
-                .unwrap_or(&spec.name)
-                .to_string();
             tensors.insert(
                 key,
                 Bytes::new(owner, loc.offset as usize, loc.len as usize),

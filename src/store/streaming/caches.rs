@@ -123,6 +123,7 @@ impl StreamingStore {
             + p.state_bytes
             + act
             + p.embedding_rows_bytes
+            + p.staging_bytes
     }
 
     /// Raises `peak_accounted_bytes` to the current accounting.

@@ -3,6 +3,7 @@
 //! queue. Nothing here decides *what* to read; that is [`super::caches`].
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -68,6 +69,15 @@ pub(super) struct Job {
     pub(super) buf: Option<AlignedBuf>,
 }
 
+/// A lossless pack the store reads through ([`crate::lossless`]): its shard's reads
+/// decode coded blocks, staged in `pool`; decode counters for the metrics.
+pub(super) struct PackRead {
+    pub(super) packed: Arc<crate::lossless::Packed>,
+    pub(super) pool: crate::lossless::read::StagingPool,
+    pub(super) decoded_bytes: AtomicU64,
+    pub(super) decode_ns: AtomicU64,
+}
+
 /// State shared by the store and its IO threads.
 pub(super) struct Shared {
     pub(super) inner: Mutex<Inner>,
@@ -80,6 +90,8 @@ pub(super) struct Shared {
     pub(super) willneed_chunk: Vec<u64>,
     /// Largest page-cache folio, bytes ([`super::mapped::folio_max`]).
     pub(super) folio: u64,
+    /// The checkpoint's lossless pack, if it has one.
+    pub(super) lossless: Option<PackRead>,
 }
 
 /// Locks the shared state (a panicked holder does not poison it for the others).
@@ -138,10 +150,10 @@ pub(super) fn read_group(
             );
         }
         let window = &mut buf.full_mut()[pos..pos + need];
-        let delta = crate::io::reader::read_range(f, r.start, r.end - r.start, window)?;
+        let (delta, n) = shared.read_window(r.shard, r.start, r.end - r.start, window)?;
         range_pos.push(pos + delta);
         pos += need;
-        read += need as u64;
+        read += n;
     }
     buf.set_len(pos);
     Ok((
@@ -154,6 +166,73 @@ pub(super) fn read_group(
 }
 
 impl Shared {
+    /// Reads `[offset, offset + len)` of shard `shard` into `window` (exactly
+    /// `files[shard].buffer_len_for(offset, len)` bytes, aligned for direct IO), decoding
+    /// when the shard is a lossless pack. Returns the position of `offset` in `window`
+    /// and the bytes read from disk (a pack's coded bytes).
+    ///
+    /// Errors as [`crate::io::reader::read_range`]; a pack's block errors.
+    pub(super) fn read_window(
+        &self,
+        shard: usize,
+        offset: u64,
+        len: u64,
+        window: &mut [u8],
+    ) -> Result<(usize, u64)> {
+        let f = &self.files[shard];
+        match &self.lossless {
+            Some(p) if p.packed.shard == shard => {
+                let delta = match self.io {
+                    IoMode::Direct => (offset - f.aligned_span(offset, len).0) as usize,
+                    _ => 0,
+                };
+                if window.len() < delta + len as usize {
+                    bail!(
+                        "internal: read window of {} bytes, need {}",
+                        window.len(),
+                        delta + len as usize
+                    );
+                }
+                f.check_unchanged()?;
+                let (head, rest) = window.split_at_mut(delta);
+                head.fill(0);
+                let (body, tail) = rest.split_at_mut(len as usize);
+                tail.fill(0);
+                let cost =
+                    crate::lossless::read::read_logical(&p.packed.index, f, &p.pool, offset, body)?;
+                p.decoded_bytes
+                    .fetch_add(cost.decoded_bytes, Ordering::Relaxed);
+                p.decode_ns
+                    .fetch_add((cost.decode_s * 1e9) as u64, Ordering::Relaxed);
+                Ok((delta, cost.bytes_read))
+            }
+            _ => {
+                let d = crate::io::reader::read_range(f, offset, len, window)?;
+                Ok((d, window.len() as u64))
+            }
+        }
+    }
+
+    /// [`Shared::read_window`] into `buf` (its logical length set to the window).
+    pub(super) fn read_buf(
+        &self,
+        shard: usize,
+        offset: u64,
+        len: u64,
+        buf: &mut AlignedBuf,
+    ) -> Result<(usize, u64)> {
+        let want = self.files[shard].buffer_len_for(offset, len);
+        if buf.capacity() < want {
+            bail!(
+                "internal: IO buffer of {} bytes too small for {want}",
+                buf.capacity()
+            );
+        }
+        let r = self.read_window(shard, offset, len, &mut buf.full_mut()[..want])?;
+        buf.set_len(want);
+        Ok(r)
+    }
+
     /// The read group of `key` (a streamed trunk group or one routed expert).
     pub(super) fn group(&self, key: Key) -> &ReadGroup {
         match key {

@@ -101,7 +101,13 @@ impl StreamingStore {
 
     /// A snapshot of the counters.
     pub fn metrics(&self) -> StoreMetrics {
-        lock(&self.shared).metrics.clone()
+        let mut m = lock(&self.shared).metrics.clone();
+        if let Some(p) = &self.shared.lossless {
+            use std::sync::atomic::Ordering::Relaxed;
+            m.lossless_decoded_bytes = p.decoded_bytes.load(Relaxed);
+            m.lossless_decode_s = p.decode_ns.load(Relaxed) as f64 * 1e-9;
+        }
+        m
     }
 
     /// Writes the recorded expert trace (if `record_trace` was set). Call after generation.

@@ -48,6 +48,15 @@ impl StreamingStore {
         max_batch: usize,
     ) -> Result<Self> {
         let t0 = Instant::now();
+        if opts.io == IoMode::Mmap && ck.lossless.is_some() {
+            return Err(crate::error::UsageError::Invalid(format!(
+                "--io mmap is n/a on a packed (lossless) checkpoint ({}): a mapping can only \
+                 hand out the coded bytes on disk, and the model must read decoded ones; use \
+                 --io direct or --io buffered",
+                ck.dir.display()
+            ))
+            .into());
+        }
         let seqs = Sequences {
             max_context: opts.max_context,
             max_batch,
@@ -114,6 +123,12 @@ impl StreamingStore {
                 .map(|s| mapped::willneed_chunk(&s.path))
                 .collect(),
             folio: mapped::folio_max(),
+            lossless: ck.lossless.as_ref().map(|p| io::PackRead {
+                packed: p.clone(),
+                pool: crate::lossless::read::StagingPool::new(&p.index),
+                decoded_bytes: Default::default(),
+                decode_ns: Default::default(),
+            }),
         });
         if opts.io == IoMode::Mmap {
             // Trunk ranges fault in through 2 MiB folios (see `mapped`).
@@ -159,8 +174,8 @@ impl StreamingStore {
                 Bytes::new(map, loc.offset as usize, loc.len as usize)
             } else {
                 let mut b = AlignedBuf::new(f.buffer_len_for(loc.offset, loc.len));
-                let d = f.read_into(loc.offset, loc.len, &mut b)?;
-                load_read += b.len() as u64;
+                let (d, n) = shared.read_buf(loc.shard, loc.offset, loc.len, &mut b)?;
+                load_read += n;
                 let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(b);
                 Bytes::new(owner, d, loc.len as usize)
             };

@@ -76,8 +76,7 @@ impl StreamingStore {
             (Bytes::from_vec(v), len)
         } else {
             let mut b = AlignedBuf::new(f.buffer_len_for(offset, len));
-            let d = f.read_into(offset, len, &mut b)?;
-            let n = b.len() as u64;
+            let (d, n) = self.shared.read_buf(shard, offset, len, &mut b)?;
             let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(b);
             (Bytes::new(owner, d, len as usize), n)
         };

@@ -71,9 +71,9 @@ pub(super) fn verify_partial_tensors(
                 read += len;
             } else {
                 let b = buf.get_or_insert_with(|| AlignedBuf::new((CHUNK + 8192) as usize));
-                let d = f.read_into(off, len, b)?;
+                let (d, n) = shared.read_buf(loc.shard, off, len, b)?;
                 h.update(&b.as_ref()[d..d + len as usize]);
-                read += b.len() as u64;
+                read += n;
             }
             off += len;
         }
