@@ -124,6 +124,18 @@ impl Identity {
     /// changed", "model-00002.safetensors: removed", "x: size 10 → 12 bytes", "y:
     /// modified (mtime)"); empty when the two are the same identity.
     pub fn changes_since(&self, older: &Identity) -> Vec<String> {
+        self.changes(older, true)
+    }
+
+    /// [`Identity::changes_since`] without the changes of modification time alone:
+    /// for copies of one input made elsewhere (a shard or a baseline run on another
+    /// machine, a model downloaded twice), whose files have the same size and head
+    /// hash but their own mtimes.
+    pub fn content_changes_since(&self, older: &Identity) -> Vec<String> {
+        self.changes(older, false)
+    }
+
+    fn changes(&self, older: &Identity, mtime: bool) -> Vec<String> {
         let mut out = Vec::new();
         if older.format != self.format {
             out.push(format!(
@@ -141,7 +153,7 @@ impl Identity {
                         out.push(format!("{}: size {} → {} bytes", o.name, o.size, n.size));
                     } else if n.head_sha256 != o.head_sha256 {
                         out.push(format!("{}: content changed", o.name));
-                    } else if n.mtime_ns != o.mtime_ns {
+                    } else if mtime && n.mtime_ns != o.mtime_ns {
                         out.push(format!("{}: modified (mtime changed)", o.name));
                     }
                 }
@@ -324,6 +336,11 @@ mod tests {
                 "w.bin: modified (mtime changed)",
                 "new.txt: added"
             ]
+        );
+        // A copy elsewhere: its mtimes are its own.
+        assert_eq!(
+            new.content_changes_since(&old),
+            ["config.json: content changed", "new.txt: added"]
         );
         std::fs::remove_file(d.join("w.bin")).unwrap();
         let gone = Identity::of_path(&d).unwrap();

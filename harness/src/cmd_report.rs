@@ -1,5 +1,11 @@
 //! `memdial report merge DIR… [--out DIR] [--check]`: merge shard run directories of
-//! one sweep into one report with one verdict.
+//! one sweep into one report with one verdict. `memdial report verify DIR
+//! [--model PATH]`: re-check a finished run directory offline.
+//!
+//! Exit codes: merge as `memdial sweep` (0 PASS, 1 any other outcome, 2 usage or
+//! refused input); verify 0 when the directory verifies and its verdict (recomputed
+//! and recorded) is a pass, 1 when a problem was found or the verdict is not a
+//! pass, 2 when DIR is not a run directory.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,6 +28,20 @@ pub struct ReportArgs {
 pub enum ReportCommand {
     /// Merge the run directories of `memdial sweep --shard i/n` into one report.
     Merge(MergeArgs),
+    /// Re-check a finished run directory offline: rows against their runs'
+    /// metrics.json, hashes against ids, results files against verdict.json's
+    /// digests, the model's identity against sweep.json's.
+    Verify(VerifyArgs),
+}
+
+/// Arguments of `memdial report verify`.
+#[derive(clap::Args, Debug)]
+pub struct VerifyArgs {
+    /// The run directory.
+    pub dir: PathBuf,
+    /// The model [default: the directory recorded in sweep.json].
+    #[arg(long)]
+    pub model: Option<PathBuf>,
 }
 
 /// Arguments of `memdial report merge`.
@@ -45,7 +65,39 @@ pub struct MergeArgs {
 pub fn run(a: &ReportArgs) -> Result<ExitCode> {
     match &a.command {
         ReportCommand::Merge(m) => run_merge(m),
+        ReportCommand::Verify(v) => run_verify(v),
     }
+}
+
+fn run_verify(a: &VerifyArgs) -> Result<ExitCode> {
+    if !a.dir.join("sweep.json").exists() {
+        return Err(usage(format!(
+            "{} is not a sweep run directory (no sweep.json)",
+            a.dir.display()
+        )));
+    }
+    let r = crate::sweep::verify::verify(&a.dir, a.model.as_deref()).map_err(as_usage)?;
+    if r.problems.is_empty() {
+        println!(
+            "verified: {} rows agree with their runs, the results files with verdict.json, the model with sweep.json; {}",
+            r.rows, r.line
+        );
+        return Ok(if r.pass {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
+    println!(
+        "FAIL: {} problem(s) in {}: {}",
+        r.problems.len(),
+        a.dir.display(),
+        r.problems[0]
+    );
+    for p in &r.problems {
+        eprintln!("- {p}");
+    }
+    Ok(ExitCode::from(1))
 }
 
 fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
@@ -93,13 +145,8 @@ fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
     copy_spec(&a.dirs[0], &out)?;
     meta.save(&out)?;
     let (v, _) = write_all(&out, &meta, &rows, None)?;
-    let complete = v.complete() && missing.is_empty();
-    let mut line = v.one_line();
-    if !missing.is_empty() {
-        line += &format!("; incomplete: shard(s) {} missing", missing.join(", "));
-    }
-    let pass = v.pass && complete;
-    println!("{line}");
+    debug_assert!(missing.is_empty() || !v.complete());
+    println!("{}", v.line);
     crate::sweep::write::ci::outputs(
         a.junit.as_deref(),
         &crate::sweep::write::ci::Finished {
@@ -107,16 +154,12 @@ fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
             rows: &rows,
             v: &v,
             baseline: None,
-            line: &line,
-            pass,
+            line: &v.line,
+            pass: v.pass,
         },
     )?;
     if !a.check {
         println!("report: {}", out.join("report.md").display());
     }
-    Ok(if pass {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(ExitCode::from(v.outcome.exit_code()))
 }

@@ -1,9 +1,12 @@
 //! `memdial sweep`: run a sweep spec against a model and write the report.
 //!
-//! Exit codes: 0 PASS (and no baseline regression), 1 output mismatch, a failed
-//! run, a regression or an incomplete sweep, 2 usage error.
+//! Exit codes (from the sweep's [`crate::sweep::analysis::outcome::Outcome`]): 0
+//! PASS; 1 FAIL (output mismatch, a failed or unproven run, a regression),
+//! INCOMPLETE, NOTHING COMPARED or BASELINE UNDECIDED; 2 usage error or refused
+//! input (a changed model or prompt on resume, a tampered run directory, a baseline
+//! of another sweep).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use memdial::checkpoint::Checkpoint;
+use memdial::identity::Identity as InputIdentity;
 use memdial::store::plan::parse_size;
 
 use crate::args::{as_usage, usage};
@@ -59,6 +63,10 @@ pub struct SweepArgs {
     /// Allowed slow-down against --baseline (e.g. 25% or 0.25).
     #[arg(long, default_value = "25%")]
     pub max_regression: String,
+    /// What a baseline gate that cannot decide (too few repeats, unreadable baseline
+    /// cells, no point in common) does to the outcome: `fail` (exit 1) or `pass`.
+    #[arg(long, value_enum, default_value_t = Undecided::Fail)]
+    pub baseline_undecided: Undecided,
     /// Also write a JUnit XML report to FILE: one test case per point and engine, and
     /// one for the verdict (for GitLab, Jenkins, Buildkite and GitHub test reporters).
     #[arg(long, value_name = "FILE")]
@@ -90,6 +98,16 @@ pub struct SweepArgs {
     /// Test only: stop after N runs, as if interrupted.
     #[arg(long, hide = true)]
     pub test_stop_after: Option<usize>,
+}
+
+/// `--baseline-undecided`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Undecided {
+    /// An undecided gate passes (the line still says it is undecided).
+    Pass,
+    /// An undecided gate fails the sweep.
+    #[default]
+    Fail,
 }
 
 /// Runs `memdial sweep`.
@@ -140,7 +158,27 @@ struct Inputs {
     probe_bytes: u64,
     model: PathBuf,
     content_hash: String,
+    model_identity: InputIdentity,
+    prompt_identities: BTreeMap<String, InputIdentity>,
     cg_support: Option<Support>,
+}
+
+/// The identities of the model and of the spec's prompt files (see
+/// [`memdial::identity`]). Errors (usage): one cannot be read.
+fn input_identities(
+    spec: &Spec,
+    model: &Path,
+) -> Result<(InputIdentity, BTreeMap<String, InputIdentity>)> {
+    let m = InputIdentity::of_path(model).map_err(|e| usage(format!("model: {e:#}")))?;
+    let mut prompts = BTreeMap::new();
+    for p in &spec.prompts {
+        if let crate::sweep::spec::PromptSpec::File { file } = p {
+            let id =
+                InputIdentity::of_path(file).map_err(|e| usage(format!("prompt file: {e:#}")))?;
+            prompts.insert(file.display().to_string(), id);
+        }
+    }
+    Ok((m, prompts))
 }
 
 /// The model directory: `--model`, or the default (generated when missing).
@@ -193,17 +231,23 @@ fn read_inputs(a: &SweepArgs) -> Result<Inputs> {
     let content_hash = Checkpoint::open(&model)
         .and_then(|ck| memdial::checkpoint::model_content_hash(&ck))
         .map_err(|e| usage(format!("{e:#}")))?;
+    let (model_identity, prompt_identities) = input_identities(&spec, &model)?;
     let base = match &a.baseline {
         Some(p) => {
             let me = baseline::Identity {
                 spec_name: spec.name.as_deref(),
                 spec_sha256: &spec.hash(),
                 model_content_hash: &content_hash,
+                model_identity: &model_identity,
+                prompt_identities: &prompt_identities,
             };
+            let (runs, unreadable) = baseline::load(p, &me).map_err(|e| usage(format!("{e:#}")))?;
             Some(Baseline {
                 path: p.clone(),
-                runs: baseline::load(p, &me).map_err(|e| usage(format!("{e:#}")))?,
+                runs,
+                unreadable,
                 tolerance,
+                undecided_passes: a.baseline_undecided == Undecided::Pass,
             })
         }
         None => None,
@@ -216,6 +260,8 @@ fn read_inputs(a: &SweepArgs) -> Result<Inputs> {
         probe_bytes,
         model,
         content_hash,
+        model_identity,
+        prompt_identities,
         cg_support,
     })
 }
@@ -364,6 +410,8 @@ fn open_run_dir(
         model: &inp.model,
         model_bytes: points.model_bytes,
         points_total: points.resolved.len(),
+        model_identity: &inp.model_identity,
+        prompt_identities: &inp.prompt_identities,
     };
     let slots = &sel.slots;
     let (mut meta, rows) = rundir::open(out, &id, &points.shard_files, inp.probe_bytes)?;
@@ -480,24 +528,15 @@ fn finish(
     t_start: Instant,
 ) -> Result<ExitCode> {
     let (v, cmp) = write_all(out, meta, rows, base)?;
-    let complete = v.complete()
-        && slots
-            .iter()
-            .all(|s| rows.iter().any(|r| r.run_id == s.run_id()));
-    let regressions = cmp.as_ref().map(|c| c.regressions().len()).unwrap_or(0);
-    let mut line = v.one_line();
-    if let Some(c) = &cmp {
-        line += &format!(
-            "; baseline: {regressions} of {} points slower by more than {:.0}%",
-            c.compared.len(),
-            c.tolerance * 100.0
-        );
-        if let Some(w) = c.regressions().first() {
-            line += &format!(" (e.g. p{} {:+.0}%)", w.point_index, w.change * 100.0);
-        }
-    }
-    let pass = v.pass && regressions == 0 && complete && !stopped;
-    println!("{line}");
+    // Every slot of this invocation has a row unless it stopped early; `runs_planned`
+    // (and so the outcome) counts them all.
+    debug_assert!(
+        stopped
+            || slots
+                .iter()
+                .all(|s| rows.iter().any(|r| r.run_id == s.run_id()))
+    );
+    println!("{}", v.line);
     crate::sweep::write::ci::outputs(
         a.junit.as_deref(),
         &crate::sweep::write::ci::Finished {
@@ -505,8 +544,8 @@ fn finish(
             rows,
             v: &v,
             baseline: cmp.as_ref(),
-            line: &line,
-            pass,
+            line: &v.line,
+            pass: v.pass,
         },
     )?;
     if !a.check {
@@ -522,9 +561,5 @@ fn finish(
             }
         );
     }
-    Ok(if pass {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(ExitCode::from(v.outcome.exit_code()))
 }

@@ -469,8 +469,9 @@ fn baseline_regression_gate() {
     );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let line = String::from_utf8_lossy(&o.stdout);
+    // One outcome: the ids agree, the gate regressed, so the line says FAIL.
     assert!(
-        line.contains("PASS") && line.contains("baseline: 4 of 4 points slower"),
+        line.starts_with("FAIL: ") && line.contains("baseline: 4 of 4 points slower"),
         "{line}"
     );
     assert!(std::fs::read_to_string(out.join("report.md"))
@@ -798,7 +799,8 @@ fn merge_proves_its_inputs() {
         text(&o)
     );
     assert_eq!(rows(&m).len(), SPEC_RUNS);
-    // A copy of the shard whose first run reports another output: refused, naming both.
+    // A copy of the shard whose first run reports another output (its row and its
+    // run's metrics.json agree with each other): refused, naming both.
     let bad = fresh("proof-conflict");
     std::fs::create_dir_all(&bad).unwrap();
     for f in ["sweep.json", "results.json", "spec.toml"] {
@@ -806,7 +808,34 @@ fn merge_proves_its_inputs() {
     }
     let mut rs = rows(&bad);
     let id = rs[0]["run_id"].as_str().unwrap().to_string();
-    rs[0]["output_ids_sha256"] = serde_json::json!("0".repeat(64));
+    for r in &rs {
+        let run = format!(
+            "p{:03}-{}{}",
+            r["point_index"].as_u64().unwrap(),
+            if r["warmup"] == true { "w" } else { "r" },
+            r["repeat"].as_u64().unwrap()
+        );
+        std::fs::create_dir_all(bad.join("runs").join(&run)).unwrap();
+        std::fs::copy(
+            a.join("runs").join(&run).join("metrics.json"),
+            bad.join("runs").join(&run).join("metrics.json"),
+        )
+        .unwrap();
+    }
+    let other_ids: Vec<u32> = vec![9; rs[0]["output_ids"].as_array().unwrap().len()];
+    let other_hash = memdial::generate::ids_sha256(&other_ids);
+    rs[0]["output_ids"] = serde_json::json!(other_ids);
+    rs[0]["output_ids_sha256"] = serde_json::json!(other_hash);
+    let run0 = bad.join("runs").join(format!(
+        "p{:03}-r{}",
+        rs[0]["point_index"].as_u64().unwrap(),
+        rs[0]["repeat"].as_u64().unwrap()
+    ));
+    let mut m0: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run0.join("metrics.json")).unwrap()).unwrap();
+    m0["output_ids"] = serde_json::json!(other_ids);
+    m0["output_ids_sha256"] = serde_json::json!(other_hash);
+    std::fs::write(run0.join("metrics.json"), m0.to_string()).unwrap();
     std::fs::write(
         bad.join("results.json"),
         serde_json::to_string(&rs).unwrap(),

@@ -16,6 +16,8 @@
 //!   [`crate::export`];
 //! - [`engines`]: other engines on the same points (the `engines` axis), their
 //!   cross-engine verdict layered over the ids verdict;
+//! - [`verify`]: a finished run directory re-checked offline (`memdial report
+//!   verify`), over every stage's output;
 //! - [`util`]: UTC timestamps and SHA-256 hex.
 
 pub mod analysis;
@@ -27,4 +29,5 @@ pub mod record;
 pub mod run;
 pub mod spec;
 pub mod util;
+pub mod verify;
 pub mod write;

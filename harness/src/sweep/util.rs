@@ -10,6 +10,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// The engine's hash of output ids (defined beside the generate output).
+#[cfg(test)]
 pub use memdial::generate::ids_sha256;
 
 /// Civil date (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's algorithm).

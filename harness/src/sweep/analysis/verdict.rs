@@ -4,8 +4,11 @@
 //! Runs are grouped by (prompt, max_tokens). In each group the reference is the
 //! most common hash (ties: the hash of the earliest run in point order), so a
 //! single deviating point is the one named. Any run that failed (non-zero exit,
-//! timeout, no metrics) also fails the verdict. Points not run because their
-//! budget resolved below the floor do not.
+//! timeout, no metrics) also fails the verdict, and so does a finished run whose
+//! row does not prove its output (no ids, more ids than `max_tokens`,
+//! `generated_tokens` not the number of ids, a hash that is not the hash of the ids,
+//! a non-finite timing: see [`Row::prove`]); such a run is not compared. Points not
+//! run because their budget resolved below the floor do not.
 
 use std::collections::BTreeMap;
 
@@ -80,6 +83,10 @@ pub struct Verdict {
     pub below_floor: Vec<String>,
     /// Runs whose engine hash does not match the hash of their `output_ids`.
     pub hash_inconsistent: Vec<String>,
+    /// Finished runs whose row does not prove its output: (run id, the failing
+    /// field and why). Not compared; the verdict fails.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unproven: Vec<(String, String)>,
     /// Finished runs compared.
     pub runs_compared: usize,
     /// Distinct points with at least one finished run.
@@ -108,6 +115,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
     let mut failed = vec![];
     let mut below_floor = vec![];
     let mut hash_inconsistent = vec![];
+    let mut unproven = vec![];
     let mut points = std::collections::BTreeSet::new();
     let over_budget: Vec<String> = rows
         .iter()
@@ -117,18 +125,18 @@ pub fn verdict(rows: &[Row]) -> Verdict {
     for r in rows {
         match r.status {
             RunStatus::Ok => {
+                if let Err(why) = r.prove() {
+                    if why.contains("output_ids_sha256:") {
+                        hash_inconsistent.push(r.run_id.clone());
+                    }
+                    unproven.push((r.run_id.clone(), why));
+                    continue;
+                }
                 points.insert(r.point_index);
                 groups
                     .entry((r.prompt_index, r.max_tokens, r.engine.clone()))
                     .or_default()
                     .push(r);
-                if let Some(h) = &r.metrics.output_ids_sha256 {
-                    if !r.metrics.output_ids.is_empty()
-                        && *h != crate::sweep::util::ids_sha256(&r.metrics.output_ids)
-                    {
-                        hash_inconsistent.push(r.run_id.clone());
-                    }
-                }
             }
             RunStatus::BelowFloor => below_floor.push(r.point_key.clone()),
             RunStatus::NotApplicable => {
@@ -189,7 +197,8 @@ pub fn verdict(rows: &[Row]) -> Verdict {
     not_applicable.sort();
     not_applicable.dedup();
     let pass = failed.is_empty()
-        && hash_inconsistent.is_empty()
+        && unproven.is_empty()
+        && runs_compared > 0
         && out.iter().all(|g| g.mismatches.is_empty());
     let runs_done = rows
         .iter()
@@ -205,6 +214,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
         failed,
         below_floor,
         hash_inconsistent,
+        unproven,
         runs_compared,
         points: points.len(),
         over_budget,
@@ -238,66 +248,46 @@ impl Verdict {
         v
     }
 
-    /// One line: `PASS: 30 runs at 10 points, output ids sha256 3f2a9c…` or
-    /// `FAIL: …` naming the differing points, the first differing position and ids.
-    ///
-    /// `layer` is a check layered over this verdict, `(pass, its line)`, e.g. the
-    /// cross-engine agreement: a failed layer turns `PASS` into `FAIL`; its line
-    /// follows the ids part.
-    pub fn one_line(&self, layer: Option<(bool, String)>) -> String {
-        let mut l = if self.complete {
-            self.ids_line()
+    /// No mismatch, no failed run, no unproven run (whatever was compared).
+    pub fn checks_pass(&self) -> bool {
+        self.failed.is_empty()
+            && self.unproven.is_empty()
+            && self.groups.iter().all(|g| g.mismatches.is_empty())
+    }
+
+    /// The ids part of the verdict line without its `PASS: ` / `FAIL: ` word:
+    /// `30 runs at 10 points produced identical output ids (sha256 …)`, or what
+    /// differs and what failed.
+    pub fn summary(&self) -> String {
+        let l = self.ids_line();
+        l.strip_prefix("PASS: ")
+            .or_else(|| l.strip_prefix("FAIL: "))
+            .unwrap_or(&l)
+            .to_string()
+    }
+
+    /// What the finished runs say while the directory is incomplete: `no finished
+    /// runs yet`, `the 3 finished runs agree so far (sha256 …)`.
+    pub fn so_far(&self) -> String {
+        if self.runs_compared == 0 {
+            "no finished runs yet".to_string()
         } else {
-            let agree = self.failed.is_empty()
-                && self.hash_inconsistent.is_empty()
-                && self.groups.iter().all(|g| g.mismatches.is_empty());
-            let so_far = if self.runs_compared == 0 && self.failed.is_empty() {
-                "no finished runs yet".to_string()
-            } else if agree {
-                let hashes: Vec<String> = self.groups.iter().map(|g| short(&g.hash)).collect();
-                format!(
-                    "the {} finished runs agree so far (sha256 {})",
-                    self.runs_compared,
-                    hashes.join(", ")
-                )
-            } else {
-                self.ids_line()
-            };
+            let hashes: Vec<String> = self.groups.iter().map(|g| short(&g.hash)).collect();
             format!(
-                "INCOMPLETE ({} of {} runs); {so_far}",
-                self.runs_done, self.runs_planned
+                "the {} finished runs agree so far (sha256 {})",
+                self.runs_compared,
+                hashes.join(", ")
             )
-        };
-        if let Some((pass, line)) = layer {
-            if !pass {
-                if let Some(rest) = l.strip_prefix("PASS: ") {
-                    l = format!("FAIL: {rest}");
-                }
-            }
-            l += &format!("; {line}");
         }
-        if !self.not_applicable.is_empty() {
-            l += &format!(
-                "; {} point(s) n/a for their engine (skipped)",
-                self.not_applicable.len()
-            );
-        }
-        if !self.over_budget.is_empty() {
-            l += &format!(
-                "; {} run(s) exceeded their budget through the page cache; their speed is not comparable",
-                self.over_budget.len()
-            );
-        }
-        l
     }
 
     fn ids_line(&self) -> String {
-        if self.runs_compared == 0 && self.failed.is_empty() {
+        if self.runs_compared == 0 && self.failed.is_empty() && self.unproven.is_empty() {
             return "FAIL: no finished runs".into();
         }
         let hashes: Vec<String> = self.groups.iter().map(|g| short(&g.hash)).collect();
         let within_pass = self.failed.is_empty()
-            && self.hash_inconsistent.is_empty()
+            && self.unproven.is_empty()
             && self.groups.iter().all(|g| g.mismatches.is_empty());
         if within_pass {
             return format!(
@@ -355,10 +345,10 @@ impl Verdict {
                 first.2
             ));
         }
-        if !self.hash_inconsistent.is_empty() {
+        if let Some((id, why)) = self.unproven.first() {
             parts.push(format!(
-                "{} run(s) report a hash that does not match their output_ids",
-                self.hash_inconsistent.len()
+                "{} finished run(s) do not prove their output (first: {id}: {why})",
+                self.unproven.len()
             ));
         }
         format!(
@@ -391,6 +381,7 @@ mod tests {
             metrics: memdial::metrics::RunMetrics {
                 output_ids: ids.to_vec(),
                 output_ids_sha256: Some(ids_sha256(ids)),
+                generated_tokens: Some(ids.len() as u64),
                 ..Default::default()
             },
             ..Default::default()
@@ -405,8 +396,8 @@ mod tests {
             row(2, 0, &[1, 2, 3]),
         ];
         let v = verdict(&rows);
-        assert!(v.pass, "{}", v.one_line(None));
-        assert!(v.one_line(None).starts_with("PASS: 3 runs at 3 points"));
+        assert!(v.pass, "{}", v.summary());
+        assert!(v.summary().starts_with("3 runs at 3 points"));
         let rows = vec![
             row(0, 0, &[1, 9, 3]),
             row(1, 0, &[1, 2, 3]),
@@ -420,7 +411,7 @@ mod tests {
             (m.first_diff_position, m.expected_id, m.got_id),
             (Some(1), Some(2), Some(9))
         );
-        assert!(v.one_line(None).contains("p0 [k0]"), "{}", v.one_line(None));
+        assert!(v.summary().contains("p0 [k0]"), "{}", v.summary());
     }
 
     #[test]
@@ -432,12 +423,43 @@ mod tests {
         bad.error = Some("boom".into());
         let v = verdict(&[row(0, 0, &[1]), bad]);
         assert!(!v.pass);
-        assert!(v.one_line(None).contains("boom"));
+        assert!(v.summary().contains("boom"));
         let mut skipped = row(2, 0, &[]);
         skipped.status = RunStatus::BelowFloor;
         assert!(verdict(&[row(0, 0, &[1]), skipped]).pass);
         let mut lying = row(0, 0, &[1]);
         lying.metrics.output_ids_sha256 = Some("00".into());
-        assert!(!verdict(&[lying]).pass);
+        let v = verdict(&[lying.clone(), row(1, 0, &[1])]);
+        assert!(!v.pass);
+        assert_eq!(v.hash_inconsistent, vec!["p0#r0".to_string()]);
+        assert!(v.summary().contains("do not prove their output"));
+    }
+
+    /// A finished run proves its output or fails the verdict, and a verdict that
+    /// compared nothing is not a pass.
+    #[test]
+    fn unproven_runs_and_nothing_compared() {
+        let no_ids = row(1, 0, &[]);
+        let mut too_many = row(2, 0, &[1, 2, 3, 4, 5]);
+        too_many.max_tokens = 4;
+        let mut miscounted = row(3, 0, &[1, 2]);
+        miscounted.metrics.generated_tokens = Some(3);
+        for (bad, field) in [
+            (no_ids, "output_ids: the run reported no ids"),
+            (too_many, "more than max_tokens = 4"),
+            (miscounted, "generated_tokens: 3, but"),
+        ] {
+            let v = verdict(&[row(0, 0, &[1, 2]), bad]);
+            assert!(!v.pass, "{field}");
+            assert_eq!(v.runs_compared, 1);
+            assert!(v.unproven[0].1.contains(field), "{:?}", v.unproven);
+            assert!(!v.checks_pass(), "{}", v.summary());
+        }
+        let mut skipped = row(0, 0, &[]);
+        skipped.status = RunStatus::BelowFloor;
+        let v = verdict(&[skipped]);
+        assert!(!v.pass);
+        assert_eq!(v.summary(), "no finished runs");
+        assert!(!verdict(&[]).pass);
     }
 }

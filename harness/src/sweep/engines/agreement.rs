@@ -299,6 +299,7 @@ mod tests {
             metrics: memdial::metrics::RunMetrics {
                 output_ids: ids.to_vec(),
                 output_ids_sha256: Some(ids_sha256(ids)),
+                generated_tokens: Some(ids.len() as u64),
                 ..Default::default()
             },
             ..Default::default()
@@ -322,7 +323,7 @@ mod tests {
             row("b", 2, &[1, 5, 3]),
         ];
         let v = verdict(&rows);
-        assert!(v.pass, "within-engine verdict: {}", v.one_line(None));
+        assert!(v.pass, "within-engine verdict: {}", v.summary());
         let engines = [
             meta("memdial", true, true),
             meta("a", false, true),

@@ -61,20 +61,36 @@ fn f64_at(doc: Option<&Value>, key: Option<&String>) -> Option<f64> {
     v.as_f64().filter(|x| x.is_finite())
 }
 
-/// The metrics object of engine `e`'s finished run in `run_dir` (`stdout.txt` there).
-/// Errors: the ids file is missing or unreadable, the key is absent or not ids, the
-/// regex matched nothing.
+/// How much older than the attempt's start an output file may look: file times come
+/// from the kernel's coarse clock, which lags the wall clock by up to a tick.
+const CLOCK_SLACK: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The metrics object of engine `e`'s finished run in `run_dir` (`stdout.txt` there),
+/// for the attempt started at `started`.
+///
+/// Errors: the ids file is missing, unreadable or older than `started` (an earlier
+/// attempt's), the key is absent or not ids, the regex matched nothing.
 pub fn read_metrics(
     e: &Engine,
     vars: &Vars,
     run_dir: &Path,
     prompt_tokens: usize,
+    started: std::time::SystemTime,
 ) -> Result<Value> {
     let d = &e.def;
     let mut sources = Map::new();
     let doc: Option<Value> = match &d.ids_json {
         Some(t) => {
             let p = vars.expand(t)?;
+            let modified = std::fs::metadata(&p)
+                .and_then(|m| m.modified())
+                .with_context(|| format!("{} wrote no ids file {p}", e.name))?;
+            if modified + CLOCK_SLACK < started {
+                bail!(
+                    "{}: ids file {p} is older than this run (written before it started): not this run's output",
+                    e.name
+                );
+            }
             let text = std::fs::read_to_string(&p)
                 .with_context(|| format!("{} wrote no ids file {p}", e.name))?;
             Some(

@@ -105,6 +105,9 @@ pub struct ExtCommand {
     pub args: Vec<String>,
     /// Extra environment.
     pub env: Vec<(String, String)>,
+    /// Files the engine writes its output to (its `ids_json`): removed before each
+    /// attempt, so what is read after it was written by it.
+    pub outputs: Vec<PathBuf>,
 }
 
 /// The engines of one spec.
@@ -389,7 +392,16 @@ impl Registry {
             .iter()
             .map(|(k, v)| Ok((k.clone(), vars.expand(v)?)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(ExtCommand { program, args, env })
+        let outputs = match &e.def.ids_json {
+            Some(t) => vec![PathBuf::from(vars.expand(t)?)],
+            None => vec![],
+        };
+        Ok(ExtCommand {
+            program,
+            args,
+            env,
+            outputs,
+        })
     }
 
     /// The placeholder values of one run.

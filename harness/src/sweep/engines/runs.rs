@@ -89,9 +89,16 @@ pub fn finish_run(
     }
     let got = reg
         .run_vars(e, c)
-        .and_then(|v| super::output::read_metrics(e, &v, c.run_dir, c.prompt_ids.len()));
+        .and_then(|v| super::output::read_metrics(e, &v, c.run_dir, c.prompt_ids.len(), o.started));
     match got {
         Ok(m) => {
+            // The run's own record, as for memdial's runs: resume, merge and
+            // `report verify` check the row against it.
+            if let Err(err) = crate::export::write_json(&c.run_dir.join("metrics.json"), &m) {
+                o.metrics = None;
+                o.metrics_error = Some(format!("cannot write metrics.json: {err:#}"));
+                return;
+            }
             if let Some(v) = m.get("engine_version").and_then(|v| v.as_str()) {
                 row.engine_version = Some(v.to_string());
             }

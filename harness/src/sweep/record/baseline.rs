@@ -7,6 +7,12 @@
 //! content hash differ from this sweep's, naming what differs. Points are matched on
 //! `point_key`, `budget_bytes`, `prompt_tokens` and `max_tokens` (the model is the
 //! same by then).
+//!
+//! A gate that cannot decide says so: a point whose slow-down cannot be judged
+//! (too few repeats on either side for the bootstrap, or baseline cells that are not
+//! finite numbers) is **undecided**, and so is a comparison that compared no point.
+//! The sweep's outcome then is "baseline undecided" (a failure unless
+//! `--baseline-undecided pass`), never "0 slower".
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -56,15 +62,20 @@ pub struct Identity<'a> {
     pub spec_sha256: &'a str,
     /// [`memdial::checkpoint::model_content_hash`] of the model.
     pub model_content_hash: &'a str,
+    /// The model's identity over its files.
+    pub model_identity: &'a memdial::identity::Identity,
+    /// The prompt files' identities, by path as written in the spec.
+    pub prompt_identities: &'a BTreeMap<String, memdial::identity::Identity>,
 }
 
 /// Per-token decode times of the baseline's measured finished runs, by match key.
 pub type Runs = BTreeMap<Key, Vec<Run>>;
 
 /// Reads a baseline `results.csv` (or a run directory), checks its `sweep.json`
-/// against `me`, and returns its runs by match key. Every error is a reason to
-/// refuse the baseline (the caller maps it to exit 2).
-pub fn load(path: &Path, me: &Identity) -> Result<Runs> {
+/// against `me`, and returns its runs by match key with its unreadable cells (see
+/// [`read_csv`]). Every error is a reason to refuse the baseline (the caller maps
+/// it to exit 2).
+pub fn load(path: &Path, me: &Identity) -> Result<(Runs, Vec<Unreadable>)> {
     let csv_path = if path.is_dir() {
         path.join("results.csv")
     } else {
@@ -83,6 +94,12 @@ pub fn load(path: &Path, me: &Identity) -> Result<Runs> {
 }
 
 /// Refuses a baseline whose results schema, spec or model differ from `me`.
+///
+/// The model and prompt files are compared by their identities
+/// ([`memdial::identity`]) when the baseline recorded them: a baseline written with
+/// another model or prompt file content is refused, naming what changed. A baseline
+/// written before identities were recorded is accepted on its model content hash,
+/// with a note on stderr that its model files could not be compared.
 pub fn check(meta: &Meta, me: &Identity) -> Result<()> {
     match meta.results_schema {
         None => bail!(
@@ -102,6 +119,34 @@ pub fn check(meta: &Meta, me: &Identity) -> Result<()> {
             short(me.spec_sha256)
         );
     }
+    match &meta.model_identity {
+        Some(old) => {
+            let mut changes: Vec<String> = me
+                .model_identity
+                .content_changes_since(old)
+                .into_iter()
+                .map(|c| format!("model: {c}"))
+                .collect();
+            for (name, new) in me.prompt_identities {
+                if let Some(old) = meta.prompt_identities.get(name) {
+                    changes.extend(
+                        new.content_changes_since(old)
+                            .into_iter()
+                            .map(|c| format!("prompt {name}: {c}")),
+                    );
+                }
+            }
+            if !changes.is_empty() {
+                bail!(
+                    "it was written with other inputs: {}",
+                    changes.join("; ")
+                );
+            }
+        }
+        None => eprintln!(
+            "note: the baseline predates model identities: its model is checked by content hash only"
+        ),
+    }
     match &meta.model_content_hash {
         Some(h) if h == me.model_content_hash => Ok(()),
         Some(h) => bail!(
@@ -118,8 +163,24 @@ fn short(h: &str) -> &str {
     &h[..h.len().min(12)]
 }
 
-/// Runs of a `results.csv` by match key (measured, finished runs only).
-pub fn read_csv(path: &Path) -> Result<Runs> {
+/// A measured finished run of the baseline whose timing cells are not finite
+/// numbers: its point cannot be judged.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Unreadable {
+    /// The run's match key.
+    #[serde(skip)]
+    pub key: Key,
+    /// The run id (or the row number when it has none).
+    pub run: String,
+    /// The column and the text that is not a finite number.
+    pub why: String,
+}
+
+/// Runs of a `results.csv` by match key (measured, finished runs only), and the
+/// runs whose timing cells (`decode_s_per_token`, `decode_s_per_token_median`) hold
+/// text or a non-finite number. An unreadable run is left out of its point, and its
+/// point is undecided.
+pub fn read_csv(path: &Path) -> Result<(Runs, Vec<Unreadable>)> {
     let mut rd = csv::Reader::from_path(path)
         .with_context(|| format!("cannot read baseline {}", path.display()))?;
     let h = rd.headers()?.clone();
@@ -138,21 +199,13 @@ pub fn read_csv(path: &Path) -> Result<Runs> {
         col("prompt_tokens")?,
         col("max_tokens")?,
     ];
+    let run_id_col = h.iter().position(|c| c == "run_id");
     let mut by: Runs = BTreeMap::new();
-    for rec in rd.records() {
+    let mut unreadable = vec![];
+    for (n, rec) in rd.records().enumerate() {
         let rec = rec.with_context(|| format!("malformed row in {}", path.display()))?;
         let get = |i: usize| rec.get(c[i]).unwrap_or("");
         if RunStatus::parse(get(1)) != Some(RunStatus::Ok) || get(2) == "true" {
-            continue;
-        }
-        let mut run: Run = get(4)
-            .split_whitespace()
-            .filter_map(|x| x.parse::<f64>().ok())
-            .collect();
-        if run.is_empty() {
-            run.extend(get(3).parse::<f64>().ok());
-        }
-        if run.is_empty() {
             continue;
         }
         let key = (
@@ -161,9 +214,45 @@ pub fn read_csv(path: &Path) -> Result<Runs> {
             get(6).parse().ok(),
             get(7).parse().unwrap_or(0),
         );
+        let finite = |t: &str| t.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0);
+        let bad = |col: &str, t: &str| Unreadable {
+            key: key.clone(),
+            run: run_id_col
+                .and_then(|i| rec.get(i))
+                .map(String::from)
+                .unwrap_or_else(|| format!("row {}", n + 1)),
+            why: format!("{col} holds {t:?}, not a finite number of seconds"),
+        };
+        let mut run: Run = vec![];
+        let mut ok = true;
+        for t in get(4).split_whitespace() {
+            match finite(t) {
+                Some(x) => run.push(x),
+                None => {
+                    unreadable.push(bad("decode_s_per_token", t));
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok && run.is_empty() {
+            match get(3).trim() {
+                "" => {}
+                t => match finite(t) {
+                    Some(x) => run.push(x),
+                    None => {
+                        unreadable.push(bad("decode_s_per_token_median", t));
+                        ok = false;
+                    }
+                },
+            }
+        }
+        if !ok || run.is_empty() {
+            continue;
+        }
         by.entry(key).or_default().push(run);
     }
-    Ok(by)
+    Ok((by, unreadable))
 }
 
 /// One compared point.
@@ -196,6 +285,8 @@ pub struct Comparison {
     pub compared: Vec<Compared>,
     /// Points of the new sweep absent from the baseline.
     pub missing: Vec<String>,
+    /// Points whose slow-down cannot be judged: (point key, why).
+    pub undecided: Vec<(String, String)>,
 }
 
 impl Comparison {
@@ -203,10 +294,53 @@ impl Comparison {
     pub fn regressions(&self) -> Vec<&Compared> {
         self.compared.iter().filter(|c| c.regressed).collect()
     }
+
+    /// Why the gate cannot decide (`None`: it decided): no point compared, or some
+    /// points undecided (the first named).
+    pub fn undecided_reason(&self) -> Option<String> {
+        if let Some((k, why)) = self.undecided.first() {
+            return Some(format!(
+                "{} point(s) cannot be judged (first: {k}: {why})",
+                self.undecided.len()
+            ));
+        }
+        if self.compared.is_empty() {
+            return Some(format!(
+                "no point could be compared ({} without a baseline)",
+                self.missing.len()
+            ));
+        }
+        None
+    }
+
+    /// `baseline: 2 of 4 points slower by more than 25% (e.g. p3 +40%)`, or
+    /// `baseline: undecided: …` when the gate cannot decide.
+    pub fn line(&self) -> String {
+        if let Some(why) = self.undecided_reason() {
+            return format!("baseline: undecided: {why}");
+        }
+        let mut l = format!(
+            "baseline: {} of {} points slower by more than {:.0}%",
+            self.regressions().len(),
+            self.compared.len(),
+            self.tolerance * 100.0
+        );
+        if let Some(w) = self.regressions().first() {
+            l += &format!(" (e.g. p{} {:+.0}%)", w.point_index, w.change * 100.0);
+        }
+        l
+    }
 }
 
-/// Compares the new sweep's runs with the baseline's, point by point.
-pub fn compare(path: &Path, base: &Runs, rows: &[Row], tolerance: f64) -> Comparison {
+/// Compares the new sweep's runs with the baseline's, point by point (`unreadable`:
+/// the baseline's runs [`read_csv`] could not read; their points are undecided).
+pub fn compare(
+    path: &Path,
+    base: &Runs,
+    unreadable: &[Unreadable],
+    rows: &[Row],
+    tolerance: f64,
+) -> Comparison {
     let mut now: BTreeMap<usize, (Key, Vec<Run>)> = BTreeMap::new();
     for r in rows.iter().filter(|r| r.is_measured_ok()) {
         let run: Run = if r.metrics.decode_s_per_token.is_empty() {
@@ -221,7 +355,23 @@ pub fn compare(path: &Path, base: &Runs, rows: &[Row], tolerance: f64) -> Compar
     }
     let mut compared = vec![];
     let mut missing = vec![];
+    let mut undecided = vec![];
     for (idx, (key, runs)) in now {
+        if let Some(u) = unreadable.iter().find(|u| u.key == key) {
+            undecided.push((key.0.clone(), format!("baseline run {}: {}", u.run, u.why)));
+            continue;
+        }
+        if let Some(bad) = runs
+            .iter()
+            .flatten()
+            .find(|x| !(x.is_finite() && **x >= 0.0))
+        {
+            undecided.push((
+                key.0.clone(),
+                format!("this sweep's time {bad} is not finite"),
+            ));
+            continue;
+        }
         let Some(old) = base.get(&key) else {
             missing.push(key.0.clone());
             continue;
@@ -230,6 +380,19 @@ pub fn compare(path: &Path, base: &Runs, rows: &[Row], tolerance: f64) -> Compar
             missing.push(key.0.clone());
             continue;
         };
+        if r.significant.is_none() {
+            undecided.push((
+                key.0.clone(),
+                format!(
+                    "insufficient repeats ({} run(s) here, {} in the baseline; the bootstrap needs {} runs of {} decode times on each side)",
+                    runs.len(),
+                    old.len(),
+                    crate::sweep::analysis::bootstrap::MIN_RUNS,
+                    crate::sweep::analysis::bootstrap::MIN_TOKENS
+                ),
+            ));
+            continue;
+        }
         let change = r.ratio - 1.0;
         let meds = |rs: &[Run]| {
             let m: Vec<f64> = rs.iter().filter_map(|x| crate::stats::median(x)).collect();
@@ -250,6 +413,7 @@ pub fn compare(path: &Path, base: &Runs, rows: &[Row], tolerance: f64) -> Compar
         tolerance,
         compared,
         missing,
+        undecided,
     }
 }
 
@@ -259,8 +423,12 @@ pub struct Baseline {
     pub path: std::path::PathBuf,
     /// Median s/token per point key.
     pub runs: Runs,
+    /// The baseline's runs whose timing cells could not be read.
+    pub unreadable: Vec<Unreadable>,
     /// Allowed slow-down (0.25 = 25 %).
     pub tolerance: f64,
+    /// `--baseline-undecided pass`: a gate that cannot decide does not fail the sweep.
+    pub undecided_passes: bool,
 }
 
 #[cfg(test)]

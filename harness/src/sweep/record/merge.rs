@@ -34,7 +34,12 @@ fn model_id(m: &Meta) -> String {
 /// the inputs its plan is the plan of the merge.
 ///
 /// Errors (the caller reports them as usage errors, exit 2), each naming both
-/// directories: another spec; another model; two copies of a run that disagree.
+/// directories: another spec; another model; two copies of a run that disagree; a
+/// directory whose rows are duplicate, foreign or disagree with their runs'
+/// `metrics.json` ([`super::proof`]).
+///
+/// The merged meta's `missing_shards` names the missing shards (the shard count
+/// comes from the shards' own `sweep.json`).
 pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
     if dirs.is_empty() {
         bail!("nothing to merge: give one or more run directories");
@@ -43,6 +48,9 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
     let mut rows: Vec<Row> = vec![];
     // run id → (index into rows, directory it came from)
     let mut seen: HashMap<String, (usize, usize)> = HashMap::new();
+    // Runs that left a metrics.json but have no row (a sweep killed between the two,
+    // or a row deleted), by directory and run: they count as planned.
+    let mut unrecorded: BTreeSet<String> = BTreeSet::new();
     for (di, d) in dirs.iter().enumerate() {
         let m = Meta::load(d)?;
         if let Some(first) = metas.first() {
@@ -59,6 +67,17 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
                 (Some(a), Some(b)) => a == b,
                 _ => m.model_bytes == first.model_bytes,
             };
+            if let (Some(a), Some(b)) = (&m.model_identity, &first.model_identity) {
+                let changes = a.content_changes_since(b);
+                if !changes.is_empty() {
+                    bail!(
+                        "{} was made from another model than {}: {}",
+                        d.display(),
+                        dirs[0].display(),
+                        changes.join("; ")
+                    );
+                }
+            }
             if !same_model {
                 bail!(
                     "{} was made from another model ({}) than {} ({})",
@@ -69,7 +88,20 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
                 );
             }
         }
-        for r in super::row::load(d)? {
+        let own = super::row::load(d)?;
+        let found = super::proof::check(d, &m.expect(), &own);
+        if let Some(p) = found.problems().first() {
+            bail!(
+                "{}: {p}{}",
+                d.display(),
+                match found.problems().len() {
+                    1 => String::new(),
+                    n => format!(" (and {} more)", n - 1),
+                }
+            );
+        }
+        unrecorded.extend(super::proof::unrecorded_runs(d, &own));
+        for r in own {
             match seen.get(&r.run_id) {
                 None => {
                     seen.insert(r.run_id.clone(), (rows.len(), di));
@@ -114,6 +146,13 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
     if let Some(full) = metas.iter().find(|m| m.shard.is_none()) {
         planned = full.runs_planned;
     }
+    // A run without its row is planned whatever sweep.json says, so it can never be
+    // merged away.
+    let rowless = unrecorded
+        .iter()
+        .filter(|run| !rows.iter().any(|r| super::proof::run_dir_name(r) == **run))
+        .count();
+    planned = planned.max(rows.len() + rowless);
     let mut missing = vec![];
     let counts: BTreeSet<usize> = metas
         .iter()
@@ -136,6 +175,7 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
     meta.shard = None;
     meta.merged_from = dirs.iter().map(|d| d.display().to_string()).collect();
     meta.runs_planned = planned;
+    meta.missing_shards = missing.clone();
     meta.command = std::env::args().collect::<Vec<_>>().join(" ");
     Ok((meta, rows, missing))
 }

@@ -4,12 +4,14 @@
 //! - [`row`]: the results schema (`results.csv` / `results.json`) and [`status::RunStatus`];
 //! - [`rundir`]: the locked run directory and its metadata (`sweep.json`, [`rundir::Meta`]);
 //! - [`merge`]: combining shard directories;
+//! - [`proof`]: rows checked against each run's own `metrics.json`;
 //! - [`baseline`]: an earlier `results.csv` and the comparison with it;
 //! - [`host`]: machine and storage facts (recorded in `sweep.json` and every row).
 
 pub mod baseline;
 pub mod host;
 pub mod merge;
+pub mod proof;
 pub mod row;
 pub mod rundir;
 pub mod status;

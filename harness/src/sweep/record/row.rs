@@ -270,6 +270,19 @@ impl Row {
         Ok(())
     }
 
+    /// Whether the row's metrics prove its output
+    /// ([`RunMetrics::check_self_consistent`] against the row's `max_tokens`): as many
+    /// ids as generated tokens, no more than `max_tokens`, the hash of those ids,
+    /// finite non-negative timings.
+    ///
+    /// Errors: `the run does not prove its output: FIELD: why`, naming the first
+    /// failing field.
+    pub fn prove(&self) -> std::result::Result<(), String> {
+        self.metrics
+            .check_self_consistent(Some(self.max_tokens as u64))
+            .map_err(|why| format!("the run does not prove its output: {why}"))
+    }
+
     /// The hash the verdict compares: the engine's `output_ids_sha256`, or the hash
     /// of `output_ids` when the engine gave none.
     pub fn ids_hash(&self) -> Option<String> {

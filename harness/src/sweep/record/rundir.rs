@@ -12,7 +12,10 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
+use std::collections::BTreeMap;
+
 use anyhow::{Context, Result};
+use memdial::identity::Identity as InputIdentity;
 use serde::{Deserialize, Serialize};
 
 use crate::args::{as_usage, usage};
@@ -111,6 +114,42 @@ pub struct Identity<'a> {
     pub model_bytes: u64,
     /// Points in the whole spec.
     pub points_total: usize,
+    /// The model's identity (over its files' contents, see [`memdial::identity`]).
+    pub model_identity: &'a InputIdentity,
+    /// The identities of the spec's prompt files, by path as written in the spec.
+    pub prompt_identities: &'a BTreeMap<String, InputIdentity>,
+}
+
+/// Why the recorded identities of a run directory are not those of this sweep's
+/// inputs: one phrase per change (`model: config.json: content changed`, `prompt
+/// p.txt: size 10 → 12 bytes`); empty when they are the same. A directory that
+/// recorded no model identity (written before identities were) counts as changed:
+/// its model cannot be checked.
+pub fn identity_changes(m: &Meta, id: &Identity) -> Vec<String> {
+    let mut out = vec![];
+    match &m.model_identity {
+        None => out.push(
+            "model: no identity recorded (the directory predates model identities), so the model cannot be checked"
+                .to_string(),
+        ),
+        Some(old) => out.extend(
+            id.model_identity
+                .changes_since(old)
+                .into_iter()
+                .map(|c| format!("model: {c}")),
+        ),
+    }
+    for (name, new) in id.prompt_identities {
+        match m.prompt_identities.get(name) {
+            None => out.push(format!("prompt {name}: no identity recorded")),
+            Some(old) => out.extend(
+                new.changes_since(old)
+                    .into_iter()
+                    .map(|c| format!("prompt {name}: {c}")),
+            ),
+        }
+    }
+    out
 }
 
 /// `out`, or a fresh `<reports>/<UTC time>` (with `-2`, `-3`, … on a clash).
@@ -134,7 +173,13 @@ pub fn choose_out(out: Option<&Path>, reports: &Path) -> PathBuf {
 /// same sweep; fresh metadata (host facts, a cold bandwidth probe of `probe_bytes`
 /// on the largest of `shard_files`) when it is empty or new.
 ///
-/// Errors (usage): `out` holds a different sweep, or is not empty and holds none.
+/// On resume the rows are checked against each run's own `metrics.json`
+/// ([`super::proof`]): a row that disagrees is dropped, so its run is run again (a
+/// note on stderr names it).
+///
+/// Errors (usage): `out` holds a different sweep; its model or a prompt file changed
+/// since it was written (naming what changed); it holds duplicate or foreign rows;
+/// it is not empty and holds no sweep.
 pub fn open(
     out: &Path,
     id: &Identity,
@@ -153,7 +198,27 @@ pub fn open(
                 out.display()
             )));
         }
-        let rows = row::load(out)?;
+        let changes = identity_changes(&m, id);
+        if !changes.is_empty() {
+            return Err(usage(format!(
+                "{} was written for other inputs: {}; choose another --out",
+                out.display(),
+                changes.join("; ")
+            )));
+        }
+        let mut rows = row::load(out)?;
+        let found = super::proof::check(out, &m.expect(), &rows);
+        if !found.duplicate.is_empty() || !found.foreign.is_empty() {
+            return Err(usage(format!(
+                "{}/results.json cannot be resumed: {}",
+                out.display(),
+                found.problems().join("; ")
+            )));
+        }
+        for (id, why) in &found.disagreeing {
+            eprintln!("note: run {id} is run again: its row disagrees with its run ({why})");
+        }
+        rows.retain(|r| !found.disagreeing.iter().any(|(id, _)| *id == r.run_id));
         m.command = command;
         return Ok((m, rows));
     }
@@ -199,6 +264,9 @@ pub fn open(
         results_schema: None,
         model_content_hash: None,
         engines: vec![],
+        model_identity: Some(id.model_identity.clone()),
+        prompt_identities: id.prompt_identities.clone(),
+        missing_shards: vec![],
     };
     Ok((meta, vec![]))
 }
@@ -246,9 +314,29 @@ pub struct Meta {
     /// The engines of the sweep (empty for memdial-only sweeps).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub engines: Vec<crate::sweep::engines::registry::EngineMeta>,
+    /// The model's identity over its files ([`memdial::identity::Identity`]): a
+    /// resume onto a changed model is refused.
+    #[serde(default)]
+    pub model_identity: Option<InputIdentity>,
+    /// The identities of the spec's prompt files, by path as written in the spec.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub prompt_identities: BTreeMap<String, InputIdentity>,
+    /// Shards of an `i/n` split missing from a merge (`"2/3"`): the directory is
+    /// incomplete.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing_shards: Vec<String>,
 }
 
 impl Meta {
+    /// What this directory's rows must fit ([`super::proof::check`]).
+    pub fn expect(&self) -> super::proof::Expect {
+        super::proof::Expect {
+            points_total: self.points_total,
+            shard: self.shard,
+            max_tokens: self.max_tokens,
+        }
+    }
+
     /// Reads `dir/sweep.json`.
     pub fn load(dir: &Path) -> Result<Meta> {
         let p = dir.join("sweep.json");

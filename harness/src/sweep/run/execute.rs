@@ -301,8 +301,12 @@ impl RunEnv<'_> {
             RunStatus::Timeout
         } else if o.exit_code == Some(0) {
             match &o.metrics {
-                Some(m) => match row.fill_metrics(m) {
-                    Ok(()) => RunStatus::Ok,
+                Some(m) => match row.fill_metrics(m).map(|()| row.prove()) {
+                    Ok(Ok(())) => RunStatus::Ok,
+                    Ok(Err(why)) => {
+                        row.error = Some(why);
+                        RunStatus::Failed
+                    }
                     Err(e) => {
                         row.error = Some(format!("{e:#}"));
                         RunStatus::Failed

@@ -69,6 +69,9 @@ pub struct RunOutcome {
     pub stderr_tail: String,
     /// Memory sampled while the child ran.
     pub mem: MemSamples,
+    /// When the attempt started (before the child was spawned): an output file
+    /// older than this is not this attempt's.
+    pub started: std::time::SystemTime,
 }
 
 impl RunRequest<'_> {
@@ -131,6 +134,19 @@ impl RunRequest<'_> {
             .join(format!("metrics.{}.{}.json", std::process::id(), nonce()));
         let final_metrics = self.run_dir.join("metrics.json");
         let _ = std::fs::remove_file(&final_metrics);
+        // Another engine's output files of an earlier attempt (or of another run,
+        // when they live outside the run directory) must not be read as this one's.
+        for f in self.external.map(|x| x.outputs.as_slice()).unwrap_or(&[]) {
+            match std::fs::remove_file(f) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => anyhow::bail!(
+                    "cannot remove the engine's earlier output {} before the run: {e}",
+                    f.display()
+                ),
+            }
+        }
+        let started = std::time::SystemTime::now();
         let (bin, args) = match self.external {
             Some(x) => (x.program.as_path(), x.args.clone()),
             None => (self.bin, self.args(&attempt)),
@@ -217,6 +233,7 @@ impl RunRequest<'_> {
             metrics_error,
             stderr_tail,
             mem,
+            started,
         })
     }
 }

@@ -7,7 +7,8 @@
 //! incomplete sweep, a missing shard, nothing compared, a failed cross-engine
 //! check), so a report that lists only passing points can never read as a pass.
 //! A point's case fails on an output mismatch (message: the first differing position
-//! and both ids), a failed run (its status and error) or a significant regression
+//! and both ids), a failed run (its status and error), a finished run whose metrics
+//! do not prove its output or a significant regression
 //! against the baseline; a point every run of which is `n/a` or below the floor is
 //! skipped with the reason; `time` is the sum of its runs' wall times.
 
@@ -140,6 +141,18 @@ fn point_outcome(f: &Finished, index: usize, engine: &str, rows: &[&Row]) -> Out
             kind: r.status.as_str().into(),
             message: format!("run {} {}", r.run_id, r.status.as_str()),
             detail: r.error.clone().unwrap_or_default(),
+        };
+    }
+    if let Some((id, why)) =
+        f.v.ids
+            .unproven
+            .iter()
+            .find(|(id, _)| rows.iter().any(|r| r.run_id == *id))
+    {
+        return Outcome::Failed {
+            kind: "unproven".into(),
+            message: format!("run {id} does not prove its output"),
+            detail: why.clone(),
         };
     }
     let mismatch =

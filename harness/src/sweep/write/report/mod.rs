@@ -11,6 +11,7 @@ use memdial::store::plan::fmt_bytes;
 use serde::Serialize;
 
 use crate::sweep::analysis::bootstrap::Run;
+use crate::sweep::analysis::outcome::{Facts, Outcome};
 use crate::sweep::analysis::recommend::{recommend, Recommendation};
 use crate::sweep::analysis::stats::point_runs;
 use crate::sweep::analysis::stats::{per_point, PointStats};
@@ -35,15 +36,21 @@ fn bytes_f(v: Option<f64>) -> String {
     opt(v, |x| fmt_bytes(x.max(0.0).round() as u64))
 }
 
-/// `verdict.json`: the verdict over the output ids, the cross-engine verdict layered
-/// over it (sweeps with several engines), the budget recommendation and each
-/// engine's speed against the reference. Computed once; `verdict.json` serialises
-/// this value and `report.md` renders from it.
+/// `verdict.json`: the sweep's [`Outcome`] and its line, the verdict over the output
+/// ids, the cross-engine verdict layered over it (sweeps with several engines), the
+/// baseline gate, the budget recommendation and each engine's speed against the
+/// reference. Computed once; `verdict.json` serialises this value, `report.md`
+/// renders from it, and the stdout line and exit code are its `line` and
+/// `outcome`.
 #[derive(Debug, Clone, Serialize)]
 pub struct SweepVerdict {
-    /// Every check passed: the ids verdict and, with several engines, the
-    /// cross-engine agreement.
+    /// The outcome: `pass`, `fail`, `incomplete`, `nothing_compared`,
+    /// `baseline_undecided`.
+    pub outcome: Outcome,
+    /// `outcome == pass`.
     pub pass: bool,
+    /// The one-line verdict (printed on stdout, heading the report's verdict).
+    pub line: String,
     /// The verdict over the output ids (one engine at a time).
     #[serde(flatten)]
     pub ids: Verdict,
@@ -55,13 +62,71 @@ pub struct SweepVerdict {
     /// Each engine's speed against the reference's (sweeps with an engines axis).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_ratios: Option<Vec<EngineRatio>>,
+    /// Shards missing from a merge (`"2/3"`): the directory is incomplete.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing_shards: Vec<String>,
+    /// Points of the directory (of its shard) without a single row: however many
+    /// runs `sweep.json` plans, the directory is incomplete.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub points_without_rows: Vec<usize>,
+    /// The baseline gate (when a baseline was given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<BaselineGate>,
+    /// Lower-case hex SHA-256 of `results.json` and `results.csv` as written with
+    /// this verdict (what `memdial report verify` re-checks).
+    pub results_sha256: ResultsDigests,
+}
+
+/// The baseline gate's part of `verdict.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct BaselineGate {
+    /// Points compared.
+    pub compared: usize,
+    /// Points that regressed significantly beyond the tolerance.
+    pub regressed: usize,
+    /// Why the gate cannot decide (`None`: it decided).
+    pub undecided: Option<String>,
+    /// `--baseline-undecided pass`.
+    pub undecided_passes: bool,
+}
+
+/// Digests of the results files.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct ResultsDigests {
+    /// SHA-256 of `results.json`.
+    pub results_json: String,
+    /// SHA-256 of `results.csv`.
+    pub results_csv: String,
+}
+
+impl ResultsDigests {
+    /// The digests of `dir`'s results files (empty strings for missing ones).
+    pub fn of(dir: &Path) -> ResultsDigests {
+        let h = |n: &str| {
+            std::fs::read(dir.join(n))
+                .map(|b| crate::sweep::util::sha256_hex(&b))
+                .unwrap_or_default()
+        };
+        ResultsDigests {
+            results_json: h("results.json"),
+            results_csv: h("results.csv"),
+        }
+    }
 }
 
 impl SweepVerdict {
     /// The verdict of `rows` for the run directory described by `meta` (`dir` holds
     /// the engines' `margins.json`, when one was written).
     pub fn new(dir: &Path, meta: &Meta, rows: &[Row], stats: &[PointStats]) -> SweepVerdict {
-        let ids = verdict(rows).with_planned(meta.runs_planned);
+        let mut ids = verdict(rows).with_planned(meta.runs_planned);
+        let have: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.point_index).collect();
+        let points_without_rows: Vec<usize> = (0..meta.points_total)
+            .filter(|i| meta.shard.is_none_or(|s| s.contains(*i)) && !have.contains(i))
+            .collect();
+        if !meta.missing_shards.is_empty() || !points_without_rows.is_empty() {
+            ids.complete = false;
+            ids.pass = false;
+        }
         let engines = (!meta.engines.is_empty()).then(|| {
             let margins: Margins =
                 std::fs::read_to_string(dir.join("engines").join("margins.json"))
@@ -72,23 +137,109 @@ impl SweepVerdict {
         });
         let runs = point_runs(rows);
         SweepVerdict {
-            pass: ids.pass && engines.as_ref().is_none_or(|c| c.pass),
+            outcome: Outcome::Incomplete,
+            pass: false,
+            line: String::new(),
+            baseline: None,
+            results_sha256: ResultsDigests::of(dir),
             recommendation: recommend(&reference_stats(stats, meta), &runs),
             engine_ratios: (!meta.engines.is_empty()).then(|| engine_ratios(stats, &runs, meta)),
             ids,
             engines,
+            missing_shards: meta.missing_shards.clone(),
+            points_without_rows,
         }
     }
 
-    /// Whether the directory holds every planned run.
+    /// Whether the directory holds every planned run (of every shard).
     pub fn complete(&self) -> bool {
-        self.ids.complete
+        self.ids.complete && self.missing_shards.is_empty() && self.points_without_rows.is_empty()
     }
 
-    /// One line: the ids verdict, with the cross-engine verdict layered over it.
-    pub fn one_line(&self) -> String {
-        self.ids
-            .one_line(self.engines.as_ref().map(|c| (c.pass, c.one_line())))
+    /// Decides the outcome from the checks, completeness and the baseline
+    /// comparison `cmp` (`undecided_passes`: `--baseline-undecided pass`), and
+    /// writes the line.
+    pub fn settle(mut self, cmp: Option<&Comparison>, undecided_passes: bool) -> SweepVerdict {
+        let engines_pass = self.engines.as_ref().is_none_or(|c| c.pass);
+        let facts = Facts {
+            runs_compared: self.ids.runs_compared,
+            checks_pass: self.ids.checks_pass() && engines_pass,
+            complete: self.complete(),
+            regressions: cmp.map(|c| c.regressions().len()).unwrap_or(0),
+            baseline_undecided: cmp.is_some_and(|c| c.undecided_reason().is_some()),
+            undecided_passes,
+        };
+        self.outcome = Outcome::decide(&facts);
+        self.pass = self.outcome.is_pass();
+        self.baseline = cmp.map(|c| BaselineGate {
+            compared: c.compared.len(),
+            regressed: c.regressions().len(),
+            undecided: c.undecided_reason(),
+            undecided_passes,
+        });
+        self.line = self.compose_line(cmp, engines_pass);
+        self
+    }
+
+    /// The one line of [`SweepVerdict::line`]: the outcome's word, then what it
+    /// rests on.
+    fn compose_line(&self, cmp: Option<&Comparison>, engines_pass: bool) -> String {
+        let ids = &self.ids;
+        let engines = self.engines.as_ref().map(|c| c.one_line());
+        let mut missing = if self.missing_shards.is_empty() {
+            String::new()
+        } else {
+            format!("; shard(s) {} missing", self.missing_shards.join(", "))
+        };
+        // Named only when the planned count says complete (else runs are just not done).
+        if !self.points_without_rows.is_empty() && ids.runs_done >= ids.runs_planned {
+            missing += &format!(
+                "; {} point(s) without a row (first: p{})",
+                self.points_without_rows.len(),
+                self.points_without_rows[0]
+            );
+        }
+        let incomplete = format!("{} of {} runs{missing}", ids.runs_done, ids.runs_planned);
+        let mut l = match self.outcome {
+            Outcome::Incomplete => format!("INCOMPLETE ({incomplete}); {}", ids.so_far()),
+            Outcome::NothingCompared => format!(
+                "NOTHING COMPARED: no run finished to compare ({} point(s) below the floor, {} n/a for their engine, {} row(s) in all)",
+                ids.below_floor.len(),
+                ids.not_applicable.len(),
+                ids.runs_done
+            ),
+            Outcome::Fail if ids.checks_pass() && !engines_pass => format!(
+                "FAIL: {}; within each engine, {}",
+                engines.clone().unwrap_or_default(),
+                ids.summary()
+            ),
+            o => format!("{}: {}", o.word(), ids.summary()),
+        };
+        if let (Some(e), true) = (&engines, engines_pass || !ids.checks_pass()) {
+            l += &format!("; {e}");
+        }
+        if self.outcome == Outcome::Fail && !self.complete() {
+            l += &format!("; incomplete ({incomplete})");
+        }
+        if let Some(c) = cmp {
+            l += &format!("; {}", c.line());
+            if self.outcome == Outcome::Pass && c.undecided_reason().is_some() {
+                l += " (accepted: --baseline-undecided pass)";
+            }
+        }
+        if !ids.not_applicable.is_empty() && self.outcome != Outcome::NothingCompared {
+            l += &format!(
+                "; {} point(s) n/a for their engine (skipped)",
+                ids.not_applicable.len()
+            );
+        }
+        if !ids.over_budget.is_empty() {
+            l += &format!(
+                "; {} run(s) exceeded their budget through the page cache; their speed is not comparable",
+                ids.over_budget.len()
+            );
+        }
+        l
     }
 }
 
@@ -102,9 +253,11 @@ pub fn write_all(
 ) -> Result<(SweepVerdict, Option<Comparison>)> {
     crate::sweep::record::row::save(dir, rows)?;
     let stats = per_point(rows);
-    let v = SweepVerdict::new(dir, meta, rows, &stats);
-    let cmp = baseline
-        .map(|b| crate::sweep::record::baseline::compare(&b.path, &b.runs, rows, b.tolerance));
+    let cmp = baseline.map(|b| {
+        crate::sweep::record::baseline::compare(&b.path, &b.runs, &b.unreadable, rows, b.tolerance)
+    });
+    let v = SweepVerdict::new(dir, meta, rows, &stats)
+        .settle(cmp.as_ref(), baseline.is_some_and(|b| b.undecided_passes));
     crate::export::write_json(&dir.join("verdict.json"), &v)?;
     let title = meta
         .spec_name
@@ -247,6 +400,13 @@ fn header_md(s: &mut String, c: &Sections) {
             None => String::new(),
         }
     );
+    if !meta.missing_shards.is_empty() {
+        let _ = writeln!(
+            s,
+            "> **Incomplete merge:** shard(s) {} of the split are missing; merge them in to complete it.\n",
+            meta.missing_shards.join(", ")
+        );
+    }
     if done < planned_runs {
         let _ = writeln!(
             s,
@@ -266,7 +426,7 @@ fn recommendation_md(s: &mut String, c: &Sections) {
 /// The verdict: its line, the differing points, each group and every run that failed or was skipped.
 fn verdict_md(s: &mut String, c: &Sections) {
     let Sections { v, .. } = *c;
-    let _ = writeln!(s, "## Verdict\n\n**{}**\n", v.one_line());
+    let _ = writeln!(s, "## Verdict\n\n**{}**\n", v.line);
     let diff = v.ids.differing_points();
     if !diff.is_empty() {
         let _ = writeln!(
@@ -308,6 +468,9 @@ fn verdict_md(s: &mut String, c: &Sections) {
     }
     for (id, st, e) in &v.ids.failed {
         let _ = writeln!(s, "- failed `{id}` ({st}): {e}");
+    }
+    for (id, why) in &v.ids.unproven {
+        let _ = writeln!(s, "- failed `{id}` (ok, not compared): {why}");
     }
     for k in &v.ids.below_floor {
         let _ = writeln!(s, "- skipped (budget below the floor): `{k}`");
@@ -521,6 +684,15 @@ fn baseline_md(s: &mut String, c: &Sections) {
             b.regressions().len(),
             b.missing.len()
         );
+        if let Some(why) = b.undecided_reason() {
+            let _ = writeln!(s, "**The gate cannot decide:** {why}.\n");
+            for (k, why) in &b.undecided {
+                let _ = writeln!(s, "- undecided `{k}`: {why}");
+            }
+            if !b.undecided.is_empty() {
+                s.push('\n');
+            }
+        }
         if !b.compared.is_empty() {
             let _ = writeln!(
                 s,
