@@ -289,28 +289,41 @@ fn describe_ladder(ladder: &[(u64, u64)], bw: Option<&(f64, String)>) -> String 
     s
 }
 
-/// Human-readable plan (what `memdial plan` prints).
+/// One `key  value` line of `memdial plan`'s output.
+fn line(s: &mut String, k: &str, v: String) {
+    s.push_str(&format!("{k:<26} {v}\n"));
+}
+
+/// Human-readable plan (what `memdial plan` prints): the budget and what is pinned,
+/// the buffers that stream, then the predictions.
 fn describe(p: &Plan, cfg: &ModelConfig) -> String {
     let mut s = String::new();
-    let line = |s: &mut String, k: &str, v: String| s.push_str(&format!("{k:<26} {v}\n"));
+    describe_pinned(&mut s, p, cfg);
+    describe_streamed(&mut s, p, cfg);
+    describe_predicted(&mut s, p, cfg);
+    s
+}
+
+/// The budget, the floor and what the plan pins.
+fn describe_pinned(s: &mut String, p: &Plan, cfg: &ModelConfig) {
     line(
-        &mut s,
+        s,
         "budget",
         format!("{} ({} bytes)", fmt_bytes(p.budget_bytes), p.budget_bytes),
     );
-    line(&mut s, "model", fmt_bytes(p.model_bytes));
+    line(s, "model", fmt_bytes(p.model_bytes));
     line(
-        &mut s,
+        s,
         "io / prefetch",
         format!("{} / {}", p.io.as_str(), p.prefetch.as_str()),
     );
     line(
-        &mut s,
+        s,
         "floor",
         format!("{} ({} bytes)", fmt_bytes(p.floor_bytes), p.floor_bytes),
     );
     line(
-        &mut s,
+        s,
         "pinned globals",
         format!(
             "{} (final norms{})",
@@ -323,7 +336,7 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
         ),
     );
     line(
-        &mut s,
+        s,
         "pinned per-layer small",
         format!(
             "{} (norms, gate params, conv{})",
@@ -337,7 +350,7 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
     );
     let (kda, mla) = cfg.layer_counts();
     line(
-        &mut s,
+        s,
         "pinned trunk prefix",
         format!(
             "{} of {} groups, {} of {} layers whole ({} KDA + {} MLA in model), {}",
@@ -350,6 +363,11 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
             fmt_bytes(p.pinned_trunk_bytes)
         ),
     );
+}
+
+/// The buffers that stream (trunk slots, lm_head, expert cache, embedding rows),
+/// the state, the activations and what is left unused.
+fn describe_streamed(s: &mut String, p: &Plan, cfg: &ModelConfig) {
     let largest = p
         .groups
         .iter()
@@ -364,7 +382,7 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
         })
         .unwrap_or_default();
     line(
-        &mut s,
+        s,
         "rotating trunk slots",
         format!(
             "{} × {} (largest group: {largest})",
@@ -373,7 +391,7 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
         ),
     );
     line(
-        &mut s,
+        s,
         "lm_head",
         format!(
             "{} row block(s), streamed with the trunk groups",
@@ -381,7 +399,7 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
         ),
     );
     line(
-        &mut s,
+        s,
         "expert cache",
         format!(
             "{} experts of {} × {} = {}",
@@ -392,7 +410,7 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
         ),
     );
     line(
-        &mut s,
+        s,
         "embedding rows",
         if p.embedding_pinned {
             format!("table pinned ({})", fmt_bytes(p.embedding_bytes))
@@ -406,7 +424,7 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
         },
     );
     line(
-        &mut s,
+        s,
         "state",
         format!(
             "{} (KDA states + MLA latents for {} positions)",
@@ -415,7 +433,7 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
         ),
     );
     line(
-        &mut s,
+        s,
         "activations",
         format!(
             "{} (the model's scratch arena for {}-token forwards on {} kernel thread(s))",
@@ -424,9 +442,13 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
             p.threads
         ),
     );
-    line(&mut s, "unused", fmt_bytes(p.unused_bytes));
+    line(s, "unused", fmt_bytes(p.unused_bytes));
+}
+
+/// The predicted hit rates and bytes per token.
+fn describe_predicted(s: &mut String, p: &Plan, cfg: &ModelConfig) {
     line(
-        &mut s,
+        s,
         "trunk hit rate (pred.)",
         format!(
             "{:.1}% of {} streamed trunk bytes per token (lm_head included)",
@@ -435,7 +457,7 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
         ),
     );
     line(
-        &mut s,
+        s,
         "expert hit rate (pred.)",
         format!(
             "{:.1}% if routing were uniform",
@@ -443,16 +465,15 @@ fn describe(p: &Plan, cfg: &ModelConfig) -> String {
         ),
     );
     line(
-        &mut s,
+        s,
         "bytes read / token (pred.)",
         fmt_bytes(p.predicted_bytes_per_token),
     );
     if cfg.attn_kinds.contains(&AttnKind::Mla) {
         line(
-            &mut s,
+            s,
             "MLA cache / position",
             format!("{} bytes per MLA layer", cfg.mla_cache_bytes_per_position()),
         );
     }
-    s
 }
