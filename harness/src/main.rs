@@ -25,9 +25,9 @@ mod export;
 #[allow(dead_code)] // wired into the sweep's and the merge's outputs next
 mod gha;
 mod iobench;
-mod stats;
 #[allow(dead_code)] // wired into the sweep's and the merge's outputs next
 mod junit;
+mod stats;
 mod sweep;
 
 /// Run giant MoE models in a memory budget, and measure the trade.

@@ -16,7 +16,8 @@
 //! - [`report`], [`charts`]: `report.md`, `verdict.json`, `curve.*`, `io.*`;
 //! - [`merge`]: combining shard directories;
 //! - [`host`]: machine and storage facts;
-//! - [`engines`]: other engines on the same points (the `engines` axis).
+//! - [`engines`]: other engines on the same points (the `engines` axis);
+//! - [`start`]: the `start` axis (cold or warm caches).
 
 pub mod analysis;
 pub mod axes;
@@ -24,5 +25,6 @@ pub mod engines;
 pub mod record;
 pub mod run;
 pub mod spec;
+pub mod start;
 pub mod util;
 pub mod write;

@@ -68,6 +68,7 @@ pub fn same_budget(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Ve
             let b = usable.iter().find(|b| {
                 b.budget_spec == a.budget_spec
                     && b.engine == a.engine
+                    && b.start == a.start
                     && b.cache == a.cache
                     && b.threads == a.threads
                     && b.prompt_index == a.prompt_index

@@ -353,6 +353,8 @@ mod tests {
             insufficient_repeats: false,
             engine: String::new(),
             not_applicable: None,
+            start: "cold".into(),
+            noisy: 0,
         }
     }
 

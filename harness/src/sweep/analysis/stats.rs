@@ -1,4 +1,5 @@
-//! Per-point statistics over the measured (non-warm-up, finished) repeats.
+//! Per-point statistics over the measured (non-warm-up, finished) repeats that the
+//! noise sentinel found quiet; noisy ones are counted apart.
 
 use std::collections::BTreeMap;
 
@@ -83,13 +84,19 @@ pub struct PointStats {
     pub not_applicable: Option<String>,
     /// Too few runs (or decode tokens) for an interval.
     pub insufficient_repeats: bool,
+    /// How the runs started (`cold` or `warm`, the `start` axis; `cold` in rows of
+    /// sweeps before it).
+    pub start: String,
+    /// Measured finished runs marked `noisy` by the noise sentinel: counted here,
+    /// left out of `n`, the medians and the interval.
+    pub noisy: usize,
 }
 
-/// Per-token decode times of each measured finished run of every point (a run with
-/// only a median contributes that one value).
+/// Per-token decode times of each measured finished quiet run of every point (a run
+/// with only a median contributes that one value; `noisy` runs are left out).
 pub fn point_runs(rows: &[Row]) -> BTreeMap<usize, Vec<Run>> {
     let mut by: BTreeMap<usize, Vec<Run>> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.is_measured_ok()) {
+    for r in rows.iter().filter(|r| r.is_measured_quiet()) {
         let run: Run = if r.metrics.decode_s_per_token.is_empty() {
             r.metrics.decode_s_per_token_median.into_iter().collect()
         } else {
@@ -114,7 +121,11 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
     by.into_values()
         .map(|all| {
             let first = all[0];
-            let ok: Vec<&Row> = all.iter().copied().filter(|r| r.is_measured_ok()).collect();
+            let ok: Vec<&Row> = all
+                .iter()
+                .copied()
+                .filter(|r| r.is_measured_quiet())
+                .collect();
             let spt: Vec<f64> = ok
                 .iter()
                 .filter_map(|r| r.metrics.decode_s_per_token_median)
@@ -166,6 +177,8 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                     .find(|r| r.status == RunStatus::NotApplicable)
                     .map(|r| r.error.clone().unwrap_or_default()),
                 insufficient_repeats: iv.as_ref().is_some_and(|i| i.insufficient),
+                start: crate::sweep::start::StartMode::of_row(first).to_string(),
+                noisy: all.iter().filter(|r| r.is_measured_noisy()).count(),
             }
         })
         .collect()

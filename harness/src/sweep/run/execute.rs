@@ -318,5 +318,6 @@ impl RunEnv<'_> {
             RunStatus::Failed
         };
         row.fill_memory(&o.mem, slack);
+        row.fill_noise(&o.noise, &spec.noise);
     }
 }
