@@ -199,6 +199,7 @@ pub fn open(
         results_schema: None,
         model_content_hash: None,
         engines: vec![],
+        noise: (spec.noise != memdial::noise::Thresholds::default()).then_some(spec.noise),
     };
     Ok((meta, vec![]))
 }
@@ -246,6 +247,9 @@ pub struct Meta {
     /// The engines of the sweep (empty for memdial-only sweeps).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub engines: Vec<crate::sweep::engines::registry::EngineMeta>,
+    /// The spec's `[noise]` thresholds when it sets them (absent: the defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<memdial::noise::Thresholds>,
 }
 
 impl Meta {
