@@ -417,7 +417,7 @@ fn noise_md(s: &mut String, c: &Sections) {
     let t = meta.noise.unwrap_or_default();
     let _ = writeln!(
         s,
-        "## Noise\n\nAround every run the harness measured what the rest of the machine did (docs/statistics.md): other processes' CPU time, CPU steal, \
+        "## Noise\n\nAround every run the harness measured what the rest of the machine did (docs/steady-state.md): other processes' CPU time, CPU steal, \
          pressure stalls and reads on the model's disk not made by the run (columns `noise_*` of results.csv). A run is noisy above {} cores of other CPU use, \
          {} cores of steal{} or {} of foreign reads (`[noise]` in the spec). {} of {} measured runs were noisy.\n",
         t.other_cpu_cores,
@@ -537,6 +537,12 @@ fn medians_md(s: &mut String, c: &Sections) {
             bytes_f(p.peak_accounted_bytes),
         );
     }
+    medians_footnotes(s, c);
+}
+
+/// The footnotes the marks of the medians table need.
+fn medians_footnotes(s: &mut String, c: &Sections) {
+    let Sections { stats, v, .. } = *c;
     if stats.iter().any(|p| p.high_variance) {
         let _ = writeln!(
             s,
