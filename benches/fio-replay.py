@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Direct IO at its best (issue #12): the streaming store's decode read throughput against
+"""Direct IO at its best: the streaming store's decode read throughput against
 fio O_DIRECT replaying the engine's own decode reads (same files, offsets, lengths, order).
 
     benches/fio-replay.py MODEL_DIR BUDGET_BYTES [--depth 4] [--rounds 6] [--reserve-hugepages]

@@ -1,4 +1,4 @@
-//! Recurrent-core benches at Kimi K3 head counts (docs/architecture.md §9):
+//! Recurrent-core benches at Kimi K3 head counts (docs/model.md §9):
 //! - `kda_step`: one token through the gated delta rule of all 96 KDA heads
 //!   (K = V = 128): decay, delta read, rank-1 update, output; the f32 state is
 //!   96·128·128·4 = 6 MiB, read and written once per token.

@@ -44,6 +44,9 @@ pub struct Checkpoint {
     pub dir: PathBuf,
     pub shards: Vec<Shard>,
     pub tensors: HashMap<String, TensorLoc>,
+    /// Things worth telling `inspect` that are not problems: stale copies of a tensor
+    /// in a shard the index does not map it to (ignored; the index decides).
+    pub notes: Vec<String>,
 }
 
 /// Largest JSON header accepted (the format's own limit is 100 MB).
@@ -96,9 +99,42 @@ pub fn read_header(path: &Path) -> Result<(u64, safetensors::tensor::Metadata)> 
     f.read_exact(&mut buf)
         .with_context(|| format!("{}: cannot read header", path.display()))?;
     drop_header_pages(&f, 8 + n);
+    // The crate's map keeps the last of a repeated name and then reports the hole it
+    // leaves as an "invalid offset": name the duplicate instead.
+    if let Ok(Some(dup)) = first_duplicate_key(&buf) {
+        bail!(
+            "{}: malformed safetensors header: tensor name {dup:?} appears more than once",
+            path.display()
+        );
+    }
     let meta: safetensors::tensor::Metadata = serde_json::from_slice(&buf)
         .with_context(|| format!("{}: malformed safetensors header", path.display()))?;
     Ok((8 + n, meta))
+}
+
+/// The first top-level key that a JSON object text repeats, if any (`Err` when the
+/// text is not a JSON object; the caller's real parse reports that).
+fn first_duplicate_key(json: &[u8]) -> serde_json::Result<Option<String>> {
+    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+    struct Dup;
+    impl<'de> Visitor<'de> for Dup {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            let mut dup = None;
+            while let Some(k) = m.next_key::<String>()? {
+                m.next_value::<IgnoredAny>()?;
+                if dup.is_none() && !seen.insert(k.clone()) {
+                    dup = Some(k);
+                }
+            }
+            Ok(dup)
+        }
+    }
+    serde_json::Deserializer::from_slice(json).deserialize_map(Dup)
 }
 
 impl Checkpoint {
@@ -141,11 +177,24 @@ impl Checkpoint {
         files.sort();
         let mut shards = Vec::new();
         let mut tensors = HashMap::new();
+        // Stale copies: (tensor, shard holding it, shard the index maps it to).
+        let mut stale: Vec<(String, String, String)> = Vec::new();
         for (si, f) in files.iter().enumerate() {
             let path = dir.join(f);
             let (data_start, meta) = read_header(&path)?;
             let size = std::fs::metadata(&path)?.len();
             for (name, info) in meta.tensors() {
+                // With an index, a copy in a shard the index does not map the tensor to is
+                // stale (an overlay shard replaced it): the index decides, as transformers
+                // and vLLM load only the mapped copy.
+                if let Some(mapped) = weight_map
+                    .as_ref()
+                    .and_then(|wm| wm.get(&name))
+                    .filter(|m| *m != f && files.contains(m))
+                {
+                    stale.push((name.clone(), f.clone(), mapped.clone()));
+                    continue;
+                }
                 let (a, b) = info.data_offsets;
                 let loc = TensorLoc {
                     shard: si,
@@ -164,10 +213,21 @@ impl Checkpoint {
                 data_start,
             });
         }
+        stale.sort();
+        let notes = stale
+            .iter()
+            .map(|(name, held, mapped)| {
+                format!(
+                    "{name}: stale copy in {held} ignored ({} maps it to {mapped})",
+                    index.file_name().unwrap_or_default().to_string_lossy()
+                )
+            })
+            .collect();
         let ck = Checkpoint {
             dir: dir.to_path_buf(),
             shards,
             tensors,
+            notes,
         };
         if let Some(wm) = &weight_map {
             ck.check_index(&index, &files, wm)?;
@@ -339,6 +399,149 @@ mod content_hash_tests {
         assert_eq!(
             model_content_hash(&ck).unwrap(),
             "3c268a2cf07b54333ce9000fa73578442cf1b2d01399fb2a24246bb171a3c914"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod field_case_tests {
+    use super::*;
+
+    /// A safetensors file of F32 scalars `(name, value)`, hand-assembled: 8-byte LE
+    /// header length, the JSON header exactly as given by the entries, then the data.
+    fn st_file(entries: &[(&str, f32)]) -> Vec<u8> {
+        let fields: Vec<String> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, (n, _))| {
+                format!(
+                    r#""{n}":{{"dtype":"F32","shape":[1],"data_offsets":[{},{}]}}"#,
+                    4 * i,
+                    4 * i + 4
+                )
+            })
+            .collect();
+        let hdr = format!("{{{}}}", fields.join(","));
+        let mut b = (hdr.len() as u64).to_le_bytes().to_vec();
+        b.extend_from_slice(hdr.as_bytes());
+        for (_, v) in entries {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("ck-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn value_at(ck: &Checkpoint, name: &str) -> f32 {
+        let t = ck.get(name).unwrap();
+        let b = std::fs::read(&ck.shards[t.shard].path).unwrap();
+        let o = t.offset as usize;
+        f32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+    }
+
+    #[test]
+    fn index_decides_between_an_overlay_and_a_stale_copy() {
+        let d = scratch("overlay");
+        // base holds a = 1 (stale) and b = 2; the overlay holds the new a = 3.
+        std::fs::write(
+            d.join("base.safetensors"),
+            st_file(&[("a", 1.0), ("b", 2.0)]),
+        )
+        .unwrap();
+        std::fs::write(d.join("overlay.safetensors"), st_file(&[("a", 3.0)])).unwrap();
+        std::fs::write(
+            d.join("model.safetensors.index.json"),
+            r#"{"metadata":{},"weight_map":{"a":"overlay.safetensors","b":"base.safetensors"}}"#,
+        )
+        .unwrap();
+        let ck = Checkpoint::open(&d).unwrap();
+        assert_eq!(ck.tensors.len(), 2);
+        assert_eq!(
+            ck.shards[ck.get("a").unwrap().shard].path,
+            d.join("overlay.safetensors")
+        );
+        // Hand-derived: the overlay's header `{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`
+        // is 54 bytes, so `a` starts at 8 + 54.
+        assert_eq!(ck.get("a").unwrap().offset, 62);
+        assert_eq!(value_at(&ck, "a"), 3.0);
+        assert_eq!(value_at(&ck, "b"), 2.0);
+        assert_eq!(ck.total_bytes(), 8);
+        assert!(ck.structural_problems().is_empty());
+        assert_eq!(
+            ck.notes,
+            [
+                "a: stale copy in base.safetensors ignored (model.safetensors.index.json maps it \
+              to overlay.safetensors)"
+            ]
+        );
+        // The same two shards mapped the other way round: the base copy is used.
+        std::fs::write(
+            d.join("model.safetensors.index.json"),
+            r#"{"weight_map":{"a":"base.safetensors","b":"base.safetensors"}}"#,
+        )
+        .unwrap();
+        // overlay.safetensors is no longer named by the index, so it is not read at all.
+        let ck = Checkpoint::open(&d).unwrap();
+        assert_eq!(value_at(&ck, "a"), 1.0);
+        assert!(ck.notes.is_empty());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn copies_only_in_shards_the_index_does_not_name_are_refused() {
+        let d = scratch("twice");
+        std::fs::write(d.join("s1.safetensors"), st_file(&[("a", 1.0), ("b", 2.0)])).unwrap();
+        std::fs::write(d.join("s2.safetensors"), st_file(&[("a", 3.0), ("c", 4.0)])).unwrap();
+        // The index maps `a` to a third shard that lacks it: both copies are stale and
+        // there is no current one.
+        std::fs::write(d.join("s3.safetensors"), st_file(&[("d", 5.0)])).unwrap();
+        std::fs::write(
+            d.join("model.safetensors.index.json"),
+            r#"{"weight_map":{"a":"s3.safetensors","b":"s1.safetensors","c":"s2.safetensors","d":"s3.safetensors"}}"#,
+        )
+        .unwrap();
+        let e = format!("{:#}", Checkpoint::open(&d).unwrap_err());
+        assert!(
+            e.contains("disagrees with the shard headers: it maps a to s3.safetensors, whose header has no such tensor"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_name_repeated_in_one_header_is_named() {
+        let d = scratch("dup");
+        std::fs::write(
+            d.join("model.safetensors"),
+            st_file(&[("a", 1.0), ("w", 2.0), ("a", 3.0)]),
+        )
+        .unwrap();
+        let e = format!("{:#}", Checkpoint::open(&d).unwrap_err());
+        assert!(
+            e.contains(r#"tensor name "a" appears more than once"#)
+                && e.contains("model.safetensors"),
+            "{e}"
+        );
+        // Without the check the crate reports a hole in the offsets instead.
+        let b = std::fs::read(d.join("model.safetensors")).unwrap();
+        let n = u64::from_le_bytes(b[..8].try_into().unwrap()) as usize;
+        let crate_err = serde_json::from_slice::<safetensors::tensor::Metadata>(&b[8..8 + n])
+            .unwrap_err()
+            .to_string();
+        assert!(crate_err.to_lowercase().contains("offset"), "{crate_err}");
+        assert_eq!(
+            first_duplicate_key(br#"{"x":1,"y":{"x":2}}"#).unwrap(),
+            None
+        );
+        assert_eq!(
+            first_duplicate_key(br#"{"x":1,"y":2,"y":3,"x":4}"#).unwrap(),
+            Some("y".into())
         );
         std::fs::remove_dir_all(&d).unwrap();
     }

@@ -259,6 +259,15 @@ pub fn findings(dir: &Path, cfg: &ModelConfig, ck: &Checkpoint) -> Findings {
             cfg.num_nextn_predict_layers, f.mtp_layers, f.unused_tensors, f.unused_bytes
         ));
     }
+    if cfg.eos_token_ids_source == crate::config::EosSource::GenerationConfig {
+        f.notes.push(format!(
+            "stop ids {:?} from {} (its eos_token_id takes priority over config.json's, as in \
+             transformers' generate)",
+            cfg.eos_token_ids,
+            crate::config::GENERATION_CONFIG
+        ));
+    }
+    f.notes.extend(ck.notes.iter().cloned());
     match Tokenizer::from_dir(dir) {
         Ok(tok) => {
             let n = tok.n_vocab();

@@ -27,9 +27,11 @@
 //! - [`sampler`], [`generate`]: token selection and the prefill/decode loop;
 //! - [`metrics`]: [`metrics::RunMetrics`], the figures of one run (`--metrics-json`, `results.csv`);
 //! - [`error`]: typed usage-class errors ([`error::UsageError`]);
-//! - [`units`]: byte sizes (`512MiB`) parsed and printed.
+//! - [`units`]: byte sizes (`512MiB`) parsed and printed;
+//! - [`budget`]: budget expressions (`25%`, `2x floor`) bounded and resolved without overflow.
 
 pub mod arena;
+pub mod budget;
 pub mod chat;
 pub mod checkpoint;
 pub mod config;

@@ -9,7 +9,7 @@
 //! who measured each figure that is present.
 //!
 //! Adding a figure: add the field here (at the end), then its column at the end of
-//! `harness/src/sweep/row.rs::COLUMNS` and a line in the README schema; the row
+//! `harness/src/sweep/row.rs::COLUMNS` and a row in the schema table of docs/results.md; the row
 //! test `every_run_metric_reaches_results_csv` fails until both are done.
 
 use std::collections::BTreeMap;

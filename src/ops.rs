@@ -5,7 +5,7 @@
 //! `[out, in]`), arithmetic is f32 with a fixed reduction order, results are
 //! bit-identical for every thread count, and `matmul_*` equals `matvec_*` on each
 //! vector bit for bit. MXFP4 follows OCP MX v1.0 / compressed-tensors
-//! `mxfp4-pack-quantized` (docs/architecture.md §6).
+//! `mxfp4-pack-quantized` (docs/model.md §6).
 
 pub use crate::kernels::{
     bf16_to_f32, dequant_mxfp4, matmul_bf16, matmul_bf16_in, matmul_f32, matmul_f32_in,

@@ -4,7 +4,7 @@
 //! One table serves three users: `memdial fixture` writes exactly these tensors,
 //! `memdial inspect` validates a checkpoint against them, and the model loader
 //! checks them before the first forward pass. Names follow the published
-//! Kimi-Linear-48B / Kimi K3 checkpoints (docs/architecture.md §2–§5, quirks in §7).
+//! Kimi-Linear-48B / Kimi K3 checkpoints (docs/model.md §2–§5, quirks in §7).
 
 use crate::config::{AttnKind, ExpertFormat, MlpKind, ModelConfig};
 

@@ -35,6 +35,14 @@ pub fn read() -> MemReading {
     }
 }
 
+/// `MemAvailable` of `/proc/meminfo` in bytes: the kernel's estimate of memory a new
+/// allocation can get without swapping (free memory plus reclaimable page cache).
+/// `None` when unknown (non-Linux, or a kernel without the field).
+pub fn mem_available() -> Option<u64> {
+    use procfs::Current;
+    procfs::Meminfo::current().ok()?.mem_available
+}
+
 /// Tracks the peak of `RssAnon` over samples (the kernel keeps no anonymous peak).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PeakTracker {

@@ -213,3 +213,101 @@ fn refusals_name_key_and_file() {
     let e = format!("{:#}", memdial::config::load_config(d.path()).unwrap_err());
     assert!(e.contains("config.json") && e.contains("topk_group"), "{e}");
 }
+
+/// `generation_config.json`'s `eos_token_id` replaces `config.json`'s (transformers'
+/// and mlx-lm's `generate`); a file that sets no ids leaves `config.json`'s; a bad
+/// file is refused, naming it. Expected ids are the ones written in the files.
+#[test]
+fn generation_config_eos_ids_take_priority() {
+    use memdial::config::{load_config, EosSource};
+    let cfg = base("linear");
+    let cfg_eos = cfg["eos_token_id"].as_u64().unwrap() as u32;
+    let vocab = cfg["vocab_size"].as_u64().unwrap();
+    let ok: Vec<(Option<&str>, Vec<u32>, EosSource)> = vec![
+        (None, vec![cfg_eos], EosSource::ConfigJson),
+        (
+            Some(r#"{"eos_token_id": 5}"#),
+            vec![5],
+            EosSource::GenerationConfig,
+        ),
+        (
+            Some(r#"{"eos_token_id": 0}"#),
+            vec![0],
+            EosSource::GenerationConfig,
+        ),
+        (
+            Some(r#"{"bos_token_id": 1, "eos_token_id": [7, 3, 9], "do_sample": false}"#),
+            vec![7, 3, 9],
+            EosSource::GenerationConfig,
+        ),
+        (
+            Some(r#"{"eos_token_id": null}"#),
+            vec![cfg_eos],
+            EosSource::ConfigJson,
+        ),
+        (
+            Some(r#"{"eos_token_id": []}"#),
+            vec![cfg_eos],
+            EosSource::ConfigJson,
+        ),
+        (
+            Some(r#"{"temperature": 0.6}"#),
+            vec![cfg_eos],
+            EosSource::ConfigJson,
+        ),
+    ];
+    for (gen, want, src) in ok {
+        let d = memdial_testkit::scratch!("gen-config-eos");
+        std::fs::write(d.join("config.json"), cfg.to_string()).unwrap();
+        if let Some(g) = gen {
+            std::fs::write(d.join("generation_config.json"), g).unwrap();
+        }
+        let c = load_config(d.path()).unwrap_or_else(|e| panic!("{gen:?}: {e:#}"));
+        assert_eq!(c.eos_token_ids, want, "{gen:?}");
+        assert_eq!(c.eos_token_ids_source, src, "{gen:?}");
+    }
+    // config.json without eos_token_id (whose default, 163586, is beyond this vocab):
+    // the generation config's ids alone decide.
+    let d = memdial_testkit::scratch!("gen-config-eos-only");
+    let no_eos = with(&cfg, "eos_token_id", None);
+    assert!(ModelConfig::from_json_str(&no_eos.to_string()).is_err());
+    std::fs::write(d.join("config.json"), no_eos.to_string()).unwrap();
+    std::fs::write(
+        d.join("generation_config.json"),
+        r#"{"eos_token_id": [4, 6]}"#,
+    )
+    .unwrap();
+    let c = load_config(d.path()).unwrap();
+    assert_eq!(c.eos_token_ids, [4, 6]);
+    assert_eq!(c.eos_token_ids_source, EosSource::GenerationConfig);
+    let bad: Vec<(String, &str)> = vec![
+        (
+            format!(r#"{{"eos_token_id": [1, {vocab}]}}"#),
+            "is out of range",
+        ),
+        (r#"{"eos_token_id": "2"}"#.into(), "unexpected value"),
+        (r#"{"eos_token_id": [-1]}"#.into(), "non-negative integers"),
+        (r#"{"eos_token_id": 4294967296}"#.into(), "below 2^32"),
+        ("{not json".into(), "not valid JSON"),
+        ("[1, 2]".into(), "not a JSON object"),
+    ];
+    for (gen, want) in bad {
+        let d = memdial_testkit::scratch!("gen-config-eos-bad");
+        std::fs::write(d.join("config.json"), cfg.to_string()).unwrap();
+        std::fs::write(d.join("generation_config.json"), &gen).unwrap();
+        let e = format!("{:#}", load_config(d.path()).unwrap_err());
+        assert!(
+            e.contains("generation_config.json") && e.contains(want),
+            "{gen}: {e}"
+        );
+    }
+    // A directory in its place cannot be read: said, not ignored.
+    let d = memdial_testkit::scratch!("gen-config-eos-dir");
+    std::fs::write(d.join("config.json"), cfg.to_string()).unwrap();
+    std::fs::create_dir(d.join("generation_config.json")).unwrap();
+    let e = format!("{:#}", load_config(d.path()).unwrap_err());
+    assert!(
+        e.contains("cannot read") && e.contains("generation_config.json"),
+        "{e}"
+    );
+}

@@ -1,4 +1,4 @@
-//! The engine against independent implementations (issue 3 §5 "Oracles").
+//! The engine against independent implementations (docs/oracles.md).
 //!
 //! What runs where:
 //! - **Live (mlx-lm)**: `tiny_k3_matches_mlx_lm_live`, `tiny_linear_matches_mlx_lm_live` generate
@@ -8,6 +8,9 @@
 //!   `bash fixtures/oracle/setup.sh --torch`; ≈ 6 s per model) and compare the engine with its
 //!   output. If the venv cannot be created they are reported as `ignored, REASON` (this binary
 //!   runs on libtest-mimic, `harness = false`), and fail under CI (`CI` set).
+//! - **Live (transformers `generate`)**: `tiny_linear_stops_on_generation_config_eos_like_transformers_live`
+//!   adds a `generation_config.json` with a list of stop ids and compares the engine's greedy output
+//!   with `fixtures/oracle/hf_generate.py` (≈ 7 s).
 //! - **Committed goldens** (no Python at test time): `tiny_linear_matches_transformers_golden`
 //!   (transformers `KimiLinearForCausalLM`; torch is too heavy to run per test) and
 //!   `tiny_k3_and_tiny_linear_match_mlx_goldens` compare against `fixtures/golden/*.{json,logits.npy}`,
@@ -429,6 +432,111 @@ fn golden(preset: &str, name: &str) -> f64 {
     )
 }
 
+/// Stop ids from `generation_config.json` (a list, one of them not config.json's eos), against
+/// transformers' own `generate` (greedy) run live on the same checkpoint.
+///
+/// The extra stop id is taken from the committed transformers golden's greedy continuation
+/// (the first token at step ≥ 4 not seen before), so both engines should stop there early;
+/// the live oracle run decides what the right output is.
+fn tiny_linear_stops_on_generation_config_eos_like_transformers_live() -> testkit::Outcome {
+    let py = match venv_python() {
+        Ok(py) => py,
+        Err(why) => return testkit::skip(format!("transformers oracle not checked: {why}")),
+    };
+    let fx = TmpFixture::new("tiny-linear", "gen-eos");
+    let cfg_json: Value =
+        serde_json::from_slice(&std::fs::read(fx.dir.join("config.json")).unwrap()).unwrap();
+    let cfg_eos = cfg_json["eos_token_id"]
+        .as_u64()
+        .expect("config.json eos_token_id") as u32;
+    let (golden, _) = load_oracle(&golden_dir().join("tiny-linear.hf"));
+    let greedy = json_ids(&golden, "greedy_ids");
+    let step = (4..greedy.len())
+        .find(|&i| greedy[i] != cfg_eos && !greedy[..i].contains(&greedy[i]))
+        .expect("a fresh token in the golden continuation");
+    let stop = greedy[step];
+    let eos_list = vec![cfg_eos, cfg_eos + 1, stop];
+    std::fs::write(
+        fx.dir.join("generation_config.json"),
+        serde_json::json!({"bos_token_id": 1, "eos_token_id": eos_list, "do_sample": false})
+            .to_string(),
+    )
+    .unwrap();
+
+    let ids = fixed_ids(cfg_json["vocab_size"].as_u64().unwrap() as usize, N_TEACHER);
+    let out_path = fx.dir.parent().unwrap().join("hf-generate.json");
+    let t = Instant::now();
+    let ids_arg: Vec<String> = ids.iter().map(u32::to_string).collect();
+    let out = Command::new(&py)
+        .arg(root().join("fixtures/oracle/hf_generate.py"))
+        .arg(&fx.dir)
+        .args(["--ids", &ids_arg.join(","), "--max-new-tokens"])
+        .arg(N_GREEDY.to_string())
+        .arg("--out")
+        .arg(&out_path)
+        .output()
+        .expect("run hf_generate.py");
+    assert!(
+        out.status.success(),
+        "hf_generate.py failed\nstdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!(
+        "hf_generate.py {:.1} s: {}",
+        t.elapsed().as_secs_f64(),
+        String::from_utf8_lossy(&out.stdout).trim()
+    );
+    let j: Value = serde_json::from_slice(&std::fs::read(&out_path).unwrap()).unwrap();
+    let (cfg_sha, w_sha) = checkpoint_hashes(&fx.dir);
+    assert_eq!(
+        j["model_dir_config_sha256"].as_str(),
+        Some(cfg_sha.as_str())
+    );
+    assert_eq!(
+        j["model_dir_safetensors_sha256"].as_str(),
+        Some(w_sha.as_str())
+    );
+    assert_eq!(
+        j["generation_config_sha256"].as_str(),
+        Some(sha256_hex(&std::fs::read(fx.dir.join("generation_config.json")).unwrap()).as_str())
+    );
+    assert_eq!(
+        j["generation_config_eos_token_id"],
+        serde_json::json!(eos_list)
+    );
+    let want = json_ids(&j, "output_ids");
+    // The oracle really stopped early, on the id config.json does not name.
+    assert_eq!(want.len(), step + 1, "transformers output {want:?}");
+    assert_eq!(want.last(), Some(&stop));
+
+    let cfg = load_config(&fx.dir).unwrap();
+    assert_eq!(cfg.eos_token_ids, eos_list);
+    let model = Model::load(&fx.dir, 2).unwrap();
+    let mut st = model.new_state(N_TEACHER + N_GREEDY);
+    let p = GenerateParams {
+        max_tokens: N_GREEDY,
+        sampler: SamplerConfig {
+            temperature: 0.0,
+            ..Default::default()
+        },
+        stop_ids: cfg.eos_token_ids.clone(),
+        keep_logits: false,
+        prefill_chunk: 0,
+        perturb_logit: None,
+    };
+    let g = generate(&model, &mut st, &ids, &p, &mut |_| {}).unwrap();
+    assert_eq!(g.output_ids, want, "engine vs transformers generate");
+    assert!(g.stopped);
+    println!(
+        "tiny-linear: stopped on generation_config.json eos {stop} after {} tokens, as transformers \
+         ({})",
+        want.len(),
+        j["oracle_version"].as_str().unwrap_or("?")
+    );
+    Ok(testkit::Completion::Completed)
+}
+
 fn tiny_linear_matches_transformers_golden() {
     golden("tiny-linear", "tiny-linear.hf");
 }
@@ -625,6 +733,10 @@ fn main() -> std::process::ExitCode {
     trials.push(testkit::ignorable(
         "tiny_linear_matches_mlx_lm_live",
         tiny_linear_matches_mlx_lm_live,
+    ));
+    trials.push(testkit::ignorable(
+        "tiny_linear_stops_on_generation_config_eos_like_transformers_live",
+        tiny_linear_stops_on_generation_config_eos_like_transformers_live,
     ));
     testkit::main(include_str!("engine_oracles.rs"), trials)
 }

@@ -88,7 +88,7 @@ fn router_group_limited_excludes_dropped_groups() {
     // Two groups of two. s' group 0 = [-0.1, -0.2] (sum −0.3), group 1 = [-0.5, -0.6] (−1.1):
     // group 1 is dropped. DeepSeek-V3 `Gate.forward` masks it with −∞, so the kept negative
     // scores still win: selection = [0, 1]. (mlx-lm masks with 0.0, which would select
-    // [2, 3] here; issue 11, fixtures/oracle/README.md.)
+    // [2, 3] here; fixtures/oracle/README.md.)
     let logits = [0.0f32; 4];
     let bias = [-0.6, -0.7, -1.0, -1.1];
     let r = route(&logits, &bias, &moe_cfg(4, 2, 2, 1, 1.0));

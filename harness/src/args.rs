@@ -1,4 +1,5 @@
-//! Command-line value types shared by the subcommands, and the usage-error helper.
+//! Command-line value types shared by the subcommands, the usage-error helper and the
+//! reader of text files named on the command line.
 //!
 //! The library's name sets ([`IoMode`], [`Prefetch`], [`CachePolicy`]) stay free of
 //! clap: each has `ALL` and `as_str`, and [`value_enum!`] wraps it here in a
@@ -47,6 +48,35 @@ value_enum!(
 /// itself (flag combinations, bad spec files, …).
 pub fn usage(msg: impl std::fmt::Display) -> anyhow::Error {
     UsageError::Invalid(msg.to_string()).into()
+}
+
+/// Reads the text file `path` given to `flag` (`--prompt-file`, `--file`) whole.
+/// A FIFO or `/dev/stdin` works (read to its end, as `cat` does: process
+/// substitution `--prompt-file <(...)` is one).
+///
+/// Errors: usage errors (exit 2) naming the flag and the path when it does not exist,
+/// is a directory, or is not UTF-8 (with the offset of the first invalid byte); other
+/// read errors (permissions, IO) as they are, with the path.
+pub fn read_text_file(flag: &str, path: &std::path::Path) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let shown = path.display();
+    if path.is_dir() {
+        return Err(usage(format!(
+            "{flag} {shown}: is a directory, not a text file"
+        )));
+    }
+    let bytes = match std::fs::read(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(usage(format!("{flag} {shown}: no such file")))
+        }
+        r => r.with_context(|| format!("{flag} {shown}: cannot read"))?,
+    };
+    String::from_utf8(bytes).map_err(|e| {
+        usage(format!(
+            "{flag} {shown}: not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        ))
+    })
 }
 
 /// `e` (with its context chain flattened into one message) as a usage error.

@@ -110,6 +110,87 @@ fn parse(a: &Args) -> Result<Settings> {
     })
 }
 
+/// `iobench.json` before the run (`wall_s` is set at the end).
+fn new_meta(
+    a: &Args,
+    workloads: &[Workload],
+    matrix: &Matrix,
+    fio: Option<String>,
+    created: String,
+) -> Meta {
+    let files = &workloads[0].files;
+    let model_bytes: u64 = files
+        .iter()
+        .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
+        .sum();
+    Meta {
+        created_utc: created,
+        memdial_version: env!("CARGO_PKG_VERSION").into(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        model_dir: std::fs::canonicalize(&a.model)
+            .unwrap_or_else(|_| a.model.clone())
+            .display()
+            .to_string(),
+        model_files: files.len(),
+        model_bytes,
+        host: Host::collect(&a.model),
+        fio,
+        seconds_per_cell: a.seconds,
+        seed: a.seed,
+        patterns: workloads
+            .iter()
+            .map(|w| {
+                let cell = matrix.cells().first().copied();
+                PatternInfo {
+                    name: w.name.clone(),
+                    distinct_requests: w.cold_sequence().len(),
+                    sequence_requests: w.sequence.len(),
+                    median_request_bytes: w.median_request_bytes(),
+                    pass_bytes: w.pass_bytes(),
+                    fio_files: cell
+                        .and_then(|c| fio_job(w, &c).ok())
+                        .map(|j| j.files.iter().map(|f| f.display().to_string()).collect())
+                        .unwrap_or_default(),
+                }
+            })
+            .collect(),
+        wall_s: 0.0,
+    }
+}
+
+/// One line of the live table on stdout.
+fn print_row(r: &Row) {
+    if r.status == "ok" {
+        println!(
+            "{:<8} {:<10} {:<8} {:>3} {:<5} {:>6} {:>8.3} {:>9.1} {:>10.0} {:>10.0} {:>8.3}",
+            r.tool,
+            r.pattern,
+            r.io,
+            r.qd,
+            r.cache,
+            if r.cache == "cold" {
+                if r.cold_verified {
+                    "yes"
+                } else {
+                    "NO"
+                }
+            } else {
+                "-"
+            },
+            r.gb_per_s,
+            r.requests_per_s,
+            r.latency_p50_us,
+            r.latency_p99_us,
+            r.cpu_s_per_gb
+        );
+    } else {
+        println!(
+            "{:<8} {:<10} {:<8} {:>3} {:<5} {}: {}",
+            r.tool, r.pattern, r.io, r.qd, r.cache, r.status, r.note
+        );
+    }
+}
+
 /// Runs `memdial iobench`.
 pub fn run(a: &Args) -> Result<ExitCode> {
     let s = parse(a).map_err(crate::args::as_usage)?;
@@ -139,45 +220,8 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         export::update_latest(Path::new(DEFAULT_REPORTS), "iobench-latest", &out);
     }
 
-    let files = &workloads[0].files;
-    let model_bytes: u64 = files
-        .iter()
-        .map(|f| std::fs::metadata(f).map(|m| m.len()).unwrap_or(0))
-        .sum();
-    let mut meta = Meta {
-        created_utc: created,
-        memdial_version: env!("CARGO_PKG_VERSION").into(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-        model_dir: std::fs::canonicalize(&a.model)
-            .unwrap_or_else(|_| a.model.clone())
-            .display()
-            .to_string(),
-        model_files: files.len(),
-        model_bytes,
-        host: Host::collect(&a.model),
-        fio: fio.clone(),
-        seconds_per_cell: a.seconds,
-        seed: a.seed,
-        patterns: workloads
-            .iter()
-            .map(|w| {
-                let cell = matrix.cells().first().copied();
-                PatternInfo {
-                    name: w.name.clone(),
-                    distinct_requests: w.cold_sequence().len(),
-                    sequence_requests: w.sequence.len(),
-                    median_request_bytes: w.median_request_bytes(),
-                    pass_bytes: w.pass_bytes(),
-                    fio_files: cell
-                        .and_then(|c| fio_job(w, &c).ok())
-                        .map(|j| j.files.iter().map(|f| f.display().to_string()).collect())
-                        .unwrap_or_default(),
-                }
-            })
-            .collect(),
-        wall_s: 0.0,
-    };
-
+    let mut meta = new_meta(a, &workloads, &matrix, fio.clone(), created);
+    let model_bytes = meta.model_bytes;
     let total = workloads.len() * matrix.cells().len() * if matrix.fio { 2 } else { 1 };
     eprintln!(
         "memdial iobench: {} ({}), {} cells × {} s max, results in {}",
@@ -204,35 +248,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
     let mut rows: Vec<Row> = Vec::new();
     for w in &workloads {
         let mut on_row = |r: &Row| {
-            if r.status == "ok" {
-                println!(
-                    "{:<8} {:<10} {:<8} {:>3} {:<5} {:>6} {:>8.3} {:>9.1} {:>10.0} {:>10.0} {:>8.3}",
-                    r.tool,
-                    r.pattern,
-                    r.io,
-                    r.qd,
-                    r.cache,
-                    if r.cache == "cold" {
-                        if r.cold_verified {
-                            "yes"
-                        } else {
-                            "NO"
-                        }
-                    } else {
-                        "-"
-                    },
-                    r.gb_per_s,
-                    r.requests_per_s,
-                    r.latency_p50_us,
-                    r.latency_p99_us,
-                    r.cpu_s_per_gb
-                );
-            } else {
-                println!(
-                    "{:<8} {:<10} {:<8} {:>3} {:<5} {}: {}",
-                    r.tool, r.pattern, r.io, r.qd, r.cache, r.status, r.note
-                );
-            }
+            print_row(r);
             rows.push(r.clone());
             if let Err(e) = save_rows(&out, &rows) {
                 eprintln!("warning: cannot save results: {e:#}");

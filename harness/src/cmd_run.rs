@@ -211,12 +211,23 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let cfg = load_config(&a.model)?;
     let prompt = load_prompt(a, cfg.vocab_size)?;
     let max_context = context_for(a, &cfg, prompt.len())?;
+    let chunks = prefill_chunks(a, prompt.len(), max_context);
+    // The state and arena are allocated at once for max_context positions: refuse what
+    // this machine cannot hold before loading (an allocation failure aborts).
+    memdial::limits::check_run_memory(
+        &cfg,
+        chunks.1,
+        a.threads,
+        max_context,
+        memdial::sysmem::mem_available(),
+    )
+    .map_err(|e| usage(format!("--max-context {max_context}: {e}")))?;
     let opened = open_model(a, max_context)?;
     let load_s = t_load.elapsed().as_secs_f64();
     mem.sample();
     let warm = warm_start(a, &opened)?;
     mem.sample();
-    let mut g = generate_ids(a, &cfg, &opened, &prompt, max_context, &mut mem)?;
+    let mut g = generate_ids(a, &cfg, &opened, &prompt, max_context, chunks, &mut mem)?;
     g.warm = warm;
     write_outputs(a, &cfg, &opened, &prompt, max_context, load_s, &g, &mem)
 }
@@ -258,8 +269,7 @@ fn load_prompt(a: &RunArgs, vocab_size: usize) -> Result<Vec<u32>> {
     } else {
         let text = match (&a.prompt, &a.prompt_file) {
             (Some(t), _) => t.clone(),
-            (None, Some(f)) => std::fs::read_to_string(f)
-                .with_context(|| format!("cannot read prompt file {}", f.display()))?,
+            (None, Some(f)) => crate::args::read_text_file("--prompt-file", f)?,
             (None, None) => bail!("no prompt given"),
         };
         encode_prompt(&a.model, &text, a.chat, a.system.as_deref())?
@@ -385,18 +395,19 @@ fn prefill_chunks(a: &RunArgs, prompt_len: usize, max_context: usize) -> (usize,
     }
 }
 
-/// Prefills the prompt and decodes, sampling memory at every token.
+/// Prefills the prompt and decodes, sampling memory at every token. `chunks`:
+/// (prefill chunk, arena chunk) of [`prefill_chunks`].
 fn generate_ids(
     a: &RunArgs,
     cfg: &ModelConfig,
     opened: &Opened,
     prompt: &[u32],
     max_context: usize,
+    (prefill_chunk, arena_chunk): (usize, usize),
     mem: &mut PeakTracker,
 ) -> Result<Generated> {
     let streaming = &opened.streaming;
     let model = &opened.model;
-    let (prefill_chunk, arena_chunk) = prefill_chunks(a, prompt.len(), max_context);
     let mut state = model.new_state_with_chunk(max_context, arena_chunk);
     let params = GenerateParams {
         max_tokens: a.max_tokens,

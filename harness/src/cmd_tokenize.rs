@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use memdial::tokenizer::Tokenizer;
 
 /// Arguments of `memdial tokenize`.
@@ -44,9 +44,7 @@ pub fn run(args: &TokenizeArgs) -> Result<()> {
     }
     let text = match (&args.text, &args.file) {
         (Some(t), None) => t.clone(),
-        (None, Some(f)) => {
-            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?
-        }
+        (None, Some(f)) => crate::args::read_text_file("--file", f)?,
         _ => bail!("give exactly one of --text, --file or --decode"),
     };
     let ids = tok.encode(&text, !args.no_special);

@@ -21,6 +21,8 @@ mod cmd_run;
 mod cmd_sweep;
 mod cmd_tokenize;
 mod convert;
+#[cfg(test)]
+mod docs_schema;
 mod export;
 #[allow(dead_code)] // wired into the sweep's and the merge's outputs next
 mod gha;
@@ -65,6 +67,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    restore_sigpipe();
     let cli = Cli::parse();
     let res = match &cli.command {
         Command::Fixture(a) => cmd_fixture::run(a),
@@ -88,6 +91,19 @@ fn main() -> ExitCode {
             }
             ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+/// Restores SIGPIPE's default action, which Rust's runtime sets to "ignore": a write
+/// to a closed pipe (`memdial plan | head`, `memdial tokenize | true`) then ends the
+/// process quietly, terminated by SIGPIPE as coreutils are, instead of a panic in
+/// `println!` (exit 101). The binary writes to no pipe of its own (children get a
+/// null stdin), so only a closed stdout or stderr raises it; `run` and `sweep` print
+/// after their files are written, `iobench` saves each row before the next.
+fn restore_sigpipe() {
+    // SAFETY: called first in main, before any thread exists; SIG_DFL is a valid action.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

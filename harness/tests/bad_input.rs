@@ -1,4 +1,4 @@
-//! The bad-input corpus (issue #10): one table of inputs → exit code + message fragment,
+//! The bad-input corpus: one table of inputs → exit code + message fragment,
 //! never a panic, never a silent exit 0 — plus a sweep on a NaN-producing checkpoint,
 //! which must be FAIL (exit 1), not PASS on identical garbage.
 //!
@@ -140,6 +140,12 @@ enum Model {
     HugeEos,
     /// `model.safetensors.index.json` maps `model.norm.weight` to the other shard.
     IndexDisagrees,
+    /// An overlay shard `overlay.safetensors` holds the clean `model.norm.weight`, and the
+    /// index maps it there; the stale copy left in its base shard is +Inf (used, every
+    /// logit would be non-finite).
+    OverlayShard,
+    /// `generation_config.json` with `eos_token_id` 2^40.
+    HugeGenerationEos,
 }
 
 /// Sets `text_config[key] = value` (and the top-level key when `top` is true).
@@ -227,6 +233,34 @@ fn make(m: Model) -> (testkit::Scratch, PathBuf) {
             *wm = serde_json::json!(other);
             std::fs::write(&p, serde_json::to_string(&v).unwrap()).unwrap();
         }
+        Model::OverlayShard => {
+            let name = "language_model.model.norm.weight";
+            let ck = Checkpoint::open(&d).unwrap();
+            let loc = ck.get(name).unwrap().clone();
+            let mut bytes = vec![0u8; loc.len as usize];
+            {
+                use std::os::unix::fs::FileExt;
+                let f = std::fs::File::open(&ck.shards[loc.shard].path).unwrap();
+                f.read_exact_at(&mut bytes, loc.offset).unwrap();
+            }
+            assert_eq!(loc.dtype, "BF16");
+            let view =
+                safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, loc.shape, &bytes)
+                    .unwrap();
+            safetensors::serialize_to_file([(name, view)], None, &d.join("overlay.safetensors"))
+                .unwrap();
+            poke(&d, name, 0, &0x7F80u16.to_le_bytes());
+            let p = d.join("model.safetensors.index.json");
+            let mut v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            v["weight_map"][name] = serde_json::json!("overlay.safetensors");
+            std::fs::write(&p, serde_json::to_string(&v).unwrap()).unwrap();
+        }
+        Model::HugeGenerationEos => std::fs::write(
+            d.join("generation_config.json"),
+            format!("{{\"eos_token_id\": [2, {}]}}", 1u64 << 40),
+        )
+        .unwrap(),
         Model::PinnedFlip => poke(&d, "language_model.model.norm.weight", 1, &[0x00]),
         Model::LmHeadFlip => poke(&d, "language_model.lm_head.weight", 100, &[0x5a]),
         Model::EmptyManifest => std::fs::write(d.join("tensors.sha256"), "").unwrap(),
@@ -392,7 +426,7 @@ fn cases() -> Vec<Case> {
     v
 }
 
-/// Limits checked before work (issue #10 item 6): dimensions against the checkpoint,
+/// Limits checked before work: dimensions against the checkpoint,
 /// config ranges, index.json against the headers, thread counts, sizes and counts
 /// that overflow, non-finite sampling parameters, trace ids.
 fn limits_cases() -> Vec<Case> {
@@ -474,6 +508,92 @@ fn limits_cases() -> Vec<Case> {
             args: &["--budget", "1GiB", "--max-context", "18446744073709551615"],
             code: 2,
             expect: &["needs more than 2^64 bytes of MLA cache"],
+        },
+        // Without a budget: the state and arena for 10^12 positions (over 600 TiB) are
+        // refused against the machine's available memory before anything is allocated.
+        Case {
+            model: Model::Clean,
+            args: &["--max-context", "1000000000000"],
+            code: 2,
+            expect: &[
+                "--max-context 1000000000000: a context of 1000000000000 positions needs",
+                "this machine has available (MemAvailable)",
+            ],
+        },
+        // The index decides which shard holds a tensor: the overlay's copy is used (the
+        // stale +Inf one would make every logit non-finite), and inspect says so.
+        Case {
+            model: Model::OverlayShard,
+            args: &[],
+            code: 0,
+            expect: &[],
+        },
+        Case {
+            model: Model::OverlayShard,
+            args: &["inspect", "--model", "{M}"],
+            code: 0,
+            expect: &[
+                "language_model.model.norm.weight: stale copy in model-",
+                "ignored (model.safetensors.index.json maps it to overlay.safetensors)",
+            ],
+        },
+        Case {
+            model: Model::HugeGenerationEos,
+            args: &[],
+            code: 1,
+            expect: &[
+                "generation_config.json",
+                "eos_token_id 1099511627776 is out of range",
+            ],
+        },
+        // Prompt files: the wrong kind of path is a usage error naming the flag.
+        Case {
+            model: Model::Clean,
+            args: &[
+                "run",
+                "--model",
+                "{M}",
+                "--prompt-file",
+                "{M}",
+                "--max-tokens",
+                "2",
+            ],
+            code: 2,
+            expect: &["--prompt-file", "is a directory, not a text file"],
+        },
+        Case {
+            model: Model::Clean,
+            args: &[
+                "run",
+                "--model",
+                "{M}",
+                "--prompt-file",
+                "{M}/no-such-prompt.txt",
+                "--max-tokens",
+                "2",
+            ],
+            code: 2,
+            expect: &["--prompt-file", "no-such-prompt.txt: no such file"],
+        },
+        Case {
+            model: Model::Clean,
+            args: &[
+                "run",
+                "--model",
+                "{M}",
+                "--prompt-file",
+                "{M}/model-00001-of-00002.safetensors",
+                "--max-tokens",
+                "2",
+            ],
+            code: 2,
+            expect: &["--prompt-file", "not UTF-8 text (invalid byte at offset"],
+        },
+        Case {
+            model: Model::Clean,
+            args: &["tokenize", "--model", "{M}", "--file", "{M}"],
+            code: 2,
+            expect: &["--file", "is a directory, not a text file"],
         },
         Case {
             model: Model::Clean,

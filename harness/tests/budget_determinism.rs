@@ -202,7 +202,7 @@ fn under_floor_budget_exits_2_with_one_line() {
             "--max-tokens",
             "2",
             // Under the floor (550 KiB for 4 positions since the floor streams
-            // embeddings, lm_head and sub-layer groups; 1 MiB no longer is).
+            // embeddings, lm_head and sub-layer groups).
             "--budget",
             "64KiB",
             "--model",

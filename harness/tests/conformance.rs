@@ -1,4 +1,4 @@
-//! Real-checkpoint conformance (issue 11): variants of the published layouts that other
+//! Real-checkpoint conformance: variants of the published layouts that other
 //! tools write, each built from a tiny fixture edited by the test itself.
 //!
 //! Oracles: hand derivation (routing, layout arithmetic), the unedited checkpoint

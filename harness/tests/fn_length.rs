@@ -10,7 +10,11 @@ mod source;
 const MAX_LINES: usize = 120;
 
 /// Functions allowed to be longer: (file under `src/`, function, why).
-const TABLES: &[(&str, &str, &str)] = &[];
+const TABLES: &[(&str, &str, &str)] = &[(
+    "convert/meta.rs",
+    "model_kvs",
+    "the GGUF metadata key table: one push per llama.cpp key, in the loader's order",
+)];
 
 fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {

@@ -263,11 +263,7 @@ fn build() -> Graph {
                         found.push((to, vec![format!("{}:{line}", path.display())]));
                     }
                 }
-                for k in j..end {
-                    if chars[k] == '\n' {
-                        line += 1;
-                    }
-                }
+                line += chars[j..end].iter().filter(|&&c| c == '\n').count();
                 i = end + 1;
                 continue;
             }

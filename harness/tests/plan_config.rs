@@ -36,7 +36,7 @@ fn k3_floor_from_the_published_config_is_under_2_5_gib() {
         "--max-context",
         "4096",
     ]);
-    // 92 MoE layers × 896 experts (docs/architecture.md §9).
+    // 92 MoE layers × 896 experts (docs/model.md §9).
     assert_eq!(u(&v, "total_experts"), 92 * 896);
     // MXFP4 expert: w1, w3 [3072, 3584] and w2 [3584, 3072]: packed out·in/2 + scales out·in/32.
     let expert = 3 * (3072 * 3584 / 2 + 3072 * 3584 / 32);

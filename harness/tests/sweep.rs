@@ -592,7 +592,7 @@ repeats = 3
 const LONG_RUNS: usize = 18;
 
 /// This test process's pid, from `/proc/self` (the scratch-name lint keeps
-/// `process::id()` out of tests, where it was once used to name shared dirs).
+/// `process::id()` out of tests, where it could name directories shared between them).
 fn own_pid() -> u32 {
     std::fs::read_link("/proc/self")
         .ok()
@@ -621,7 +621,7 @@ fn processes_mentioning(needle: &str, except: u32) -> Vec<String> {
     v
 }
 
-/// Issue #10 item 4: a second sweep into a running sweep's --out exits 2 naming the
+/// A second sweep into a running sweep's --out exits 2 naming the
 /// holder's pid; SIGTERM makes the sweep print the exact resume command and its
 /// child run dies with it (PR_SET_PDEATHSIG); that command completes the sweep, and
 /// under --check prints one progress line per run it finishes.
@@ -777,7 +777,7 @@ fn incomplete_sweep_verdict_says_so() {
     assert_eq!(progress, 1, "{}", text(&o));
 }
 
-/// Issue #10 item 5: a full sweep plus its own shard 1/2 merges complete (each run
+/// A full sweep plus its own shard 1/2 merges complete (each run
 /// counted once); two copies of a run that disagree, or a shard from another model
 /// (another model content hash in sweep.json), exit 2 naming both directories.
 #[test]

@@ -11,7 +11,7 @@
 //! Field names are exactly the Hugging Face config keys. Semantics follow
 //! mlx-lm `models/kimi_k3.py` / `kimi_linear.py` and transformers
 //! `models/kimi_linear/configuration_kimi_linear.py` (see
-//! docs/architecture.md §1, §9 and docs/config-keys.md).
+//! docs/model.md §1, §9 and docs/config-keys.md).
 
 use std::path::Path;
 
@@ -58,6 +58,28 @@ pub enum AttnKind {
     /// Multi-head Latent Attention (one latent of `kv_lora_rank + qk_rope_head_dim` per position).
     Mla,
 }
+
+/// The file a checkpoint's stop ids ([`ModelConfig::eos_token_ids`]) were read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EosSource {
+    /// `config.json`'s `eos_token_id` (or none: neither file sets one).
+    ConfigJson,
+    /// `generation_config.json`'s `eos_token_id`, which takes priority.
+    GenerationConfig,
+}
+
+impl EosSource {
+    /// The file name.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            EosSource::ConfigJson => "config.json",
+            EosSource::GenerationConfig => GENERATION_CONFIG,
+        }
+    }
+}
+
+/// The generation defaults file Hugging Face checkpoints ship next to `config.json`.
+pub const GENERATION_CONFIG: &str = "generation_config.json";
 
 /// Feed-forward kind of one decoder layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,7 +175,12 @@ pub struct ModelConfig {
     pub attn_res_block_size: Option<usize>,
     pub tie_word_embeddings: bool,
     pub bos_token_id: Option<u32>,
+    /// Token ids that end generation: `generation_config.json`'s `eos_token_id` (an int
+    /// or a list) when that file sets one, else `config.json`'s (transformers' priority;
+    /// [`load_config`] applies it, [`ModelConfig::from_json_str`] sees `config.json` only).
     pub eos_token_ids: Vec<u32>,
+    /// The file [`ModelConfig::eos_token_ids`] came from.
+    pub eos_token_ids_source: EosSource,
     /// Per-layer attention kind (0-indexed).
     pub attn_kinds: Vec<AttnKind>,
     /// Per-layer MLP kind (0-indexed).
@@ -179,6 +206,13 @@ impl ModelConfig {
 
     /// Parses a `config.json` text in any of the accepted forms.
     pub fn from_json_str(text: &str) -> Result<Self> {
+        Self::parse_with_eos(text, None)
+    }
+
+    /// [`ModelConfig::from_json_str`] with the stop ids `eos` (from
+    /// `generation_config.json`) in place of `config.json`'s, which are then neither
+    /// defaulted nor range-checked.
+    fn parse_with_eos(text: &str, eos: Option<Vec<u32>>) -> Result<Self> {
         let root: Value = serde_json::from_str(text).context("not valid JSON")?;
         if let Some(v) = root
             .get("model_type")
@@ -213,7 +247,7 @@ impl ModelConfig {
         if !matches!(model_type.as_str(), "kimi_k3" | "kimi_linear") {
             bail!("unsupported model_type {model_type:?} (expected kimi_k3 or kimi_linear)");
         }
-        Self::from_raw(model_type, prefix, raw)
+        Self::from_raw(model_type, prefix, raw, eos)
     }
 
     /// Applies the `quantization_config` of the root JSON: compressed-tensors
@@ -254,7 +288,7 @@ impl ModelConfig {
     }
 
     /// Bytes of one KDA layer's recurrent state per sequence: fp32 H·K·V state plus
-    /// fp32 conv state (W−1)·3P (docs/architecture.md §2, conv kept in f32 here).
+    /// fp32 conv state (W−1)·3P (docs/model.md §2, conv kept in f32 here).
     pub fn kda_state_bytes(&self) -> usize {
         let h = self.kda.num_heads;
         let k = self.kda.head_dim;
@@ -321,6 +355,50 @@ pub fn check_moe_layout(
     Ok(())
 }
 
+/// An `eos_token_id` value (absent/`null`, an integer or a list of integers) as
+/// token ids, in the order written. Errors name the value.
+pub(crate) fn eos_ids(v: Option<&Value>) -> Result<Vec<u32>> {
+    match v {
+        None | Some(Value::Null) => Ok(vec![]),
+        Some(n @ Value::Number(_)) => Ok(vec![token_id(n)?]),
+        Some(Value::Array(a)) => a.iter().map(token_id).collect(),
+        Some(other) => bail!("eos_token_id has unexpected value {other}"),
+    }
+}
+
+/// The `eos_token_id` of `DIR/generation_config.json` (an integer or a list), which
+/// transformers' and mlx-lm's `generate` use instead of `config.json`'s.
+///
+/// `None` — `config.json`'s ids stay in force — when the file does not exist or sets
+/// no ids (key absent, `null` or `[]`), as mlx-lm's `load_config` does (transformers
+/// would then stop on no id at all when the file exists; keeping `config.json`'s is the
+/// safer reading).
+///
+/// Errors (naming the file): unreadable, not a JSON object, or an `eos_token_id` that is
+/// not a non-negative integer (below 2^32) or a list of them. Both references silently
+/// ignore an unparsable file; it is refused here, because ignoring it would run past
+/// the stop ids it was meant to set.
+pub fn generation_eos_ids(dir: &Path) -> Result<Option<Vec<u32>>> {
+    let path = dir.join(GENERATION_CONFIG);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let root: Value = serde_json::from_str(&text)
+        .with_context(|| format!("invalid {}: not valid JSON", path.display()))?;
+    let Some(obj) = root.as_object() else {
+        bail!("invalid {}: not a JSON object", path.display());
+    };
+    match obj.get("eos_token_id") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(a)) if a.is_empty() => Ok(None),
+        v => eos_ids(v)
+            .map(Some)
+            .with_context(|| format!("invalid {}", path.display())),
+    }
+}
+
 /// An `eos_token_id` value as a token id: a non-negative integer below 2^32
 /// (a larger one is refused, never truncated).
 fn token_id(v: &Value) -> Result<u32> {
@@ -331,10 +409,13 @@ fn token_id(v: &Value) -> Result<u32> {
         .map_err(|_| anyhow::anyhow!("eos_token_id {x} is out of range (token ids are below 2^32)"))
 }
 
-/// Loads `DIR/config.json` including its `quantization_config`.
+/// Loads `DIR/config.json` including its `quantization_config`, and the stop ids of
+/// `DIR/generation_config.json` when it sets `eos_token_id` ([`generation_eos_ids`];
+/// they replace `config.json`'s, as in transformers' `generate`).
 ///
 /// Errors: `dir` is not a directory (a [`crate::error::UsageError`]: the caller named
-/// the wrong path); `config.json` unreadable or invalid.
+/// the wrong path); `config.json` unreadable or invalid; `generation_config.json`
+/// present but unreadable or invalid, or naming an eos id outside the vocabulary.
 pub fn load_config(dir: &Path) -> Result<ModelConfig> {
     if !dir.is_dir() {
         return Err(crate::error::UsageError::Invalid(format!(
@@ -346,11 +427,35 @@ pub fn load_config(dir: &Path) -> Result<ModelConfig> {
     let path = dir.join("config.json");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
-    let mut cfg =
-        ModelConfig::from_json_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+    let gen_eos = generation_eos_ids(dir)?;
+    // The generation config's ids against config.json's vocab_size, named as theirs
+    // (a config.json without a usable vocab_size is reported by its own parse).
+    if let Some(ids) = &gen_eos {
+        let root: Option<Value> = serde_json::from_str(&text).ok();
+        let vocab = root.as_ref().and_then(|r| {
+            r.get("text_config")
+                .unwrap_or(r)
+                .get("vocab_size")
+                .and_then(Value::as_u64)
+        });
+        if let Some(v) = vocab {
+            if let Some(e) = ids.iter().find(|&&e| u64::from(e) >= v) {
+                bail!(
+                    "invalid {}: eos_token_id {e} is out of range (vocab_size {v})",
+                    dir.join(GENERATION_CONFIG).display()
+                );
+            }
+        }
+    }
+    let from_generation = gen_eos.is_some();
+    let mut cfg = ModelConfig::parse_with_eos(&text, gen_eos)
+        .with_context(|| format!("invalid {}", path.display()))?;
     let root: Value = serde_json::from_str(&text)?;
     cfg.apply_quantization(&root)
         .with_context(|| format!("invalid {}", path.display()))?;
+    if from_generation {
+        cfg.eos_token_ids_source = EosSource::GenerationConfig;
+    }
     Ok(cfg)
 }
 
@@ -360,7 +465,7 @@ mod tests {
 
     #[test]
     fn k3_published_layer_pattern_is_1_indexed() {
-        // K3: full_attn_layers = [4, 8, …, 92, 93] (docs/architecture.md §9).
+        // K3: full_attn_layers = [4, 8, …, 92, 93] (docs/model.md §9).
         let mut full: Vec<usize> = (1..=23).map(|i| 4 * i).collect();
         full.push(93);
         let kda: Vec<usize> = (1..=93).filter(|i| !full.contains(i)).collect();

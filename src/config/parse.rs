@@ -115,6 +115,7 @@ impl ModelConfig {
         model_type: String,
         weight_prefix: String,
         raw: RawText,
+        eos_override: Option<Vec<u32>>,
     ) -> Result<Self> {
         let n = raw.num_hidden_layers;
         if n == 0 || n > crate::limits::MAX_LAYERS {
@@ -268,11 +269,9 @@ impl ModelConfig {
                 bail!("attn_res_block_size must be > 0");
             }
         }
-        let eos_token_ids = match &raw.eos_token_id {
-            None | Some(Value::Null) => vec![],
-            Some(Value::Number(_)) => vec![token_id(raw.eos_token_id.as_ref().unwrap())?],
-            Some(Value::Array(a)) => a.iter().map(token_id).collect::<Result<_>>()?,
-            Some(other) => bail!("eos_token_id has unexpected value {other}"),
+        let eos_token_ids = match eos_override {
+            Some(ids) => ids,
+            None => eos_ids(raw.eos_token_id.as_ref())?,
         };
         let cfg = ModelConfig {
             model_type,
@@ -290,6 +289,7 @@ impl ModelConfig {
             tie_word_embeddings: raw.tie_word_embeddings,
             bos_token_id: raw.bos_token_id,
             eos_token_ids,
+            eos_token_ids_source: EosSource::ConfigJson,
             attn_kinds,
             mlp_kinds,
             num_nextn_predict_layers: raw.num_nextn_predict_layers,

@@ -1,5 +1,5 @@
 //! Faults in mapped shard ranges so that a file truncated during an `mmap` run ends
-//! the run with an error naming the file, never a bare `SIGBUS` (issue #10, item 3).
+//! the run with an error naming the file, never a bare `SIGBUS`.
 //!
 //! Three layers, cheapest first:
 //! 1. the caller checks the file's size and mtime before touching a range

@@ -9,7 +9,7 @@
 //! - `buffered`: `pread` through the page cache with the default `POSIX_FADV_NORMAL`
 //!   read-ahead. (`POSIX_FADV_RANDOM` would stop read-ahead past whole-record reads; an
 //!   A/B on `mini` at the floor was inconclusive on the shared machine, so the default
-//!   stays. The page cache fills outside the budget: see the README.)
+//!   stays. The page cache fills outside the budget: see docs/plan.md.)
 //! - `mmap`: a shared read-only mapping per shard; records are faulted in with
 //!   `MADV_WILLNEED` plus one touch per page (`MADV_RANDOM` was measured 10x slower:
 //!   it disables the read-ahead WILLNEED relies on); views borrow the mapping.

@@ -1,6 +1,6 @@
 //! Kimi Delta Attention (KDA), token-recurrent form.
 //!
-//! Per token `t` and head `h` (docs/architecture.md §2; mlx-lm `kimi_linear.py::
+//! Per token `t` and head `h` (docs/model.md §2; mlx-lm `kimi_linear.py::
 //! KimiDeltaAttention`, `kimi_k3.py::KimiK3DeltaAttention`, `gated_delta.py`;
 //! fla `ops/kda/naive.py::naive_recurrent_kda`):
 //! 1. `u = [W_q x | W_k x | W_v x]`, depthwise causal conv of width W over the last W

@@ -2,7 +2,7 @@
 //! absorbed form over a cache of one latent per position.
 //!
 //! mlx-lm `kimi_k3.py::KimiK3MLAAttention` / `kimi_linear.py::KimiMLAAttention`
-//! (docs/architecture.md §3, §5):
+//! (docs/model.md §3, §5):
 //! ```text
 //! q = q_b(RMSNorm₁ₑ₋₆(q_a x)) or q_proj x          → per head [q_nope (dn) | q_pe (dr)]
 //! [c̃ | k_pe] = kv_a_proj_with_mqa x ;  c = RMSNorm(c̃)  (cache [c | k_pe], k_pe un-rotated)

@@ -4,7 +4,7 @@
 //!
 //! Reference: mlx-lm `models/kimi_k3.py` (`KimiK3TextModel`, `KimiK3DecoderLayer`) and
 //! `models/kimi_linear.py` (`KimiLinearModel`, `KimiDecoderLayer`); notes in
-//! docs/architecture.md. All activations are f32; weights are read
+//! docs/model.md. All activations are f32; weights are read
 //! through the [`WeightStore`] and upcast on the fly.
 //!
 //! Processing order: a call to [`Model::forward`] with `n` tokens runs layer by layer

@@ -2,7 +2,7 @@
 //! with K3's latent MoE and shared experts.
 //!
 //! mlx-lm `kimi_k3.py::KimiK3SparseMoE` / `_group_expert_select` (same routing in
-//! `kimi_linear.py`), docs/architecture.md "MoE routing" and "Latent MoE":
+//! `kimi_linear.py`), docs/model.md §4 (MoE routing) and §5 (Latent MoE):
 //! ```text
 //! s  = σ(W_gate x) (f32) ;  s' = s + e_score_correction_bias       (bias: selection only)
 //! n_group > 1: group score = sum of the top-2 s' of each group; the n_group − topk_group

@@ -1,7 +1,7 @@
 //! RMSNorm variants (f32 throughout).
 //!
 //! `RMSNorm(x) = w ⊙ x / sqrt(mean(x²) + eps)` — mlx `nn.RMSNorm` / `mx.fast.rms_norm`,
-//! transformers `KimiLinearRMSNorm` (docs/architecture.md §1).
+//! transformers `KimiLinearRMSNorm` (docs/model.md §1).
 
 /// `1 / sqrt(mean(x²) + eps)` for `x: [n]`.
 pub fn inv_rms(x: &[f32], eps: f32) -> f32 {

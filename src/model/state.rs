@@ -12,7 +12,7 @@ pub struct KdaState {
     /// channels ordered `q (P) | k (P) | v (P)`.
     pub conv: Vec<f32>,
     /// Recurrent state `[H, V, K]` (mlx layout: `S[h, j, d]` multiplies key channel `d`
-    /// into value channel `j`; docs/architecture.md §2 writes the transpose `[K, V]`).
+    /// into value channel `j`; docs/model.md §2 writes the transpose `[K, V]`).
     pub s: Vec<f32>,
 }
 

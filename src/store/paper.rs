@@ -128,5 +128,6 @@ pub fn paper_checkpoint(cfg: &ModelConfig, label: &str) -> Result<Checkpoint, Us
         dir: PathBuf::from(label),
         shards,
         tensors,
+        notes: Vec::new(),
     })
 }

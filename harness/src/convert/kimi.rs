@@ -177,42 +177,26 @@ fn forced_f32(name: &str) -> bool {
 /// missing expert or pair, an unsupported dtype, shapes the transforms do not fit.
 pub fn plan(ck: &Checkpoint, c: &Json, arch: &str, dtype: Dtype) -> Result<Vec<Planned>> {
     let k3 = arch == "kimi-k3";
-    let n_layer = num(c, "num_hidden_layers")? as usize;
-    let n_head = num(c, "num_attention_heads")? as usize;
-    let n_expert = num(c, "num_experts")? as usize;
-    let mla = mla_layers(c)?;
-    let prefix = if k3 { "language_model." } else { "" };
+    let pl = Planner {
+        ck,
+        c,
+        k3,
+        n_layer: num(c, "num_hidden_layers")? as usize,
+        n_head: num(c, "num_attention_heads")? as usize,
+        n_expert: num(c, "num_experts")? as usize,
+        mla: mla_layers(c)?,
+        prefix: if k3 { "language_model." } else { "" },
+        dtype,
+    };
+    let (prefix, n_layer) = (pl.prefix, pl.n_layer);
     let mut names: Vec<&String> = ck.tensors.keys().collect();
     names.sort_by_key(|n| (layer_of(n, prefix), n.to_string()));
     let mut out = vec![];
-    let mut experts: BTreeMap<(usize, String), BTreeMap<usize, String>> = BTreeMap::new();
-    let shape = |n: &str| ck.tensors[n].shape.clone();
-    let dt = |n: &str| ck.tensors[n].dtype.clone();
-    let ty_for = |name: &str, src_dtype: &str, ndims: usize| -> Result<GgmlType> {
-        if !matches!(src_dtype, "BF16" | "F32") {
-            bail!("tensor for {name}: dtype {src_dtype} is not converted (BF16, F32 and MXFP4 experts are)");
-        }
-        Ok(
-            if dtype == Dtype::F32 || src_dtype == "F32" || ndims <= 1 || forced_f32(name) {
-                GgmlType::F32
-            } else {
-                GgmlType::Bf16
-            },
-        )
-    };
+    let mut experts: Experts = BTreeMap::new();
+    let shape = |n: &str| pl.shape(n);
     let rev = |s: &[usize]| s.iter().rev().map(|x| *x as u64).collect::<Vec<_>>();
-    let push = |out: &mut Vec<Planned>, gname: String, ne: Vec<u64>, hf: &str| -> Result<()> {
-        let ty = ty_for(&gname, &dt(hf), ne.len())?;
-        out.push(Planned {
-            info: TensorInfo {
-                name: gname,
-                ne,
-                ty,
-            },
-            src: Src::Plain(hf.to_string()),
-        });
-        Ok(())
-    };
+    let push =
+        |out: &mut Vec<Planned>, gname: String, ne: Vec<u64>, hf: &str| pl.push(out, gname, ne, hf);
     for full in names {
         let Some(n) = full.strip_prefix(prefix) else {
             if k3 && (full.starts_with("vision_tower.") || full.starts_with("mm_projector.")) {
@@ -264,6 +248,96 @@ pub fn plan(ck: &Checkpoint, c: &Json, arch: &str, dtype: Dtype) -> Result<Vec<P
                 .insert(id, full.clone());
             continue;
         }
+        pl.layer_tensor(&mut out, full, l, suffix)?;
+    }
+    // stacked experts, after the layer's other tensors (order does not matter to GGUF)
+    let mut by_layer: BTreeMap<usize, Vec<Planned>> = BTreeMap::new();
+    for w in ["w1", "w2", "w3"] {
+        for l in 0..n_layer {
+            if let Some(p) = pl.expert_stack(&experts, l, w)? {
+                by_layer.entry(l).or_default().push(p);
+            }
+        }
+    }
+    for (_, v) in by_layer {
+        out.extend(v);
+    }
+    Ok(out)
+}
+
+/// Expert tensors by (layer, weight suffix): expert id → tensor name.
+type Experts = BTreeMap<(usize, String), BTreeMap<usize, String>>;
+
+/// What [`plan`] needs of the checkpoint and its config.
+struct Planner<'a> {
+    ck: &'a Checkpoint,
+    c: &'a Json,
+    k3: bool,
+    n_layer: usize,
+    n_head: usize,
+    n_expert: usize,
+    mla: Vec<usize>,
+    prefix: &'static str,
+    dtype: Dtype,
+}
+
+impl Planner<'_> {
+    fn shape(&self, n: &str) -> Vec<usize> {
+        self.ck.tensors[n].shape.clone()
+    }
+
+    fn dt(&self, n: &str) -> String {
+        self.ck.tensors[n].dtype.clone()
+    }
+
+    /// The GGUF type of tensor `name` read as `src_dtype` with `ndims` dimensions.
+    fn ty_for(&self, name: &str, src_dtype: &str, ndims: usize) -> Result<GgmlType> {
+        if !matches!(src_dtype, "BF16" | "F32") {
+            bail!("tensor for {name}: dtype {src_dtype} is not converted (BF16, F32 and MXFP4 experts are)");
+        }
+        Ok(
+            if self.dtype == Dtype::F32 || src_dtype == "F32" || ndims <= 1 || forced_f32(name) {
+                GgmlType::F32
+            } else {
+                GgmlType::Bf16
+            },
+        )
+    }
+
+    /// Plans `hf` copied as GGUF tensor `gname` of shape `ne`.
+    fn push(&self, out: &mut Vec<Planned>, gname: String, ne: Vec<u64>, hf: &str) -> Result<()> {
+        let ty = self.ty_for(&gname, &self.dt(hf), ne.len())?;
+        out.push(Planned {
+            info: TensorInfo {
+                name: gname,
+                ne,
+                ty,
+            },
+            src: Src::Plain(hf.to_string()),
+        });
+        Ok(())
+    }
+
+    /// Plans the non-expert tensor `full` of layer `l` (`suffix`: its name after
+    /// `model.layers.L.`).
+    fn layer_tensor(
+        &self,
+        out: &mut Vec<Planned>,
+        full: &String,
+        l: usize,
+        suffix: &str,
+    ) -> Result<()> {
+        let Planner {
+            ck, c, k3, n_head, ..
+        } = *self;
+        let (mla, prefix) = (&self.mla, self.prefix);
+        let shape = |n: &str| self.shape(n);
+        let dt = |n: &str| self.dt(n);
+        let ty_for = |name: &str, src: &str, ndims: usize| self.ty_for(name, src, ndims);
+        let rev = |s: &[usize]| s.iter().rev().map(|x| *x as u64).collect::<Vec<_>>();
+        let push = |out: &mut Vec<Planned>, gname: String, ne: Vec<u64>, hf: &str| {
+            self.push(out, gname, ne, hf)
+        };
         let g = |s: &str| format!("blk.{l}.{s}");
         match suffix {
             "self_attention_res_norm.weight" | "mlp_res_norm.weight" => {
@@ -282,7 +356,7 @@ pub fn plan(ck: &Checkpoint, c: &Json, arch: &str, dtype: Dtype) -> Result<Vec<P
                 } else {
                     "ssm_g.weight"
                 };
-                push(&mut out, g(name), rev(&shape(full)), full)?;
+                push(out, g(name), rev(&shape(full)), full)?;
             }
             "self_attn.kv_b_proj.weight" => {
                 let s = shape(full);
@@ -339,97 +413,96 @@ pub fn plan(ck: &Checkpoint, c: &Json, arch: &str, dtype: Dtype) -> Result<Vec<P
                     _ => bail!("tensor {full}: conv1d shape {s:?}, expected [d, 1, k]"),
                 };
                 let gname = layer_name(suffix).context("conv name")?;
-                push(&mut out, g(gname), vec![k as u64, 1, d as u64, 1], full)?;
+                push(out, g(gname), vec![k as u64, 1, d as u64, 1], full)?;
             }
             _ => match layer_name(suffix) {
-                Some(gname) => push(&mut out, g(gname), rev(&shape(full)), full)?,
+                Some(gname) => push(out, g(gname), rev(&shape(full)), full)?,
                 None => bail!("tensor {full}: no GGUF name for `{suffix}`"),
             },
         }
+        Ok(())
     }
-    // stacked experts, after the layer's other tensors (order does not matter to GGUF)
-    let mut by_layer: BTreeMap<usize, Vec<Planned>> = BTreeMap::new();
-    for w in ["w1", "w2", "w3"] {
-        for l in 0..n_layer {
-            let dense = experts.get(&(l, format!("{w}.weight")));
-            let packed = experts.get(&(l, format!("{w}.weight_packed")));
-            let scale = experts.get(&(l, format!("{w}.weight_scale")));
-            let gname = format!(
-                "blk.{l}.{}",
-                match w {
-                    "w1" => "ffn_gate_exps.weight",
-                    "w2" => "ffn_down_exps.weight",
-                    _ => "ffn_up_exps.weight",
+
+    /// The stacked tensor of weight `w` of layer `l`'s experts (dense, or MXFP4
+    /// packed + scale); `None` when the layer has none.
+    fn expert_stack(&self, experts: &Experts, l: usize, w: &str) -> Result<Option<Planned>> {
+        let (n_expert, dtype) = (self.n_expert, self.dtype);
+        let shape = |n: &str| self.shape(n);
+        let dt = |n: &str| self.dt(n);
+        let ty_for = |name: &str, src: &str, ndims: usize| self.ty_for(name, src, ndims);
+        let rev = |s: &[usize]| s.iter().rev().map(|x| *x as u64).collect::<Vec<_>>();
+        let dense = experts.get(&(l, format!("{w}.weight")));
+        let packed = experts.get(&(l, format!("{w}.weight_packed")));
+        let scale = experts.get(&(l, format!("{w}.weight_scale")));
+        let gname = format!(
+            "blk.{l}.{}",
+            match w {
+                "w1" => "ffn_gate_exps.weight",
+                "w2" => "ffn_down_exps.weight",
+                _ => "ffn_up_exps.weight",
+            }
+        );
+        let check = |m: &BTreeMap<usize, String>| -> Result<Vec<String>> {
+            if let Some(miss) = (0..n_expert).find(|e| !m.contains_key(e)) {
+                bail!("layer {l} {w}: expert {miss} of {n_expert} is missing");
+            }
+            if m.len() != n_expert {
+                bail!("layer {l} {w}: {} experts, config says {n_expert}", m.len());
+            }
+            Ok(m.values().cloned().collect())
+        };
+        let p = match (dense, packed, scale) {
+            (Some(d), None, None) => {
+                let v = check(d)?;
+                let s = shape(&v[0]);
+                if v.iter().any(|x| shape(x) != s || dt(x) != dt(&v[0])) {
+                    bail!("layer {l} {w}: experts differ in shape or dtype");
                 }
-            );
-            let check = |m: &BTreeMap<usize, String>| -> Result<Vec<String>> {
-                if let Some(miss) = (0..n_expert).find(|e| !m.contains_key(e)) {
-                    bail!("layer {l} {w}: expert {miss} of {n_expert} is missing");
+                let mut ne = rev(&s);
+                ne.push(n_expert as u64);
+                Planned {
+                    info: TensorInfo {
+                        ty: ty_for(&gname, &dt(&v[0]), 3)?,
+                        name: gname,
+                        ne,
+                    },
+                    src: Src::Stack(v),
                 }
-                if m.len() != n_expert {
-                    bail!("layer {l} {w}: {} experts, config says {n_expert}", m.len());
+            }
+            (None, Some(p), Some(s)) => {
+                let p = check(p)?;
+                let s = check(s)?;
+                let ps = shape(&p[0]);
+                let [rows, half] = ps[..] else {
+                    bail!("{}: packed shape {ps:?} is not 2-D", p[0]);
+                };
+                let cols = half * 2;
+                if cols % 32 != 0 {
+                    bail!("{}: {cols} columns, not a multiple of 32", p[0]);
                 }
-                Ok(m.values().cloned().collect())
-            };
-            let p = match (dense, packed, scale) {
-                (Some(d), None, None) => {
-                    let v = check(d)?;
-                    let s = shape(&v[0]);
-                    if v.iter().any(|x| shape(x) != s || dt(x) != dt(&v[0])) {
-                        bail!("layer {l} {w}: experts differ in shape or dtype");
+                for (a, b) in p.iter().zip(&s) {
+                    if shape(a) != ps || shape(b) != vec![rows, cols / 32] {
+                        bail!("layer {l} {w}: expert shapes differ ({a}, {b})");
                     }
-                    let mut ne = rev(&s);
-                    ne.push(n_expert as u64);
-                    Planned {
-                        info: TensorInfo {
-                            ty: ty_for(&gname, &dt(&v[0]), 3)?,
-                            name: gname,
-                            ne,
+                }
+                Planned {
+                    info: TensorInfo {
+                        name: gname,
+                        ne: vec![cols as u64, rows as u64, n_expert as u64],
+                        ty: if dtype == Dtype::F32 {
+                            GgmlType::F32
+                        } else {
+                            GgmlType::Mxfp4
                         },
-                        src: Src::Stack(v),
-                    }
+                    },
+                    src: Src::StackMxfp4(p.into_iter().zip(s).collect()),
                 }
-                (None, Some(p), Some(s)) => {
-                    let p = check(p)?;
-                    let s = check(s)?;
-                    let ps = shape(&p[0]);
-                    let [rows, half] = ps[..] else {
-                        bail!("{}: packed shape {ps:?} is not 2-D", p[0]);
-                    };
-                    let cols = half * 2;
-                    if cols % 32 != 0 {
-                        bail!("{}: {cols} columns, not a multiple of 32", p[0]);
-                    }
-                    for (a, b) in p.iter().zip(&s) {
-                        if shape(a) != ps || shape(b) != vec![rows, cols / 32] {
-                            bail!("layer {l} {w}: expert shapes differ ({a}, {b})");
-                        }
-                    }
-                    Planned {
-                        info: TensorInfo {
-                            name: gname,
-                            ne: vec![cols as u64, rows as u64, n_expert as u64],
-                            ty: if dtype == Dtype::F32 {
-                                GgmlType::F32
-                            } else {
-                                GgmlType::Mxfp4
-                            },
-                        },
-                        src: Src::StackMxfp4(p.into_iter().zip(s).collect()),
-                    }
-                }
-                (None, None, None) => continue,
-                _ => bail!(
-                    "layer {l} {w}: experts are neither all dense nor all MXFP4 packed + scale"
-                ),
-            };
-            by_layer.entry(l).or_default().push(p);
-        }
+            }
+            (None, None, None) => return Ok(None),
+            _ => bail!("layer {l} {w}: experts are neither all dense nor all MXFP4 packed + scale"),
+        };
+        Ok(Some(p))
     }
-    for (_, v) in by_layer {
-        out.extend(v);
-    }
-    Ok(out)
 }
 
 fn layer_of(n: &str, prefix: &str) -> (usize, usize) {

@@ -41,7 +41,8 @@ pub struct ConvertArgs {
     #[arg(long, value_enum)]
     pub to: Format,
     /// `native`: BF16 stays BF16, MXFP4 experts stay MXFP4 (ggml blocks); `f32`: every
-    /// tensor F32 (exact arithmetic in llama.cpp, ≈ 4-8× the size).
+    /// tensor F32 (exact arithmetic in llama.cpp; a BF16 tensor takes 2× its bytes, an
+    /// MXFP4 expert 128 / 17 ≈ 7.5×: 32 weights are 16 nibble bytes + 1 scale byte).
     #[arg(long, value_enum, default_value = "native")]
     pub dtype: Dtype,
     /// Checkpoint directory (config.json, safetensors, tiktoken.model).

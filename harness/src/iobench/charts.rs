@@ -90,6 +90,38 @@ impl Chart for Bars<'_> {
     }
 }
 
+/// The x axis end of a panel: its largest GB/s (ours or fio's) with room for labels.
+fn x_max(cells: &[&Row], rows: &[Row]) -> f64 {
+    cells
+        .iter()
+        .flat_map(|r| [Some(*r), twin(rows, r)])
+        .flatten()
+        .filter(|r| r.status == "ok")
+        .map(|r| r.gb_per_s)
+        .fold(0.0f64, f64::max)
+        .max(0.1)
+        * 1.35
+}
+
+/// The y labels of a panel's cells: `io qdN`, marked when a cold cell was not cold.
+fn cell_labels(cells: &[&Row]) -> Vec<String> {
+    cells
+        .iter()
+        .map(|r| {
+            format!(
+                "{} qd{}{}",
+                r.io,
+                r.qd,
+                if r.cache == "cold" && !r.cold_verified {
+                    " (NOT cold)"
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect()
+}
+
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, plotters::coord::Shift>,
     panels: &[(String, Vec<&Row>)],
@@ -112,30 +144,8 @@ where
         let (top, rest) = area.split_vertically(*h);
         area = rest;
         let n = cells.len();
-        let xmax = cells
-            .iter()
-            .flat_map(|r| [Some(*r), twin(rows, r)])
-            .flatten()
-            .filter(|r| r.status == "ok")
-            .map(|r| r.gb_per_s)
-            .fold(0.0f64, f64::max)
-            .max(0.1)
-            * 1.35;
-        let labels: Vec<String> = cells
-            .iter()
-            .map(|r| {
-                format!(
-                    "{} qd{}{}",
-                    r.io,
-                    r.qd,
-                    if r.cache == "cold" && !r.cold_verified {
-                        " (NOT cold)"
-                    } else {
-                        ""
-                    }
-                )
-            })
-            .collect();
+        let xmax = x_max(cells, rows);
+        let labels = cell_labels(cells);
         let mut chart = ChartBuilder::on(&top)
             .caption(caption, ("sans-serif", 16))
             .margin(8)

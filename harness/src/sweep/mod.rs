@@ -2,25 +2,27 @@
 //! cold cache, a SHA-256 verdict over the output ids, CSV/JSON/Markdown reports
 //! and the memory/speed curve.
 //!
-//! - [`spec`]: the TOML spec and its expansion into points and runs;
-//! - [`points`], [`rundir`], [`execute`]: the steps of `memdial sweep` (points with
-//!   resolved budgets, the locked run directory, one run slot → one row);
-//! - [`interrupt`]: SIGINT/SIGTERM print the command that resumes the sweep;
-//! - [`runner`]: one child `memdial run --metrics-json` per run;
-//! - [`coldcache`]: eviction and mincore verification before each run;
-//! - [`cgroup`]: memory-cgroup enforcement of the budget (default on; v1, v2,
-//!   systemd-run and sampling in submodules);
-//! - [`memwatch`]: anon + page-cache memory sampled while a run is alive;
-//! - [`row`]: the results schema (`results.csv` / `results.json`);
-//! - [`verdict`], [`stats`], [`baseline`]: what the rows mean;
-//! - [`report`], [`charts`]: `report.md`, `verdict.json`, `curve.*`, `io.*`;
-//! - [`merge`]: combining shard directories;
-//! - [`host`]: machine and storage facts;
-//! - [`engines`]: other engines on the same points (the `engines` axis);
-//! - [`start`]: the `start` axis (cold or warm caches).
+//! By stage, with no circle among the modules (`harness/tests/module_graph.rs`):
+//!
+//! - [`spec`]: the TOML spec and its expansion into points and runs; [`axes`]: the
+//!   one way to add an axis;
+//! - [`run`]: what runs — points with resolved budgets, one run slot → one row, the
+//!   child process, the cold cache, the memory cgroup, memory sampling, interrupts;
+//! - [`record`]: what it records — the row schema and [`record::status::RunStatus`],
+//!   the run directory and its `sweep.json`, merged shards, the baseline, host facts;
+//! - [`analysis`]: what the rows mean — the verdict, per-point statistics, the
+//!   bootstrap, the recommendation, same-budget comparisons;
+//! - [`write`]: what it writes — `verdict.json`, `report.md` and the charts, through
+//!   [`crate::export`];
+//! - [`engines`]: other engines on the same points (the `engines` axis), their
+//!   cross-engine verdict layered over the ids verdict;
+//! - [`start`]: the `start` axis (cold or warm caches);
+//! - [`util`]: UTC timestamps and SHA-256 hex.
 
 pub mod analysis;
 pub mod axes;
+#[cfg(test)]
+mod axes_example;
 pub mod engines;
 pub mod record;
 pub mod run;

@@ -22,7 +22,8 @@ pub const PLACEHOLDERS: &[(&str, &str)] = &[
     ("max_tokens", "tokens to generate"),
     (
         "eos_ids",
-        "the config's eos ids, comma-separated (empty with --ignore-eos in extra_args)",
+        "the stop ids (generation_config.json's eos_token_id, else config.json's), comma-separated \
+         (empty with --ignore-eos in extra_args)",
     ),
     ("eos_id", "the first eos id (-1 when none)"),
     ("threads", "compute threads of the point"),

@@ -82,15 +82,17 @@ impl Points {
         for p in spec.points() {
             let ctx = contexts[p.prompt_index];
             let key = (p.io, p.prefetch, ctx, p.threads);
-            if !floors.contains_key(&key) {
-                let plan =
-                    plan_unchecked(&cfg, &ck, u64::MAX / 4, p.io, p.prefetch, ctx, p.threads)
-                        .with_context(|| {
+            let (floor, model_bytes) = match floors.entry(key) {
+                std::collections::hash_map::Entry::Occupied(e) => *e.get(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    let plan =
+                        plan_unchecked(&cfg, &ck, u64::MAX / 4, p.io, p.prefetch, ctx, p.threads)
+                            .with_context(|| {
                             format!("planning {} / {}", p.io.as_str(), p.prefetch.as_str())
                         })?;
-                floors.insert(key.clone(), (plan.floor_bytes, plan.model_bytes));
-            }
-            let (floor, model_bytes) = floors[&key];
+                    *e.insert((plan.floor_bytes, plan.model_bytes))
+                }
+            };
             let budget = BudgetExpr::parse(&p.budget_spec)?.resolve(model_bytes, floor);
             out.push(Resolved {
                 point: p,
