@@ -15,32 +15,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::bootstrap::{ratio, Ratio, Run};
+pub use super::bottom_line::ColdBeside;
 use super::bottom_line::{decide, BottomLine};
+pub use super::pick::{ci, Pick, KNEE_WITHIN};
 use super::stats::PointStats;
-
-/// Knee: within this fraction of the mode's best s/token.
-pub const KNEE_WITHIN: f64 = 0.10;
-
-/// One point on a frontier.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Pick {
-    /// Point index.
-    pub point_index: usize,
-    /// Budget as written.
-    pub budget_spec: String,
-    /// Budget, bytes.
-    pub budget_bytes: u64,
-    /// Prefetch policy of the point.
-    pub prefetch: String,
-    /// Median s/token.
-    pub s_per_token: f64,
-    /// 95 % interval, when decidable.
-    pub lo: Option<f64>,
-    /// 95 % interval, when decidable.
-    pub hi: Option<f64>,
-    /// Quiet measured runs behind the median.
-    pub n: usize,
-}
 
 /// One IO mode's frontier and knee.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -95,27 +73,6 @@ pub struct Recommendation {
     pub cold_beside: Option<ColdBeside>,
     /// Measured runs of every point considered that were marked `noisy`.
     pub noisy_runs: usize,
-}
-
-/// The recommended point's cold start, shown beside its steady state.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct ColdBeside {
-    /// The cold point.
-    pub point_index: usize,
-    /// Median time to first token from empty caches, seconds.
-    pub ttft_s: Option<f64>,
-    /// The recommended (warm) point's median time to first token, seconds.
-    pub warm_ttft_s: Option<f64>,
-    /// Median s/token from empty caches, with its interval.
-    pub pick: Option<Pick>,
-}
-
-/// `0.1467 [0.1223–0.4722]`: a pick's median s/token and its 95 % interval.
-pub fn ci(p: &Pick) -> String {
-    match (p.lo, p.hi) {
-        (Some(l), Some(h)) => format!("{:.4} [{l:.4}–{h:.4}]", p.s_per_token),
-        _ => format!("{:.4} (insufficient repeats)", p.s_per_token),
-    }
 }
 
 fn pick(p: &PointStats) -> Option<Pick> {
@@ -307,7 +264,13 @@ impl Recommendation {
             }
             return s;
         }
-        s += &super::bottom_line::markdown(self, label);
+        s += &super::bottom_line::markdown(
+            self.overall_knee.as_ref().zip(self.overall_best.as_ref()),
+            self.bottom_line.as_ref(),
+            &self.start,
+            self.cold_beside.as_ref(),
+            label,
+        );
         let _ = writeln!(
             s,
             "| IO mode | knee (smallest budget within 10 % of its best) | best | Pareto frontier (budget → s/token) |\n|---|---|---|---|"
