@@ -24,6 +24,12 @@ threads = [1]
 prompts = ["The capital of France is"]
 max_tokens = 4
 repeats = 2
+# These tests check what a sweep writes, on whatever machine runs them (a shared
+# CI runner is busy): no run is noisy here. The sentinel's own test has a fake /proc.
+[noise]
+other_cpu_cores = 1024.0
+steal_cores = 1024.0
+foreign_read_bytes = 1125899906842624
 "#;
 const SPEC_RUNS: usize = 8;
 

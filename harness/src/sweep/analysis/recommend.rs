@@ -88,6 +88,11 @@ fn pick(p: &PointStats) -> Option<Pick> {
     })
 }
 
+/// A point the recommendation may use: run, quiet, within its budget, with a median.
+fn usable(p: &PointStats) -> bool {
+    !p.below_floor && !p.noisy_only && p.n > 0 && p.over_budget == 0 && p.s_per_token.is_some()
+}
+
 /// Computes the recommendation from the per-point statistics and their runs.
 pub fn recommend(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Recommendation {
     let excluded_over_budget: Vec<usize> = stats
@@ -95,10 +100,7 @@ pub fn recommend(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Reco
         .filter(|p| p.over_budget > 0)
         .map(|p| p.point_index)
         .collect();
-    let ok: Vec<&PointStats> = stats
-        .iter()
-        .filter(|p| !p.below_floor && p.n > 0 && p.over_budget == 0 && p.s_per_token.is_some())
-        .collect();
+    let ok: Vec<&PointStats> = stats.iter().filter(|p| usable(p)).collect();
     let mut ios: Vec<String> = vec![];
     let mut budgets: Vec<String> = vec![];
     for p in stats {
@@ -179,14 +181,9 @@ pub fn recommend(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Reco
         .iter()
         .filter_map(|m| m.best.clone().map(|b| (m.io.clone(), b)))
         .min_by(|a, b| a.1.s_per_token.total_cmp(&b.1.s_per_token));
-    let overall_knee = overall_best.as_ref().and_then(|(_, best)| {
-        let limit = best.s_per_token * (1.0 + KNEE_WITHIN);
-        by_budget
-            .iter()
-            .filter(|w| w.winner.s_per_token <= limit)
-            .min_by_key(|w| w.winner.budget_bytes)
-            .map(|w| (w.io.clone(), w.winner.clone()))
-    });
+    let overall_knee = overall_best
+        .as_ref()
+        .and_then(|(_, best)| knee_of(&by_budget, best));
     let noisy_runs = stats.iter().map(|p| p.noisy).sum();
     let bottom_line = overall_knee
         .as_ref()
@@ -206,6 +203,16 @@ pub fn recommend(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Reco
         cold_beside: None,
         noisy_runs,
     }
+}
+
+/// The smallest budget whose winner is within [`KNEE_WITHIN`] of `best`, with its mode.
+fn knee_of(by_budget: &[Winner], best: &Pick) -> Option<(String, Pick)> {
+    let limit = best.s_per_token * (1.0 + KNEE_WITHIN);
+    by_budget
+        .iter()
+        .filter(|w| w.winner.s_per_token <= limit)
+        .min_by_key(|w| w.winner.budget_bytes)
+        .map(|w| (w.io.clone(), w.winner.clone()))
 }
 
 /// [`recommend`] over the sweep's steady state: its `warm` points when it has any
@@ -393,6 +400,7 @@ pub(crate) mod tests {
             not_applicable: None,
             start: "cold".into(),
             noisy: 0,
+            noisy_only: false,
         }
     }
 

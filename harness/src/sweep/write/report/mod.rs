@@ -515,7 +515,7 @@ fn medians_md(s: &mut String, c: &Sections) {
             p.threads,
             p.n,
             if p.failed > 0 { format!(" ({} failed)", p.failed) } else { String::new() },
-            if p.noisy > 0 { format!(" (+{} noisy, left out)", p.noisy) } else { String::new() },
+            if p.noisy_only { " (all noisy: shown, used for no decision)".to_string() } else if p.noisy > 0 { format!(" (+{} noisy, left out)", p.noisy) } else { String::new() },
             if p.over_budget > 0 { format!(" ({} over budget†)", p.over_budget) } else if p.unenforced > 0 { "*".into() } else { String::new() },
             if p.cold_verified { "" } else { " (not cold)" },
             match (p.s_per_token, p.s_per_token_lo, p.s_per_token_hi) {
