@@ -224,6 +224,8 @@ pub fn recommend_steady(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) 
     let (warm, cold): (Vec<PointStats>, Vec<PointStats>) =
         stats.iter().cloned().partition(|p| p.start == "warm");
     let mut r = recommend(&warm, runs);
+    // The cold runs' noise counts too: the report says how many runs were left out.
+    r.noisy_runs = stats.iter().map(|p| p.noisy).sum();
     r.cold_beside = r.overall_knee.as_ref().and_then(|(_, k)| {
         let w = warm.iter().find(|p| p.point_index == k.point_index)?;
         let c = cold.iter().find(|c| {
