@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::bootstrap::{ratio, Ratio, Run, MIN_RUNS};
-use super::pick::{ci, Pick, KNEE_WITHIN};
+use super::pick::{ci, Named, Pick, KNEE_WITHIN};
 
 /// Largest half-width of the recommended point's 95 % interval, as a fraction of its
 /// median, for a confident answer.
@@ -225,7 +225,7 @@ pub fn within_noise_text(within: &[(String, Pick)], label: &dyn Fn(&str, u64) ->
 /// recommended): the answer and how sure it is, the cold start beside a warm one, and
 /// the noisy runs left out.
 pub fn markdown(
-    knee_and_best: Option<(&(String, Pick), &(String, Pick))>,
+    knee_and_best: Option<(&Named, &Named)>,
     bl: Option<&BottomLine>,
     start: &str,
     cold_beside: Option<&ColdBeside>,

@@ -34,3 +34,6 @@ pub fn ci(p: &Pick) -> String {
         _ => format!("{:.4} (insufficient repeats)", p.s_per_token),
     }
 }
+
+/// A pick with its IO mode, as the recommendation names a point.
+pub type Named = (String, Pick);
