@@ -93,6 +93,11 @@ prompts = [{prompt}]
 max_tokens = 8
 repeats = 1
 engines = ["memdial", "mlx-lm"]
+# What the sweep writes is checked here, on a busy machine too: no run is noisy.
+[noise]
+other_cpu_cores = 1024.0
+steal_cores = 1024.0
+foreign_read_bytes = 1125899906842624
 "#
     )
 }
