@@ -1,7 +1,10 @@
 //! The answer to "which budget, which IO mode?": per IO mode the Pareto frontier of
 //! budget vs s/token and its knee, and per budget the winning mode, by how much and
 //! whether significantly ([`super::bootstrap`]). Points with `over_budget` runs are
-//! left out (their speed was bought with memory the budget does not count).
+//! left out (their speed was bought with memory the budget does not count), and so
+//! are points whose every run was `noisy`. With a `start` axis the answer is made from
+//! the `warm` points (the steady state) and the cold start shown beside it
+//! ([`recommend_steady`]); how sure the answer is, is [`super::bottom_line`]'s.
 //!
 //! Definitions:
 //! - a mode's point at a budget is its fastest prefetch policy there (lowest median
