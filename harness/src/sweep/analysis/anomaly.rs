@@ -5,7 +5,8 @@
 //! - **cold cache**: the run started from empty caches (`start = cold`) and still
 //!   missed the expert cache ([`COLD_HIT_RATE`]) and read from disk per token: a
 //!   short run never reaches the steady state its budget allows (compare
-//!   `start = "warm"`);
+//!   `start = "warm"`); when the sweep has the same point started warm, only if that
+//!   one hit the expert cache more often;
 //! - **noisy runs**: some of its runs were marked `noisy` by the noise sentinel (they
 //!   are left out of its figures, which then rest on fewer runs);
 //! - otherwise **unexplained**.
@@ -42,10 +43,17 @@ pub struct Anomaly {
     pub causes: Vec<String>,
 }
 
-/// The causes `p`'s own figures support for being slower than a smaller budget.
-pub fn causes(p: &PointStats) -> Vec<String> {
+/// The causes `p`'s own figures support for being slower than a smaller budget;
+/// `warm_twin` is the same point started warm, when the sweep has it: a cold cache is
+/// a cause only if the warm start hit the expert cache more often (at a budget whose
+/// cache is small, the steady state misses as much).
+pub fn causes(p: &PointStats, warm_twin: Option<&PointStats>) -> Vec<String> {
     let mut v = vec![];
-    if p.start != "warm" {
+    let warm_hits_more = match (warm_twin.and_then(|w| w.expert_hit_rate), p.expert_hit_rate) {
+        (Some(w), Some(c)) => w > c + 0.05,
+        _ => true,
+    };
+    if p.start != "warm" && warm_hits_more {
         if let (Some(h), Some(b)) = (p.expert_hit_rate, p.bytes_read_per_token) {
             if h < COLD_HIT_RATE && b > 0.0 {
                 v.push(format!(
@@ -117,10 +125,34 @@ pub fn anomalies(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Vec<
             faster_budget_spec: q.budget_spec.clone(),
             ratio: spt / q.s_per_token.unwrap_or(f64::NAN),
             significant,
-            causes: causes(p),
+            causes: causes(p, warm_twin(stats, p)),
         });
     }
     out
+}
+
+/// The point of `stats` equal to `p` but started warm.
+fn warm_twin<'a>(stats: &'a [PointStats], p: &PointStats) -> Option<&'a PointStats> {
+    stats.iter().find(|w| {
+        w.start == "warm"
+            && (
+                &w.budget_spec,
+                &w.io,
+                &w.prefetch,
+                &w.cache,
+                w.threads,
+                w.prompt_index,
+                &w.engine,
+            ) == (
+                &p.budget_spec,
+                &p.io,
+                &p.prefetch,
+                &p.cache,
+                p.threads,
+                p.prompt_index,
+                &p.engine,
+            )
+    })
 }
 
 impl Anomaly {
@@ -176,6 +208,33 @@ mod tests {
         assert_eq!(
             a[0].describe("50%").split(':').next().unwrap(),
             "p1 is 1.69× slower than p0 (50%), significant"
+        );
+    }
+
+    #[test]
+    fn a_cold_start_is_no_cause_where_the_warm_start_misses_as_much() {
+        // Cold 0.80 at b vs 0.65 at a: slower, hit rate 11 %. The warm start at b hit
+        // 11 % too (a small cache misses in the steady state as well): unexplained.
+        // With the warm start at 40 % (> 11 % + 5 points) the cold cache is the cause.
+        let mut s = vec![
+            p(0, "buffered", "a", 100, 0.65),
+            p(1, "buffered", "b", 200, 0.80),
+            p(2, "buffered", "b", 200, 0.75),
+        ];
+        s[2].start = "warm".into();
+        for x in &mut s[1..] {
+            x.expert_hit_rate = Some(0.11);
+            x.bytes_read_per_token = Some(1e8);
+        }
+        let runs = runs_of(&[(0, 0.65), (1, 0.80), (2, 0.75)]);
+        let a = anomalies(&s, &runs);
+        assert_eq!(a.len(), 1, "{a:?}");
+        assert_eq!(a[0].causes, ["unexplained"]);
+        s[2].expert_hit_rate = Some(0.40);
+        let a = anomalies(&s, &runs);
+        assert!(
+            a[0].causes[0].starts_with("cold cache: expert hit rate 11 %"),
+            "{a:?}"
         );
     }
 
