@@ -213,6 +213,14 @@ pub struct RunMetrics {
         skip_serializing_if = "Option::is_none"
     )]
     pub lossless_decode_s_per_token: Option<f64>,
+    /// Wall time of the warm start's cache fill (`memdial run --start warm`), seconds;
+    /// `None` for a cold start. Not part of `load_s`.
+    #[serde(deserialize_with = "finite_f64")]
+    pub warm_fill_s: Option<f64>,
+    /// Bytes the warm start read from the model files to fill the expert cache and the
+    /// trunk slots; not part of `bytes_read_total` or `device_read_bytes`.
+    #[serde(deserialize_with = "lenient_u64")]
+    pub warm_fill_bytes: Option<u64>,
     /// Who measured each figure present (field name → source).
     pub metric_sources: BTreeMap<String, Source>,
 }
@@ -281,6 +289,7 @@ impl RunMetrics {
             ("tokens_per_s", self.tokens_per_s),
             ("io_wait_s", self.io_wait_s),
             ("read_busy_s_decode", self.read_busy_s_decode),
+            ("warm_fill_s", self.warm_fill_s),
         ];
         for (name, v) in timings {
             if let Some(x) = v.filter(|x| !(x.is_finite() && *x >= 0.0)) {

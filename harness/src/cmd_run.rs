@@ -23,6 +23,7 @@ use memdial::tokenizer::Tokenizer;
 use sha2::{Digest, Sha256};
 
 use crate::args::{usage, CacheArg, IoArg, PrefetchArg};
+use crate::sweep::start::StartMode;
 
 /// Output format of `memdial run`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -123,6 +124,13 @@ pub struct RunArgs {
         value_parser = crate::args::thread_count
     )]
     pub io_threads: usize,
+    /// How the caches begin: `cold` (empty expert cache and trunk slots) or `warm`
+    /// (both filled to capacity from disk after load, before the first forward: the
+    /// steady state a process at this budget lives in; needs --budget). The fill is
+    /// timed and counted apart (`warm_fill_s`, `warm_fill_bytes` in --metrics-json),
+    /// not in `load_s`, the bytes read or the device reads.
+    #[arg(long, value_enum, default_value_t = StartMode::Cold)]
+    pub start: StartMode,
     /// Positions the MLA latent cache is sized for (default: prompt + max-tokens).
     #[arg(long)]
     pub max_context: Option<usize>,
@@ -217,7 +225,10 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let opened = open_model(a, max_context)?;
     let load_s = t_load.elapsed().as_secs_f64();
     mem.sample();
-    let g = generate_ids(a, &cfg, &opened, &prompt, max_context, chunks, &mut mem)?;
+    let warm = warm_start(a, &opened)?;
+    mem.sample();
+    let mut g = generate_ids(a, &cfg, &opened, &prompt, max_context, chunks, &mut mem)?;
+    g.warm = warm;
     write_outputs(a, &cfg, &opened, &prompt, max_context, load_s, &g, &mem)
 }
 
@@ -237,6 +248,11 @@ fn check_args(a: &RunArgs) -> Result<()> {
     }
     if a.threads == 0 {
         return Err(usage("--threads must be ≥ 1"));
+    }
+    if a.start == StartMode::Warm && a.budget.is_none() {
+        return Err(usage(
+            "--start warm needs --budget (without it every weight is resident from the start)",
+        ));
     }
     if a.prefetch.0 == Prefetch::Oracle && a.trace.is_none() {
         return Err(UsageError::OracleNeedsTrace.into());
@@ -317,6 +333,30 @@ fn open_model(a: &RunArgs, max_context: usize) -> Result<Opened> {
     })
 }
 
+/// What the warm start read (`--start warm`).
+#[derive(Debug, Clone, Copy, Default)]
+struct Warm {
+    /// The store's figures of the fill.
+    fill: memdial::store::streaming::WarmFill,
+    /// Device bytes the process read during the fill (when the OS reports them).
+    device_bytes: Option<u64>,
+}
+
+/// `--start warm`: fills the streaming store's expert cache and trunk slots
+/// ([`memdial::store::streaming::StreamingStore::warm_fill`]); `None` for a cold start.
+fn warm_start(a: &RunArgs, opened: &Opened) -> Result<Option<Warm>> {
+    let (StartMode::Warm, Some(s)) = (a.start, &opened.streaming) else {
+        return Ok(None);
+    };
+    let before = memdial::io::accounting::device_read_bytes();
+    let fill = s.warm_fill()?;
+    let after = memdial::io::accounting::device_read_bytes();
+    Ok(Some(Warm {
+        fill,
+        device_bytes: after.zip(before).map(|(a, b)| a.saturating_sub(b)),
+    }))
+}
+
 /// What generation produced, with the counters taken when the first token was chosen.
 struct Generated {
     out: memdial::generate::GenerateOutput,
@@ -326,6 +366,8 @@ struct Generated {
     device_at_first: Option<u64>,
     /// Wall time of generation (prefill + decode), seconds.
     gen_wall: f64,
+    /// The warm start's fill (`None`: cold start).
+    warm: Option<Warm>,
 }
 
 /// Prefill chunk and arena chunk: under a budget the plan reserves activations for at
@@ -414,6 +456,7 @@ fn generate_ids(
         at_first,
         device_at_first,
         gen_wall,
+        warm: None,
     })
 }
 
@@ -478,7 +521,9 @@ impl RunFacts<'_> {
         let first_m = self.g.at_first.clone().unwrap_or_default();
         let decode_bytes = m.bytes_read.saturating_sub(first_m.bytes_read);
         let steps = out.decode_s.len();
-        let device_end = memdial::io::accounting::device_read_bytes();
+        // The warm start's device reads are reported apart (`warm_fill_bytes`).
+        let device_end = memdial::io::accounting::device_read_bytes()
+            .map(|d| d.saturating_sub(self.g.warm.and_then(|w| w.device_bytes).unwrap_or(0)));
         let read_busy_decode = m.read_busy_s - first_m.read_busy_s;
         let model_bytes = memdial::inspect::model_bytes(self.cfg, ck);
         let page_cache = match streaming {
@@ -569,6 +614,8 @@ impl RunFacts<'_> {
             }),
             lossless_decode_s_per_token: (ck.lossless.is_some() && steps > 0)
                 .then(|| (m.lossless_decode_s - first_m.lossless_decode_s) / steps as f64),
+            warm_fill_s: self.g.warm.map(|w| w.fill.seconds),
+            warm_fill_bytes: self.g.warm.map(|w| w.fill.bytes),
             metric_sources: Default::default(),
         };
         for k in [

@@ -477,6 +477,19 @@ fn limits_cases() -> Vec<Case> {
             code: 2,
             expect: &["--threads", "1..=1024"],
         },
+        // A warm start fills the streaming store's caches: nothing to fill without one.
+        Case {
+            model: Model::Clean,
+            args: &["--start", "warm"],
+            code: 2,
+            expect: &["--start warm needs --budget"],
+        },
+        Case {
+            model: Model::Clean,
+            args: &["--budget", "1GiB", "--start", "hot"],
+            code: 2,
+            expect: &["--start", "hot"],
+        },
         Case {
             model: Model::Clean,
             args: &["--budget", "1GiB", "--io-threads", "100000"],

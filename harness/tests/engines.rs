@@ -93,6 +93,11 @@ prompts = [{prompt}]
 max_tokens = 8
 repeats = 1
 engines = ["memdial", "mlx-lm"]
+# What the sweep writes is checked here, on a busy machine too: no run is noisy.
+[noise]
+other_cpu_cores = 1024.0
+steal_cores = 1024.0
+foreign_read_bytes = 1125899906842624
 "#
     )
 }
@@ -271,6 +276,63 @@ fn command_engine_mismatch_fails_only_when_it_must_match() {
     );
 }
 
+/// `start = "warm"` points of an engine whose adapter declares no warm start are
+/// `n/a`; one that declares `warm = true` runs them, `{start}` naming the start.
+fn warm_start_is_n_a_unless_the_adapter_declares_it() {
+    let _g = lock();
+    let m = model("tiny-k3");
+    let spec = r#"
+budgets = ["2x floor"]
+prompts = ["The capital of France is"]
+max_tokens = 4
+repeats = 1
+engines = ["memdial", "fake", "fakew"]
+start = ["warm", "cold"]
+[engine.fake]
+command = ["sh", "-c", "echo 'ids: 5 6 7 8'"]
+ids_stdout_regex = "^ids: (.*)$"
+budget = "flag"
+must_match = false
+[engine.fakew]
+command = ["sh", "-c", "echo 'ids: 5 6 7 8'; echo '{start}' > {run_dir}/start.txt"]
+ids_stdout_regex = "^ids: (.*)$"
+budget = "flag"
+must_match = false
+warm = true
+"#;
+    let (o, out) = sweep(&m, spec, "warm-na", &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let rows = rows(&out);
+    let get = |e: &str, st: &str| {
+        rows.iter()
+            .find(|r| r["engine"] == e && r["start"] == st)
+            .unwrap_or_else(|| panic!("no {e} {st} row"))
+            .clone()
+    };
+    let na = get("fake", "warm");
+    assert_eq!(na["status"], "n/a", "{na}");
+    assert!(
+        na["error"].as_str().unwrap().contains("has no warm start"),
+        "{na}"
+    );
+    assert_eq!(get("fake", "cold")["status"], "ok");
+    assert_eq!(get("memdial", "warm")["status"], "ok");
+    assert!(get("memdial", "warm")["warm_fill_s"].as_f64().unwrap() > 0.0);
+    for st in ["warm", "cold"] {
+        let r = get("fakew", st);
+        assert_eq!(r["status"], "ok", "{r}");
+        let dir = out
+            .join("runs")
+            .join(format!("p{:03}-r0", r["point_index"].as_u64().unwrap()));
+        assert_eq!(
+            std::fs::read_to_string(dir.join("start.txt"))
+                .unwrap()
+                .trim(),
+            st
+        );
+    }
+}
+
 fn unknown_engine_is_a_usage_error() {
     let m = model("tiny-k3");
     let (o, _) = sweep(
@@ -433,6 +495,10 @@ fn main() -> ExitCode {
             testkit::test(
                 "command_engine_mismatch_fails_only_when_it_must_match",
                 command_engine_mismatch_fails_only_when_it_must_match,
+            ),
+            testkit::test(
+                "warm_start_is_n_a_unless_the_adapter_declares_it",
+                warm_start_is_n_a_unless_the_adapter_declares_it,
             ),
             testkit::test(
                 "unknown_engine_is_a_usage_error",

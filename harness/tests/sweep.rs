@@ -24,6 +24,12 @@ threads = [1]
 prompts = ["The capital of France is"]
 max_tokens = 4
 repeats = 2
+# These tests check what a sweep writes, on whatever machine runs them (a shared
+# CI runner is busy): no run is noisy here. The sentinel's own test has a fake /proc.
+[noise]
+other_cpu_cores = 1024.0
+steal_cores = 1024.0
+foreign_read_bytes = 1125899906842624
 "#;
 const SPEC_RUNS: usize = 8;
 
@@ -870,4 +876,52 @@ fn merge_proves_its_inputs() {
         "{}",
         text(&o)
     );
+}
+
+/// A sweep whose every run is over the `[noise]` thresholds (other CPU use above −1
+/// cores: any) says so at the top of report.md and in the `--check` line, and gives no
+/// answer; its `start` axis runs each point warm (the fill in its own columns) and cold.
+#[test]
+fn noisy_runs_are_said_and_decide_nothing_and_warm_starts_fill_apart() {
+    let _g = lock();
+    let out = fresh("noisy");
+    let spec = SPEC
+        .replace("repeats = 2", "repeats = 1")
+        .replace("[noise]", "start = [\"warm\", \"cold\"]\n[noise]")
+        .replace("other_cpu_cores = 1024.0", "other_cpu_cores = -1.0");
+    let o = sweep(&spec_file("noisy.toml", &spec), &out, &["--check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    assert!(line.starts_with("PASS: 8 runs"), "{line}");
+    assert!(
+        line.ends_with("; NOISY: 8 of 8 measured runs marked noisy (left out of the statistics)"),
+        "{line}"
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let first = md.find("## ").unwrap();
+    assert!(
+        md[..first].contains("> **Noisy machine:** 8 of 8 measured runs were marked noisy"),
+        "{md}"
+    );
+    assert!(md.contains("**Bottom line: no answer**"), "{md}");
+    let js = rows(&out);
+    assert_eq!(js.len(), 8);
+    for r in &js {
+        let key = r["point_key"].as_str().unwrap();
+        let reason = r["noisy"].as_str().unwrap_or_default();
+        assert!(reason.starts_with("other processes used"), "{r}");
+        assert!(r["noise_other_cpu_s"].as_f64().unwrap() >= 0.0);
+        match r["start"].as_str().unwrap() {
+            "warm" => {
+                assert!(key.ends_with(";start=warm"), "{key}");
+                assert!(r["warm_fill_s"].as_f64().unwrap() > 0.0, "{r}");
+                assert!(r["warm_fill_bytes"].as_u64().unwrap() > 0, "{r}");
+            }
+            "cold" => {
+                assert!(key.ends_with(";start=cold"), "{key}");
+                assert!(r["warm_fill_s"].is_null(), "{r}");
+            }
+            s => panic!("start {s:?}"),
+        }
+    }
 }

@@ -20,10 +20,7 @@
 //!   after every existing column ([`super::record::row::columns`]).
 //!
 //! `Spec::points` expands the declared axes innermost, after engines, in the order
-//! of [`super::spec::Spec::later_axes`].
-
-// No axis ships declared yet (the tests declare one); the coming ones use all of it.
-#![cfg_attr(not(test), allow(dead_code))]
+//! of [`super::spec::Spec::later_axes`]. Declared so far: [`super::start::Start`].
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

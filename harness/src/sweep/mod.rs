@@ -16,6 +16,7 @@
 //!   [`crate::export`];
 //! - [`engines`]: other engines on the same points (the `engines` axis), their
 //!   cross-engine verdict layered over the ids verdict;
+//! - [`start`]: the `start` axis (cold or warm caches);
 //! - [`verify`]: a finished run directory re-checked offline (`memdial report
 //!   verify`), over every stage's output;
 //! - [`util`]: UTC timestamps and SHA-256 hex.
@@ -28,6 +29,7 @@ pub mod engines;
 pub mod record;
 pub mod run;
 pub mod spec;
+pub mod start;
 pub mod util;
 pub mod verify;
 pub mod write;

@@ -14,7 +14,7 @@ use memdial::store::cache::CachePolicy;
 use memdial::store::plan::{fmt_bytes, parse_size, Prefetch};
 use serde::{Deserialize, Serialize};
 
-use super::axes::Coord;
+use super::axes::{Coord, Values};
 
 /// The default spec, embedded so `memdial sweep` works outside the repository root.
 pub const DEFAULT_SPEC: &str = include_str!("../../sweeps/default.toml");
@@ -104,6 +104,13 @@ pub struct Spec {
     // Axes declared after the ones above (see `super::axes`) go here, each
     // `#[serde(default, skip_serializing_if = "Values::is_default")] NAME: Values<A>`,
     // and into `Spec::later_axes`.
+    /// How runs start (`super::start`): `["cold"]` (default), `["warm"]`, or both.
+    #[serde(default, skip_serializing_if = "Values::is_default")]
+    pub start: Values<super::start::Start>,
+    /// When a run counts as `noisy` (the `[noise]` table; absent: the defaults of
+    /// [`memdial::noise::Thresholds`], left out of the spec hash).
+    #[serde(default, skip_serializing_if = "is_default_noise")]
+    pub noise: memdial::noise::Thresholds,
     /// IO modes (the spec's `io`), set by [`Spec::validate`].
     #[serde(skip)]
     pub io: Vec<IoMode>,
@@ -150,6 +157,10 @@ fn d_engines() -> Vec<String> {
 }
 fn is_default_engines(v: &[String]) -> bool {
     v.len() == 1 && v[0] == super::engines::def::DEFAULT_ENGINE
+}
+
+fn is_default_noise(t: &memdial::noise::Thresholds) -> bool {
+    *t == memdial::noise::Thresholds::default()
 }
 
 fn d_io() -> Vec<String> {
@@ -464,7 +475,7 @@ impl Spec {
     /// The values of the axes declared after engines ([`super::axes`]), in the
     /// order they are expanded (innermost last): one `self.NAME.coords()` each.
     pub fn later_axes(&self) -> Vec<Vec<Coord>> {
-        vec![]
+        vec![self.start.coords()]
     }
 
     /// All points in the fixed order (budgets, io, prefetch, cache, threads, prompts,

@@ -53,7 +53,13 @@ impl SameBudget {
 pub fn same_budget(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Vec<SameBudget> {
     let usable: Vec<&PointStats> = stats
         .iter()
-        .filter(|p| !p.below_floor && p.n > 0 && p.over_budget == 0 && p.s_per_token.is_some())
+        .filter(|p| {
+            !p.below_floor
+                && !p.noisy_only
+                && p.n > 0
+                && p.over_budget == 0
+                && p.s_per_token.is_some()
+        })
         .collect();
     let mut out = vec![];
     for a in &usable {
@@ -68,6 +74,7 @@ pub fn same_budget(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Ve
             let b = usable.iter().find(|b| {
                 b.budget_spec == a.budget_spec
                     && b.engine == a.engine
+                    && b.start == a.start
                     && b.cache == a.cache
                     && b.threads == a.threads
                     && b.prompt_index == a.prompt_index

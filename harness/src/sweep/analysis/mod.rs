@@ -7,11 +7,19 @@
 //! - [`stats`]: per-point medians and spreads;
 //! - [`bootstrap`]: intervals and significance (one method for every comparison);
 //! - [`recommend`]: the smallest budget within reach of a mode's best speed;
+//! - [`bottom_line`]: how sure that answer is (points within noise, undecided);
+//! - [`anomaly`]: points slower than a smaller budget of their mode, and why;
+//! - [`pick`]: a point as the recommendation names it;
 //! - [`compare`]: IO modes and prefetch policies at the same budget.
 
+pub mod anomaly;
 pub mod bootstrap;
+pub mod bottom_line;
+#[cfg(test)]
+mod bottom_line_tests;
 pub mod compare;
 pub mod outcome;
+pub mod pick;
 pub mod recommend;
 pub mod stats;
 pub mod verdict;

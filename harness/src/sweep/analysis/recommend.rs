@@ -1,7 +1,10 @@
 //! The answer to "which budget, which IO mode?": per IO mode the Pareto frontier of
 //! budget vs s/token and its knee, and per budget the winning mode, by how much and
 //! whether significantly ([`super::bootstrap`]). Points with `over_budget` runs are
-//! left out (their speed was bought with memory the budget does not count).
+//! left out (their speed was bought with memory the budget does not count), and so
+//! are points whose every run was `noisy`. With a `start` axis the answer is made from
+//! the `warm` points (the steady state) and the cold start shown beside it
+//! ([`recommend_steady`]); how sure the answer is, is [`super::bottom_line`]'s.
 //!
 //! Definitions:
 //! - a mode's point at a budget is its fastest prefetch policy there (lowest median
@@ -15,29 +18,10 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::bootstrap::{ratio, Ratio, Run};
+pub use super::bottom_line::ColdBeside;
+use super::bottom_line::{decide, BottomLine};
+pub use super::pick::{ci, Pick, KNEE_WITHIN};
 use super::stats::PointStats;
-
-/// Knee: within this fraction of the mode's best s/token.
-pub const KNEE_WITHIN: f64 = 0.10;
-
-/// One point on a frontier.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Pick {
-    /// Point index.
-    pub point_index: usize,
-    /// Budget as written.
-    pub budget_spec: String,
-    /// Budget, bytes.
-    pub budget_bytes: u64,
-    /// Prefetch policy of the point.
-    pub prefetch: String,
-    /// Median s/token.
-    pub s_per_token: f64,
-    /// 95 % interval, when decidable.
-    pub lo: Option<f64>,
-    /// 95 % interval, when decidable.
-    pub hi: Option<f64>,
-}
 
 /// One IO mode's frontier and knee.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -82,6 +66,16 @@ pub struct Recommendation {
     /// `overall_best` (the fastest mode there), with its IO mode: the answer to
     /// "which budget, which mode?".
     pub overall_knee: Option<(String, Pick)>,
+    /// How sure `overall_knee` is ([`super::bottom_line`]).
+    pub bottom_line: Option<BottomLine>,
+    /// The runs recommended from: `warm` when the sweep has warm-start points (the
+    /// steady state), else `cold`.
+    pub start: String,
+    /// The cold-start figures of the recommended point, when the sweep has warm and
+    /// cold points.
+    pub cold_beside: Option<ColdBeside>,
+    /// Measured runs of every point considered that were marked `noisy`.
+    pub noisy_runs: usize,
 }
 
 fn pick(p: &PointStats) -> Option<Pick> {
@@ -93,7 +87,13 @@ fn pick(p: &PointStats) -> Option<Pick> {
         s_per_token: p.s_per_token?,
         lo: p.s_per_token_lo,
         hi: p.s_per_token_hi,
+        n: p.n,
     })
+}
+
+/// A point the recommendation may use: run, quiet, within its budget, with a median.
+fn usable(p: &PointStats) -> bool {
+    !p.below_floor && !p.noisy_only && p.n > 0 && p.over_budget == 0 && p.s_per_token.is_some()
 }
 
 /// Computes the recommendation from the per-point statistics and their runs.
@@ -103,10 +103,7 @@ pub fn recommend(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Reco
         .filter(|p| p.over_budget > 0)
         .map(|p| p.point_index)
         .collect();
-    let ok: Vec<&PointStats> = stats
-        .iter()
-        .filter(|p| !p.below_floor && p.n > 0 && p.over_budget == 0 && p.s_per_token.is_some())
-        .collect();
+    let ok: Vec<&PointStats> = stats.iter().filter(|p| usable(p)).collect();
     let mut ios: Vec<String> = vec![];
     let mut budgets: Vec<String> = vec![];
     for p in stats {
@@ -125,9 +122,11 @@ pub fn recommend(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Reco
             .and_then(|p| pick(p))
     };
     let mut modes = vec![];
+    let mut cands: Vec<(String, Pick)> = vec![];
     for io in &ios {
         let mut pts: Vec<Pick> = budgets.iter().filter_map(|b| best_at(io, b)).collect();
         pts.sort_by_key(|p| p.budget_bytes);
+        cands.extend(pts.iter().map(|p| (io.clone(), p.clone())));
         let best = pts
             .iter()
             .min_by(|a, b| a.s_per_token.total_cmp(&b.s_per_token))
@@ -185,21 +184,80 @@ pub fn recommend(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Reco
         .iter()
         .filter_map(|m| m.best.clone().map(|b| (m.io.clone(), b)))
         .min_by(|a, b| a.1.s_per_token.total_cmp(&b.1.s_per_token));
-    let overall_knee = overall_best.as_ref().and_then(|(_, best)| {
-        let limit = best.s_per_token * (1.0 + KNEE_WITHIN);
-        by_budget
-            .iter()
-            .filter(|w| w.winner.s_per_token <= limit)
-            .min_by_key(|w| w.winner.budget_bytes)
-            .map(|w| (w.io.clone(), w.winner.clone()))
-    });
+    let overall_knee = overall_best
+        .as_ref()
+        .and_then(|(_, best)| knee_of(&by_budget, best));
+    let noisy_runs = stats.iter().map(|p| p.noisy).sum();
+    let bottom_line = overall_knee
+        .as_ref()
+        .zip(overall_best.as_ref())
+        .map(|(k, b)| decide(k, b, &cands, runs, noisy_runs));
     Recommendation {
         modes,
         by_budget,
         excluded_over_budget,
         overall_best,
         overall_knee,
+        bottom_line,
+        start: stats
+            .first()
+            .map(|p| p.start.clone())
+            .unwrap_or_else(|| "cold".into()),
+        cold_beside: None,
+        noisy_runs,
     }
+}
+
+/// The smallest budget whose winner is within [`KNEE_WITHIN`] of `best`, with its mode.
+fn knee_of(by_budget: &[Winner], best: &Pick) -> Option<(String, Pick)> {
+    let limit = best.s_per_token * (1.0 + KNEE_WITHIN);
+    by_budget
+        .iter()
+        .filter(|w| w.winner.s_per_token <= limit)
+        .min_by_key(|w| w.winner.budget_bytes)
+        .map(|w| (w.io.clone(), w.winner.clone()))
+}
+
+/// [`recommend`] over the sweep's steady state: its `warm` points when it has any
+/// (with the recommended point's cold start beside it), else every point.
+pub fn recommend_steady(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Recommendation {
+    if !stats.iter().any(|p| p.start == "warm") {
+        return recommend(stats, runs);
+    }
+    let (warm, cold): (Vec<PointStats>, Vec<PointStats>) =
+        stats.iter().cloned().partition(|p| p.start == "warm");
+    let mut r = recommend(&warm, runs);
+    // The cold runs' noise counts too: the report says how many runs were left out.
+    r.noisy_runs = stats.iter().map(|p| p.noisy).sum();
+    r.cold_beside = r.overall_knee.as_ref().and_then(|(_, k)| {
+        let w = warm.iter().find(|p| p.point_index == k.point_index)?;
+        let c = cold.iter().find(|c| {
+            (
+                &c.budget_spec,
+                &c.io,
+                &c.prefetch,
+                &c.cache,
+                c.threads,
+                c.prompt_index,
+                &c.engine,
+            ) == (
+                &w.budget_spec,
+                &w.io,
+                &w.prefetch,
+                &w.cache,
+                w.threads,
+                w.prompt_index,
+                &w.engine,
+            )
+        })?;
+        Some(ColdBeside {
+            point_index: c.point_index,
+            ttft_s: c.ttft_s,
+            warm_ttft_s: w.ttft_s,
+            pick: pick(c),
+        })
+    });
+    r
 }
 
 impl Recommendation {
@@ -208,31 +266,23 @@ impl Recommendation {
         use std::fmt::Write as _;
         let mut s = String::from("## Recommendation\n\n");
         if self.modes.iter().all(|m| m.best.is_none()) {
-            s += "No finished runs to recommend from yet.\n\n";
+            if self.noisy_runs > 0 {
+                s += &format!(
+                    "**Bottom line: no answer** — no quiet runs to recommend from: {} finished run(s) were marked noisy (see `noisy` in results.csv). A quieter machine would decide it.\n\n",
+                    self.noisy_runs
+                );
+            } else {
+                s += "No finished runs to recommend from yet.\n\n";
+            }
             return s;
         }
-        let ci = |p: &Pick| match (p.lo, p.hi) {
-            (Some(l), Some(h)) => format!("{:.4} [{l:.4}–{h:.4}]", p.s_per_token),
-            _ => format!("{:.4} (insufficient repeats)", p.s_per_token),
-        };
-        if let (Some((kio, k)), Some((bio, b))) = (&self.overall_knee, &self.overall_best) {
-            let fastest = if k.point_index == b.point_index {
-                "; it is also the fastest point measured".to_string()
-            } else {
-                format!(
-                    "; the fastest point is {bio} at {} ({} s/token)",
-                    label(&b.budget_spec, b.budget_bytes),
-                    ci(b)
-                )
-            };
-            let _ = writeln!(
-                s,
-                "**Bottom line:** the smallest budget that decodes within 10 % of the fastest point is **{}** with **{kio}** ({}, {} s/token){fastest}.\n",
-                label(&k.budget_spec, k.budget_bytes),
-                k.prefetch,
-                ci(k),
-            );
-        }
+        s += &super::bottom_line::markdown(
+            self.overall_knee.as_ref().zip(self.overall_best.as_ref()),
+            self.bottom_line.as_ref(),
+            &self.start,
+            self.cold_beside.as_ref(),
+            label,
+        );
         let _ = writeln!(
             s,
             "| IO mode | knee (smallest budget within 10 % of its best) | best | Pareto frontier (budget → s/token) |\n|---|---|---|---|"
@@ -314,10 +364,10 @@ impl Recommendation {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn p(i: usize, io: &str, budget: &str, bytes: u64, spt: f64) -> PointStats {
+    pub(crate) fn p(i: usize, io: &str, budget: &str, bytes: u64, spt: f64) -> PointStats {
         PointStats {
             point_index: i,
             point_key: format!("k{i}"),
@@ -353,6 +403,9 @@ mod tests {
             insufficient_repeats: false,
             engine: String::new(),
             not_applicable: None,
+            start: "cold".into(),
+            noisy: 0,
+            noisy_only: false,
         }
     }
 
@@ -372,7 +425,9 @@ mod tests {
             p(7, "mmap", "d", 800, 0.40),
         ];
         s[7].over_budget = 1;
-        let r = recommend(&s, &BTreeMap::new());
+        // Every run decodes at its point's median: the intervals are points.
+        let runs = constant_runs(&mut s);
+        let r = recommend(&s, &runs);
         let d = &r.modes[0];
         assert_eq!(d.io, "direct");
         let fr: Vec<usize> = d.frontier.iter().map(|x| x.point_index).collect();
@@ -395,5 +450,17 @@ mod tests {
         assert!(md.starts_with("## Recommendation"));
         assert!(md.contains("Left out: 1 point(s)"));
         assert!(md.contains("**Bottom line:** the smallest budget that decodes within 10 % of the fastest point is **c** with **direct**"), "{md}");
+    }
+
+    /// Three runs of three decode times, all the point's median, for every point of
+    /// `s`, whose intervals are set to that value: every bootstrap replicate is it.
+    pub(crate) fn constant_runs(s: &mut [PointStats]) -> BTreeMap<usize, Vec<Run>> {
+        s.iter_mut()
+            .map(|p| {
+                let x = p.s_per_token.unwrap();
+                (p.s_per_token_lo, p.s_per_token_hi) = (Some(x), Some(x));
+                (p.point_index, vec![vec![x; 3]; 3])
+            })
+            .collect()
     }
 }

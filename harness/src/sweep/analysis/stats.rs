@@ -1,4 +1,5 @@
-//! Per-point statistics over the measured (non-warm-up, finished) repeats.
+//! Per-point statistics over the measured (non-warm-up, finished) repeats that the
+//! noise sentinel found quiet; noisy ones are counted apart.
 
 use std::collections::BTreeMap;
 
@@ -83,13 +84,28 @@ pub struct PointStats {
     pub not_applicable: Option<String>,
     /// Too few runs (or decode tokens) for an interval.
     pub insufficient_repeats: bool,
+    /// How the runs started (`cold` or `warm`, the `start` axis; `cold` in rows of
+    /// sweeps before it).
+    pub start: String,
+    /// Measured finished runs marked `noisy` by the noise sentinel: counted here,
+    /// left out of `n`, the medians and the interval — unless every run was noisy.
+    pub noisy: usize,
+    /// Every measured run was noisy: the figures (and `n`) are the noisy runs',
+    /// shown for the table and the charts, and no decision (recommendation,
+    /// comparison) uses the point.
+    pub noisy_only: bool,
 }
 
-/// Per-token decode times of each measured finished run of every point (a run with
-/// only a median contributes that one value).
+/// Per-token decode times of each measured finished quiet run of every point (a run
+/// with only a median contributes that one value; `noisy` runs are left out).
 pub fn point_runs(rows: &[Row]) -> BTreeMap<usize, Vec<Run>> {
+    point_runs_of(rows, Row::is_measured_quiet)
+}
+
+/// [`point_runs`] over the measured finished rows that `keep` accepts.
+fn point_runs_of(rows: &[Row], keep: impl Fn(&Row) -> bool) -> BTreeMap<usize, Vec<Run>> {
     let mut by: BTreeMap<usize, Vec<Run>> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.is_measured_ok()) {
+    for r in rows.iter().filter(|r| r.is_measured_ok() && keep(r)) {
         let run: Run = if r.metrics.decode_s_per_token.is_empty() {
             r.metrics.decode_s_per_token_median.into_iter().collect()
         } else {
@@ -114,13 +130,33 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
     by.into_values()
         .map(|all| {
             let first = all[0];
-            let ok: Vec<&Row> = all.iter().copied().filter(|r| r.is_measured_ok()).collect();
+            let quiet: Vec<&Row> = all
+                .iter()
+                .copied()
+                .filter(|r| r.is_measured_quiet())
+                .collect();
+            // Only noisy runs: shown from them, marked, and used for no decision.
+            let noisy_only = quiet.is_empty() && all.iter().any(|r| r.is_measured_noisy());
+            let ok: Vec<&Row> = if noisy_only {
+                all.iter()
+                    .copied()
+                    .filter(|r| r.is_measured_noisy())
+                    .collect()
+            } else {
+                quiet
+            };
             let spt: Vec<f64> = ok
                 .iter()
                 .filter_map(|r| r.metrics.decode_s_per_token_median)
                 .collect();
             let mm = min_max(&spt);
-            let iv = runs
+            let noisy_runs = noisy_only.then(|| {
+                let rows: Vec<Row> = ok.iter().map(|r| (*r).clone()).collect();
+                point_runs_of(&rows, |_| true)
+            });
+            let iv = noisy_runs
+                .as_ref()
+                .unwrap_or(&runs)
                 .get(&first.point_index)
                 .and_then(|r| interval(r, first.point_index as u64));
             PointStats {
@@ -166,6 +202,9 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                     .find(|r| r.status == RunStatus::NotApplicable)
                     .map(|r| r.error.clone().unwrap_or_default()),
                 insufficient_repeats: iv.as_ref().is_some_and(|i| i.insufficient),
+                start: crate::sweep::start::StartMode::of_row(first).to_string(),
+                noisy: all.iter().filter(|r| r.is_measured_noisy()).count(),
+                noisy_only,
             }
         })
         .collect()

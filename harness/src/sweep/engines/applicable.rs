@@ -22,6 +22,14 @@ impl Registry {
         if e.is_memdial() {
             return None;
         }
+        if crate::sweep::start::StartMode::of(&p.axes) == crate::sweep::start::StartMode::Warm
+            && !e.def.warm.unwrap_or(false)
+        {
+            return Some(format!(
+                "{} has no warm start (its adapter does not declare `warm = true`)",
+                e.name
+            ));
+        }
         if let Some(types) = &e.def.model_types {
             if !types.contains(&self.model_type) {
                 return Some(format!(

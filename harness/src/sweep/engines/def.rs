@@ -134,6 +134,11 @@ pub struct EngineDef {
     /// model bytes × `resident_factor` + this are `n/a`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_overhead: Option<String>,
+    /// The engine can start warm (its caches filled before the first token; `{start}`
+    /// in the command expands to `cold` or `warm`). Unset: `start = "warm"` points
+    /// are `n/a` for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<bool>,
     /// `model_type`s of config.json the engine runs (unset: any); points of other
     /// models are `n/a`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -394,6 +399,7 @@ pub fn overlay(a: EngineDef, b: &EngineDef) -> EngineDef {
         resident_only,
         resident_factor,
         runtime_overhead,
+        warm,
         model_types,
         setup,
         must_match,

@@ -54,6 +54,7 @@ pub fn against_reference(
                 && b.cache == a.cache
                 && b.threads == a.threads
                 && b.prompt_index == a.prompt_index
+                && b.start == a.start
         }) else {
             continue;
         };

@@ -419,6 +419,10 @@ impl Registry {
             .set("budget_gb", format!("{:.3}", b / 1e9))
             .set("io", c.point.io.as_str())
             .set("prefetch", c.point.prefetch.as_str())
+            .set(
+                "start",
+                crate::sweep::start::StartMode::of(&c.point.axes).as_str(),
+            )
             .set("run_dir", c.run_dir.display());
         if let Some(t) = c.trunk_share_bytes {
             // kimi-k3-in-c: the trunk ring gets memdial's pinned + slot bytes, capped so

@@ -40,6 +40,10 @@ pub const PLACEHOLDERS: &[(&str, &str)] = &[
     ),
     ("prefetch", "the point's prefetch policy"),
     (
+        "start",
+        "the point's start, `cold` or `warm` (warm runs need `warm = true`)",
+    ),
+    (
         "run_dir",
         "this run's directory (stdout.txt, stderr.txt live there)",
     ),

@@ -140,6 +140,27 @@ pub struct Row {
     /// `flag+cgroup`, or `none` (neither: see `cgroup_reason`).
     #[serde(default)]
     pub budget_held_by: Option<String>,
+    // --- the noise sentinel (`memdial::noise`; appended, never renamed)
+    /// CPU seconds other processes used while the run lived (`/proc/stat` busy time
+    /// minus the run's and the harness's own).
+    #[serde(default)]
+    pub noise_other_cpu_s: Option<f64>,
+    /// CPU seconds stolen by the hypervisor while the run lived.
+    #[serde(default)]
+    pub noise_steal_s: Option<f64>,
+    /// PSI cpu "some" stall seconds while the run lived (`None`: no PSI).
+    #[serde(default)]
+    pub noise_psi_cpu_s: Option<f64>,
+    /// PSI io "some" stall seconds while the run lived (`None`: no PSI).
+    #[serde(default)]
+    pub noise_psi_io_s: Option<f64>,
+    /// Bytes others read from the model's block device while the run lived.
+    #[serde(default)]
+    pub noise_foreign_read_bytes: Option<u64>,
+    /// Why the run is noisy (every threshold of the spec's `[noise]` it exceeded), or
+    /// `None` when it was quiet: noisy runs are counted apart in the statistics.
+    #[serde(default)]
+    pub noisy: Option<String>,
     // --- axes declared after engines (`sweep::axes`): one column each, appended
     /// The point's value on each later axis, by axis name (the point's
     /// [`crate::sweep::axes::Coord`]s); empty for sweeps without one.
@@ -245,6 +266,16 @@ pub const COLUMNS: &[&str] = &[
     "engine",
     "engine_version",
     "budget_held_by",
+    // RunMetrics fields of the warm start (appended).
+    "warm_fill_s",
+    "warm_fill_bytes",
+    // The noise sentinel (appended).
+    "noise_other_cpu_s",
+    "noise_steal_s",
+    "noise_psi_cpu_s",
+    "noise_psi_io_s",
+    "noise_foreign_read_bytes",
+    "noisy",
 ];
 
 impl Row {
@@ -327,6 +358,27 @@ impl Row {
     /// True for measured (non-warm-up) runs that finished.
     pub fn is_measured_ok(&self) -> bool {
         self.status == RunStatus::Ok && !self.warmup
+    }
+
+    /// [`Row::is_measured_ok`] and not marked `noisy`: the runs the statistics use.
+    pub fn is_measured_quiet(&self) -> bool {
+        self.is_measured_ok() && self.noisy.is_none()
+    }
+
+    /// [`Row::is_measured_ok`] but marked `noisy`: counted apart.
+    pub fn is_measured_noisy(&self) -> bool {
+        self.is_measured_ok() && self.noisy.is_some()
+    }
+
+    /// Records the noise sentinel's figures around the run and whether they exceed
+    /// `t` ([`memdial::noise::Noise::noisy`]).
+    pub fn fill_noise(&mut self, n: &memdial::noise::Noise, t: &memdial::noise::Thresholds) {
+        self.noise_other_cpu_s = Some(n.other_cpu_s);
+        self.noise_steal_s = Some(n.steal_s);
+        self.noise_psi_cpu_s = n.psi_cpu_some_s;
+        self.noise_psi_io_s = n.psi_io_some_s;
+        self.noise_foreign_read_bytes = n.foreign_read_bytes;
+        self.noisy = n.noisy(t);
     }
 }
 

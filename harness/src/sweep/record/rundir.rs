@@ -267,6 +267,7 @@ pub fn open(
         model_identity: Some(id.model_identity.clone()),
         prompt_identities: id.prompt_identities.clone(),
         missing_shards: vec![],
+        noise: (spec.noise != memdial::noise::Thresholds::default()).then_some(spec.noise),
     };
     Ok((meta, vec![]))
 }
@@ -325,6 +326,9 @@ pub struct Meta {
     /// incomplete.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub missing_shards: Vec<String>,
+    /// The spec's `[noise]` thresholds when it sets them (absent: the defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<memdial::noise::Thresholds>,
 }
 
 impl Meta {

@@ -70,7 +70,16 @@ pub fn run_label(slot: &RunSlot, budget_bytes: u64) -> String {
         slot.point.threads,
         if slot.warmup { "w" } else { "r" },
         slot.repeat
-    )
+    ) + &start_label(&slot.point)
+}
+
+/// ` warm` / ` cold` when the spec lists the `start` axis (else empty).
+fn start_label(p: &Point) -> String {
+    p.axes
+        .iter()
+        .filter(|c| c.name == "start" && c.in_key)
+        .map(|c| format!(" {}", c.value))
+        .collect()
 }
 
 /// A short outcome for progress lines: `0.0123 s/token`, `ok`, or the status.
@@ -325,5 +334,6 @@ impl RunEnv<'_> {
             RunStatus::Failed
         };
         row.fill_memory(&o.mem, slack);
+        row.fill_noise(&o.noise, &spec.noise);
     }
 }

@@ -72,6 +72,9 @@ pub struct RunOutcome {
     /// When the attempt started (before the child was spawned): an output file
     /// older than this is not this attempt's.
     pub started: std::time::SystemTime,
+    /// What the rest of the machine did while the child lived (the noise sentinel,
+    /// [`memdial::noise`]).
+    pub noise: memdial::noise::Noise,
 }
 
 impl RunRequest<'_> {
@@ -114,6 +117,10 @@ impl RunRequest<'_> {
         ]);
         if let Some(c) = self.max_context {
             a.extend(["--max-context".into(), c.to_string()]);
+        }
+        // Only when the spec lists the `start` axis: a default sweep's command is unchanged.
+        if let Some(c) = p.axes.iter().find(|c| c.name == "start" && c.in_key) {
+            a.extend(["--start".into(), c.value.clone()]);
         }
         if let Some(id) = self.perturb_logit {
             a.extend(["--perturb-logit".into(), id.to_string()]);
@@ -179,17 +186,25 @@ impl RunRequest<'_> {
                 Ok(())
             });
         }
+        let sentinel = memdial::noise::Sentinel::new(Some(self.model));
         let t0 = Instant::now();
+        let before = sentinel.snapshot(None, 0.0);
         let mut child = cmd
             .spawn()
             .with_context(|| format!("cannot start {}", bin.display()))?;
         let mut timed_out = false;
         let mut mem = MemSamples::default();
         let mut next_sample = Instant::now();
+        let mut after = None;
         let status = loop {
             if Instant::now() >= next_sample {
                 mem.sample(Some(child.id()), self.watch_files, self.cgroup);
                 next_sample = Instant::now() + interval_at(t0.elapsed());
+            }
+            if exited_unreaped(child.id()) {
+                // Its /proc entry (CPU time, read bytes) lives until it is reaped.
+                after = Some(sentinel.snapshot(Some(child.id()), t0.elapsed().as_secs_f64()));
+                break child.wait()?;
             }
             if let Some(s) = child.try_wait()? {
                 break s;
@@ -202,6 +217,8 @@ impl RunRequest<'_> {
             std::thread::sleep(Duration::from_millis(10));
         };
         let wall_s = t0.elapsed().as_secs_f64();
+        let after = after.unwrap_or_else(|| sentinel.snapshot(None, wall_s));
+        let noise = memdial::noise::Noise::between(&before, &after, sentinel.ticks_per_s());
         // What the run left in the page cache counts too.
         mem.sample(None, self.watch_files, None);
         let stderr = std::fs::read_to_string(self.run_dir.join("stderr.txt")).unwrap_or_default();
@@ -234,7 +251,25 @@ impl RunRequest<'_> {
             stderr_tail,
             mem,
             started,
+            noise,
         })
+    }
+}
+
+/// Whether child `pid` has exited and is waiting to be reaped (`waitid` with
+/// `WNOWAIT`: the zombie, and its `/proc` figures, stay until `wait`).
+fn exited_unreaped(pid: u32) -> bool {
+    // SAFETY: waitid writes only into `info`, a zeroed siginfo_t we own; WNOHANG makes
+    // it return at once, WNOWAIT leaves the child waitable.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let rc = libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        rc == 0 && info.si_pid() != 0
     }
 }
 

@@ -47,11 +47,12 @@ pub(super) fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Seri
         v.dedup();
         v.len() > 1
     };
-    let (vc, vt, vp, ve) = (
+    let (vc, vt, vp, ve, vs) = (
         distinct(&|s| s.cache.clone()),
         distinct(&|s| s.threads.to_string()),
         distinct(&|s| s.prompt_index.to_string()),
         distinct(&|s| s.engine.clone()),
+        distinct(&|s| s.start.clone()),
     );
     let mut out: Vec<Series> = vec![];
     for s in stats.iter().filter(|s| !s.below_floor && s.n > 0) {
@@ -69,6 +70,9 @@ pub(super) fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Seri
         }
         if vp {
             rest += &format!(" / prompt {}", s.prompt_index);
+        }
+        if vs {
+            rest += &format!(" / {}", s.start);
         }
         let label = format!("{} / {rest}", s.io);
         match out.iter_mut().find(|x| x.label == label) {

@@ -10,9 +10,10 @@ use anyhow::Result;
 use memdial::store::plan::fmt_bytes;
 use serde::Serialize;
 
+use crate::sweep::analysis::anomaly::{anomalies, Anomaly};
 use crate::sweep::analysis::bootstrap::Run;
 use crate::sweep::analysis::outcome::{Facts, Outcome};
-use crate::sweep::analysis::recommend::{recommend, Recommendation};
+use crate::sweep::analysis::recommend::{recommend_steady, Recommendation};
 use crate::sweep::analysis::stats::point_runs;
 use crate::sweep::analysis::stats::{per_point, PointStats};
 use crate::sweep::analysis::verdict::{short, verdict, Verdict};
@@ -62,6 +63,14 @@ pub struct SweepVerdict {
     /// Each engine's speed against the reference's (sweeps with an engines axis).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_ratios: Option<Vec<EngineRatio>>,
+    /// Measured finished runs the noise sentinel marked `noisy` (left out of the
+    /// statistics), of `measured_runs`.
+    pub noisy_runs: usize,
+    /// Measured finished runs.
+    pub measured_runs: usize,
+    /// Points slower than a smaller budget of their mode, with the causes their
+    /// figures support ([`crate::sweep::analysis::anomaly`]).
+    pub anomalies: Vec<Anomaly>,
     /// Shards missing from a merge (`"2/3"`): the directory is incomplete.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing_shards: Vec<String>,
@@ -142,7 +151,10 @@ impl SweepVerdict {
             line: String::new(),
             baseline: None,
             results_sha256: ResultsDigests::of(dir),
-            recommendation: recommend(&reference_stats(stats, meta), &runs),
+            noisy_runs: rows.iter().filter(|r| r.is_measured_noisy()).count(),
+            measured_runs: rows.iter().filter(|r| r.is_measured_ok()).count(),
+            anomalies: anomalies(stats, &runs),
+            recommendation: recommend_steady(&reference_stats(stats, meta), &runs),
             engine_ratios: (!meta.engines.is_empty()).then(|| engine_ratios(stats, &runs, meta)),
             ids,
             engines,
@@ -237,6 +249,12 @@ impl SweepVerdict {
             l += &format!(
                 "; {} run(s) exceeded their budget through the page cache; their speed is not comparable",
                 ids.over_budget.len()
+            );
+        }
+        if self.noisy_runs > 0 {
+            l += &format!(
+                "; NOISY: {} of {} measured runs marked noisy (left out of the statistics)",
+                self.noisy_runs, self.measured_runs
             );
         }
         l
@@ -340,6 +358,7 @@ pub fn markdown(
         verdict_md,
         engines_md,
         environment_md,
+        noise_md,
         medians_md,
         baseline_md,
         same_budget_md,
@@ -411,6 +430,13 @@ fn header_md(s: &mut String, c: &Sections) {
         let _ = writeln!(
             s,
             "> **Partial report:** {done} of {planned_runs} runs finished. Re-run the same command with `--out` set to this directory to complete it.\n"
+        );
+    }
+    if c.v.noisy_runs > 0 {
+        let _ = writeln!(
+            s,
+            "> **Noisy machine:** {} of {} measured runs were marked noisy by the noise sentinel (other processes' CPU time, CPU steal or other reads on the model's disk over the thresholds; see Noise below). They are left out of the medians, intervals and the recommendation.\n",
+            c.v.noisy_runs, c.v.measured_runs
         );
     }
 }
@@ -569,9 +595,41 @@ fn environment_md(s: &mut String, c: &Sections) {
     let _ = writeln!(s, "| Command | `{}` |\n", meta.command);
 }
 
+/// The noise sentinel's thresholds and every noisy run with its reason.
+fn noise_md(s: &mut String, c: &Sections) {
+    let Sections { meta, rows, v, .. } = *c;
+    let t = meta.noise.unwrap_or_default();
+    let _ = writeln!(
+        s,
+        "## Noise\n\nAround every run the harness measured what the rest of the machine did (docs/steady-state.md): other processes' CPU time, CPU steal, \
+         pressure stalls and reads on the model's disk not made by the run (columns `noise_*` of results.csv). A run is noisy above {} cores of other CPU use, \
+         {} cores of steal{} or {} of foreign reads (`[noise]` in the spec). {} of {} measured runs were noisy.\n",
+        t.other_cpu_cores,
+        t.steal_cores,
+        t.psi_cpu_some_fraction
+            .map(|f| format!(", {:.0} % CPU pressure", f * 100.0))
+            .unwrap_or_default(),
+        fmt_bytes(t.foreign_read_bytes),
+        v.noisy_runs,
+        v.measured_runs
+    );
+    for r in rows.iter().filter(|r| r.is_measured_noisy()) {
+        let _ = writeln!(
+            s,
+            "- `{}`: {}",
+            r.run_id,
+            r.noisy.as_deref().unwrap_or_default()
+        );
+    }
+    if v.noisy_runs > 0 {
+        s.push('\n');
+    }
+}
+
 /// The medians per point with their intervals, and the footnotes their marks need.
 fn medians_md(s: &mut String, c: &Sections) {
-    let Sections { meta, stats, .. } = *c;
+    let Sections { meta, stats, v, .. } = *c;
+    let starts = stats.iter().any(|p| p.start == "warm");
     let _ = writeln!(s, "## Medians per point\n");
     let _ = writeln!(
         s,
@@ -598,6 +656,18 @@ fn medians_md(s: &mut String, c: &Sections) {
                 crate::sweep::engines::def::engine_or_default(&p.engine)
             )
         };
+        // Warm and cold points: the start is named with the point.
+        let budget = if starts {
+            format!("{budget} · {}", p.start)
+        } else {
+            budget
+        };
+        let anomaly = v
+            .anomalies
+            .iter()
+            .find(|a| a.point_index == p.point_index)
+            .map(|a| format!(" slower than p{}§", a.faster_point))
+            .unwrap_or_default();
         if let Some(why) = &p.not_applicable {
             let _ = writeln!(
                 s,
@@ -621,7 +691,7 @@ fn medians_md(s: &mut String, c: &Sections) {
         }
         let _ = writeln!(
             s,
-            "| p{} | {budget} | {} | {} | {} | {} | {}{}{}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| p{} | {budget} | {} | {} | {} | {} | {}{}{}{}{} | {}{anomaly} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             p.point_index,
             p.io,
             p.prefetch,
@@ -629,6 +699,7 @@ fn medians_md(s: &mut String, c: &Sections) {
             p.threads,
             p.n,
             if p.failed > 0 { format!(" ({} failed)", p.failed) } else { String::new() },
+            if p.noisy_only { " (all noisy: shown, used for no decision)".to_string() } else if p.noisy > 0 { format!(" (+{} noisy, left out)", p.noisy) } else { String::new() },
             if p.over_budget > 0 { format!(" ({} over budget†)", p.over_budget) } else if p.unenforced > 0 { "*".into() } else { String::new() },
             if p.cold_verified { "" } else { " (not cold)" },
             match (p.s_per_token, p.s_per_token_lo, p.s_per_token_hi) {
@@ -650,11 +721,30 @@ fn medians_md(s: &mut String, c: &Sections) {
             bytes_f(p.peak_accounted_bytes),
         );
     }
+    medians_footnotes(s, c);
+}
+
+/// The footnotes the marks of the medians table need.
+fn medians_footnotes(s: &mut String, c: &Sections) {
+    let Sections { stats, v, .. } = *c;
     if stats.iter().any(|p| p.high_variance) {
         let _ = writeln!(
             s,
             "\n‡ high variance: the 95 % interval is wider than ±10 % of the median. More repeats (`repeats` in the spec) or a quieter machine (no other load on the CPUs or the disk) narrow it."
         );
+    }
+    if !v.anomalies.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n§ slower than a smaller budget of the same IO mode, prefetch, cache, threads, prompt and start, with the cause the point's own figures support:"
+        );
+        for a in &v.anomalies {
+            let q = stats.iter().find(|q| q.point_index == a.faster_point);
+            let label = q
+                .map(|q| crate::sweep::spec::budget_label(&q.budget_spec, q.budget_bytes))
+                .unwrap_or_else(|| a.faster_budget_spec.clone());
+            let _ = writeln!(s, "- {}", a.describe(&label));
+        }
     }
     if stats.iter().any(|p| p.unenforced > 0) {
         let _ = writeln!(
