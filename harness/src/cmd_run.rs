@@ -187,7 +187,7 @@ pub fn write_npy(path: &Path, data: &[f32], rows: usize, cols: usize) -> Result<
     for v in data {
         buf.extend_from_slice(&v.to_le_bytes());
     }
-    std::fs::write(path, buf).with_context(|| format!("cannot write {}", path.display()))
+    crate::export::write_atomic(path, &buf)
 }
 
 fn write_logits(path: &Path, data: &[f32], vocab: usize) -> Result<()> {
@@ -198,7 +198,7 @@ fn write_logits(path: &Path, data: &[f32], vocab: usize) -> Result<()> {
         let v: Vec<&[f32]> = data.chunks(vocab).collect();
         let text =
             serde_json::to_string(&serde_json::json!({"shape": [rows, vocab], "logits": v}))?;
-        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+        crate::export::write_atomic(path, text.as_bytes())
     }
 }
 
@@ -256,6 +256,16 @@ fn check_args(a: &RunArgs) -> Result<()> {
     }
     if a.prefetch.0 == Prefetch::Oracle && a.trace.is_none() {
         return Err(UsageError::OracleNeedsTrace.into());
+    }
+    // Output paths are checked before anything is loaded or generated.
+    for (flag, p) in [
+        ("--metrics-json", &a.metrics_json),
+        ("--logits-out", &a.logits_out),
+        ("--record-trace", &a.record_trace),
+    ] {
+        if let Some(p) = p {
+            crate::export::check_output_path(flag, p)?;
+        }
     }
     Ok(())
 }
@@ -474,25 +484,34 @@ fn write_outputs(
     mem: &PeakTracker,
 ) -> Result<ExitCode> {
     let out = &g.out;
-    if let (Some(path), Some(l)) = (&a.logits_out, &out.logits) {
-        write_logits(path, l, cfg.vocab_size)?;
-    }
     let text = decode_ids(&a.model, &out.output_ids, cfg.vocab_size);
-    if let Some(path) = &a.metrics_json {
-        let run = RunFacts {
-            a,
-            cfg,
-            opened,
-            prompt_len: prompt.len(),
-            max_context,
-            load_s,
-            g,
-            mem,
-            text: text.as_deref(),
-        };
-        write_metrics_json(path, a, &run.metrics())?;
-    }
+    // The files first (a reader that closes stdout early must not cost them), but a
+    // file that cannot be written is reported only after the generated output is
+    // printed: the run then fails (exit 1) without losing what it generated.
+    let logits = match (&a.logits_out, &out.logits) {
+        (Some(path), Some(l)) => write_logits(path, l, cfg.vocab_size),
+        _ => Ok(()),
+    };
+    let metrics = match &a.metrics_json {
+        Some(path) => {
+            let run = RunFacts {
+                a,
+                cfg,
+                opened,
+                prompt_len: prompt.len(),
+                max_context,
+                load_s,
+                g,
+                mem,
+                text: text.as_deref(),
+            };
+            write_metrics_json(path, a, &run.metrics())
+        }
+        None => Ok(()),
+    };
     print_output(a, out, text.as_deref(), load_s)?;
+    logits?;
+    metrics?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -646,10 +665,10 @@ fn write_metrics_json(path: &Path, a: &RunArgs, rm: &RunMetrics) -> Result<()> {
         threads: Some(a.threads as u64),
         metrics: rm.clone(),
     };
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_string_pretty(&file)? + "\n")
-        .with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))
+    crate::export::write_atomic(
+        path,
+        (serde_json::to_string_pretty(&file)? + "\n").as_bytes(),
+    )
 }
 
 /// Prints the output: text, ids, or the JSON object of `--output json`.

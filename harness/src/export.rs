@@ -20,7 +20,44 @@ use serde::Serialize;
 /// fsync, then `rename` over the target. Readers see the old or the new file, never
 /// a torn one.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_at(path, bytes, 0)
+}
+
+/// [`write_atomic`] after following `links` symbolic links (at most 40, as `ELOOP`).
+fn write_atomic_at(path: &Path, bytes: &[u8], links: usize) -> Result<()> {
     use std::io::Write;
+    // Only a regular file (or nothing) is ever replaced: a link is followed and its
+    // target replaced; a device (`/dev/null`, `/dev/stdout`) is written through; a FIFO,
+    // socket or directory is refused. A rename over any of those would destroy it.
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        let ft = m.file_type();
+        if ft.is_symlink() {
+            anyhow::ensure!(links < 40, "{}: too many levels of links", path.display());
+            let t = std::fs::read_link(path)
+                .with_context(|| format!("cannot read link {}", path.display()))?;
+            let target = match path.parent() {
+                Some(d) if t.is_relative() => d.join(t),
+                _ => t,
+            };
+            return write_atomic_at(&target, bytes, links + 1);
+        }
+        use std::os::unix::fs::FileTypeExt;
+        if ft.is_char_device() || ft.is_block_device() {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .with_context(|| format!("cannot open {}", path.display()))?;
+            return f
+                .write_all(bytes)
+                .with_context(|| format!("cannot write {}", path.display()));
+        }
+        if !ft.is_file() {
+            anyhow::bail!(
+                "{} is not a regular file (a directory, FIFO or socket): not replaced",
+                path.display()
+            );
+        }
+    }
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
@@ -117,6 +154,38 @@ pub fn update_latest(parent: &Path, link: &str, target: &Path) {
     if std::os::unix::fs::symlink(name, &tmp).is_ok() && std::fs::rename(&tmp, &path).is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
+}
+
+/// Refuses, before any work, an output path `flag PATH` that cannot be written: a
+/// directory, a FIFO or socket, or a file in a directory that does not exist (a usage
+/// error, exit 2). A regular file, a device or a link to either is accepted.
+pub fn check_output_path(flag: &str, p: &Path) -> Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(m) = std::fs::metadata(p) {
+        let ft = m.file_type();
+        if ft.is_dir() {
+            return Err(crate::args::usage(format!(
+                "{flag} {} is a directory: give a file path",
+                p.display()
+            )));
+        }
+        if ft.is_fifo() || ft.is_socket() {
+            return Err(crate::args::usage(format!(
+                "{flag} {} is a FIFO or socket: give a file path",
+                p.display()
+            )));
+        }
+        return Ok(());
+    }
+    let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
+    if let Some(d) = parent.filter(|d| !d.is_dir()) {
+        return Err(crate::args::usage(format!(
+            "{flag} {}: directory {} does not exist",
+            p.display(),
+            d.display()
+        )));
+    }
+    Ok(())
 }
 
 /// `text` made safe for one Markdown table cell or heading line: `|` escaped as `\|`,

@@ -54,39 +54,7 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
     for (di, d) in dirs.iter().enumerate() {
         let m = Meta::load(d)?;
         if let Some(first) = metas.first() {
-            if m.spec_sha256 != first.spec_sha256 {
-                bail!(
-                    "{} was made from a different spec ({}…) than {} ({}…)",
-                    d.display(),
-                    &m.spec_sha256[..12.min(m.spec_sha256.len())],
-                    dirs[0].display(),
-                    &first.spec_sha256[..12.min(first.spec_sha256.len())]
-                );
-            }
-            let same_model = match (&m.model_content_hash, &first.model_content_hash) {
-                (Some(a), Some(b)) => a == b,
-                _ => m.model_bytes == first.model_bytes,
-            };
-            if let (Some(a), Some(b)) = (&m.model_identity, &first.model_identity) {
-                let changes = a.content_changes_since(b);
-                if !changes.is_empty() {
-                    bail!(
-                        "{} was made from another model than {}: {}",
-                        d.display(),
-                        dirs[0].display(),
-                        changes.join("; ")
-                    );
-                }
-            }
-            if !same_model {
-                bail!(
-                    "{} was made from another model ({}) than {} ({})",
-                    d.display(),
-                    model_id(&m),
-                    dirs[0].display(),
-                    model_id(first)
-                );
-            }
+            same_sweep(d, &m, &dirs[0], first)?;
         }
         let own = super::row::load(d)?;
         let found = super::proof::check(d, &m.expect(), &own);
@@ -153,6 +121,61 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
         .filter(|run| !rows.iter().any(|r| super::proof::run_dir_name(r) == **run))
         .count();
     planned = planned.max(rows.len() + rowless);
+    let missing = missing_shards(&metas, &shards_seen)?;
+    let mut meta = metas[0].clone();
+    meta.shard = None;
+    meta.merged_from = dirs.iter().map(|d| d.display().to_string()).collect();
+    meta.runs_planned = planned;
+    meta.missing_shards = missing.clone();
+    meta.command = std::env::args().collect::<Vec<_>>().join(" ");
+    Ok((meta, rows, missing))
+}
+
+/// Refuses directory `d` (its `m`) when it was not made by the same sweep as the first
+/// directory `d0` (its `first`): another spec, or another model.
+fn same_sweep(d: &Path, m: &Meta, d0: &Path, first: &Meta) -> Result<()> {
+    if m.spec_sha256 != first.spec_sha256 {
+        bail!(
+            "{} was made from a different spec ({}…) than {} ({}…)",
+            d.display(),
+            &m.spec_sha256[..12.min(m.spec_sha256.len())],
+            d0.display(),
+            &first.spec_sha256[..12.min(first.spec_sha256.len())]
+        );
+    }
+    let same_model = match (&m.model_content_hash, &first.model_content_hash) {
+        (Some(a), Some(b)) => a == b,
+        _ => m.model_bytes == first.model_bytes,
+    };
+    if let (Some(a), Some(b)) = (&m.model_identity, &first.model_identity) {
+        let changes = a.content_changes_since(b);
+        if !changes.is_empty() {
+            bail!(
+                "{} was made from another model than {}: {}",
+                d.display(),
+                d0.display(),
+                changes.join("; ")
+            );
+        }
+    }
+    if !same_model {
+        bail!(
+            "{} was made from another model ({}) than {} ({})",
+            d.display(),
+            model_id(m),
+            d0.display(),
+            model_id(first)
+        );
+    }
+    Ok(())
+}
+
+/// The shards of an `i/n` split not among `metas` (as `"i/n"`; none when an unsharded
+/// directory is among them). Errors: splits into different shard counts.
+fn missing_shards(
+    metas: &[Meta],
+    shards_seen: &BTreeSet<Option<(usize, usize)>>,
+) -> Result<Vec<String>> {
     let mut missing = vec![];
     let counts: BTreeSet<usize> = metas
         .iter()
@@ -171,13 +194,7 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
             }
         }
     }
-    let mut meta = metas[0].clone();
-    meta.shard = None;
-    meta.merged_from = dirs.iter().map(|d| d.display().to_string()).collect();
-    meta.runs_planned = planned;
-    meta.missing_shards = missing.clone();
-    meta.command = std::env::args().collect::<Vec<_>>().join(" ");
-    Ok((meta, rows, missing))
+    Ok(missing)
 }
 
 /// Copies `spec.toml` of the first directory into `out` (when present).

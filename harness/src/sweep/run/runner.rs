@@ -141,18 +141,7 @@ impl RunRequest<'_> {
             .join(format!("metrics.{}.{}.json", std::process::id(), nonce()));
         let final_metrics = self.run_dir.join("metrics.json");
         let _ = std::fs::remove_file(&final_metrics);
-        // Another engine's output files of an earlier attempt (or of another run,
-        // when they live outside the run directory) must not be read as this one's.
-        for f in self.external.map(|x| x.outputs.as_slice()).unwrap_or(&[]) {
-            match std::fs::remove_file(f) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => anyhow::bail!(
-                    "cannot remove the engine's earlier output {} before the run: {e}",
-                    f.display()
-                ),
-            }
-        }
+        self.remove_earlier_outputs()?;
         let started = std::time::SystemTime::now();
         let (bin, args) = match self.external {
             Some(x) => (x.program.as_path(), x.args.clone()),
@@ -222,25 +211,8 @@ impl RunRequest<'_> {
         // What the run left in the page cache counts too.
         mem.sample(None, self.watch_files, None);
         let stderr = std::fs::read_to_string(self.run_dir.join("stderr.txt")).unwrap_or_default();
-        let stderr_tail = stderr
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("")
-            .chars()
-            .take(400)
-            .collect();
-        let (metrics, metrics_error) = if attempt.exists() {
-            let text = std::fs::read_to_string(&attempt).unwrap_or_default();
-            let _ = std::fs::rename(&attempt, &final_metrics);
-            match serde_json::from_str::<Value>(&text) {
-                Ok(v) if v.is_object() => (Some(v), None),
-                Ok(_) => (None, Some("metrics JSON is not an object".to_string())),
-                Err(e) => (None, Some(format!("metrics JSON does not parse: {e}"))),
-            }
-        } else {
-            (None, Some("no metrics file written".to_string()))
-        };
+        let stderr_tail = stderr_summary(&stderr);
+        let (metrics, metrics_error) = read_metrics(&attempt, &final_metrics);
         Ok(RunOutcome {
             exit_code: status.code(),
             signal: status.signal(),
@@ -253,6 +225,51 @@ impl RunRequest<'_> {
             started,
             noise,
         })
+    }
+}
+
+impl RunRequest<'_> {
+    /// Removes another engine's output files of an earlier attempt (or of another run,
+    /// when they live outside the run directory): they must not be read as this one's.
+    fn remove_earlier_outputs(&self) -> Result<()> {
+        for f in self.external.map(|x| x.outputs.as_slice()).unwrap_or(&[]) {
+            match std::fs::remove_file(f) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => anyhow::bail!(
+                    "cannot remove the engine's earlier output {} before the run: {e}",
+                    f.display()
+                ),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The line of a child's stderr that says what went wrong, at most 400 characters: its
+/// first `error:` line (a usage error is quoted whole, not reduced to clap's closing
+/// "For more information, try '--help'."), else its last non-empty line.
+fn stderr_summary(stderr: &str) -> String {
+    let line = stderr
+        .lines()
+        .find(|l| l.trim_start().starts_with("error:"))
+        .or_else(|| stderr.lines().rev().find(|l| !l.trim().is_empty()))
+        .unwrap_or("");
+    line.chars().take(400).collect()
+}
+
+/// The run's metrics from this attempt's file (moved to `final_metrics`), or why
+/// there are none.
+fn read_metrics(attempt: &Path, final_metrics: &Path) -> (Option<Value>, Option<String>) {
+    if !attempt.exists() {
+        return (None, Some("no metrics file written".to_string()));
+    }
+    let text = std::fs::read_to_string(attempt).unwrap_or_default();
+    let _ = std::fs::rename(attempt, final_metrics);
+    match serde_json::from_str::<Value>(&text) {
+        Ok(v) if v.is_object() => (Some(v), None),
+        Ok(_) => (None, Some("metrics JSON is not an object".to_string())),
+        Err(e) => (None, Some(format!("metrics JSON does not parse: {e}"))),
     }
 }
 

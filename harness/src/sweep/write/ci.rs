@@ -41,22 +41,10 @@ pub struct Finished<'a> {
 /// Refuses, before any run, a `--junit` path that cannot be written: a directory, or
 /// a file in a directory that does not exist (a usage error, exit 2).
 pub fn check_junit_path(p: Option<&Path>) -> Result<()> {
-    let Some(p) = p else { return Ok(()) };
-    if p.is_dir() {
-        return Err(crate::args::usage(format!(
-            "--junit {} is a directory: give a file path",
-            p.display()
-        )));
+    match p {
+        Some(p) => crate::export::check_output_path("--junit", p),
+        None => Ok(()),
     }
-    let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
-    if parent.is_some_and(|d| !d.is_dir()) {
-        return Err(crate::args::usage(format!(
-            "--junit {}: directory {} does not exist",
-            p.display(),
-            parent.unwrap_or(Path::new(".")).display()
-        )));
-    }
-    Ok(())
 }
 
 /// The CI outputs of a finished sweep or merge: the JUnit report when `junit` is
