@@ -563,44 +563,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn budget_expressions() {
-        assert_eq!(
-            BudgetExpr::parse("512MiB").unwrap(),
-            BudgetExpr::Bytes(512 << 20)
-        );
-        assert_eq!(
-            BudgetExpr::parse("25%").unwrap(),
-            BudgetExpr::FractionOfModel(0.25)
-        );
-        assert_eq!(BudgetExpr::parse("floor").unwrap(), BudgetExpr::Floor(1.0));
-        assert_eq!(
-            BudgetExpr::parse("2x floor").unwrap(),
-            BudgetExpr::Floor(2.0)
-        );
-        assert_eq!(
-            BudgetExpr::parse("1.5xfloor").unwrap(),
-            BudgetExpr::Floor(1.5)
-        );
-        assert_eq!(
-            BudgetExpr::parse("model").unwrap(),
-            BudgetExpr::FractionOfModel(1.0)
-        );
-        assert!(BudgetExpr::parse("lots").is_err());
-        assert!(BudgetExpr::parse("0%").is_err());
-        assert!(BudgetExpr::parse("-1x floor").is_err());
-        assert_eq!(BudgetExpr::Floor(2.0).resolve(1000, 300).unwrap(), 600);
-        assert_eq!(
-            BudgetExpr::FractionOfModel(0.25)
-                .resolve(1000, 300)
-                .unwrap(),
-            250
-        );
-        for absurd in ["inf%", "1e20%", "1e300x floor", "infx model", "NaN%"] {
-            assert!(BudgetExpr::parse(absurd).is_err(), "{absurd}");
-        }
-    }
-
-    #[test]
     fn duplicate_axis_values_and_unbounded_limits_are_refused() {
         let base = Path::new(".");
         let refused = |text: &str, want: &str| {
