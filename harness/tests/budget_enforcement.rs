@@ -151,6 +151,54 @@ fn oom_kill_is_a_failed_run_naming_the_slack() -> testkit::Outcome {
     Ok(testkit::Completion::Completed)
 }
 
+/// A run's processes end with it: an engine that leaves a grandchild running (here a
+/// `sleep 300` it backgrounds) has it killed with its cgroup, and the cgroup removed.
+fn a_runs_leftover_processes_are_killed_with_its_cgroup() -> testkit::Outcome {
+    let _g = lock();
+    let p = scratch().join("leaky.toml");
+    let cmd = "sleep 300 & echo $! > {run_dir}/child.pid; printf '\\173\"output_ids\": [1]\\175' > {run_dir}/ids.json";
+    std::fs::write(
+        &p,
+        format!(
+            "name = \"leaky\"\nbudgets = [\"floor\"]\nio = [\"direct\"]\nprefetch = [\"none\"]\n\
+             threads = [1]\nprompts = [\"The capital of France is\"]\nmax_tokens = 2\nrepeats = 1\n\
+             engines = [\"memdial\", \"leaky\"]\n[engine.leaky]\ncommand = [\"sh\", \"-c\", {cmd:?}]\n\
+             ids_json = \"{{run_dir}}/ids.json\"\nbudget = \"cgroup\"\nmust_match = false\n"
+        ),
+    )
+    .unwrap();
+    let (o, out) = sweep(&p, "leaky", &["--check"]);
+    let t = std::fs::read_to_string(out.join("results.json")).unwrap();
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&t).unwrap();
+    let Some(r) = rows.iter().find(|r| r["engine"] == "leaky") else {
+        panic!("no leaky row: {}", text(&o));
+    };
+    if let Some(skip) = unenforced(r) {
+        return skip;
+    }
+    let pidfile = std::fs::read_dir(out.join("runs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("child.pid"))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("no child.pid: {}", text(&o)));
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Gone, or a zombie waiting for init to reap it: not running.
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let running = state
+        .rsplit_once(')')
+        .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'));
+    assert!(
+        !running,
+        "the engine's grandchild {pid} outlived its run: {state}"
+    );
+    Ok(testkit::Completion::Completed)
+}
+
 fn unenforced_run_over_budget_is_marked_not_failed() {
     let _g = lock();
     // No slack: the process's own memory (binary, stacks) already exceeds the floor.
@@ -247,6 +295,10 @@ fn main() -> ExitCode {
             testkit::ignorable(
                 "direct_run_leaves_no_shard_pages_in_the_page_cache",
                 direct_run_leaves_no_shard_pages_in_the_page_cache,
+            ),
+            testkit::ignorable(
+                "a_runs_leftover_processes_are_killed_with_its_cgroup",
+                a_runs_leftover_processes_are_killed_with_its_cgroup,
             ),
             testkit::test(
                 "unenforced_run_over_budget_is_marked_not_failed",

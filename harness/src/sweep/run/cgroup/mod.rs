@@ -147,12 +147,52 @@ impl RunCgroup {
 impl Drop for RunCgroup {
     fn drop(&mut self) {
         let Some(dir) = self.dir() else { return };
-        // The child has exited; an empty cgroup can be removed.
+        // The child has exited. A run's processes end with it: whatever it left in
+        // its cgroup (a daemonised grandchild, a timed-out engine's workers) is
+        // killed, then the empty cgroup is removed. (cgroup v1 here has no freezer
+        // and no cgroup.kill; membership is inherited, so the cgroup holds the tree.)
+        let real = on_cgroup_fs(&dir);
         for _ in 0..20 {
+            if real {
+                for pid in procs(&dir) {
+                    // SAFETY: kill has no memory-safety preconditions.
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                    }
+                }
+            }
             if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
                 return;
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
+}
+
+/// The pids in `dir/cgroup.procs`, never 1 or this process.
+fn procs(dir: &Path) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse::<i32>().ok())
+        .filter(|&p| p > 1 && p != me)
+        .collect()
+}
+
+/// Whether `dir` is on a cgroup filesystem (v1 or v2), not a directory that only
+/// looks like one (the tests' fakes): only there are its pids a run's processes.
+fn on_cgroup_fs(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    const CGROUP_SUPER_MAGIC: i64 = 0x27e0eb;
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid C string and `st` a properly sized out-parameter.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    matches!(st.f_type as i64, CGROUP_SUPER_MAGIC | CGROUP2_SUPER_MAGIC)
 }
