@@ -199,6 +199,71 @@ fn a_runs_leftover_processes_are_killed_with_its_cgroup() -> testkit::Outcome {
     Ok(testkit::Completion::Completed)
 }
 
+/// An engine's setup step dies with the sweep, even when the sweep is killed with
+/// SIGKILL (it runs with `PR_SET_PDEATHSIG`).
+fn setup_step_dies_with_a_killed_sweep() {
+    let _g = lock();
+    let p = scratch().join("setup-kill.toml");
+    let marker = format!(
+        "{}",
+        86_400 + std::time::UNIX_EPOCH.elapsed().unwrap().as_secs() % 1000
+    );
+    std::fs::write(
+        &p,
+        format!(
+            "name = \"setup-kill\"\nbudgets = [\"floor\"]\nio = [\"direct\"]\nprefetch = [\"none\"]\n\
+             threads = [1]\nprompts = [\"The capital of France is\"]\nmax_tokens = 2\nrepeats = 1\n\
+             engines = [\"memdial\", \"slow\"]\n[engine.slow]\ncommand = [\"true\"]\n\
+             ids_json = \"{{run_dir}}/ids.json\"\nsetup = [\"sleep\", \"{marker}\"]\nmust_match = false\n"
+        ),
+    )
+    .unwrap();
+    let out = scratch().join("setup-kill");
+    let _ = std::fs::remove_dir_all(&out);
+    let mut child = Command::new(BIN)
+        .arg("sweep")
+        .arg("--model")
+        .arg(model())
+        .arg("--spec")
+        .arg(&p)
+        .arg("--out")
+        .arg(&out)
+        .args(["--bandwidth-probe", "4MiB", "--no-cgroup", "--check"])
+        .env("MEMDIAL_ENGINE_CACHE", scratch().join("setup-kill-cache"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The setup's `sleep MARKER`, a child of the sweep.
+    let sleeper = || -> Option<u32> {
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            (cmd == format!("sleep\0{marker}\0").as_bytes()).then_some(pid)
+        })
+    };
+    let t0 = std::time::Instant::now();
+    let pid = loop {
+        if let Some(pid) = sleeper() {
+            break pid;
+        }
+        assert!(t0.elapsed().as_secs() < 60, "the setup step never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let t1 = std::time::Instant::now();
+    while std::path::Path::new(&format!("/proc/{pid}/cmdline")).exists()
+        && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| !c.is_empty())
+    {
+        assert!(
+            t1.elapsed().as_secs() < 10,
+            "setup step {pid} outlived the killed sweep"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 fn unenforced_run_over_budget_is_marked_not_failed() {
     let _g = lock();
     // No slack: the process's own memory (binary, stacks) already exceeds the floor.
@@ -299,6 +364,10 @@ fn main() -> ExitCode {
             testkit::ignorable(
                 "a_runs_leftover_processes_are_killed_with_its_cgroup",
                 a_runs_leftover_processes_are_killed_with_its_cgroup,
+            ),
+            testkit::test(
+                "setup_step_dies_with_a_killed_sweep",
+                setup_step_dies_with_a_killed_sweep,
             ),
             testkit::test(
                 "unenforced_run_over_budget_is_marked_not_failed",

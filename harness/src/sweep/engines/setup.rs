@@ -40,11 +40,25 @@ pub fn run_setup(name: &str, setup: &[String], vars: &Vars, dir: &Path) -> Resul
         args.join(" ")
     );
     let log = std::fs::File::create(dir.join("setup.log"))?;
-    let st = Command::new(&args[0])
-        .args(&args[1..])
+    let mut cmd = Command::new(&args[0]);
+    cmd.args(&args[1..])
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
-        .stderr(log)
+        .stderr(log);
+    // The setup step dies with the sweep (even by kill -9), as the runs' children do.
+    let parent = std::process::id();
+    // SAFETY: prctl, getppid and _exit are async-signal-safe.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() as u32 != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let st = cmd
         .status()
         .with_context(|| format!("engine {name}: cannot start setup {}", args[0]))?;
     if !st.success() {
