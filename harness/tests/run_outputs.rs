@@ -1,7 +1,8 @@
 //! `memdial run`'s output files: their paths are checked before anything is loaded, a
 //! file that cannot be written fails the run only after the generated output is
 //! printed, and nothing but a regular file is ever replaced (a link keeps pointing at
-//! its target, a device stays a device).
+//! its target, a device stays a device); a sweep's `--out` that names a file is a
+//! usage error.
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -94,4 +95,26 @@ fn a_file_that_cannot_be_written_loses_no_output() {
         .unwrap()
         .file_type()
         .is_char_device());
+}
+
+#[test]
+fn sweep_out_naming_a_file_is_a_usage_error() {
+    let f = dir().join("not-a-dir");
+    std::fs::write(&f, "x").unwrap();
+    let o = Command::new(BIN)
+        .arg("sweep")
+        .arg("--model")
+        .arg(model())
+        .arg("--out")
+        .arg(&f)
+        .args(["--no-cgroup", "--check"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("is not a directory"), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(&f).unwrap(),
+        "x",
+        "the file is left as it was"
+    );
 }

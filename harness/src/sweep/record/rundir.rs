@@ -40,6 +40,12 @@ pub struct DirLock {
 ///
 /// Errors (usage): another process holds the lock — the message names its pid.
 pub fn lock(out: &Path) -> Result<DirLock> {
+    if out.exists() && !out.is_dir() {
+        return Err(usage(format!(
+            "--out {} is not a directory: give a run directory (new, or one to resume)",
+            out.display()
+        )));
+    }
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let p = out.join(LOCK_FILE);
     let mut f = OpenOptions::new()
