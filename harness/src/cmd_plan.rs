@@ -328,7 +328,20 @@ fn describe_pinned(s: &mut String, p: &Plan, cfg: &ModelConfig) {
     line(
         s,
         "floor",
-        format!("{} ({} bytes)", fmt_bytes(p.floor_bytes), p.floor_bytes),
+        format!(
+            "{} ({} bytes) for {} / {}, {} kernel thread(s), {} positions{}",
+            fmt_bytes(p.floor_bytes),
+            p.floor_bytes,
+            p.io.as_str(),
+            p.prefetch.as_str(),
+            p.threads,
+            p.max_context,
+            if p.max_batch > 1 {
+                format!(" × {} sequences", p.max_batch)
+            } else {
+                String::new()
+            }
+        ),
     );
     line(
         s,

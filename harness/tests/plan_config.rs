@@ -177,3 +177,53 @@ fn configs_that_cannot_be_planned_exit_2() {
     let o = plan(&["--preset", "k3", "--device-gbps", "0"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// One floor: `plan` and `run` give the same floor for the same settings (io, prefetch,
+/// threads, positions), and `plan` prints the settings its floor is for.
+#[test]
+fn plan_and_run_give_the_same_floor_for_the_same_settings() {
+    let dir = testkit::until_exit(testkit::scratch!("one-floor"));
+    let model = testkit::fixture(BIN, "tiny-k3", &dir.join("tiny-k3"));
+    let m = model.to_str().unwrap();
+    for (io, prefetch, threads) in [("direct", "none", "1"), ("buffered", "next-layer", "2")] {
+        let settings = [
+            "--io",
+            io,
+            "--prefetch",
+            prefetch,
+            "--threads",
+            threads,
+            "--max-context",
+            "16",
+        ];
+        let planned = u(
+            &json(&[&["--model", m], &settings[..]].concat()),
+            "floor_bytes",
+        );
+        let metrics = dir.join(format!("{io}.json"));
+        let o = Command::new(BIN)
+            .args([
+                "run",
+                "--model",
+                m,
+                "--prompt-ids",
+                "1,2,3",
+                "--max-tokens",
+                "3",
+            ])
+            .args(["--budget", "1GiB"])
+            .args(settings)
+            .arg("--metrics-json")
+            .arg(&metrics)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", testkit::output_text(&o));
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&metrics).unwrap()).unwrap();
+        assert_eq!(u(&v, "floor_bytes"), planned, "{io} / {prefetch}");
+        let o = plan(&[&["--model", m], &settings[..]].concat());
+        let text = String::from_utf8_lossy(&o.stdout);
+        let want = format!("for {io} / {prefetch}, {threads} kernel thread(s), 16 positions");
+        assert!(text.contains(&want), "{want:?} in\n{text}");
+    }
+}
