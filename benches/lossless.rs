@@ -13,7 +13,10 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::measurement::{Measurement, ValueFormatter};
+#[path = "common/thread_cpu.rs"]
+mod thread_cpu;
+use thread_cpu::ThreadCpu;
+
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use memdial::lossless::codec::{decode_with, encode_as, Codec, DecodeIsa, Kind};
 
@@ -77,64 +80,6 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
         }
     }
     g.finish();
-}
-
-/// Thread CPU time in nanoseconds, as a criterion measurement.
-struct ThreadCpu;
-
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out-pointer; CLOCK_THREAD_CPUTIME_ID is always available on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-impl Measurement for ThreadCpu {
-    type Intermediate = u64;
-    type Value = u64;
-    fn start(&self) -> u64 {
-        thread_cpu_ns()
-    }
-    fn end(&self, i: u64) -> u64 {
-        thread_cpu_ns() - i
-    }
-    fn add(&self, a: &u64, b: &u64) -> u64 {
-        a + b
-    }
-    fn zero(&self) -> u64 {
-        0
-    }
-    fn to_f64(&self, v: &u64) -> f64 {
-        *v as f64
-    }
-    fn formatter(&self) -> &dyn ValueFormatter {
-        &CpuFormatter
-    }
-}
-
-struct CpuFormatter;
-
-impl ValueFormatter for CpuFormatter {
-    fn scale_values(&self, _typical: f64, values: &mut [f64]) -> &'static str {
-        values.iter_mut().for_each(|v| *v /= 1e6);
-        "ms (cpu)"
-    }
-    fn scale_throughputs(&self, _typical: f64, t: &Throughput, values: &mut [f64]) -> &'static str {
-        let amount = match *t {
-            Throughput::Bytes(b) | Throughput::BytesDecimal(b) => b as f64,
-            Throughput::ElementsAndBytes { bytes, .. } => bytes as f64,
-            Throughput::Elements(e) | Throughput::Bits(e) => e as f64,
-        };
-        // ns per iteration → GB/s: amount / ns.
-        values.iter_mut().for_each(|v| *v = amount / *v);
-        "GB/s (cpu)"
-    }
-    fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
-        "ns (cpu)"
-    }
 }
 
 fn config() -> Criterion<ThreadCpu> {
