@@ -26,7 +26,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 
 use super::aligned::{AlignedBuf, ALIGN};
-use crate::error::UsageError;
+use crate::util::error::UsageError;
 
 /// How weights are read from disk.
 #[derive(

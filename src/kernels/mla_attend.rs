@@ -500,7 +500,7 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rng::SplitMix64;
+    use crate::util::rng::SplitMix64;
 
     fn rand_vec(rng: &mut SplitMix64, n: usize, scale: f32) -> Vec<f32> {
         (0..n).map(|_| rng.next_f32_signed() * scale).collect()

@@ -7,7 +7,7 @@
 //! the batched products), sliced by the participant index of
 //! [`Par::for_ranges_on`](super::Par::for_ranges_on). The sizing functions below
 //! ([`product_floats`], [`attend_floats`]) are the exact lengths a call uses at
-//! most, so the model's arena ([`crate::arena`]) can reserve them once and plan
+//! most, so the model's arena ([`crate::engine::arena`]) can reserve them once and plan
 //! exactly what it holds. A call that needs more than the workspace holds grows it
 //! (and the caller sees the larger [`Workspace::bytes`]); results never depend on
 //! the workspace's size or contents (every element a kernel reads it wrote first
@@ -142,7 +142,7 @@ mod tests {
         matmul_bf16, matmul_bf16_in, matmul_mxfp4, matmul_mxfp4_in, matvec_mxfp4, matvec_mxfp4_in,
         Isa, Par,
     };
-    use crate::rng::SplitMix64;
+    use crate::util::rng::SplitMix64;
 
     fn bits(v: &[f32]) -> Vec<u32> {
         v.iter().map(|x| x.to_bits()).collect()

@@ -24,10 +24,10 @@ use anyhow::Result;
 use super::norm::{rms_norm_inplace, sigmoid, silu, softplus};
 use super::state::KdaState;
 use super::weights::{Mat, Weights};
-use crate::arena::{zeroed, Dims, Kda};
-use crate::config::ModelConfig;
+use crate::engine::arena::{zeroed, Dims, Kda};
+use crate::format::config::ModelConfig;
 use crate::ops::{OutPtr, Par, Workspace, PAR_MIN_ELEMS};
-use crate::profile::{self, Op};
+use crate::util::profile::{self, Op};
 
 /// Output gate of a KDA layer.
 pub enum OutGate {

@@ -20,11 +20,11 @@ use anyhow::Result;
 use super::norm::{rms_norm_inplace, rms_norm_into, sigmoid};
 use super::state::MlaCache;
 use super::weights::{Mat, Weights};
-use crate::arena::{zeroed, Dims, Mla};
-use crate::config::ModelConfig;
+use crate::engine::arena::{zeroed, Dims, Mla};
+use crate::format::config::ModelConfig;
 use crate::kernels::{attend_latent_heads_in, attend_latent_ref};
 use crate::ops::{Par, Workspace};
-use crate::profile::{self, Op};
+use crate::util::profile::{self, Op};
 
 /// Query projection of an MLA layer.
 pub enum QProj {

@@ -5,8 +5,8 @@ use anyhow::Result;
 
 use super::norm::{sigmoid, silu};
 use super::weights::Mat;
-use crate::arena::zeroed;
-use crate::config::Activation;
+use crate::engine::arena::zeroed;
+use crate::format::config::Activation;
 use crate::ops::Par;
 
 /// SiTU (Kimi K3), exactly mlx-lm `kimi_k3.py::_situ(x=up, gate=gate, beta, linear_beta)`:
@@ -74,7 +74,7 @@ impl GatedMlp {
         act: Activation,
         xs: &[f32],
         n: usize,
-        sc: &mut crate::arena::Mlp,
+        sc: &mut crate::engine::arena::Mlp,
         out: &mut [f32],
     ) {
         let f = self.gate.rows();

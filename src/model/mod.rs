@@ -29,14 +29,14 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 
-use crate::checkpoint::Checkpoint;
-use crate::config::{AttnKind, MlpKind, ModelConfig};
+use crate::format::checkpoint::Checkpoint;
+use crate::format::config::{AttnKind, MlpKind, ModelConfig};
+use crate::format::schema::Dtype;
 use crate::ops::Par;
-use crate::schema::Dtype;
 use crate::store::WeightStore;
 
-use crate::arena::{zeroed, Scratch};
-use crate::profile::{self, Op};
+use crate::engine::arena::{zeroed, Scratch};
+use crate::util::profile::{self, Op};
 use norm::{rms_norm_inplace, rms_norm_into};
 pub use state::{KdaState, LayerState, MlaCache, State};
 use weights::{Mat, Weights};
@@ -84,8 +84,8 @@ pub struct Model {
 impl Model {
     /// A model reading its weights from `store`. Shapes are checked when tensors are
     /// first read (errors name the tensor); validate the checkpoint beforehand with
-    /// [`crate::inspect::validate`] to refuse bad checkpoints up front (as `Model::open` in
-    /// [`crate::loader`] does).
+    /// [`crate::format::inspect::validate`] to refuse bad checkpoints up front (as `Model::open` in
+    /// [`crate::engine::loader`] does).
     pub fn new(cfg: ModelConfig, store: Arc<dyn WeightStore>, par: Par) -> Result<Model> {
         if cfg.hidden_size == 0 || cfg.vocab_size == 0 {
             bail!("hidden_size and vocab_size must be > 0");
@@ -110,7 +110,7 @@ impl Model {
     }
 
     /// Debug option: after every layer, check the residual stream for NaN/Inf and fail
-    /// naming the first layer that produced one ([`crate::integrity::check_hidden`]).
+    /// naming the first layer that produced one ([`crate::format::integrity::check_hidden`]).
     /// Costs one pass over `n × hidden_size` f32 per layer. The logits are always checked.
     pub fn with_hidden_checks(mut self, on: bool) -> Self {
         self.check_hidden = on;
@@ -184,14 +184,14 @@ impl Model {
     ///
     /// Returns logits per `mode`: `[vocab]` (Last), `[n, vocab]` (All) or empty.
     /// Errors: empty input, token id ≥ vocab, context overflow, missing or misshapen
-    /// tensors (named), a NaN/Inf logit (naming the position; [`crate::integrity`]). After a tensor error the state is unusable (reset it).
+    /// tensors (named), a NaN/Inf logit (naming the position; [`crate::format::integrity`]). After a tensor error the state is unusable (reset it).
     pub fn forward(&self, state: &mut State, tokens: &[u32], mode: LogitsMode) -> Result<Vec<f32>> {
         Ok(self.forward_logits(state, tokens, mode)?.to_vec())
     }
 
     /// [`Model::forward`] returning the logits in place in the state's arena
     /// (valid until the next call): every buffer of the pass is the arena's
-    /// ([`crate::arena`]), so a decode step allocates no activation memory.
+    /// ([`crate::engine::arena`]), so a decode step allocates no activation memory.
     pub fn forward_logits<'s>(
         &self,
         state: &'s mut State,
@@ -232,7 +232,7 @@ impl Model {
     /// matmul ≡ matvec per row, router-rank order per token), so each sequence's
     /// logits are bit-identical to running it alone.
     ///
-    /// `scratch` is the shared arena ([`crate::arena::Scratch::for_batch`]; a
+    /// `scratch` is the shared arena ([`crate::engine::arena::Scratch::for_batch`]; a
     /// forward of more tokens or logit rows than it was sized for grows it); the
     /// sequences' own arenas are not used. Returns `[m, vocab]` in `scratch` (valid
     /// until its next use): the logits of the last token of each sequence with
@@ -357,7 +357,7 @@ impl Model {
             if self.check_hidden {
                 for s in segs.iter() {
                     let rows = s.start * d..(s.start + s.tokens.len()) * d;
-                    crate::integrity::check_hidden(&sc.main.hidden[rows], d, i, *s.pos)?;
+                    crate::format::integrity::check_hidden(&sc.main.hidden[rows], d, i, *s.pos)?;
                 }
             }
         }
@@ -386,11 +386,11 @@ impl Model {
             let vocab = cfg.vocab_size;
             let logits = &sc.main.logits[..rows.len() * vocab];
             if segs.len() == 1 {
-                return crate::integrity::check_logits(logits, vocab, rows, pos0);
+                return crate::format::integrity::check_logits(logits, vocab, rows, pos0);
             }
             for (j, s) in segs.iter().filter(|s| s.logits).enumerate() {
                 let row = &logits[j * vocab..(j + 1) * vocab];
-                crate::integrity::check_logits(row, vocab, &[s.tokens.len() - 1], *s.pos)?;
+                crate::format::integrity::check_logits(row, vocab, &[s.tokens.len() - 1], *s.pos)?;
             }
             Ok(())
         });

@@ -24,10 +24,10 @@ use anyhow::{Context, Result};
 use super::mlp::GatedMlp;
 use super::norm::{rms_norm_inplace, sigmoid};
 use super::weights::{Mat, Weights};
-use crate::arena::{zeroed, Mlp, Moe, Router};
-use crate::config::{Activation, ModelConfig, MoeConfig};
+use crate::engine::arena::{zeroed, Mlp, Moe, Router};
+use crate::format::config::{Activation, ModelConfig, MoeConfig};
 use crate::ops::{Par, Workspace};
-use crate::profile::{self, Op};
+use crate::util::profile::{self, Op};
 
 /// Routing decision for one token: `(expert id, weight)` in router-rank order.
 pub type Routing = Vec<(usize, f32)>;
@@ -42,7 +42,7 @@ fn rank_cmp(a: (f32, usize), b: (f32, usize)) -> Ordering {
 /// Deterministic: stable ranking with `total_cmp`, ties broken towards the lower
 /// expert (or group) id. Dropped groups are masked with −∞, so a uniform shift of
 /// `bias` never changes the selection. Needs a layout accepted by
-/// [`crate::config::check_moe_layout`] (at least 2 experts per group when grouped,
+/// [`crate::format::config::check_moe_layout`] (at least 2 experts per group when grouped,
 /// `k ≤ topk_group · E/num_expert_group`).
 pub fn route(logits: &[f32], bias: &[f32], moe: &MoeConfig) -> Routing {
     let mut r = Router::default();

@@ -2,8 +2,8 @@
 
 use anyhow::{bail, Result};
 
-use crate::arena::{planned_prefill_chunk, Scratch};
-use crate::config::{AttnKind, ModelConfig};
+use crate::engine::arena::{planned_prefill_chunk, Scratch};
+use crate::format::config::{AttnKind, ModelConfig};
 
 /// State of one KDA layer (all f32, zero-initialised).
 #[derive(Debug, Clone)]
@@ -44,7 +44,7 @@ pub struct State {
     pub max_context: usize,
     /// One state per decoder layer.
     pub layers: Vec<LayerState>,
-    /// Every scratch buffer of the forward pass ([`crate::arena`]), sized for
+    /// Every scratch buffer of the forward pass ([`crate::engine::arena`]), sized for
     /// forwards of up to `scratch.dims.c` tokens.
     pub scratch: Scratch,
     latent_dim: usize,

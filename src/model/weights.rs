@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 
+use crate::format::schema::Dtype;
 use crate::ops::{self, Par, Workspace};
-use crate::schema::Dtype;
 use crate::store::{Bytes, ExpertMat, WeightStore};
 
 /// Element type of a dense weight as the model reads it.
@@ -265,7 +265,7 @@ pub struct Weights {
 
 fn full_name(layer: Option<usize>, name: &str) -> String {
     match layer {
-        Some(l) => crate::schema::layer_name(l, name),
+        Some(l) => crate::format::schema::layer_name(l, name),
         None => name.to_string(),
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! Both are deterministic: ties on every key fall back to the (layer, expert) id.
 
-use crate::error::UsageError;
+use crate::util::error::UsageError;
 
 /// Replacement policy of the expert cache.
 #[derive(

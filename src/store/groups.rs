@@ -22,10 +22,10 @@ use std::ops::Range as Rows;
 use anyhow::Result;
 
 use super::plan::{group_for, Member, Range, ReadGroup};
-use crate::checkpoint::Checkpoint;
-use crate::config::ModelConfig;
+use crate::format::checkpoint::Checkpoint;
+use crate::format::config::ModelConfig;
+use crate::format::schema::{Role, TensorSpec};
 use crate::io::IoMode;
-use crate::schema::{Role, TensorSpec};
 
 /// One unit of trunk streaming: a group of a layer's trunk, or a block of `lm_head` rows.
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 //! `memdial plan --config` ("what would this model cost on my machine" before
 //! downloading it).
 //!
-//! Tensor names, dtypes and shapes come from [`crate::schema::expected_tensors`]
+//! Tensor names, dtypes and shapes come from [`crate::format::schema::expected_tensors`]
 //! (the config and its `quantization_config`: MXFP4 routed experts are `weight_packed`
 //! U8 `[out, in/2]` + `weight_scale` U8 `[out, in/32]`, everything else BF16, routers
 //! F32). The layout is assumed: tensors packed back to back in schema order in
@@ -14,10 +14,10 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use crate::checkpoint::{Checkpoint, Shard, TensorLoc};
-use crate::config::ModelConfig;
-use crate::error::UsageError;
-use crate::schema::expected_tensors;
+use crate::format::checkpoint::{Checkpoint, Shard, TensorLoc};
+use crate::format::config::ModelConfig;
+use crate::format::schema::expected_tensors;
+use crate::util::error::UsageError;
 
 /// Virtual shard size of a paper checkpoint (published K3 shards are a few GB).
 pub const PAPER_SHARD_BYTES: u64 = 5_000_000_000;

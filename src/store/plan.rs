@@ -8,7 +8,7 @@
 //! each dense MLP matrix, the MoE trunk, `lm_head` row blocks), the expert cache,
 //! embedding rows read on demand for a prefill chunk, KDA states and the MLA latent
 //! cache for `max_context` positions, IO alignment slack and the model's activation
-//! arena (exact: the same table the model allocates from, [`crate::arena`]).
+//! arena (exact: the same table the model allocates from, [`crate::engine::arena`]).
 //!
 //! Trunk bytes are pinned first (they are read for every token; a cyclic scan of
 //! groups through an LRU would hit 0%), then the rest of the budget becomes expert
@@ -20,14 +20,14 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde::Serialize;
 
-pub use crate::arena::{planned_prefill_chunk, planned_step_tokens, PLANNED_PREFILL_CHUNK};
-use crate::checkpoint::Checkpoint;
-use crate::config::ModelConfig;
-use crate::error::UsageError;
+pub use crate::engine::arena::{planned_prefill_chunk, planned_step_tokens, PLANNED_PREFILL_CHUNK};
+use crate::format::checkpoint::Checkpoint;
+use crate::format::config::ModelConfig;
+use crate::format::schema::{expected_tensors, Role, TensorSpec};
 use crate::io::IoMode;
-use crate::schema::{expected_tensors, Role, TensorSpec};
 use crate::store::groups::{layer_groups, row_blocks, TrunkGroup};
-pub use crate::units::{fmt_bytes, parse_size};
+use crate::util::error::UsageError;
+pub use crate::util::units::{fmt_bytes, parse_size};
 
 /// Prefetch policy (cumulative: each policy does what the one before it does, plus more).
 #[derive(Default, Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
@@ -250,7 +250,7 @@ pub struct Plan {
     /// `lm_head` row blocks (groups after the last layer).
     pub lm_head_blocks: usize,
     /// Staging buffers for reading a lossless pack's coded blocks before they are
-    /// decoded into the slots ([`crate::lossless::read::staging_bytes`]; 0 for a
+    /// decoded into the slots ([`crate::format::lossless::read::staging_bytes`]; 0 for a
     /// safetensors layout).
     pub staging_bytes: u64,
     /// The smallest budget that can run with this IO mode and prefetch policy.
@@ -328,20 +328,20 @@ impl Plan {
 }
 
 /// Activation memory of forwards of up to `chunk` tokens (bytes, exact): the
-/// model's scratch arena, [`crate::arena::Scratch::planned_bytes`] — the same
+/// model's scratch arena, [`crate::engine::arena::Scratch::planned_bytes`] — the same
 /// table the model allocates from (every buffer listed by
-/// [`crate::arena::Scratch::planned_buffers`]).
+/// [`crate::engine::arena::Scratch::planned_buffers`]).
 pub fn activation_bytes(
     cfg: &ModelConfig,
     chunk: usize,
     threads: usize,
     max_context: usize,
 ) -> u64 {
-    crate::arena::Scratch::planned_bytes(cfg, chunk, threads, max_context)
+    crate::engine::arena::Scratch::planned_bytes(cfg, chunk, threads, max_context)
 }
 
 /// The shared activation arena of a batch of up to `max_batch` sequences with
-/// `max_context` positions each (bytes, exact: [`crate::arena::Scratch::planned_batch_bytes`];
+/// `max_context` positions each (bytes, exact: [`crate::engine::arena::Scratch::planned_batch_bytes`];
 /// [`activation_bytes`] at the planned prefill chunk for `max_batch` 1).
 pub fn batch_activation_bytes(
     cfg: &ModelConfig,
@@ -349,7 +349,7 @@ pub fn batch_activation_bytes(
     threads: usize,
     max_context: usize,
 ) -> u64 {
-    crate::arena::Scratch::planned_batch_bytes(cfg, max_batch, threads, max_context)
+    crate::engine::arena::Scratch::planned_batch_bytes(cfg, max_batch, threads, max_context)
 }
 
 /// State bytes for `max_context` positions: KDA states of every KDA layer and the
@@ -474,7 +474,7 @@ impl Plan {
 /// row per token for the whole table: ≈ 0).
 ///
 /// Errors: config dimensions the checkpoint cannot hold
-/// ([`crate::limits::check_dimensions`], checked before the tensor table is built).
+/// ([`crate::format::limits::check_dimensions`], checked before the tensor table is built).
 pub fn plan_unchecked(
     cfg: &ModelConfig,
     ck: &Checkpoint,
@@ -513,7 +513,7 @@ pub fn plan_unchecked_batch(
         max_batch,
     } = seqs;
     let max_batch = max_batch.max(1);
-    crate::limits::check_dimensions(cfg, ck)?;
+    crate::format::limits::check_dimensions(cfg, ck)?;
     let specs = expected_tensors(cfg);
     let prefix = cfg.weight_prefix.as_str();
     let align = 4096u64; // planning uses the minimum direct-IO alignment we ever use
@@ -623,14 +623,13 @@ pub fn plan_unchecked_batch(
     };
     let rows_reserve = chunk as u64 * row_buffer;
     // A lossless pack's coded blocks pass through a fixed set of staging buffers.
-    let staging = ck
-        .lossless
-        .as_ref()
-        .map_or(0, |p| crate::lossless::read::staging_bytes(&p.index));
+    let staging = ck.lossless.as_ref().map_or(0, |p| {
+        crate::format::lossless::read::staging_bytes(&p.index)
+    });
     let base = global + small + state + act + rows_reserve + staging;
     let floor = base + min_slots as u64 * slot_bytes + min_exp as u64 * expert_buffer_bytes;
     // Tensors the model uses (present-and-unused MTP layers excluded).
-    let model_bytes = crate::inspect::model_bytes(cfg, ck);
+    let model_bytes = crate::format::inspect::model_bytes(cfg, ck);
 
     let mut p = Plan {
         budget_bytes: 0,

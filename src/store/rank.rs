@@ -16,7 +16,7 @@
 use serde::Serialize;
 
 use super::plan::Plan;
-use crate::config::{MlpKind, ModelConfig};
+use crate::format::config::{MlpKind, ModelConfig};
 
 /// One class of pin candidates, as `memdial plan` lists them.
 #[derive(Debug, Clone, Serialize)]

@@ -8,16 +8,16 @@ use std::sync::{Arc, Mutex};
 use anyhow::{bail, Context, Result};
 
 use super::{Bytes, ExpertMat, ExpertWeights, WeightStore};
-use crate::checkpoint::Checkpoint;
-use crate::config::{ExpertFormat, ModelConfig};
-use crate::schema::{expected_tensors, layer_name, TensorSpec};
+use crate::format::checkpoint::Checkpoint;
+use crate::format::config::{ExpertFormat, ModelConfig};
+use crate::format::schema::{expected_tensors, layer_name, TensorSpec};
 
 /// Every tensor of the model in RAM (one allocation per shard).
 pub struct ResidentStore {
     prefix: String,
     tensors: HashMap<String, Bytes>,
     expert_format: Option<ExpertFormat>,
-    /// Routed experts whose scales were checked ([`crate::integrity::check_expert`]),
+    /// Routed experts whose scales were checked ([`crate::format::integrity::check_expert`]),
     /// once each, when first handed out (not at open: no full scan).
     checked: Mutex<HashSet<(usize, usize)>>,
     /// Bytes held.
@@ -26,7 +26,7 @@ pub struct ResidentStore {
 
 impl ResidentStore {
     /// Reads every tensor the config implies (aliases resolved) into memory; the
-    /// tensors of a lossless pack are decoded ([`crate::lossless`]).
+    /// tensors of a lossless pack are decoded ([`crate::format::lossless`]).
     /// Errors: a missing tensor, or IO failure naming file and offset.
     pub fn open(cfg: &ModelConfig, ck: &Checkpoint) -> Result<Self> {
         Self::open_specs(cfg, ck, &expected_tensors(cfg))
@@ -53,9 +53,15 @@ impl ResidentStore {
                 .to_string();
             if let Some(p) = ck.lossless.as_ref().filter(|p| p.shard == loc.shard) {
                 // A packed tensor: decoded once, here.
-                let pool =
-                    pool.get_or_insert_with(|| crate::lossless::read::StagingPool::new(&p.index));
-                let v = crate::lossless::decode_tensor(p, &ck.shards[p.shard].path, name, pool)?;
+                let pool = pool.get_or_insert_with(|| {
+                    crate::format::lossless::read::StagingPool::new(&p.index)
+                });
+                let v = crate::format::lossless::decode_tensor(
+                    p,
+                    &ck.shards[p.shard].path,
+                    name,
+                    pool,
+                )?;
                 resident += v.len() as u64;
                 tensors.insert(key, Bytes::from_vec(v));
                 continue;
@@ -132,7 +138,7 @@ impl WeightStore for ResidentStore {
         };
         let mut checked = self.checked.lock().unwrap_or_else(|p| p.into_inner());
         if !checked.contains(&(layer, expert)) {
-            crate::integrity::check_expert(layer, expert, &w)?;
+            crate::format::integrity::check_expert(layer, expert, &w)?;
             checked.insert((layer, expert));
         }
         Ok(w)

@@ -10,8 +10,8 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use crate::config::{MlpKind, ModelConfig};
-use crate::error::UsageError;
+use crate::format::config::{MlpKind, ModelConfig};
+use crate::util::error::UsageError;
 use serde::{Deserialize, Serialize};
 
 /// One line of a trace.

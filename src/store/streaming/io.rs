@@ -11,9 +11,9 @@ use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 
 use super::caches::{Entry, Inner, Key};
-use crate::fixture::hex;
 use crate::io::{AlignedBuf, IoMode, ShardFile};
 use crate::store::plan::{Plan, ReadGroup};
+use crate::tools::fixture::hex;
 
 /// Bytes that were read for one group: one buffer, ranges at known positions.
 pub(super) struct Loaded {
@@ -69,11 +69,11 @@ pub(super) struct Job {
     pub(super) buf: Option<AlignedBuf>,
 }
 
-/// A lossless pack the store reads through ([`crate::lossless`]): its shard's reads
+/// A lossless pack the store reads through ([`crate::format::lossless`]): its shard's reads
 /// decode coded blocks, staged in `pool`; decode counters for the metrics.
 pub(super) struct PackRead {
-    pub(super) packed: Arc<crate::lossless::Packed>,
-    pub(super) pool: crate::lossless::read::StagingPool,
+    pub(super) packed: Arc<crate::format::lossless::Packed>,
+    pub(super) pool: crate::format::lossless::read::StagingPool,
     pub(super) decoded_bytes: AtomicU64,
     pub(super) decode_ns: AtomicU64,
 }
@@ -198,8 +198,13 @@ impl Shared {
                 head.fill(0);
                 let (body, tail) = rest.split_at_mut(len as usize);
                 tail.fill(0);
-                let cost =
-                    crate::lossless::read::read_logical(&p.packed.index, f, &p.pool, offset, body)?;
+                let cost = crate::format::lossless::read::read_logical(
+                    &p.packed.index,
+                    f,
+                    &p.pool,
+                    offset,
+                    body,
+                )?;
                 p.decoded_bytes
                     .fetch_add(cost.decoded_bytes, Ordering::Relaxed);
                 p.decode_ns
@@ -275,7 +280,7 @@ impl Shared {
     }
 
     /// Refuses E8M0 NaN scales (0xFF) in a routed expert just read
-    /// ([`crate::integrity::check_e8m0`]; its scales are in memory now).
+    /// ([`crate::format::integrity::check_e8m0`]; its scales are in memory now).
     pub(super) fn check_scales(&self, key: Key, loaded: &Loaded) -> Result<()> {
         if !matches!(key, Key::Expert(..)) {
             return Ok(());
@@ -291,7 +296,7 @@ impl Shared {
                 LoadedData::Buf(b) => b.as_ref(),
                 LoadedData::Maps(maps) => &maps[m.range][..],
             };
-            crate::integrity::check_e8m0(&m.key, &bytes[p..p + m.len as usize])?;
+            crate::format::integrity::check_e8m0(&m.key, &bytes[p..p + m.len as usize])?;
         }
         Ok(())
     }

@@ -41,9 +41,9 @@ use super::metrics::StoreMetrics;
 use super::plan::{Plan, Prefetch};
 use super::trace::{self, TraceRecord};
 use super::{Bytes, ExpertMat, ExpertWeights, WeightStore};
-use crate::config::ExpertFormat;
+use crate::format::config::ExpertFormat;
+use crate::format::schema::layer_name;
 use crate::io::IoMode;
-use crate::schema::layer_name;
 
 /// Settings of a streaming store.
 #[derive(Debug, Clone)]

@@ -13,13 +13,13 @@ use super::io::{self, lock, read_group, worker, Shared};
 use super::rows::block_key;
 use super::{mapped, verify_parts};
 use super::{StreamOptions, StreamingStore};
-use crate::checkpoint::Checkpoint;
-use crate::config::ModelConfig;
-use crate::fixture::hex;
+use crate::format::checkpoint::Checkpoint;
+use crate::format::config::ModelConfig;
 use crate::io::{AlignedBuf, IoMode, ShardFile};
 use crate::store::plan::{plan_batch, Prefetch, Sequences};
 use crate::store::trace;
 use crate::store::Bytes;
+use crate::tools::fixture::hex;
 
 impl StreamingStore {
     /// Plans the budget for a model computing on `threads` kernel threads (refusing
@@ -49,7 +49,7 @@ impl StreamingStore {
     ) -> Result<Self> {
         let t0 = Instant::now();
         if opts.io == IoMode::Mmap && ck.lossless.is_some() {
-            return Err(crate::error::UsageError::Invalid(format!(
+            return Err(crate::util::error::UsageError::Invalid(format!(
                 "--io mmap is n/a on a packed (lossless) checkpoint ({}): a mapping can only \
                  hand out the coded bytes on disk, and the model must read decoded ones; use \
                  --io direct or --io buffered",
@@ -63,7 +63,7 @@ impl StreamingStore {
         };
         let plan = plan_batch(cfg, ck, opts.budget, opts.io, opts.prefetch, seqs, threads)?;
         if opts.prefetch == Prefetch::Oracle && opts.trace.is_none() {
-            return Err(crate::error::UsageError::OracleNeedsTrace.into());
+            return Err(crate::util::error::UsageError::OracleNeedsTrace.into());
         }
         let trace_in = match &opts.trace {
             Some(p) => {
@@ -79,7 +79,9 @@ impl StreamingStore {
             .map(|s| ShardFile::open(&s.path, opts.io))
             .collect::<Result<Vec<_>>>()?;
         let manifest = if opts.verify_reads {
-            Some(crate::manifest::manifest_for_run(&ck.dir, cfg, &plan)?)
+            Some(crate::format::manifest::manifest_for_run(
+                &ck.dir, cfg, &plan,
+            )?)
         } else {
             None
         };
@@ -125,7 +127,7 @@ impl StreamingStore {
             folio: mapped::folio_max(),
             lossless: ck.lossless.as_ref().map(|p| io::PackRead {
                 packed: p.clone(),
-                pool: crate::lossless::read::StagingPool::new(&p.index),
+                pool: crate::format::lossless::read::StagingPool::new(&p.index),
                 decoded_bytes: Default::default(),
                 decode_ns: Default::default(),
             }),
@@ -152,7 +154,7 @@ impl StreamingStore {
             let loc = ck
                 .get(&full)
                 .or_else(|| {
-                    crate::schema::expected_tensors(cfg)
+                    crate::format::schema::expected_tensors(cfg)
                         .into_iter()
                         .find(|s| s.name == full)
                         .and_then(|s| s.aliases.iter().find_map(|a| ck.get(a)))
@@ -228,7 +230,7 @@ impl StreamingStore {
             .mlp_kinds
             .iter()
             .enumerate()
-            .filter(|(_, k)| **k == crate::config::MlpKind::Moe)
+            .filter(|(_, k)| **k == crate::format::config::MlpKind::Moe)
             .map(|(i, _)| i)
             .collect();
         let store = StreamingStore {

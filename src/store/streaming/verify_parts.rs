@@ -11,9 +11,9 @@ use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 
 use super::io::Shared;
-use crate::checkpoint::Checkpoint;
-use crate::fixture::hex;
+use crate::format::checkpoint::Checkpoint;
 use crate::io::{AlignedBuf, IoMode};
+use crate::tools::fixture::hex;
 
 /// Bytes hashed per read (4 MiB).
 pub(super) const CHUNK: u64 = 4 << 20;

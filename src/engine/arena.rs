@@ -1,0 +1,595 @@
+//! The forward pass's scratch arena: every activation buffer of
+//! [`crate::model::Model::forward`], sized once from the config and the prefill
+//! chunk, held in the per-sequence [`crate::model::State`].
+//!
+//! One table ([`Scratch`], written once through the `buffers!` macro below) gives
+//! both the allocation (`Vec::with_capacity(count)` per buffer) and the plan's
+//! activation figure ([`Scratch::planned_bytes`]), so the memory plan counts
+//! exactly what the model allocates. The forward fills the buffers with
+//! `clear()` + `resize()` / `extend()`, which never reallocates while a call stays
+//! within the sizes here; a call over more tokens than the arena's chunk (or
+//! `LogitsMode::All` with several tokens, which keeps `n × vocab` logits) grows
+//! the affected buffers, and [`Scratch::bytes`] then reports more than planned.
+//!
+//! Design as llama2.c `RunState` (every scratch buffer allocated once next to the
+//! KV cache). The kernels' workspace ([`crate::kernels::Workspace`]: the batched
+//! products' input panels and per-thread decoded weight rows, MXFP4's permuted
+//! input, MLA attention's `[positions, heads]` scores) is held here too, sized by
+//! the kernels' own formulas ([`crate::kernels::workspace::product_floats`] for the
+//! widest product input and the chunk, one region per kernel thread;
+//! [`crate::kernels::workspace::attend_floats`] for `max_context` positions). Not
+//! held here: tensor-name strings.
+//!
+//! Dimensions (f32 unless noted): `c` chunk tokens, `D` hidden, `V` vocab, KDA
+//! `P = H·K` with conv width `W`, MLA heads `h` with `dn, dr, dv, r`, MoE `E`
+//! experts, top-`k`, expert width `ed`, routed / shared / dense intermediate.
+//! Layer kinds a config lacks get no buffers.
+
+use crate::format::config::{AttnKind, MlpKind, ModelConfig};
+use crate::kernels::workspace::{attend_floats, product_floats};
+use crate::kernels::Workspace;
+
+/// Prefill tokens per forward call the plan reserves activations for, at most:
+/// the plan uses `min(max_context, PLANNED_PREFILL_CHUNK)` ([`planned_prefill_chunk`])
+/// and `memdial run --budget` caps `--prefill-chunk` there (the CLI default).
+pub const PLANNED_PREFILL_CHUNK: usize = 256;
+
+/// Prefill chunk the plan accounts for with `max_context` positions (≥ 1).
+pub fn planned_prefill_chunk(max_context: usize) -> usize {
+    max_context.clamp(1, PLANNED_PREFILL_CHUNK)
+}
+
+/// Tokens per forward the arena of a batch of up to `max_batch` sequences with
+/// `max_context` positions each holds: the planned prefill chunk, or one decode
+/// token per sequence when that is more (`max(planned_prefill_chunk, max_batch)`;
+/// `max_batch` 1 gives the single-sequence chunk).
+pub fn planned_step_tokens(max_context: usize, max_batch: usize) -> usize {
+    planned_prefill_chunk(max_context).max(max_batch)
+}
+
+/// The widths the arena is sized from (all element counts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dims {
+    /// Tokens per forward call (the prefill chunk, ≥ 1).
+    pub c: usize,
+    /// `hidden_size`.
+    pub d: usize,
+    /// `vocab_size`.
+    pub vocab: usize,
+    /// Completed AttnRes blocks per token (`⌈layers / block_size⌉`; 0 without AttnRes).
+    pub blocks: usize,
+    /// Whether any layer is KDA / MLA / dense / MoE.
+    pub kda: bool,
+    /// See `kda`.
+    pub mla: bool,
+    /// See `kda`.
+    pub moe: bool,
+    /// KDA heads `H`, head dim `K`, projection `P = H·K`, conv width `W`.
+    pub kda_h: usize,
+    /// See `kda_h`.
+    pub kda_k: usize,
+    /// See `kda_h`.
+    pub kda_p: usize,
+    /// See `kda_h`.
+    pub kda_w: usize,
+    /// MLA heads and head dims.
+    pub mla_h: usize,
+    /// See `mla_h`.
+    pub dn: usize,
+    /// See `mla_h`.
+    pub dr: usize,
+    /// See `mla_h`.
+    pub dv: usize,
+    /// `kv_lora_rank`.
+    pub r: usize,
+    /// `q_lora_rank` (0 without the low-rank query).
+    pub q_lora: usize,
+    /// `mla_use_output_gate`.
+    pub mla_gate: bool,
+    /// Experts, top-k, expert groups, expert width, routed intermediate, latent norm width.
+    pub e: usize,
+    /// See `e`.
+    pub topk: usize,
+    /// See `e`.
+    pub groups: usize,
+    /// See `e`.
+    pub ed: usize,
+    /// See `e`.
+    pub latent_norm: usize,
+    /// Widest gated-MLP intermediate: dense `intermediate_size`, routed
+    /// `moe_intermediate_size`, shared `moe_intermediate_size · num_shared_experts`.
+    pub f: usize,
+    /// Widest input of a matrix product of the forward: the max of `D`, `q_lora`,
+    /// `r`, `P`, `K`, `F`, `ed` and `h·dv` (present layer kinds only).
+    pub cols: usize,
+    /// Kernel threads (the kernel workspace holds one region per thread).
+    pub threads: usize,
+    /// Positions the MLA attention scores are sized for (`max_context`).
+    pub ctx: usize,
+    /// Rows of logits one forward returns at most (1 for a single sequence; a
+    /// batch forward returns one row per sequence that asks for logits).
+    pub logit_rows: usize,
+}
+
+impl Dims {
+    /// The widths of `cfg` for forwards of up to `chunk` tokens with one kernel
+    /// thread and `chunk` positions of context (the layer buffers alone; a run's
+    /// arena uses [`Dims::for_run`]).
+    pub fn new(cfg: &ModelConfig, chunk: usize) -> Dims {
+        Dims::for_run(cfg, chunk, 1, chunk)
+    }
+
+    /// The widths of `cfg` for forwards of up to `chunk` tokens (a `chunk` of 0
+    /// counts as 1) on `threads` kernel threads (0 counts as 1), with up to
+    /// `max_context` positions in the MLA caches.
+    pub fn for_run(cfg: &ModelConfig, chunk: usize, threads: usize, max_context: usize) -> Dims {
+        Dims::for_batch(cfg, chunk, threads, max_context, 1)
+    }
+
+    /// [`Dims::for_run`] for the shared arena of a batch: forwards of up to `chunk`
+    /// tokens in all returning up to `logit_rows` rows of logits (0 counts as 1);
+    /// `max_context` is the context of one sequence.
+    pub fn for_batch(
+        cfg: &ModelConfig,
+        chunk: usize,
+        threads: usize,
+        max_context: usize,
+        logit_rows: usize,
+    ) -> Dims {
+        let m = &cfg.mla;
+        let kda = cfg.attn_kinds.contains(&AttnKind::Kda);
+        let mla = cfg.attn_kinds.contains(&AttnKind::Mla);
+        let dense = cfg.mlp_kinds.contains(&MlpKind::Dense);
+        let moe = cfg
+            .moe
+            .as_ref()
+            .filter(|_| cfg.mlp_kinds.contains(&MlpKind::Moe));
+        let mut f = if dense { cfg.intermediate_size } else { 0 };
+        if let Some(x) = moe {
+            f = f
+                .max(x.moe_intermediate_size)
+                .max(x.moe_intermediate_size * x.num_shared_experts);
+        }
+        let mut cols = cfg.hidden_size;
+        if kda {
+            cols = cols.max(cfg.kda_proj_dim()).max(cfg.kda.head_dim);
+        }
+        if mla {
+            cols = cols
+                .max(m.q_lora_rank.unwrap_or(0))
+                .max(m.kv_lora_rank)
+                .max(m.num_heads * m.v_head_dim);
+        }
+        cols = cols.max(f);
+        if let Some(x) = moe {
+            cols = cols.max(x.expert_dim(cfg.hidden_size));
+        }
+        Dims {
+            c: chunk.max(1),
+            d: cfg.hidden_size,
+            vocab: cfg.vocab_size,
+            blocks: cfg
+                .attn_res_block_size
+                .map(|b| cfg.num_hidden_layers.div_ceil(b.max(1)))
+                .unwrap_or(0),
+            kda,
+            mla,
+            moe: moe.is_some(),
+            kda_h: cfg.kda.num_heads,
+            kda_k: cfg.kda.head_dim,
+            kda_p: cfg.kda_proj_dim(),
+            kda_w: cfg.kda.short_conv_kernel_size,
+            mla_h: m.num_heads,
+            dn: m.qk_nope_head_dim,
+            dr: m.qk_rope_head_dim,
+            dv: m.v_head_dim,
+            r: m.kv_lora_rank,
+            q_lora: m.q_lora_rank.unwrap_or(0),
+            mla_gate: m.use_output_gate,
+            e: moe.map(|x| x.num_experts).unwrap_or(0),
+            topk: moe.map(|x| x.num_experts_per_token).unwrap_or(0),
+            groups: moe.map(|x| x.num_expert_group.max(1)).unwrap_or(1),
+            ed: moe.map(|x| x.expert_dim(cfg.hidden_size)).unwrap_or(0),
+            latent_norm: moe
+                .filter(|x| x.latent_moe_use_norm)
+                .and_then(|x| x.routed_expert_hidden_size)
+                .unwrap_or(0),
+            f,
+            cols,
+            threads: threads.max(1),
+            ctx: max_context,
+            logit_rows: logit_rows.max(1),
+        }
+    }
+
+    /// `(shared, per-thread)` f32 of the kernel workspace: the products' needs at
+    /// the widest input and the chunk ([`product_floats`]), the shared region also
+    /// covering MLA attention over `ctx` positions ([`attend_floats`]).
+    pub fn kernel_floats(&self) -> (usize, usize) {
+        let (mut shared, per) = product_floats(self.cols, self.c);
+        if self.mla {
+            shared = shared.max(attend_floats(self.ctx, self.r, self.dr, self.mla_h));
+        }
+        (shared, per)
+    }
+}
+
+/// Declares a group of buffers once: the struct, its allocation from [`Dims`],
+/// its planned bytes (same expressions) and its allocated bytes (capacities).
+macro_rules! buffers {
+    ($(#[$sm:meta])* $name:ident ($d:ident) { $( $(#[$m:meta])* $f:ident : $t:ty = $n:expr , )* }) => {
+        $(#[$sm])*
+        #[derive(Debug, Default)]
+        pub struct $name { $( $(#[$m])* pub $f: Vec<$t>, )* }
+        impl $name {
+            /// Every buffer allocated with its planned capacity.
+            pub fn new($d: &Dims) -> Self {
+                Self { $( $f: Vec::with_capacity($n), )* }
+            }
+            /// `(buffer name, planned bytes)` per buffer.
+            pub fn planned($d: &Dims) -> Vec<(&'static str, u64)> {
+                vec![ $( (stringify!($f), ($n) as u64 * std::mem::size_of::<$t>() as u64), )* ]
+            }
+            /// Bytes allocated now (capacities × element size).
+            pub fn bytes(&self) -> u64 {
+                0 $( + self.$f.capacity() as u64 * std::mem::size_of::<$t>() as u64 )*
+            }
+        }
+    };
+}
+
+buffers! {
+    /// Buffers of every layer: the residual stream, sub-layer inputs and outputs,
+    /// decoded norm weights, AttnRes blocks, and the logits row.
+    Main(d) {
+        /// Residual stream (or AttnRes partial sum) `[c, D]`.
+        hidden: f32 = d.c * d.d,
+        /// Attention input after `input_layernorm` `[c, D]`; final-norm rows for `lm_head`.
+        xin: f32 = d.c * d.d,
+        /// MLP input after `post_attention_layernorm` `[c, D]`.
+        xin2: f32 = d.c * d.d,
+        /// Attention output `[c, D]`.
+        attn_out: f32 = d.c * d.d,
+        /// MLP output `[c, D]`.
+        mlp_out: f32 = d.c * d.d,
+        /// `input_layernorm` weight `[D]`.
+        ln_in: f32 = d.d,
+        /// `post_attention_layernorm` / final norm weight `[D]`.
+        ln_post: f32 = d.d,
+        /// AttnRes `w_eff` of the current sub-layer `[D]`.
+        res_w: f32 = d.d,
+        /// AttnRes projection weight while forming `w_eff` `[D]`.
+        res_tmp: f32 = d.d,
+        /// Completed AttnRes blocks per token `[c, blocks, D]`.
+        blocks: f32 = d.c * d.blocks * d.d,
+        /// Their `rsqrt(mean(b²)+eps)` `[c, blocks]`.
+        blocks_inv: f32 = d.c * d.blocks,
+        /// AttnRes mixing logits / weights `[blocks + 1]` (0 without AttnRes).
+        mix: f32 = if d.blocks > 0 { d.blocks + 1 } else { 0 },
+        /// Logits of the last position `[V]` (a batch: one row per sequence `[logit_rows, V]`).
+        logits: f32 = d.logit_rows * d.vocab,
+        /// A batch's `lm_head` block outputs `[logit_rows, V]` while `lm_head` is read
+        /// in row blocks (0 for one row: a block's logits are a slice of the row).
+        head_block: f32 = if d.logit_rows > 1 { d.logit_rows * d.vocab } else { 0 },
+        /// A batch's tokens whose logits the call returns `[logit_rows]` (0 for one row).
+        logit_ids: usize = if d.logit_rows > 1 { d.logit_rows } else { 0 },
+        /// Token ids of the call as embedding rows `[c]`.
+        ids: usize = d.c,
+    }
+}
+
+buffers! {
+    /// KDA layer buffers (none when the config has no KDA layer).
+    Kda(d) {
+        /// Conv weights `[3P, W]`.
+        conv_w: f32 = 3 * d.kda_p * d.kda_w,
+        /// `dt_bias` `[P]`.
+        dt_bias: f32 = d.kda_p,
+        /// `A_log` `[H]`.
+        a_log: f32 = d.kda_h,
+        /// `o_norm` weight `[K]`.
+        o_norm: f32 = d.kda_k,
+        /// `q_proj` / `k_proj` / `v_proj` outputs `[c, P]` each.
+        q: f32 = d.c * d.kda_p,
+        /// See `q`.
+        k: f32 = d.c * d.kda_p,
+        /// See `q`.
+        v: f32 = d.c * d.kda_p,
+        /// `f_a_proj` output (then `g_a_proj` output) `[c, K]`.
+        fa: f32 = d.c * d.kda_k,
+        /// `f_b_proj` output `[c, P]`.
+        a: f32 = d.c * d.kda_p,
+        /// β logits `[c, H]`.
+        b: f32 = d.c * d.kda_h,
+        /// Output gate logits `[c, P]`.
+        g: f32 = d.c * d.kda_p,
+        /// Gated, normalised head outputs `[c, P]`.
+        y: f32 = d.c * d.kda_p,
+        /// Conv input and output of one token `[3P]` each.
+        u: f32 = 3 * d.kda_p,
+        /// See `u`.
+        uc: f32 = 3 * d.kda_p,
+        /// One head's q, k and decay `[K]` each.
+        qh: f32 = d.kda_k,
+        /// See `qh`.
+        kh: f32 = d.kda_k,
+        /// See `qh`.
+        alpha: f32 = d.kda_k,
+    }
+}
+
+buffers! {
+    /// MLA layer buffers (none when the config has no MLA layer).
+    Mla(d) {
+        /// `q_a_layernorm` weight `[q_lora]`.
+        q_norm: f32 = d.q_lora,
+        /// `kv_a_layernorm` weight `[r]`.
+        kv_norm: f32 = d.r,
+        /// Queries `[c, h·(dn+dr)]`.
+        q: f32 = d.c * d.mla_h * (d.dn + d.dr),
+        /// `q_a_proj` output `[c, q_lora]`.
+        qa: f32 = d.c * d.q_lora,
+        /// `kv_a_proj_with_mqa` output `[c, r+dr]`.
+        kv: f32 = d.c * (d.r + d.dr),
+        /// Output gate logits `[c, h·dv]` (with `mla_use_output_gate`).
+        gate: f32 = if d.mla_gate { d.c * d.mla_h * d.dv } else { 0 },
+        /// Head outputs `[c, h·dv]`.
+        out: f32 = d.c * d.mla_h * d.dv,
+        /// Absorbed queries `[h, r]`, rope queries `[h, dr]`, contexts `[h, r]`.
+        q_abs: f32 = d.mla_h * d.r,
+        /// See `q_abs`.
+        q_pe: f32 = d.mla_h * d.dr,
+        /// See `q_abs`.
+        ctx: f32 = d.mla_h * d.r,
+        /// One normalised latent `[r]`.
+        lat: f32 = d.r,
+    }
+}
+
+buffers! {
+    /// Gated-MLP buffers shared by dense MLPs, shared experts and routed experts.
+    Mlp(d) {
+        /// Gate and up projections `[c, F]` each (`F` the widest intermediate).
+        g: f32 = d.c * d.f,
+        /// See `g`.
+        u: f32 = d.c * d.f,
+    }
+}
+
+buffers! {
+    /// MoE layer buffers (none when the config has no MoE layer).
+    Moe(d) {
+        /// `e_score_correction_bias` `[E]`.
+        bias: f32 = d.e,
+        /// `routed_expert_norm` weight `[latent]`.
+        latent_norm: f32 = d.latent_norm,
+        /// Router logits `[c, E]`.
+        logits: f32 = d.c * d.e,
+        /// Expert inputs (latent down projection or a copy of the MLP input) `[c, ed]`.
+        z: f32 = d.c * d.ed,
+        /// One expert's gathered inputs `[c, ed]`.
+        zg: f32 = d.c * d.ed,
+        /// One expert's outputs `[c, ed]`.
+        eo: f32 = d.c * d.ed,
+        /// Rank-ordered sums of the routed outputs `[c, ed]`.
+        ys: f32 = d.c * d.ed,
+        /// Routed outputs per `(token, rank)` slot `[c, k, ed]` (grouped prefill).
+        slots: f32 = if d.c > 1 { d.c * d.topk * d.ed } else { 0 },
+        /// Shared experts' output `[c, D]`.
+        shared: f32 = d.c * d.d,
+    }
+}
+
+buffers! {
+    /// Router buffers (MoE configs only): the routing of the call and the router's scratch.
+    Router(d) {
+        /// Routing `(expert, weight)` per token in rank order `[c, k]`.
+        routes: (usize, f32) = d.c * d.topk,
+        /// Router scratch: scores `s` and selection scores `s'` `[E]` each.
+        s: f32 = d.e,
+        /// See `s`.
+        sel: f32 = d.e,
+        /// Ranking `(score, expert)` `[E]`.
+        order: (f32, usize) = d.e,
+        /// Group ranking `(score, group)` `[groups]` and one group's scores `[E/groups]`.
+        granks: (f32, usize) = d.groups,
+        /// See `granks`.
+        gvals: f32 = d.e / d.groups.max(1),
+        /// Selected expert ids of one token `[k]`.
+        ids: usize = d.topk,
+        /// Expert-grouped prefill (chunks of more than one token): the chunk's
+        /// expert ids per token `[c, k]`.
+        tok_ids: usize = if d.c > 1 { d.c * d.topk } else { 0 },
+        /// Distinct experts of the chunk in first-use order `[min(c·k, E)]`.
+        chunk_order: usize = if d.c > 1 { (d.c * d.topk).min(d.e) } else { 0 },
+        /// `(token, rank)` slots grouped by expert, groups in `chunk_order` `[c, k]`.
+        users: (usize, usize) = if d.c > 1 { d.c * d.topk } else { 0 },
+        /// Group boundaries into `users` `[min(c·k, E) + 1]`.
+        starts: usize = if d.c > 1 { (d.c * d.topk).min(d.e) + 1 } else { 0 },
+        /// Group of each expert while indexing (`usize::MAX`: none yet) `[E]`.
+        group_of: usize = if d.c > 1 { d.e } else { 0 },
+    }
+}
+
+/// Every scratch buffer of the forward pass (see the module docs).
+#[derive(Debug, Default)]
+pub struct Scratch {
+    /// The widths the arena was sized from.
+    pub dims: Dims,
+    /// Buffers of every layer.
+    pub main: Main,
+    /// KDA buffers.
+    pub kda: Kda,
+    /// MLA buffers.
+    pub mla: Mla,
+    /// Gated-MLP buffers.
+    pub mlp: Mlp,
+    /// MoE buffers.
+    pub moe: Moe,
+    /// Router buffers.
+    pub router: Router,
+    /// The kernels' workspace ([`Dims::kernel_floats`]; one region per thread).
+    pub kern: Workspace,
+}
+
+impl Scratch {
+    /// The arena for forwards of up to `chunk` tokens of `cfg` on `threads` kernel
+    /// threads with up to `max_context` positions (`Vec::with_capacity` per buffer:
+    /// virtual memory until first written).
+    pub fn new(cfg: &ModelConfig, chunk: usize, threads: usize, max_context: usize) -> Scratch {
+        Scratch::from_dims(Dims::for_run(cfg, chunk, threads, max_context))
+    }
+
+    /// The shared arena of a batch of up to `max_batch` sequences with `max_context`
+    /// positions each on `threads` kernel threads: forwards of up to
+    /// [`planned_step_tokens`] tokens in all, one row of logits per sequence.
+    pub fn for_batch(
+        cfg: &ModelConfig,
+        max_batch: usize,
+        threads: usize,
+        max_context: usize,
+    ) -> Scratch {
+        Scratch::from_dims(Dims::for_batch(
+            cfg,
+            planned_step_tokens(max_context, max_batch),
+            threads,
+            max_context,
+            max_batch,
+        ))
+    }
+
+    /// No buffers at all (a sequence whose forwards run on a batch's shared arena);
+    /// the widths are those of a one-token forward, so a forward on it still works
+    /// (every buffer then grows).
+    pub fn unallocated(cfg: &ModelConfig, max_context: usize) -> Scratch {
+        Scratch {
+            dims: Dims::for_run(cfg, 1, 1, max_context),
+            ..Scratch::default()
+        }
+    }
+
+    fn from_dims(d: Dims) -> Scratch {
+        let (shared, per) = d.kernel_floats();
+        Scratch {
+            kern: Workspace::with_capacity(shared, per, d.threads),
+            dims: d,
+            main: Main::new(&d),
+            kda: if d.kda { Kda::new(&d) } else { Kda::default() },
+            mla: if d.mla { Mla::new(&d) } else { Mla::default() },
+            mlp: if d.f > 0 {
+                Mlp::new(&d)
+            } else {
+                Mlp::default()
+            },
+            moe: if d.moe { Moe::new(&d) } else { Moe::default() },
+            router: if d.moe {
+                Router::new(&d)
+            } else {
+                Router::default()
+            },
+        }
+    }
+
+    /// `(group.buffer, bytes)` of every buffer [`Scratch::new`] allocates for
+    /// `cfg`, `chunk`, `threads` and `max_context` (absent layer kinds omitted).
+    pub fn planned_buffers(
+        cfg: &ModelConfig,
+        chunk: usize,
+        threads: usize,
+        max_context: usize,
+    ) -> Vec<(String, u64)> {
+        Scratch::planned_buffers_of(&Dims::for_run(cfg, chunk, threads, max_context))
+    }
+
+    /// `(group.buffer, bytes)` of every buffer [`Scratch::for_batch`] allocates.
+    pub fn planned_batch_buffers(
+        cfg: &ModelConfig,
+        max_batch: usize,
+        threads: usize,
+        max_context: usize,
+    ) -> Vec<(String, u64)> {
+        Scratch::planned_buffers_of(&Dims::for_batch(
+            cfg,
+            planned_step_tokens(max_context, max_batch),
+            threads,
+            max_context,
+            max_batch,
+        ))
+    }
+
+    /// Bytes [`Scratch::for_batch`] allocates: a batch plan's activation figure
+    /// (equal to [`Scratch::planned_bytes`] at the planned prefill chunk for
+    /// `max_batch` 1).
+    pub fn planned_batch_bytes(
+        cfg: &ModelConfig,
+        max_batch: usize,
+        threads: usize,
+        max_context: usize,
+    ) -> u64 {
+        Scratch::planned_batch_buffers(cfg, max_batch, threads, max_context)
+            .iter()
+            .map(|b| b.1)
+            .sum()
+    }
+
+    fn planned_buffers_of(d: &Dims) -> Vec<(String, u64)> {
+        let d = *d;
+        let mut out = Vec::new();
+        let mut add = |group: &str, on: bool, v: Vec<(&'static str, u64)>| {
+            if on {
+                out.extend(v.into_iter().map(|(n, b)| (format!("{group}.{n}"), b)));
+            }
+        };
+        add("main", true, Main::planned(&d));
+        add("kda", d.kda, Kda::planned(&d));
+        add("mla", d.mla, Mla::planned(&d));
+        add("mlp", d.f > 0, Mlp::planned(&d));
+        add("moe", d.moe, Moe::planned(&d));
+        add("router", d.moe, Router::planned(&d));
+        let (shared, per) = d.kernel_floats();
+        out.push(("kern.shared".into(), shared as u64 * 4));
+        out.push(("kern.per_thread".into(), (per * d.threads) as u64 * 4));
+        out
+    }
+
+    /// Bytes [`Scratch::new`] allocates for `cfg`, `chunk`, `threads` and
+    /// `max_context`: the plan's activation figure.
+    pub fn planned_bytes(
+        cfg: &ModelConfig,
+        chunk: usize,
+        threads: usize,
+        max_context: usize,
+    ) -> u64 {
+        Scratch::planned_buffers(cfg, chunk, threads, max_context)
+            .iter()
+            .map(|b| b.1)
+            .sum()
+    }
+
+    /// Bytes allocated now (sum of capacities × element sizes); equals
+    /// [`Scratch::planned_bytes`] until a call outgrows the arena.
+    pub fn bytes(&self) -> u64 {
+        self.main.bytes()
+            + self.kda.bytes()
+            + self.mla.bytes()
+            + self.mlp.bytes()
+            + self.moe.bytes()
+            + self.router.bytes()
+            + self.kern.bytes()
+    }
+}
+
+impl Clone for Scratch {
+    /// A fresh arena of the same sizes (scratch contents never outlive a call).
+    fn clone(&self) -> Scratch {
+        Scratch::from_dims(self.dims)
+    }
+}
+
+/// Clears `v` and fills it with `len` zeros, returning the slice (no
+/// reallocation while `len ≤ capacity`).
+pub fn zeroed(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    v.clear();
+    v.resize(len, 0.0);
+    &mut v[..]
+}

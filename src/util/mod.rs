@@ -1,0 +1,16 @@
+//! The leaves: helpers every layer may use and that use nothing of the crate above
+//! them (the lowest layer, see `docs/architecture.md`).
+//!
+//! - [`error`]: typed usage-class errors ([`error::UsageError`]);
+//! - [`units`]: byte sizes (`512MiB`) parsed and printed;
+//! - [`budget`]: budget expressions (`25%`, `2x floor`) bounded and resolved without overflow;
+//! - [`rng`]: SplitMix64, the one seeded generator;
+//! - [`sysmem`]: process memory as `/proc` reports it;
+//! - [`profile`]: the per-op timer behind `run --profile-ops` (off: one atomic load per op).
+
+pub mod budget;
+pub mod error;
+pub mod profile;
+pub mod rng;
+pub mod sysmem;
+pub mod units;
