@@ -90,7 +90,11 @@ pub fn prepare(model: &Path, given: Option<&Path>, quiet: bool) -> Result<Packed
         match open_checked(&dir, &source) {
             Ok(p) => {
                 if !quiet {
-                    eprintln!("sweep: lossless layout: {} (cached)", p.dir.display());
+                    eprintln!(
+                        "sweep: lossless layout: {} (cached; packed tensors at {:.4} of their bytes)",
+                        p.dir.display(),
+                        p.ratio
+                    );
                 }
                 return Ok(p);
             }
