@@ -137,21 +137,21 @@ mod tests {
     }
 
     #[test]
-    fn the_lossless_spec_runs_both_layouts_at_the_floor() {
+    fn the_lossless_spec_runs_both_layouts_at_the_floor_and_resident() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("sweeps/lossless.toml");
         let s = Spec::load(&path).unwrap();
         let p = s.points();
-        assert_eq!(p.len(), 2);
+        assert_eq!(p.len(), 4);
+        assert_eq!(p[2].budget_spec, "1.5x model");
         assert_eq!(
             p[0].key(),
             "budget=floor;io=direct;prefetch=next-layer;cache=lru;threads=1;prompt=0;layout=safetensors"
         );
         assert_eq!(LayoutKind::of(&p[1].axes), LayoutKind::Lossless);
         assert!(s.repeats >= 3);
-        // Interleaved: each round visits both layouts.
+        // Interleaved: each round visits every point, both layouts side by side.
         let runs = s.runs(&p);
-        assert_eq!(runs[0].point.index, 0);
-        assert_eq!(runs[1].point.index, 1);
-        assert_eq!(runs[2].point.index, 0);
+        let first: Vec<usize> = runs[..5].iter().map(|r| r.point.index).collect();
+        assert_eq!(first, [0, 1, 2, 3, 0]);
     }
 }
