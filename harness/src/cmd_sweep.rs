@@ -20,6 +20,7 @@ use memdial::store::plan::parse_size;
 
 use crate::args::{as_usage, usage};
 use crate::sweep::engines::{self, registry::Registry};
+use crate::sweep::layout::LayoutKind;
 use crate::sweep::record::baseline;
 use crate::sweep::record::baseline::Baseline;
 use crate::sweep::record::row::Row;
@@ -27,6 +28,7 @@ use crate::sweep::record::rundir;
 use crate::sweep::record::rundir::Meta;
 use crate::sweep::run::cgroup::{self, Support};
 use crate::sweep::run::execute::{outcome_label, run_label, RunEnv};
+use crate::sweep::run::packed::PackedLayout;
 use crate::sweep::run::points::{Points, Selection};
 use crate::sweep::run::runner::run_binary;
 use crate::sweep::spec::{RunSlot, Shard, Spec, DEFAULT_SPEC};
@@ -86,6 +88,11 @@ pub struct SweepArgs {
     /// anon + page-cache memory exceeded budget + slack).
     #[arg(long)]
     pub no_cgroup: bool,
+    /// The lossless layout of --model for the spec's `layout = [.., "lossless"]`
+    /// points (a `memdial pack --lossless` output) [default: the model packed once
+    /// into the cache, $MEMDIAL_CACHE_DIR or ~/.cache/memdial, keyed by its identity].
+    #[arg(long, value_name = "DIR")]
+    pub packed: Option<PathBuf>,
     /// Bytes read by each cold bandwidth probe (direct and buffered).
     #[arg(long, default_value = "256MiB")]
     pub bandwidth_probe: String,
@@ -316,7 +323,8 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     engines.require_available()?;
     engines.set_model(&inp.model).map_err(as_usage)?;
     let prompt_ids = engines::runs::prompt_ids(spec, &inp.model, engines.has_external())?;
-    let points = Points::resolve(spec, &inp.model)?;
+    let packed = packed_layout(a, &inp)?;
+    let points = Points::resolve(spec, &inp.model, packed.as_ref().map(|p| p.dir.as_path()))?;
     let points_total = points.resolved.len();
     let sel = points.select(spec, inp.shard, &engines);
     if let Some(p) = a.test_perturb_point {
@@ -356,6 +364,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         perturb: a.test_perturb_point.map(|p| (p, a.test_perturb_logit)),
         engines: &engines,
         prompt_ids: &prompt_ids,
+        packed: packed.as_ref(),
     };
     let todo = unrun_rows_and_todo(&env, &sel, &mut rows);
     let base = inp.base.as_ref();
@@ -390,6 +399,24 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     finish(
         a, &out, &meta, &rows, slots, base, executed, stopped, t_start,
     )
+}
+
+/// The packed layout the spec's `lossless` points read (`None` without them).
+/// Errors (usage): `--packed` without a `lossless` layout in the spec, or one that
+/// is not a packed layout of the model; packing errors.
+fn packed_layout(a: &SweepArgs, inp: &Inputs) -> Result<Option<PackedLayout>> {
+    let wanted = inp.spec.layout.0.contains(&LayoutKind::Lossless);
+    match (&a.packed, wanted) {
+        (Some(_), false) => Err(usage(
+            "--packed is read by the spec's `lossless` layout: add layout = [\"safetensors\", \"lossless\"]",
+        )),
+        (given, true) => Ok(Some(crate::sweep::run::packed::prepare(
+            &inp.model,
+            given.as_deref(),
+            a.check,
+        )?)),
+        (None, false) => Ok(None),
+    }
 }
 
 /// Opens (or resumes) the run directory `out`: its metadata completed and saved,

@@ -199,19 +199,13 @@ pub struct RunMetrics {
     #[serde(deserialize_with = "finite_f64")]
     pub read_throughput_busy_decode_bytes_per_s: Option<f64>,
     /// Lossless layout: bytes decoded from coded blocks per decoded token (the
-    /// coded bytes read are in `bytes_read_per_token`). Absent from the JSON for a
-    /// safetensors checkpoint (not yet a sweep column).
-    #[serde(
-        deserialize_with = "finite_f64",
-        skip_serializing_if = "Option::is_none"
-    )]
+    /// coded bytes read are in `bytes_read_per_token`); `None` for a safetensors
+    /// checkpoint.
+    #[serde(deserialize_with = "finite_f64")]
     pub lossless_decoded_bytes_per_token: Option<f64>,
     /// Lossless layout: IO-thread CPU seconds checking and decoding blocks per decoded
-    /// token (absent as above).
-    #[serde(
-        deserialize_with = "finite_f64",
-        skip_serializing_if = "Option::is_none"
-    )]
+    /// token; `None` for a safetensors checkpoint.
+    #[serde(deserialize_with = "finite_f64")]
     pub lossless_decode_s_per_token: Option<f64>,
     /// Wall time of the warm start's cache fill (`memdial run --start warm`), seconds;
     /// `None` for a cold start. Not part of `load_s`.

@@ -20,7 +20,7 @@
 //!   after every existing column ([`super::record::row::columns`]).
 //!
 //! `Spec::points` expands the declared axes innermost, after engines, in the order
-//! of [`super::spec::Spec::later_axes`]. Declared so far: [`super::start::Start`].
+//! of [`super::spec::Spec::later_axes`]. Declared so far: [`super::start::Start`], [`super::layout::Layout`].
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -92,6 +92,13 @@ impl<'de, A: Axis> Deserialize<'de> for Values<A> {
             return Err(serde::de::Error::custom(format!(
                 "axis `{}` is empty",
                 A::NAME
+            )));
+        }
+        if let Some(d) = v.iter().enumerate().find(|(i, x)| v[..*i].contains(x)) {
+            return Err(serde::de::Error::custom(format!(
+                "axis `{}` lists {} more than once (each point must be distinct)",
+                A::NAME,
+                d.1
             )));
         }
         Ok(Values(v))

@@ -16,7 +16,8 @@
 //!   [`crate::export`];
 //! - [`engines`]: other engines on the same points (the `engines` axis), their
 //!   cross-engine verdict layered over the ids verdict;
-//! - [`start`]: the `start` axis (cold or warm caches);
+//! - [`start`]: the `start` axis (cold or warm caches); [`layout`]: the `layout`
+//!   axis (safetensors or the lossless streamed layout);
 //! - [`verify`]: a finished run directory re-checked offline (`memdial report
 //!   verify`), over every stage's output;
 //! - [`util`]: UTC timestamps and SHA-256 hex.
@@ -26,6 +27,7 @@ pub mod axes;
 #[cfg(test)]
 mod axes_example;
 pub mod engines;
+pub mod layout;
 pub mod record;
 pub mod run;
 pub mod spec;

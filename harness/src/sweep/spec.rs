@@ -107,6 +107,10 @@ pub struct Spec {
     /// How runs start (`super::start`): `["cold"]` (default), `["warm"]`, or both.
     #[serde(default, skip_serializing_if = "Values::is_default")]
     pub start: Values<super::start::Start>,
+    /// Model layouts read (`super::layout`): `["safetensors"]` (default),
+    /// `["lossless"]`, or both.
+    #[serde(default, skip_serializing_if = "Values::is_default")]
+    pub layout: Values<super::layout::Layout>,
     /// When a run counts as `noisy` (the `[noise]` table; absent: the defaults of
     /// [`memdial::noise::Thresholds`], left out of the spec hash).
     #[serde(default, skip_serializing_if = "is_default_noise")]
@@ -475,7 +479,7 @@ impl Spec {
     /// The values of the axes declared after engines ([`super::axes`]), in the
     /// order they are expanded (innermost last): one `self.NAME.coords()` each.
     pub fn later_axes(&self) -> Vec<Vec<Coord>> {
-        vec![self.start.coords()]
+        vec![self.start.coords(), self.layout.coords()]
     }
 
     /// All points in the fixed order (budgets, io, prefetch, cache, threads, prompts,

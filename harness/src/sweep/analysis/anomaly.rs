@@ -92,6 +92,7 @@ pub fn anomalies(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Vec<
             a.prompt_index,
             &a.engine,
             &a.start,
+            &a.layout,
         ) == (
             &b.io,
             &b.prefetch,
@@ -100,6 +101,7 @@ pub fn anomalies(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Vec<
             b.prompt_index,
             &b.engine,
             &b.start,
+            &b.layout,
         )
     };
     let mut out = vec![];

@@ -75,6 +75,7 @@ pub fn same_budget(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Ve
                 b.budget_spec == a.budget_spec
                     && b.engine == a.engine
                     && b.start == a.start
+                    && b.layout == a.layout
                     && b.cache == a.cache
                     && b.threads == a.threads
                     && b.prompt_index == a.prompt_index

@@ -10,7 +10,8 @@
 //! - [`bottom_line`]: how sure that answer is (points within noise, undecided);
 //! - [`anomaly`]: points slower than a smaller budget of their mode, and why;
 //! - [`pick`]: a point as the recommendation names it;
-//! - [`compare`]: IO modes and prefetch policies at the same budget.
+//! - [`compare`]: IO modes and prefetch policies at the same budget;
+//! - [`layouts`]: the lossless layout against safetensors at the same point.
 
 pub mod anomaly;
 pub mod bootstrap;
@@ -18,6 +19,7 @@ pub mod bottom_line;
 #[cfg(test)]
 mod bottom_line_tests;
 pub mod compare;
+pub mod layouts;
 pub mod outcome;
 pub mod pick;
 pub mod recommend;

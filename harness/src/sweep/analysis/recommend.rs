@@ -406,6 +406,7 @@ pub(crate) mod tests {
             start: "cold".into(),
             noisy: 0,
             noisy_only: false,
+            layout: "safetensors".into(),
         }
     }
 

@@ -94,6 +94,9 @@ pub struct PointStats {
     /// shown for the table and the charts, and no decision (recommendation,
     /// comparison) uses the point.
     pub noisy_only: bool,
+    /// The model layout read (`safetensors` or `lossless`, the `layout` axis;
+    /// `safetensors` in rows of sweeps before it).
+    pub layout: String,
 }
 
 /// Per-token decode times of each measured finished quiet run of every point (a run
@@ -205,6 +208,7 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                 start: crate::sweep::start::StartMode::of_row(first).to_string(),
                 noisy: all.iter().filter(|r| r.is_measured_noisy()).count(),
                 noisy_only,
+                layout: crate::sweep::layout::LayoutKind::of_row(first).to_string(),
             }
         })
         .collect()

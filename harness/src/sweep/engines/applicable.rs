@@ -19,6 +19,9 @@ impl Registry {
         budget: u64,
         model_bytes: u64,
     ) -> Option<String> {
+        if let Some(why) = crate::sweep::layout::not_applicable(e.is_memdial(), &p.axes, p.io) {
+            return Some(why);
+        }
         if e.is_memdial() {
             return None;
         }

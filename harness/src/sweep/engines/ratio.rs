@@ -55,6 +55,7 @@ pub fn against_reference(
                 && b.threads == a.threads
                 && b.prompt_index == a.prompt_index
                 && b.start == a.start
+                && b.layout == a.layout
         }) else {
             continue;
         };

@@ -276,6 +276,9 @@ pub const COLUMNS: &[&str] = &[
     "noise_psi_io_s",
     "noise_foreign_read_bytes",
     "noisy",
+    // RunMetrics fields of the lossless layout (appended).
+    "lossless_decoded_bytes_per_token",
+    "lossless_decode_s_per_token",
 ];
 
 impl Row {

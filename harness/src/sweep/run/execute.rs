@@ -51,6 +51,9 @@ pub struct RunEnv<'a> {
     pub engines: &'a Registry,
     /// Prompt ids of every prompt (other engines are given ids).
     pub prompt_ids: &'a [Vec<u32>],
+    /// The packed layout `lossless` points read (the `layout` axis), when the spec
+    /// lists it.
+    pub packed: Option<&'a super::packed::PackedLayout>,
 }
 
 /// `p3 25% direct/none lru 2t r0`: the progress label of a run.
@@ -70,14 +73,15 @@ pub fn run_label(slot: &RunSlot, budget_bytes: u64) -> String {
         slot.point.threads,
         if slot.warmup { "w" } else { "r" },
         slot.repeat
-    ) + &start_label(&slot.point)
+    ) + &axes_label(&slot.point)
 }
 
-/// ` warm` / ` cold` when the spec lists the `start` axis (else empty).
-fn start_label(p: &Point) -> String {
+/// ` warm` / ` cold`, ` lossless` / ` safetensors` when the spec lists the `start`
+/// or `layout` axis (else empty).
+fn axes_label(p: &Point) -> String {
     p.axes
         .iter()
-        .filter(|c| c.name == "start" && c.in_key)
+        .filter(|c| c.in_key)
         .map(|c| format!(" {}", c.value))
         .collect()
 }
@@ -179,10 +183,20 @@ impl RunEnv<'_> {
                 ids.len() + spec.max_tokens,
             ),
         };
-        // Another engine's own files (a GGUF, a packed trunk) are made cold too.
-        let mut files = self.shard_files.to_vec();
+        // Another engine's own files (a GGUF, a packed trunk) are made cold too, and
+        // both layouts' files when the spec has two; the run's own are watched.
+        let (model, mut files) = self.layout_files(&slot.point);
         files.extend(engines::runs::cold_files(self.engines, engine, &ext_ctx));
-        let cold = make_cold(&files)?;
+        let mut evict = files.clone();
+        evict.extend(
+            self.packed
+                .map(|p| p.shard_files.clone())
+                .unwrap_or_default(),
+        );
+        evict.extend(self.shard_files.iter().cloned());
+        evict.sort();
+        evict.dedup();
+        let cold = make_cold(&evict)?;
         row.model_files = cold.files;
         row.resident_before_bytes = cold.resident_bytes;
         row.cold_verified = cold.verified();
@@ -199,7 +213,7 @@ impl RunEnv<'_> {
         };
         let req = RunRequest {
             bin: &self.bin,
-            model: self.model,
+            model,
             point: &slot.point,
             budget_bytes: r.budget_bytes,
             prompt,
@@ -236,6 +250,17 @@ impl RunEnv<'_> {
         drop(cg);
         self.record_outcome(&mut row, &o, r.budget_bytes);
         Ok(row)
+    }
+
+    /// The model directory a memdial run of `p` reads and its shard files: the
+    /// packed layout's for a `lossless` point, else the model's.
+    fn layout_files(&self, p: &Point) -> (&Path, Vec<PathBuf>) {
+        match (crate::sweep::layout::LayoutKind::of(&p.axes), self.packed) {
+            (crate::sweep::layout::LayoutKind::Lossless, Some(pk)) => {
+                (pk.dir.as_path(), pk.shard_files.clone())
+            }
+            _ => (self.model, self.shard_files.to_vec()),
+        }
     }
 
     /// The memory cgroup the run goes in (`None`: not enforced, the reason in

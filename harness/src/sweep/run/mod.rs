@@ -9,6 +9,7 @@
 //! - [`cgroup`]: memory-cgroup enforcement of the budget (v1, v2, systemd-run and
 //!   sampling in submodules);
 //! - [`memwatch`]: anon + page-cache memory sampled while a run is alive;
+//! - [`packed`]: the lossless layout `lossless` points read, packed once and cached;
 //! - [`interrupt`]: SIGINT/SIGTERM print the command that resumes the sweep.
 
 pub mod cgroup;
@@ -16,5 +17,6 @@ pub mod coldcache;
 pub mod execute;
 pub mod interrupt;
 pub mod memwatch;
+pub mod packed;
 pub mod points;
 pub mod runner;

@@ -1,5 +1,5 @@
 //! Step 1 of a sweep: the spec's points with their budgets resolved against the
-//! plan (floor and model bytes per IO mode, prefetch policy and context), and the
+//! plan (floor and model bytes per layout, IO mode, prefetch policy and context), and the
 //! selection of one shard's points into runnable slots and below-floor points.
 
 use std::collections::{BTreeMap, HashMap};
@@ -13,6 +13,7 @@ use memdial::store::plan::{plan_unchecked, Prefetch};
 use crate::args::as_usage;
 
 use crate::sweep::engines::registry::Registry;
+use crate::sweep::layout::LayoutKind;
 use crate::sweep::spec::{
     BudgetExpr, Point, PromptSpec, RunSlot, Shard, Spec, DEFAULT_PLAN_CONTEXT,
 };
@@ -25,6 +26,32 @@ pub struct Resolved {
     pub budget_bytes: u64,
     /// The plan's floor for its IO mode, prefetch policy and context, bytes.
     pub floor_bytes: u64,
+}
+
+/// A plan's floor is cached per layout, IO mode, prefetch policy, context and threads.
+type FloorKey = (LayoutKind, IoMode, Prefetch, usize, usize);
+
+/// The context each prompt's runs are planned for: max(`max_context`, prompt +
+/// `max_tokens`), or `max_context` (else [`DEFAULT_PLAN_CONTEXT`]) when the prompt
+/// cannot be tokenized.
+fn plan_contexts(spec: &Spec, model: &Path) -> Vec<usize> {
+    let tok = memdial::tokenizer::Tokenizer::from_dir(model).ok();
+    spec.prompts
+        .iter()
+        .map(|p| {
+            let n = match p {
+                PromptSpec::Ids { ids } => Some(ids.len()),
+                PromptSpec::Text(t) => tok.as_ref().map(|k| k.encode(t, true).len()),
+                PromptSpec::File { file } => std::fs::read_to_string(file)
+                    .ok()
+                    .and_then(|t| tok.as_ref().map(|k| k.encode(&t, true).len())),
+            };
+            match n {
+                Some(n) => spec.max_context.unwrap_or(0).max(n + spec.max_tokens),
+                None => spec.max_context.unwrap_or(DEFAULT_PLAN_CONTEXT),
+            }
+        })
+        .collect()
 }
 
 /// All points of a spec resolved against one model.
@@ -51,49 +78,67 @@ pub struct Selection<'a> {
 }
 
 impl Points {
-    /// Resolves every point of `spec` against the model in `model`.
+    /// Resolves every point of `spec` against the model in `model` (and, for the
+    /// `lossless` points of a `layout` axis, its packed layout `packed`). With several
+    /// layouts, a budget relative to the floor resolves against the largest floor of
+    /// the layouts the point's IO mode can read, so every layout runs at the same
+    /// budget; each point keeps its own floor for the below-floor check.
     ///
-    /// Errors: the checkpoint or config cannot be read (usage error), or a point's
-    /// plan fails.
-    pub fn resolve(spec: &Spec, model: &Path) -> Result<Points> {
+    /// Errors: the checkpoint or config cannot be read (usage error), a `lossless`
+    /// point without `packed`, or a point's plan fails.
+    pub fn resolve(spec: &Spec, model: &Path, packed: Option<&Path>) -> Result<Points> {
         let ck = Checkpoint::open(model).map_err(as_usage)?;
         let cfg = memdial::config::load_config(model).map_err(as_usage)?;
-        // The context the engine plans for: max(--max-context, prompt + max_tokens).
-        let tok = memdial::tokenizer::Tokenizer::from_dir(model).ok();
-        let contexts: Vec<usize> = spec
-            .prompts
-            .iter()
-            .map(|p| {
-                let n = match p {
-                    PromptSpec::Ids { ids } => Some(ids.len()),
-                    PromptSpec::Text(t) => tok.as_ref().map(|k| k.encode(t, true).len()),
-                    PromptSpec::File { file } => std::fs::read_to_string(file)
-                        .ok()
-                        .and_then(|t| tok.as_ref().map(|k| k.encode(&t, true).len())),
-                };
-                match n {
-                    Some(n) => spec.max_context.unwrap_or(0).max(n + spec.max_tokens),
-                    None => spec.max_context.unwrap_or(DEFAULT_PLAN_CONTEXT),
-                }
-            })
-            .collect();
-        let mut floors: HashMap<(IoMode, Prefetch, usize, usize), (u64, u64)> = HashMap::new();
+        let packed_ck = packed.map(Checkpoint::open).transpose().map_err(as_usage)?;
+        let contexts = plan_contexts(spec, model);
+        let mut floors: HashMap<FloorKey, (u64, u64)> = HashMap::new();
+        let mut floor_of = |layout: LayoutKind, p: &Point, ctx: usize| -> Result<(u64, u64)> {
+            let key = (layout, p.io, p.prefetch, ctx, p.threads);
+            if let Some(v) = floors.get(&key) {
+                return Ok(*v);
+            }
+            let ck = match layout {
+                LayoutKind::Safetensors => &ck,
+                LayoutKind::Lossless => packed_ck.as_ref().context(
+                    "the spec's `lossless` layout needs the packed model (internal: none was prepared)",
+                )?,
+            };
+            let plan = plan_unchecked(&cfg, ck, u64::MAX / 4, p.io, p.prefetch, ctx, p.threads)
+                .with_context(|| {
+                    format!(
+                        "planning {} / {} ({})",
+                        p.io.as_str(),
+                        p.prefetch.as_str(),
+                        layout.as_str()
+                    )
+                })?;
+            Ok(*floors
+                .entry(key)
+                .or_insert((plan.floor_bytes, plan.model_bytes)))
+        };
         let mut out = vec![];
         for p in spec.points() {
             let ctx = contexts[p.prompt_index];
-            let key = (p.io, p.prefetch, ctx, p.threads);
-            let (floor, model_bytes) = match floors.entry(key) {
-                std::collections::hash_map::Entry::Occupied(e) => *e.get(),
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    let plan =
-                        plan_unchecked(&cfg, &ck, u64::MAX / 4, p.io, p.prefetch, ctx, p.threads)
-                            .with_context(|| {
-                            format!("planning {} / {}", p.io.as_str(), p.prefetch.as_str())
-                        })?;
-                    *e.insert((plan.floor_bytes, plan.model_bytes))
+            let own = LayoutKind::of(&p.axes);
+            if own == LayoutKind::Lossless && p.io == IoMode::Mmap {
+                // `n/a` (the layout cannot be mapped): its budget is the safetensors one.
+                let (floor, model_bytes) = floor_of(LayoutKind::Safetensors, &p, ctx)?;
+                let budget = BudgetExpr::parse(&p.budget_spec)?.resolve(model_bytes, floor)?;
+                out.push(Resolved {
+                    point: p,
+                    budget_bytes: budget,
+                    floor_bytes: floor,
+                });
+                continue;
+            }
+            let (floor, model_bytes) = floor_of(own, &p, ctx)?;
+            let mut budget_floor = floor;
+            for &l in spec.layout.0.iter().filter(|l| **l != own) {
+                if !(l == LayoutKind::Lossless && p.io == IoMode::Mmap) {
+                    budget_floor = budget_floor.max(floor_of(l, &p, ctx)?.0);
                 }
-            };
-            let budget = BudgetExpr::parse(&p.budget_spec)?.resolve(model_bytes, floor)?;
+            }
+            let budget = BudgetExpr::parse(&p.budget_spec)?.resolve(model_bytes, budget_floor)?;
             out.push(Resolved {
                 point: p,
                 budget_bytes: budget,

@@ -47,6 +47,7 @@ pub(super) fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Seri
         v.dedup();
         v.len() > 1
     };
+    let vl = distinct(&|s| s.layout.clone());
     let (vc, vt, vp, ve, vs) = (
         distinct(&|s| s.cache.clone()),
         distinct(&|s| s.threads.to_string()),
@@ -73,6 +74,9 @@ pub(super) fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Seri
         }
         if vs {
             rest += &format!(" / {}", s.start);
+        }
+        if vl {
+            rest += &format!(" / {}", s.layout);
         }
         let label = format!("{} / {rest}", s.io);
         match out.iter_mut().find(|x| x.label == label) {

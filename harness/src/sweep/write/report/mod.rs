@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::sweep::analysis::anomaly::{anomalies, Anomaly};
 use crate::sweep::analysis::bootstrap::Run;
+use crate::sweep::analysis::layouts::{against_safetensors, LayoutRatio};
 use crate::sweep::analysis::outcome::{Facts, Outcome};
 use crate::sweep::analysis::recommend::{recommend_steady, Recommendation};
 use crate::sweep::analysis::stats::point_runs;
@@ -63,6 +64,10 @@ pub struct SweepVerdict {
     /// Each engine's speed against the reference's (sweeps with an engines axis).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_ratios: Option<Vec<EngineRatio>>,
+    /// The lossless layout against safetensors at each point both ran (sweeps with
+    /// both on the `layout` axis): s/token and bytes read per token, with intervals.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub layouts: Vec<LayoutRatio>,
     /// Measured finished runs the noise sentinel marked `noisy` (left out of the
     /// statistics), of `measured_runs`.
     pub noisy_runs: usize,
@@ -156,6 +161,7 @@ impl SweepVerdict {
             anomalies: anomalies(stats, &runs),
             recommendation: recommend_steady(&reference_stats(stats, meta), &runs),
             engine_ratios: (!meta.engines.is_empty()).then(|| engine_ratios(stats, &runs, meta)),
+            layouts: against_safetensors(stats, &runs, rows),
             ids,
             engines,
             missing_shards: meta.missing_shards.clone(),
@@ -362,6 +368,7 @@ pub fn markdown(
         medians_md,
         baseline_md,
         same_budget_md,
+        layouts_md,
         charts_md,
     ] {
         section(&mut s, &c);
@@ -630,6 +637,7 @@ fn noise_md(s: &mut String, c: &Sections) {
 fn medians_md(s: &mut String, c: &Sections) {
     let Sections { meta, stats, v, .. } = *c;
     let starts = stats.iter().any(|p| p.start == "warm");
+    let layouts = stats.iter().any(|p| p.layout != stats[0].layout);
     let _ = writeln!(s, "## Medians per point\n");
     let _ = writeln!(
         s,
@@ -659,6 +667,12 @@ fn medians_md(s: &mut String, c: &Sections) {
         // Warm and cold points: the start is named with the point.
         let budget = if starts {
             format!("{budget} · {}", p.start)
+        } else {
+            budget
+        };
+        // Both layouts: the layout is named with the point.
+        let budget = if layouts {
+            format!("{budget} · {}", p.layout)
         } else {
             budget
         };
@@ -736,7 +750,7 @@ fn medians_footnotes(s: &mut String, c: &Sections) {
     if !v.anomalies.is_empty() {
         let _ = writeln!(
             s,
-            "\n§ slower than a smaller budget of the same IO mode, prefetch, cache, threads, prompt and start, with the cause the point's own figures support:"
+            "\n§ slower than a smaller budget of the same IO mode, prefetch, cache, threads, prompt, start and layout, with the cause the point's own figures support:"
         );
         for a in &v.anomalies {
             let q = stats.iter().find(|q| q.point_index == a.faster_point);
@@ -844,6 +858,19 @@ fn same_budget_md(s: &mut String, c: &Sections) {
             );
         }
         s.push('\n');
+    }
+}
+
+/// The lossless layout against safetensors (sweeps with both layouts).
+fn layouts_md(s: &mut String, c: &Sections) {
+    s.push_str(&crate::sweep::analysis::layouts::markdown(&c.v.layouts));
+    let lossless = c.stats.iter().any(|p| p.layout == "lossless" && p.n > 0);
+    if c.v.layouts.is_empty() && lossless {
+        s.push_str(
+            "## Layouts: lossless against safetensors\n\nNo comparison yet: no `lossless` point has a \
+             `safetensors` point at the same axes with quiet measured runs and no over-budget run \
+             (noisy runs decide nothing: see Noise).\n\n",
+        );
     }
 }
 

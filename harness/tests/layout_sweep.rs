@@ -1,0 +1,218 @@
+//! `memdial sweep` with `layout = ["safetensors", "lossless"]` against the real
+//! `memdial run` on the `tiny-k3` fixture (generated into the target directory): the
+//! model is packed once into the cache, both layouts run at equal budgets in direct
+//! and buffered IO, the verdict passes on identical ids, and the report compares them.
+
+use memdial_testkit::output_text as text;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+const BIN: &str = env!("CARGO_BIN_EXE_memdial");
+
+/// 2 budgets × 3 IO modes × 2 layouts (mmap × lossless n/a) × 2 repeats.
+const SPEC: &str = r#"
+name = "layouts"
+budgets = ["floor", "2x floor"]
+io = ["direct", "buffered", "mmap"]
+prefetch = ["next-layer"]
+prompts = ["The capital of France is"]
+max_tokens = 4
+repeats = 2
+layout = ["safetensors", "lossless"]
+# What the sweep writes is checked here, on whatever machine runs it: no run is noisy.
+[noise]
+other_cpu_cores = 1024.0
+steal_cores = 1024.0
+foreign_read_bytes = 1125899906842624
+"#;
+
+/// One sweep at a time: concurrent sweeps would evict each other's pages.
+fn lock() -> MutexGuard<'static, ()> {
+    static L: Mutex<()> = Mutex::new(());
+    L.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn scratch() -> PathBuf {
+    static D: OnceLock<PathBuf> = OnceLock::new();
+    D.get_or_init(|| memdial_testkit::until_exit(memdial_testkit::scratch!("layout-sweep")))
+        .clone()
+}
+
+fn model() -> &'static Path {
+    static M: OnceLock<PathBuf> = OnceLock::new();
+    M.get_or_init(|| {
+        let out = scratch().join("tiny-k3");
+        let o = Command::new(BIN)
+            .args(["fixture", "--preset", "tiny-k3", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "fixture: {}", text(&o));
+        out
+    })
+}
+
+fn cache() -> PathBuf {
+    scratch().join("cache")
+}
+
+fn sweep(model: &Path, spec: &str, out: &str, extra: &[&str]) -> (Output, PathBuf) {
+    let spec_path = scratch().join(format!("{out}.toml"));
+    std::fs::write(&spec_path, spec).unwrap();
+    let out = scratch().join(out);
+    let _ = std::fs::remove_dir_all(&out);
+    let o = Command::new(BIN)
+        .arg("sweep")
+        .arg("--model")
+        .arg(model)
+        .arg("--spec")
+        .arg(&spec_path)
+        .arg("--out")
+        .arg(&out)
+        .args(["--bandwidth-probe", "4MiB"])
+        .args(extra)
+        .env("MEMDIAL_CACHE_DIR", cache())
+        .output()
+        .unwrap();
+    (o, out)
+}
+
+fn rows(dir: &Path) -> Vec<serde_json::Value> {
+    let t = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    serde_json::from_str(&t).unwrap()
+}
+
+#[test]
+fn both_layouts_run_at_equal_budgets_with_identical_ids() {
+    let _g = lock();
+    let (o, out) = sweep(model(), SPEC, "both", &["--check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    assert!(line.starts_with("PASS: "), "{line}");
+    assert!(line.contains("2 point(s) n/a"), "{line}");
+    let js = rows(&out);
+    let ok: Vec<&serde_json::Value> = js.iter().filter(|r| r["status"] == "ok").collect();
+    // 2 budgets × (direct, buffered) × 2 layouts + 2 budgets × mmap safetensors, 2 repeats.
+    assert_eq!(ok.len(), 20, "{js:?}");
+    let hash = ok[0]["output_ids_sha256"].as_str().unwrap();
+    assert!(ok.iter().all(|r| r["output_ids_sha256"] == hash));
+    let packed_dir = std::fs::read_dir(cache().join("packed"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .expect("the packed layout is in the cache");
+    assert!(packed_dir.join("lossless.pack").is_file());
+    assert!(!model().join("lossless.pack").exists());
+    for r in &ok {
+        let key = r["point_key"].as_str().unwrap();
+        match r["layout"].as_str().unwrap() {
+            "lossless" => {
+                assert!(key.ends_with(";layout=lossless"), "{key}");
+                assert_eq!(Path::new(r["model"].as_str().unwrap()), packed_dir);
+                assert!(r["lossless_decoded_bytes_per_token"].as_f64().unwrap() > 0.0);
+                assert!(r["lossless_decode_s_per_token"].as_f64().unwrap() >= 0.0);
+                // Its safetensors twin ran at the same budget: the larger of the floors.
+                let twin = key.replace(";layout=lossless", ";layout=safetensors");
+                let t = ok.iter().find(|x| x["point_key"] == twin.as_str()).unwrap();
+                assert_eq!(r["budget_bytes"], t["budget_bytes"]);
+                let (fl, fs) = (
+                    r["planned_floor_bytes"].as_u64().unwrap(),
+                    t["planned_floor_bytes"].as_u64().unwrap(),
+                );
+                let mult = if r["budget_spec"] == "floor" { 1 } else { 2 };
+                assert_eq!(
+                    r["budget_bytes"].as_u64().unwrap(),
+                    mult * fl.max(fs),
+                    "{key}"
+                );
+            }
+            "safetensors" => {
+                assert!(key.ends_with(";layout=safetensors"), "{key}");
+                assert!(r["lossless_decoded_bytes_per_token"].is_null());
+                assert!(r["lossless_decode_s_per_token"].is_null());
+            }
+            l => panic!("layout {l:?}"),
+        }
+    }
+    let na: Vec<&serde_json::Value> = js.iter().filter(|r| r["status"] == "n/a").collect();
+    assert_eq!(na.len(), 2);
+    assert!(na
+        .iter()
+        .all(|r| r["io"] == "mmap" && r["layout"] == "lossless"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
+    let layouts = v["layouts"].as_array().unwrap();
+    assert_eq!(layouts.len(), 4, "{v}");
+    for l in layouts {
+        assert!(l["s_per_token_ratio"]["ratio"].as_f64().unwrap() > 0.0);
+        assert!(
+            l["bytes_read_per_token_ratio"]["lo"].as_f64().is_some(),
+            "{l}"
+        );
+        assert!(l["decode_cpu_s_per_token"].as_f64().is_some(), "{l}");
+    }
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains("## Layouts: lossless against safetensors"),
+        "{md}"
+    );
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    let header = csv.lines().next().unwrap();
+    assert!(
+        header.ends_with(
+            ",lossless_decoded_bytes_per_token,lossless_decode_s_per_token,start,layout"
+        ),
+        "{header}"
+    );
+
+    // A second sweep of the same model uses the cached pack.
+    let one = SPEC
+        .replace("[\"floor\", \"2x floor\"]", "[\"floor\"]")
+        .replace(", \"mmap\"", "")
+        .replace("repeats = 2", "repeats = 1");
+    let (o, _) = sweep(model(), &one, "again", &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("(cached; packed tensors at"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn a_layout_sweep_refuses_what_it_cannot_pack_or_read() {
+    let _g = lock();
+    let one = SPEC.replace("[\"floor\", \"2x floor\"]", "[\"floor\"]");
+    // --packed must be a packed layout of this model.
+    let (o, _) = sweep(
+        model(),
+        &one,
+        "not-packed",
+        &["--packed", model().to_str().unwrap()],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("is not a packed layout"), "{}", text(&o));
+    // --packed without a lossless layout in the spec.
+    let plain = one.replace("layout = [\"safetensors\", \"lossless\"]", "");
+    let (o, _) = sweep(model(), &plain, "no-layout", &["--packed", "/nonexistent"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--packed is read by the spec's `lossless` layout"));
+    // Packing verifies every tensor against tensors.sha256: a model without it is refused.
+    let bare = scratch().join("tiny-k3-no-manifest");
+    let _ = std::fs::remove_dir_all(&bare);
+    std::fs::create_dir_all(&bare).unwrap();
+    for e in std::fs::read_dir(model()).unwrap() {
+        let p = e.unwrap().path();
+        if p.file_name().unwrap() != "tensors.sha256" {
+            std::fs::copy(&p, bare.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let (o, _) = sweep(&bare, &one, "no-manifest", &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("memdial checksum --model"),
+        "{}",
+        text(&o)
+    );
+}
