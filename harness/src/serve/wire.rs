@@ -423,9 +423,11 @@ fn parse_messages(o: &Map<String, Value>) -> Result<Prompt, ApiError> {
         let role = match field(m, "role").and_then(Value::as_str) {
             Some(r @ ("system" | "user" | "assistant")) => r.to_string(),
             Some("developer") => "system".to_string(),
-            Some(r) => return Err(bad(format!(
+            Some(r) => {
+                return Err(bad(format!(
                 "messages[{i}].role {r:?} is not supported (system, developer, user, assistant)."
-            ))),
+            )))
+            }
             None => return Err(bad(format!("messages[{i}] needs a string `role`."))),
         };
         let content = match field(m, "content") {
