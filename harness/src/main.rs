@@ -26,6 +26,7 @@ mod convert;
 mod docs_schema;
 mod export;
 mod iobench;
+mod serve;
 mod stats;
 mod sweep;
 
@@ -55,6 +56,8 @@ enum Command {
     Tokenize(cmd_tokenize::TokenizeArgs),
     /// Generate tokens from a prompt (prefill, then decode).
     Run(Box<cmd_run::RunArgs>),
+    /// Serve the model over HTTP (OpenAI-compatible), decoding requests in one batch.
+    Serve(Box<serve::ServeArgs>),
     /// Sweep budget × IO × prefetch from a cold cache; verdict, reports and charts.
     Sweep(cmd_sweep::SweepArgs),
     /// Work with sweep run directories (merge shards).
@@ -77,6 +80,7 @@ fn main() -> ExitCode {
         Command::Iobench(a) => cmd_iobench::run(a),
         Command::Tokenize(a) => cmd_tokenize::run(a).map(|_| ExitCode::SUCCESS),
         Command::Run(a) => cmd_run::run(a),
+        Command::Serve(a) => serve::run(a),
         Command::Sweep(a) => cmd_sweep::run(a),
         Command::Report(a) => cmd_report::run(a),
         Command::Engines(a) => sweep::engines::check::run(a),

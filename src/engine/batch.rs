@@ -247,6 +247,18 @@ impl Batch {
     /// IO failure, NaN/Inf logits); the sequences of the failed step are then
     /// unusable — remove them.
     pub fn step(&mut self, model: &Model) -> Result<Vec<StepToken>> {
+        self.step_with(model, &mut |_, _, _| {})
+    }
+
+    /// [`Batch::step`], calling `on_logits(id, token, logits)` for every token
+    /// chosen, with the `[vocab]` logits it was sampled from (e.g. for log-probabilities).
+    ///
+    /// Errors: as [`Batch::step`].
+    pub fn step_with(
+        &mut self,
+        model: &Model,
+        on_logits: &mut dyn FnMut(SeqId, u32, &[f32]),
+    ) -> Result<Vec<StepToken>> {
         let mut left = self.step_tokens;
         for s in &mut self.seqs {
             s.take = 0;
@@ -304,6 +316,7 @@ impl Batch {
                 }
             }
             let tok = s.sampler.sample(l);
+            on_logits(s.id, tok, l);
             s.output.push(tok);
             s.finish = if s.params.stop_ids.contains(&tok) {
                 Some(Finish::Stop)
