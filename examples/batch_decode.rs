@@ -26,8 +26,9 @@ use memdial::loader::{Checkpointed, StoreOptions};
 use memdial::model::Model;
 use memdial::sampler::SamplerConfig;
 use memdial::store::cache::CachePolicy;
-use memdial::store::plan::{parse_size, plan_unchecked_batch, Prefetch, Sequences};
+use memdial::store::plan::{plan_unchecked_batch, Prefetch, Sequences};
 use memdial::store::streaming::StreamOptions;
+use memdial::util::budget::parse_size;
 
 struct Args {
     model: PathBuf,

@@ -19,7 +19,6 @@ pub mod format;
 pub mod io;
 pub mod kernels;
 pub mod model;
-pub mod ops;
 pub mod store;
 pub mod tools;
 pub mod util;
@@ -30,10 +29,24 @@ pub mod util;
 pub use engine::{arena, batch, generate, loader, metrics, sampler};
 #[doc(hidden)]
 pub use format::{
-    chat, checkpoint, config, config_keys, inspect, integrity, limits, lossless, manifest, schema,
+    chat, checkpoint, config, config_keys, inspect, integrity, lossless, manifest, schema,
     tokenizer,
 };
 #[doc(hidden)]
+pub use kernels as ops;
+/// The old `limits` path: [`format::limits`] and [`engine::loader::check_run_memory`].
+#[doc(hidden)]
+pub mod limits {
+    pub use crate::engine::loader::check_run_memory;
+    pub use crate::format::limits::*;
+}
+#[doc(hidden)]
 pub use tools::{fixture, identity, iobench, noise};
 #[doc(hidden)]
-pub use util::{budget, error, profile, rng, sysmem, units};
+pub use util::{budget, error, profile, rng, sysmem};
+/// The old `units` path: [`util::units`] and [`util::budget::parse_size`].
+#[doc(hidden)]
+pub mod units {
+    pub use crate::util::budget::parse_size;
+    pub use crate::util::units::*;
+}

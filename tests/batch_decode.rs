@@ -11,7 +11,6 @@
 //! that batching changes no bit.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use memdial::batch::{Batch, Finish};
 use memdial::checkpoint::Checkpoint;
@@ -31,16 +30,11 @@ const MAX_BATCH: usize = 8;
 
 /// Fixture `name` generated once per test binary, on disk (direct IO needs a real fs).
 fn fixture(name: &'static str) -> PathBuf {
-    static DIRS: OnceLock<std::sync::Mutex<Vec<(&'static str, PathBuf)>>> = OnceLock::new();
-    let m = DIRS.get_or_init(Default::default);
-    let mut g = m.lock().unwrap();
-    if let Some((_, p)) = g.iter().find(|(n, _)| *n == name) {
-        return p.clone();
-    }
-    let d = testkit::until_exit(testkit::scratch!("batch")).join(name);
-    memdial::fixture::generate(name, 0, &d, false, None, &mut |_, _| {}).unwrap();
-    g.push((name, d.clone()));
-    d
+    testkit::fixtures::shared(name, || {
+        let d = testkit::until_exit(testkit::scratch!("batch")).join(name);
+        memdial::fixture::generate(name, 0, &d, false, None, &mut |_, _| {}).unwrap();
+        d
+    })
 }
 
 /// Eight requests: prompt lengths 1 … 41, greedy and seeded sampling, several

@@ -4,11 +4,16 @@
 mod isa_util;
 
 use isa_util::{panics_with, per_isa, with_scalar};
-use memdial::kernels::{bf16_to_f32, matmul_bf16, matmul_f32, matvec_bf16, matvec_f32, Isa, Par};
+use memdial::kernels::workspace::product_floats;
+use memdial::kernels::{
+    attend_latent_heads, attend_latent_ref, bf16_to_f32, matmul_bf16, matmul_bf16_in, matmul_f32,
+    matmul_mxfp4, matmul_mxfp4_in, matvec_bf16, matvec_f32, matvec_mxfp4, matvec_mxfp4_in, Isa,
+    Par, Workspace,
+};
 use memdial_testkit as testkit;
 
 /// Test data from the project's one deterministic generator.
-struct Rng(memdial::rng::SplitMix64);
+struct Rng(memdial::util::rng::SplitMix64);
 impl Rng {
     /// Uniform in [-1, 1).
     fn f32(&mut self) -> f32 {
@@ -203,6 +208,85 @@ fn shape_mismatch_panics() {
     });
 }
 
+/// MLA attention: the batched heads equal the per-head reference bit for bit, for
+/// shapes with tails in every tile dimension, at 1 and 2 threads (`isa` against the
+/// scalar batched path, which is checked against the reference).
+fn mla_attend_batched_matches_reference_bitwise(isa: Isa) {
+    let mut rng = Rng(memdial::util::rng::SplitMix64::new(7));
+    let mut rand_vec =
+        |n: usize, scale: f32| -> Vec<f32> { (0..n).map(|_| rng.f32() * scale).collect() };
+    for &(len, r, dr, heads) in &[
+        (1usize, 64usize, 16usize, 4usize),
+        (5, 64, 16, 4),
+        (37, 72, 8, 13),
+        (130, 512, 64, 96),
+        (9, 20, 4, 30),
+    ] {
+        let lat = rand_vec(len * (r + dr), 1.0);
+        let qa = rand_vec(heads * r, 0.5);
+        let qp = rand_vec(heads * dr, 0.5);
+        let tau = 1.0 / ((r / 4 + dr) as f32).sqrt();
+        let mut want = vec![0f32; heads * r];
+        let scalar = Par::with_isa(1, Isa::Scalar);
+        attend_latent_heads(&scalar, &lat, len, r, dr, heads, &qa, &qp, tau, &mut want);
+        for h in 0..heads {
+            let (a, p) = (&qa[h * r..(h + 1) * r], &qp[h * dr..(h + 1) * dr]);
+            let one = attend_latent_ref(&lat, len, r, dr, a, p, tau);
+            assert_eq!(bits(&one), bits(&want[h * r..(h + 1) * r]), "head {h}");
+        }
+        for threads in [1, 2] {
+            let mut got = vec![f32::NAN; heads * r];
+            let par = Par::with_isa(threads, isa);
+            attend_latent_heads(&par, &lat, len, r, dr, heads, &qa, &qp, tau, &mut got);
+            let at = format!("{isa:?} t{threads} len {len} r {r} dr {dr} heads {heads}");
+            assert_eq!(bits(&got), bits(&want), "{at}");
+        }
+    }
+}
+
+/// A workspace sized by `product_floats` and dirty from an earlier use (a product of
+/// NaN inputs) gives the same bits as a fresh per-call workspace, and does not grow.
+fn reused_workspace_gives_identical_bits_and_stays_put(isa: Isa) {
+    let mut rng = memdial::util::rng::SplitMix64::new(11);
+    let (rows, cols, n) = (37usize, 96usize, 5usize);
+    let w: Vec<u8> = (0..rows * cols * 2)
+        .map(|_| rng.next_u64() as u8 & 0x3f)
+        .collect();
+    let packed: Vec<u8> = (0..rows * cols / 2).map(|_| rng.next_u64() as u8).collect();
+    let scales: Vec<u8> = (0..rows * cols / 32)
+        .map(|_| 120 + (rng.next_u64() % 10) as u8)
+        .collect();
+    let xs: Vec<f32> = (0..n * cols).map(|_| rng.next_f32_signed()).collect();
+    for threads in [1, 2] {
+        let par = Par::with_isa(threads, isa);
+        let (sh, per) = product_floats(cols, n);
+        let mut ws = Workspace::with_capacity(sh, per, threads);
+        let nan = vec![f32::NAN; n * cols];
+        let mut dirty = vec![0f32; n * rows];
+        matmul_bf16_in(&par, &mut ws, &w, rows, cols, &nan, n, &mut dirty);
+        matmul_mxfp4_in(
+            &par, &mut ws, &packed, &scales, rows, cols, &nan, n, &mut dirty,
+        );
+        let before = ws.bytes();
+        let mut want = vec![0f32; n * rows];
+        let mut got = vec![0f32; n * rows];
+        matmul_bf16(&par, &w, rows, cols, &xs, n, &mut want);
+        matmul_bf16_in(&par, &mut ws, &w, rows, cols, &xs, n, &mut got);
+        assert_eq!(bits(&got), bits(&want), "bf16 {isa:?} t{threads}");
+        matmul_mxfp4(&par, &packed, &scales, rows, cols, &xs, n, &mut want);
+        matmul_mxfp4_in(
+            &par, &mut ws, &packed, &scales, rows, cols, &xs, n, &mut got,
+        );
+        assert_eq!(bits(&got), bits(&want), "mxfp4 {isa:?} t{threads}");
+        let (x, y0) = (&xs[..cols], &mut want[..rows]);
+        matvec_mxfp4(&par, &packed, &scales, rows, cols, x, y0);
+        let y1 = &mut got[..rows];
+        matvec_mxfp4_in(&par, &mut ws, &packed, &scales, rows, cols, x, y1);
+        assert_eq!(bits(y1), bits(y0), "mxfp4 matvec {isa:?} t{threads}");
+        assert_eq!(ws.bytes(), before, "workspace grew");
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let mut trials = testkit::trials![bf16_known_values, shape_mismatch_panics];
     trials.extend(per_isa(
@@ -220,6 +304,14 @@ fn main() -> std::process::ExitCode {
     trials.extend(per_isa(
         "matmul_equals_repeated_matvec_bitwise",
         matmul_equals_repeated_matvec_bitwise,
+    ));
+    trials.extend(per_isa(
+        "mla_attend_batched_matches_reference_bitwise",
+        mla_attend_batched_matches_reference_bitwise,
+    ));
+    trials.extend(per_isa(
+        "reused_workspace_gives_identical_bits_and_stays_put",
+        reused_workspace_gives_identical_bits_and_stays_put,
     ));
     testkit::main(include_str!("kernels_dense.rs"), trials)
 }

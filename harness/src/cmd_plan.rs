@@ -12,9 +12,10 @@ use memdial::error::UsageError;
 use memdial::io::IoMode;
 use memdial::loader::Checkpointed;
 use memdial::store::paper::paper_checkpoint;
-use memdial::store::plan::{parse_size, plan_unchecked_batch, Plan, Prefetch, Sequences};
+use memdial::store::plan::{plan_unchecked_batch, Plan, Prefetch, Sequences};
 use memdial::store::rank::ranking;
 use memdial::units::fmt_bytes;
+use memdial::util::budget::parse_size;
 
 use crate::args::{IoArg, PrefetchArg};
 

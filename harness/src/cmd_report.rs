@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 
 use crate::args::{as_usage, usage};
-use crate::sweep::record::merge::{copy_spec, merge};
+use crate::sweep::record::merge::{check_inputs, check_out, copy_spec, merge};
 use crate::sweep::write::report::write_all;
 
 /// Arguments of `memdial report`.
@@ -102,45 +102,13 @@ fn run_verify(a: &VerifyArgs) -> Result<ExitCode> {
 
 fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
     crate::sweep::write::ci::check_junit_path(a.junit.as_deref())?;
-    for d in &a.dirs {
-        if !d.join("sweep.json").exists() {
-            return Err(usage(format!(
-                "{} is not a sweep run directory (no sweep.json)",
-                d.display()
-            )));
-        }
-    }
+    check_inputs(&a.dirs).map_err(as_usage)?;
     let (meta, rows, missing) = merge(&a.dirs).map_err(as_usage)?;
     let out = a.out.clone().unwrap_or_else(|| {
         PathBuf::from(crate::cmd_sweep::DEFAULT_REPORTS)
             .join(format!("{}-merged", crate::sweep::util::utc_now_dirname()))
     });
-    // Never overwrite an input shard or unrelated files: only a new or empty directory,
-    // or an earlier merge (which holds merged_from in its sweep.json) is written to.
-    let canon = |p: &PathBuf| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
-    if a.dirs.iter().any(|d| canon(d) == canon(&out)) {
-        return Err(usage(format!(
-            "--out {} is one of the directories being merged",
-            out.display()
-        )));
-    }
-    if out.is_dir() && std::fs::read_dir(&out)?.next().is_some() {
-        let earlier_merge = std::fs::read_to_string(out.join("sweep.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|v| {
-                v.get("merged_from")
-                    .and_then(|m| m.as_array())
-                    .map(|m| !m.is_empty())
-            })
-            .unwrap_or(false);
-        if !earlier_merge {
-            return Err(usage(format!(
-                "--out {} exists and is not an earlier merge: choose a new directory",
-                out.display()
-            )));
-        }
-    }
+    check_out(&a.dirs, &out)?;
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     copy_spec(&a.dirs[0], &out)?;
     meta.save(&out)?;

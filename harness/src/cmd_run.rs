@@ -8,7 +8,6 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use memdial::config::{load_config, ModelConfig};
 use memdial::error::UsageError;
-use memdial::fixture::hex;
 use memdial::generate::{generate, GenerateParams};
 use memdial::io::IoMode;
 use memdial::loader::{Opened, StoreOptions};
@@ -16,10 +15,12 @@ use memdial::metrics::{MetricsFile, RunMetrics, Source, SCHEMA_VERSION};
 use memdial::model::Model;
 use memdial::sampler::SamplerConfig;
 use memdial::store::cache::CachePolicy;
-use memdial::store::plan::{parse_size, Prefetch};
+use memdial::store::plan::Prefetch;
 use memdial::store::streaming::StreamOptions;
 use memdial::sysmem::PeakTracker;
 use memdial::tokenizer::Tokenizer;
+use memdial::util::budget::parse_size;
+use memdial::util::digest::hex;
 use sha2::{Digest, Sha256};
 
 use crate::args::{usage, CacheArg, IoArg, PrefetchArg};
@@ -214,7 +215,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let chunks = prefill_chunks(a, prompt.len(), max_context);
     // The state and arena are allocated at once for max_context positions: refuse what
     // this machine cannot hold before loading (an allocation failure aborts).
-    memdial::limits::check_run_memory(
+    memdial::engine::loader::check_run_memory(
         &cfg,
         chunks.1,
         a.threads,
@@ -392,7 +393,7 @@ fn prefill_chunks(a: &RunArgs, prompt_len: usize, max_context: usize) -> (usize,
     };
     match a.budget {
         Some(_) => {
-            let cap = memdial::store::plan::planned_prefill_chunk(max_context);
+            let cap = memdial::engine::arena::planned_prefill_chunk(max_context);
             // Say so only when it changes how this prompt is cut.
             if want.min(prompt_len) > cap {
                 eprintln!(

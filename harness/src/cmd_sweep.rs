@@ -16,7 +16,7 @@ use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use memdial::checkpoint::Checkpoint;
 use memdial::identity::Identity as InputIdentity;
-use memdial::store::plan::parse_size;
+use memdial::util::budget::parse_size;
 
 use crate::args::{as_usage, usage};
 use crate::sweep::engines::{self, registry::Registry};

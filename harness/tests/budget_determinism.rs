@@ -12,15 +12,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 /// The fixture `preset`, generated for the calling test alone into `SCRATCH/PRESET`
 /// (SCRATCH is removed when the returned guard drops).
 fn fixture(preset: &str) -> (testkit::Scratch, PathBuf) {
-    let s = testkit::scratch!(&format!("det-{preset}"));
-    let d = s.join(preset);
-    let st = Command::new(BIN)
-        .args(["fixture", "--preset", preset, "--out"])
-        .arg(&d)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    (s, d)
+    testkit::fixtures::by_binary(BIN, preset, testkit::scratch!(&format!("det-{preset}")))
 }
 
 fn plan_json(

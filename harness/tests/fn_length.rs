@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-mod source;
+use memdial_testkit::source;
 
 /// The longest a function may be, in lines.
 const MAX_LINES: usize = 120;

@@ -19,15 +19,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 /// A fresh `tiny-k3` fixture in `SCRATCH/tiny-k3`, where SCRATCH is a directory
 /// unique to the caller under `CARGO_TARGET_TMPDIR` (removed when the guard drops).
 fn fixture(name: &str) -> (memdial_testkit::Scratch, PathBuf) {
-    let s = memdial_testkit::scratch!(&format!("iobench-{name}"));
-    let d = s.join("tiny-k3");
-    let st = Command::new(BIN)
-        .args(["fixture", "--preset", "tiny-k3", "--out"])
-        .arg(&d)
-        .status()
-        .unwrap();
-    assert!(st.success(), "fixture generation failed");
-    (s, d)
+    memdial_testkit::fixtures::by_binary(
+        BIN,
+        "tiny-k3",
+        memdial_testkit::scratch!(&format!("iobench-{name}")),
+    )
 }
 
 /// Resident pages of every file of `w` (mincore, independently of iobench).

@@ -13,15 +13,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
 /// A fresh fixture in a scratch directory of its own (removed when the guard drops).
 fn fixture(preset: &str) -> (testkit::Scratch, PathBuf) {
-    let s = testkit::scratch!(&format!("grp-{preset}"));
-    let d = s.join(preset);
-    let st = Command::new(BIN)
-        .args(["fixture", "--preset", preset, "--out"])
-        .arg(&d)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    (s, d)
+    testkit::fixtures::by_binary(BIN, preset, testkit::scratch!(&format!("grp-{preset}")))
 }
 
 /// The floor of a 2-kernel-thread run (the runs below use `--threads 2`).

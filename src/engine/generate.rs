@@ -67,7 +67,7 @@ pub fn ids_sha256(ids: &[u32]) -> String {
     for id in ids {
         h.update(id.to_le_bytes());
     }
-    crate::tools::fixture::hex(&h.finalize())
+    crate::util::digest::hex(&h.finalize())
 }
 
 impl GenerateOutput {

@@ -12,8 +12,8 @@ use anyhow::{bail, Result};
 use crate::format::checkpoint::Checkpoint;
 use crate::format::config::{load_config, ModelConfig};
 use crate::format::schema::{expected_tensors, TensorSpec};
+use crate::kernels::Par;
 use crate::model::Model;
-use crate::ops::Par;
 use crate::store::resident::ResidentStore;
 use crate::store::streaming::{StreamOptions, StreamingStore};
 use crate::store::WeightStore;
@@ -143,5 +143,76 @@ impl Model {
     /// with a resident store.
     pub fn load(dir: &Path, threads: usize) -> Result<Model> {
         Ok(Model::open(dir, StoreOptions::Resident, threads)?.model)
+    }
+}
+
+/// Checks that a run's per-sequence memory fits in `available` bytes before it is
+/// allocated: the state for `max_context` positions
+/// ([`crate::store::plan::state_estimate`]: KDA states, MLA latent caches) plus the
+/// activation arena for forwards of up to `chunk` tokens on `threads` threads
+/// ([`crate::store::plan::activation_bytes`], which grows with `max_context` through
+/// the MLA attention scores). `available` is normally
+/// [`crate::util::sysmem::mem_available`]; `None` (unknown) passes.
+///
+/// Returns the bytes needed. Errors ([`crate::util::error::UsageError::Invalid`]) name the
+/// bytes of each part and the bytes available, and say the context is too long
+/// (the caller adds the flag that sets it).
+pub fn check_run_memory(
+    cfg: &ModelConfig,
+    chunk: usize,
+    threads: usize,
+    max_context: usize,
+    available: Option<u64>,
+) -> std::result::Result<u64, crate::util::error::UsageError> {
+    use crate::util::units::fmt_bytes;
+    let state = crate::store::plan::state_estimate(cfg, max_context);
+    let act = crate::store::plan::activation_bytes(cfg, chunk, threads, max_context);
+    let need = state.saturating_add(act);
+    match available {
+        Some(avail) if need > avail => Err(crate::util::error::UsageError::Invalid(format!(
+            "a context of {max_context} positions needs {} ({need} bytes: MLA latent caches and \
+             KDA states {state} bytes, activations {act} bytes), more than the {} ({avail} bytes) \
+             this machine has available (MemAvailable); use a shorter context",
+            fmt_bytes(need),
+            fmt_bytes(avail)
+        ))),
+        _ => Ok(need),
+    }
+}
+
+#[cfg(test)]
+mod run_memory_tests {
+    use super::*;
+
+    fn tiny_k3() -> ModelConfig {
+        let j = crate::tools::fixture::preset("tiny-k3").unwrap().config;
+        ModelConfig::from_json_str(&j.to_string()).unwrap()
+    }
+
+    #[test]
+    fn a_context_beyond_available_memory_is_refused() {
+        let cfg = tiny_k3();
+        let ctx = 1_000_000_000usize;
+        let need = check_run_memory(&cfg, 3, 2, ctx, None).unwrap();
+        // Lower bound by hand: every MLA layer's f32 latents (kv_lora_rank +
+        // qk_rope_head_dim per position) plus the MLA scores of the attention
+        // workspace, one f32 per position for each head rounded up to 8.
+        let (_, mla) = cfg.layer_counts();
+        let latents = (mla * ctx * (cfg.mla.kv_lora_rank + cfg.mla.qk_rope_head_dim) * 4) as u64;
+        let scores = (ctx * cfg.mla.num_heads.div_ceil(8) * 8 * 4) as u64;
+        assert!(need >= latents + scores, "{need} < {latents} + {scores}");
+        // The boundary: exactly the bytes needed pass, one fewer is refused.
+        assert_eq!(check_run_memory(&cfg, 3, 2, ctx, Some(need)).unwrap(), need);
+        let e = check_run_memory(&cfg, 3, 2, ctx, Some(need - 1))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("a context of {ctx} positions needs"))
+                && e.contains(&format!("({need} bytes:"))
+                && e.contains(&format!("({} bytes) this machine has available", need - 1)),
+            "{e}"
+        );
+        // A short context fits in a few MiB.
+        assert!(check_run_memory(&cfg, 3, 2, 64, Some(64 << 20)).is_ok());
     }
 }

@@ -27,7 +27,7 @@ impl Default for SamplerConfig {
     }
 }
 
-pub use crate::util::rng::SplitMix64;
+use crate::util::rng::SplitMix64;
 
 /// Index of the largest logit (NaN sorts lowest via `total_cmp` ordering of the
 /// comparison below; ties → lowest id).

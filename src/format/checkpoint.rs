@@ -385,10 +385,7 @@ pub fn model_content_hash(ck: &Checkpoint) -> Result<String> {
         drop_header_pages(&f, s.data_start);
         h.update(&head);
     }
-    Ok(h.finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<String>())
+    Ok(crate::util::digest::hex(&h.finalize()))
 }
 
 #[cfg(test)]

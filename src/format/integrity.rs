@@ -22,7 +22,6 @@ use std::os::unix::fs::FileExt;
 use anyhow::{bail, Context, Result};
 
 use crate::format::checkpoint::Checkpoint;
-use crate::store::{ExpertMat, ExpertWeights};
 
 /// The E8M0 byte that encodes NaN (OCP MX v1.0 §5.4.1).
 pub const E8M0_NAN: u8 = 0xFF;
@@ -93,20 +92,6 @@ pub fn check_e8m0(tensor: &str, scales: &[u8]) -> Result<()> {
             );
         }
         base += c.len();
-    }
-    Ok(())
-}
-
-/// [`check_e8m0`] on the three matrices of routed expert `expert` of layer `layer`
-/// (a no-op for BF16 experts).
-pub fn check_expert(layer: usize, expert: usize, w: &ExpertWeights) -> Result<()> {
-    for (m, mat) in [("w1", &w.w1), ("w2", &w.w2), ("w3", &w.w3)] {
-        if let ExpertMat::Mxfp4 { scale, .. } = mat {
-            check_e8m0(
-                &format!("model.layers.{layer}.block_sparse_moe.experts.{expert}.{m}.weight_scale"),
-                scale,
-            )?;
-        }
     }
     Ok(())
 }

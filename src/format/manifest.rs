@@ -7,12 +7,10 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use sha2::{Digest, Sha256};
 
 use crate::format::checkpoint::Checkpoint;
 use crate::format::config::ModelConfig;
-use crate::store::plan::Plan;
-use crate::tools::fixture::hex;
+use crate::util::digest::sha256_hex;
 use crate::util::error::UsageError;
 
 /// Reads `tensors.sha256` of `dir` as tensor name (without `prefix`) → SHA-256 hex.
@@ -47,7 +45,8 @@ pub fn load_manifest(dir: &Path, prefix: &str) -> Result<HashMap<String, String>
 
 /// The manifest a run that verifies its reads checks against: `tensors.sha256` keyed by
 /// canonical tensor names (without the weight prefix; an entry under an alias name,
-/// e.g. the transformers form, also serves its canonical name).
+/// e.g. the transformers form, also serves its canonical name). `read` is the keys of
+/// the tensors the run reads, in read-plan order (`store::plan::Plan::read_keys`).
 ///
 /// Errors: a missing, empty or incomplete manifest is a [`UsageError::Invalid`] (exit 2
 /// in `memdial`) naming `memdial checksum --model DIR`, which writes it; for an
@@ -57,7 +56,7 @@ pub fn load_manifest(dir: &Path, prefix: &str) -> Result<HashMap<String, String>
 pub fn manifest_for_run(
     dir: &Path,
     cfg: &ModelConfig,
-    plan: &Plan,
+    read: &[String],
 ) -> Result<HashMap<String, String>> {
     let p = dir.join("tensors.sha256");
     let fix = format!("write it with `memdial checksum --model {}`", dir.display());
@@ -83,7 +82,6 @@ pub fn manifest_for_run(
             }
         }
     }
-    let read = plan.read_keys();
     let read = read.iter();
     let (mut missing, mut total, mut first) = (0usize, 0usize, None);
     for key in read {
@@ -136,7 +134,7 @@ pub fn write_checksum_manifest(dir: &Path) -> Result<usize> {
         let mut buf = vec![0u8; t.len as usize];
         std::os::unix::fs::FileExt::read_exact_at(f, &mut buf, t.offset)
             .with_context(|| format!("reading {n} from {}", ck.shards[t.shard].path.display()))?;
-        out.push_str(&format!("{}  {n}\n", hex(&Sha256::digest(&buf))));
+        out.push_str(&format!("{}  {n}\n", sha256_hex(&buf)));
     }
     let tmp = dir.join(".tensors.sha256.tmp");
     std::fs::write(&tmp, out)?;

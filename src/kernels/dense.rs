@@ -33,6 +33,13 @@ pub const PAR_MIN_ELEMS: usize = 1 << 16;
 /// one 64-byte cache line), to avoid false sharing on `y`.
 const ROW_ALIGN: usize = 16;
 
+/// One BF16 value from its two little-endian bytes, as f32 (exact: a BF16 is the top
+/// half of an f32; NaN payloads are kept bit for bit). The one BF16 decode of the crate.
+#[inline(always)]
+pub fn bf16_le(b: [u8; 2]) -> f32 {
+    f32::from_bits((u16::from_le_bytes(b) as u32) << 16)
+}
+
 /// Converts little-endian BF16 bytes to f32 (exact). For small vectors such
 /// as norm weights.
 ///
@@ -46,7 +53,7 @@ pub fn bf16_to_f32(bytes: &[u8]) -> Vec<f32> {
     );
     bytes
         .chunks_exact(2)
-        .map(|b| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16))
+        .map(|b| bf16_le([b[0], b[1]]))
         .collect()
 }
 
@@ -273,7 +280,7 @@ fn matmul(
                 let wr = &w[r * rb..(r + 1) * rb];
                 let wf: &[u8] = if dt == Dtype::Bf16 {
                     for (d, b) in rowbuf.iter_mut().zip(wr.chunks_exact(2)) {
-                        *d = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16);
+                        *d = bf16_le([b[0], b[1]]);
                     }
                     bytemuck::cast_slice(&*rowbuf)
                 } else {
@@ -314,7 +321,7 @@ fn dot(isa: Isa, dt: Dtype, w: &[u8], x: &[f32]) -> f32 {
 #[inline(always)]
 fn weight<const BF16: bool>(b: &[u8], i: usize) -> f32 {
     if BF16 {
-        f32::from_bits((u16::from_le_bytes([b[2 * i], b[2 * i + 1]]) as u32) << 16)
+        bf16_le([b[2 * i], b[2 * i + 1]])
     } else {
         f32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])
     }
@@ -336,7 +343,7 @@ fn dot_scalar<const BF16: bool>(w: &[u8], x: &[f32]) -> f32 {
         if BF16 {
             let wc: &[u8; 2 * LANES] = wc.try_into().expect("chunk");
             for (l, d) in wv.iter_mut().enumerate() {
-                *d = f32::from_bits((u16::from_le_bytes([wc[2 * l], wc[2 * l + 1]]) as u32) << 16);
+                *d = bf16_le([wc[2 * l], wc[2 * l + 1]]);
             }
         } else {
             let wc: &[u8; 4 * LANES] = wc.try_into().expect("chunk");

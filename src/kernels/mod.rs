@@ -42,7 +42,8 @@ pub mod workspace;
 
 pub use bandwidth::ram_read_bandwidth;
 pub use dense::{
-    bf16_to_f32, matmul_bf16, matmul_bf16_in, matmul_f32, matmul_f32_in, matvec_bf16, matvec_f32,
+    bf16_le, bf16_to_f32, matmul_bf16, matmul_bf16_in, matmul_f32, matmul_f32_in, matvec_bf16,
+    matvec_f32,
 };
 pub use mla_attend::{attend_latent_heads, attend_latent_heads_in, attend_latent_ref};
 pub use mxfp4::{dequant_mxfp4, matmul_mxfp4, matmul_mxfp4_in, matvec_mxfp4, matvec_mxfp4_in};

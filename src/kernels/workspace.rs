@@ -137,66 +137,7 @@ impl PerThread {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::kernels::{
-        matmul_bf16, matmul_bf16_in, matmul_mxfp4, matmul_mxfp4_in, matvec_mxfp4, matvec_mxfp4_in,
-        Isa, Par,
-    };
-    use crate::util::rng::SplitMix64;
-
-    fn bits(v: &[f32]) -> Vec<u32> {
-        v.iter().map(|x| x.to_bits()).collect()
-    }
-
-    /// A workspace sized by `product_floats` and full of NaN from an earlier use gives
-    /// the same bits as a fresh per-call workspace, and does not grow.
-    #[test]
-    fn reused_workspace_gives_identical_bits_and_stays_put() {
-        let mut rng = SplitMix64::new(11);
-        let (rows, cols, n) = (37usize, 96usize, 5usize);
-        let w: Vec<u8> = (0..rows * cols * 2)
-            .map(|_| rng.next_u64() as u8 & 0x3f)
-            .collect();
-        let packed: Vec<u8> = (0..rows * cols / 2).map(|_| rng.next_u64() as u8).collect();
-        let scales: Vec<u8> = (0..rows * cols / 32)
-            .map(|_| 120 + (rng.next_u64() % 10) as u8)
-            .collect();
-        let xs: Vec<f32> = (0..n * cols).map(|_| rng.next_f32_signed()).collect();
-        for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512] {
-            if !isa.is_supported() {
-                eprintln!("SKIP {isa:?}: not supported on this CPU");
-                continue;
-            }
-            for threads in [1, 2] {
-                let par = Par::with_isa(threads, isa);
-                let (sh, per) = product_floats(cols, n);
-                let mut ws = Workspace::with_capacity(sh, per, threads);
-                let (a, p) = ws.split(sh, per, threads);
-                a.fill(f32::NAN);
-                for i in 0..threads {
-                    // SAFETY: one view at a time.
-                    unsafe { p.get(i) }.fill(f32::NAN);
-                }
-                let before = ws.bytes();
-                let mut want = vec![0f32; n * rows];
-                let mut got = vec![0f32; n * rows];
-                matmul_bf16(&par, &w, rows, cols, &xs, n, &mut want);
-                matmul_bf16_in(&par, &mut ws, &w, rows, cols, &xs, n, &mut got);
-                assert_eq!(bits(&got), bits(&want), "bf16 {isa:?} t{threads}");
-                matmul_mxfp4(&par, &packed, &scales, rows, cols, &xs, n, &mut want);
-                matmul_mxfp4_in(
-                    &par, &mut ws, &packed, &scales, rows, cols, &xs, n, &mut got,
-                );
-                assert_eq!(bits(&got), bits(&want), "mxfp4 {isa:?} t{threads}");
-                let (x, y0) = (&xs[..cols], &mut want[..rows]);
-                matvec_mxfp4(&par, &packed, &scales, rows, cols, x, y0);
-                let y1 = &mut got[..rows];
-                matvec_mxfp4_in(&par, &mut ws, &packed, &scales, rows, cols, x, y1);
-                assert_eq!(bits(y1), bits(y0), "mxfp4 matvec {isa:?} t{threads}");
-                assert_eq!(ws.bytes(), before, "workspace grew");
-            }
-        }
-    }
+    use crate::kernels::Par;
 
     /// Every participant index is below the thread count and never shared by two
     /// parts running at the same time.

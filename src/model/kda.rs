@@ -26,7 +26,7 @@ use super::state::KdaState;
 use super::weights::{Mat, Weights};
 use crate::engine::arena::{zeroed, Dims, Kda};
 use crate::format::config::ModelConfig;
-use crate::ops::{OutPtr, Par, Workspace, PAR_MIN_ELEMS};
+use crate::kernels::{dense::PAR_MIN_ELEMS, par::OutPtr, Par, Workspace};
 use crate::util::profile::{self, Op};
 
 /// Output gate of a KDA layer.

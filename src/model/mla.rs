@@ -23,7 +23,7 @@ use super::weights::{Mat, Weights};
 use crate::engine::arena::{zeroed, Dims, Mla};
 use crate::format::config::ModelConfig;
 use crate::kernels::{attend_latent_heads_in, attend_latent_ref};
-use crate::ops::{Par, Workspace};
+use crate::kernels::{Par, Workspace};
 use crate::util::profile::{self, Op};
 
 /// Query projection of an MLA layer.

@@ -7,7 +7,7 @@ use super::norm::{sigmoid, silu};
 use super::weights::Mat;
 use crate::engine::arena::zeroed;
 use crate::format::config::Activation;
-use crate::ops::Par;
+use crate::kernels::Par;
 
 /// SiTU (Kimi K3), exactly mlx-lm `kimi_k3.py::_situ(x=up, gate=gate, beta, linear_beta)`:
 /// `[β·tanh(g/β)·σ(g)] · [β_l·tanh(u/β_l)]`, where `g` is the gate (`w1`/`gate_proj`)
@@ -70,7 +70,7 @@ impl GatedMlp {
     pub fn forward_into(
         &self,
         par: &Par,
-        ws: &mut crate::ops::Workspace,
+        ws: &mut crate::kernels::Workspace,
         act: Activation,
         xs: &[f32],
         n: usize,

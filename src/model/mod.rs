@@ -32,7 +32,7 @@ use anyhow::{bail, Context, Result};
 use crate::format::checkpoint::Checkpoint;
 use crate::format::config::{AttnKind, MlpKind, ModelConfig};
 use crate::format::schema::Dtype;
-use crate::ops::Par;
+use crate::kernels::Par;
 use crate::store::WeightStore;
 
 use crate::engine::arena::{zeroed, Scratch};

@@ -26,7 +26,7 @@ use super::norm::{rms_norm_inplace, sigmoid};
 use super::weights::{Mat, Weights};
 use crate::engine::arena::{zeroed, Mlp, Moe, Router};
 use crate::format::config::{Activation, ModelConfig, MoeConfig};
-use crate::ops::{Par, Workspace};
+use crate::kernels::{Par, Workspace};
 use crate::util::profile::{self, Op};
 
 /// Routing decision for one token: `(expert id, weight)` in router-rank order.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 
 use crate::format::schema::Dtype;
-use crate::ops::{self, Par, Workspace};
+use crate::kernels::{self, bf16_le, Par, Workspace};
 use crate::store::{Bytes, ExpertMat, WeightStore};
 
 /// Element type of a dense weight as the model reads it.
@@ -83,19 +83,19 @@ impl Mat {
                 elem: Elem::Bf16,
                 rows,
                 cols,
-            } => ops::matvec_bf16(par, bytes, *rows, *cols, x, y),
+            } => kernels::matvec_bf16(par, bytes, *rows, *cols, x, y),
             Mat::Dense {
                 bytes,
                 elem: Elem::F32,
                 rows,
                 cols,
-            } => ops::matvec_f32(par, bytes, *rows, *cols, x, y),
+            } => kernels::matvec_f32(par, bytes, *rows, *cols, x, y),
             Mat::Mxfp4 {
                 packed,
                 scale,
                 rows,
                 cols,
-            } => ops::matvec_mxfp4_in(par, ws, packed, scale, *rows, *cols, x, y),
+            } => kernels::matvec_mxfp4_in(par, ws, packed, scale, *rows, *cols, x, y),
         }
     }
 
@@ -198,14 +198,14 @@ impl Mat {
                 bytes,
                 elem: Elem::Bf16,
                 ..
-            } if n > 1 => ops::matmul_bf16_in(par, ws, bytes, rows, cols, xs, n, ys),
+            } if n > 1 => kernels::matmul_bf16_in(par, ws, bytes, rows, cols, xs, n, ys),
             Mat::Dense {
                 bytes,
                 elem: Elem::F32,
                 ..
-            } if n > 1 => ops::matmul_f32_in(par, ws, bytes, rows, cols, xs, n, ys),
+            } if n > 1 => kernels::matmul_f32_in(par, ws, bytes, rows, cols, xs, n, ys),
             Mat::Mxfp4 { packed, scale, .. } if n > 1 => {
-                ops::matmul_mxfp4_in(par, ws, packed, scale, rows, cols, xs, n, ys)
+                kernels::matmul_mxfp4_in(par, ws, packed, scale, rows, cols, xs, n, ys)
             }
             _ => {
                 for v in 0..n {
@@ -219,13 +219,6 @@ impl Mat {
             }
         }
     }
-}
-
-/// Decodes little-endian BF16 bytes to f32.
-pub fn bf16_to_f32(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(2)
-        .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16))
-        .collect()
 }
 
 /// Decodes little-endian F32 bytes.
@@ -244,10 +237,7 @@ fn decode_into(elem: Elem, b: &[u8], out: &mut Vec<f32>) {
 /// Decodes BF16 / F32 little-endian bytes, appending to `out`.
 fn decode_append(elem: Elem, b: &[u8], out: &mut Vec<f32>) {
     match elem {
-        Elem::Bf16 => out.extend(
-            b.chunks_exact(2)
-                .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16)),
-        ),
+        Elem::Bf16 => out.extend(b.chunks_exact(2).map(|c| bf16_le([c[0], c[1]]))),
         Elem::F32 => out.extend(
             b.chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
@@ -319,7 +309,7 @@ impl Weights {
     pub fn vec(&self, layer: Option<usize>, name: &str, n: usize) -> Result<Vec<f32>> {
         let bytes = self.raw(layer, name)?;
         Ok(match self.elem_for(layer, name, bytes.len(), n)? {
-            Elem::Bf16 => bf16_to_f32(&bytes),
+            Elem::Bf16 => kernels::bf16_to_f32(&bytes),
             Elem::F32 => f32_from_le(&bytes),
         })
     }
@@ -442,7 +432,7 @@ impl Weights {
             match elem {
                 Elem::Bf16 => {
                     for (o, c) in o.iter_mut().zip(b.chunks_exact(2)) {
-                        *o = f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16);
+                        *o = bf16_le([c[0], c[1]]);
                     }
                 }
                 Elem::F32 => {
@@ -525,7 +515,7 @@ impl Weights {
                     .iter_mut()
                     .zip(bytes[row * cols * 2..(row + 1) * cols * 2].chunks_exact(2))
                 {
-                    *o = f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16);
+                    *o = bf16_le([c[0], c[1]]);
                 }
             }
             Elem::F32 => {

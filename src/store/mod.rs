@@ -108,6 +108,26 @@ pub struct ExpertWeights {
     pub w3: ExpertMat,
 }
 
+impl ExpertWeights {
+    /// [`crate::format::integrity::check_e8m0`] on the three matrices of routed expert
+    /// `expert` of layer `layer` (a no-op for BF16 experts).
+    ///
+    /// Errors: names the scale tensor and its first NaN block.
+    pub fn check_e8m0(&self, layer: usize, expert: usize) -> Result<()> {
+        for (m, mat) in [("w1", &self.w1), ("w2", &self.w2), ("w3", &self.w3)] {
+            if let ExpertMat::Mxfp4 { scale, .. } = mat {
+                crate::format::integrity::check_e8m0(
+                    &format!(
+                        "model.layers.{layer}.block_sparse_moe.experts.{expert}.{m}.weight_scale"
+                    ),
+                    scale,
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Source of every weight the model reads.
 ///
 /// Names are the checkpoint's names *without* the model's weight prefix and,

@@ -20,14 +20,14 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde::Serialize;
 
-pub use crate::engine::arena::{planned_prefill_chunk, planned_step_tokens, PLANNED_PREFILL_CHUNK};
+use crate::engine::arena::planned_step_tokens;
 use crate::format::checkpoint::Checkpoint;
 use crate::format::config::ModelConfig;
 use crate::format::schema::{expected_tensors, Role, TensorSpec};
 use crate::io::IoMode;
 use crate::store::groups::{layer_groups, row_blocks, TrunkGroup};
 use crate::util::error::UsageError;
-pub use crate::util::units::{fmt_bytes, parse_size};
+use crate::util::units::fmt_bytes;
 
 /// Prefetch policy (cumulative: each policy does what the one before it does, plus more).
 #[derive(Default, Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]

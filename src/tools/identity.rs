@@ -25,7 +25,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::tools::fixture::hex;
+use crate::util::digest::hex;
 
 /// Files up to this size (bytes) are hashed whole: 1 MiB.
 pub const WHOLE_FILE_MAX: u64 = 1 << 20;

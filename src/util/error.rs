@@ -49,7 +49,7 @@ pub enum UsageError {
         /// What the kernel said.
         reason: String,
     },
-    /// A size that does not parse (see [`crate::util::units::parse_size`]).
+    /// A size that does not parse (see [`crate::util::budget::parse_size`]).
     #[error("invalid size {text:?}: {reason}")]
     BadSize {
         /// The text as given.

@@ -13,6 +13,10 @@
 //!   given by path): visibly skipped everywhere, CI included; [`skip_hardware`] for a
 //!   variant this CPU cannot run (an instruction set it lacks), likewise.
 //! - [`oracle`]: the Python oracle venv, created on first use under a file lock.
+//! - [`fixtures`]: a fixture model shared by the tests of a binary, or made for one test
+//!   by the `memdial` binary.
+//! - [`source`], [`modgraph`]: a crate's own sources as code (comments and literals
+//!   blanked) and its module graph (circles, layers).
 
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
@@ -22,7 +26,10 @@ use std::sync::{Mutex, Once};
 pub use libtest_mimic::{Completion, Failed, Trial};
 use tempfile::TempDir;
 
+pub mod fixtures;
+pub mod modgraph;
 pub mod oracle;
+pub mod source;
 
 /// A scratch directory unique to one test, removed (recursively) on drop. Derefs to
 /// its [`Path`], so `dir.join("x")` and `&dir` (as `&Path`) work as on a `PathBuf`.

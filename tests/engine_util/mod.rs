@@ -5,50 +5,22 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use memdial::config::{ExpertFormat, ModelConfig};
 use memdial::fixture::rng::Stream;
-use memdial::schema::{expected_tensors, layer_name, Dtype, Role};
+use memdial::schema::{expected_tensors, layer_name, Dtype};
 use memdial::store::{Bytes, ExpertMat, ExpertWeights, WeightStore};
 
 /// Generates fixture preset `name` once per test process (shared read-only by the tests of
 /// the binary; removed at exit); returns its directory.
 pub fn fixture(name: &'static str) -> PathBuf {
-    static DIRS: OnceLock<Mutex<HashMap<&'static str, PathBuf>>> = OnceLock::new();
-    let m = DIRS.get_or_init(|| Mutex::new(HashMap::new()));
-    let mut g = m.lock().unwrap();
-    if let Some(p) = g.get(name) {
-        return p.clone();
-    }
-    let dir = memdial_testkit::until_exit(memdial_testkit::scratch!("engine-test")).join(name);
-    memdial::fixture::generate(name, 0, &dir, true, None, &mut |_, _| {}).expect("fixture");
-    g.insert(name, dir.clone());
-    dir
-}
-
-fn init_value(name: &str, role: Role, fan_in: usize, hidden: usize, s: &Stream, i: u64) -> f32 {
-    let normal = |sd: f32| s.normal(i) * sd;
-    if role == Role::Embedding {
-        normal(1.0)
-    } else if role == Role::LmHead {
-        normal(2.0 / (hidden as f32).sqrt())
-    } else if name.ends_with("_res_proj.weight") {
-        normal(1.0 / (hidden as f32).sqrt())
-    } else if name.ends_with("norm.weight") {
-        1.0 + 0.1 * s.normal(i)
-    } else if name.ends_with("conv1d.weight") {
-        normal(0.5)
-    } else if name.ends_with("A_log") {
-        16f32.ln() * s.uniform(i) as f32
-    } else if name.ends_with("dt_bias") {
-        -6.9 + 4.6 * s.uniform(i) as f32
-    } else if name.ends_with("e_score_correction_bias") {
-        normal(0.05)
-    } else {
-        normal(1.0 / (fan_in as f32).sqrt())
-    }
+    memdial_testkit::fixtures::shared(name, || {
+        let dir = memdial_testkit::until_exit(memdial_testkit::scratch!("engine-test")).join(name);
+        memdial::fixture::generate(name, 0, &dir, true, None, &mut |_, _| {}).expect("fixture");
+        dir
+    })
 }
 
 /// Every tensor of a config, generated in memory with the fixture's init scheme.
@@ -70,7 +42,6 @@ impl MemStore {
                 .strip_prefix(&cfg.weight_prefix)
                 .unwrap_or(&s.name)
                 .to_string();
-            let fan_in = *s.shape.last().unwrap_or(&1);
             if s.dtype == Dtype::U8 {
                 // MXFP4 pair: packed then scale.
                 let base = key.strip_suffix(".weight_packed").unwrap().to_string();
@@ -87,8 +58,9 @@ impl MemStore {
             let st = Stream::new(seed, &key);
             let n = s.numel() as u64;
             let mut b = Vec::with_capacity(s.nbytes());
+            let init = memdial::tools::fixture::init_for(s, cfg.hidden_size);
             for j in 0..n {
-                let v = init_value(&key, s.role, fan_in, cfg.hidden_size, &st, j);
+                let v = memdial::tools::fixture::value(init, &st, j);
                 match s.dtype {
                     Dtype::F32 => b.extend_from_slice(&v.to_le_bytes()),
                     _ => b.extend_from_slice(&half::bf16::from_f32(v).to_bits().to_le_bytes()),

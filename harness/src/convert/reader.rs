@@ -6,6 +6,7 @@ use std::os::unix::fs::FileExt;
 
 use anyhow::{bail, Context, Result};
 use memdial::checkpoint::Checkpoint;
+use memdial::kernels::bf16_le;
 
 use super::gguf::GgmlType;
 use super::kimi::{Planned, Src};
@@ -47,10 +48,7 @@ impl<'a> Reader<'a> {
     pub fn f32s(&self, name: &str) -> Result<Vec<f32>> {
         let b = self.raw(name)?;
         Ok(match self.ck.tensors[name].dtype.as_str() {
-            "BF16" => b
-                .chunks_exact(2)
-                .map(|c| f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16))
-                .collect(),
+            "BF16" => b.chunks_exact(2).map(|c| bf16_le([c[0], c[1]])).collect(),
             "F32" => b
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))

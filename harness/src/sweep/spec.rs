@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use memdial::io::IoMode;
 use memdial::store::cache::CachePolicy;
-use memdial::store::plan::{fmt_bytes, parse_size, Prefetch};
+use memdial::store::plan::Prefetch;
+use memdial::util::budget::parse_size;
+use memdial::util::units::fmt_bytes;
 use serde::{Deserialize, Serialize};
 
 use super::axes::{Coord, Values};

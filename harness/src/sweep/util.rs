@@ -2,12 +2,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use sha2::{Digest, Sha256};
-
 /// Lower-case hex SHA-256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    memdial::fixture::hex(&Sha256::digest(bytes))
-}
+pub use memdial::util::digest::sha256_hex;
 
 /// The engine's hash of output ids (defined beside the generate output).
 #[cfg(test)]

@@ -20,6 +20,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 mod parse;
+pub mod ranges;
 use parse::RawText;
 
 /// `linear_attn_config` block (Kimi Delta Attention settings).

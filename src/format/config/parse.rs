@@ -118,10 +118,10 @@ impl ModelConfig {
         eos_override: Option<Vec<u32>>,
     ) -> Result<Self> {
         let n = raw.num_hidden_layers;
-        if n == 0 || n > crate::format::limits::MAX_LAYERS {
+        if n == 0 || n > super::ranges::MAX_LAYERS {
             bail!(
                 "num_hidden_layers must be in 1..={}, got {n}",
-                crate::format::limits::MAX_LAYERS
+                super::ranges::MAX_LAYERS
             );
         }
         let kda = match (
@@ -161,7 +161,7 @@ impl ModelConfig {
                 .collect::<Result<Vec<_>>>()?
         } else {
             // The lists decide the layer kinds only here (layer_types wins when given).
-            crate::format::limits::check_layer_lists(&kda, n)?;
+            super::ranges::check_layer_lists(&kda, n)?;
             let mut kinds = Vec::with_capacity(n);
             for i in 1..=n {
                 let is_kda = kda.kda_layers.contains(&i);
@@ -294,7 +294,7 @@ impl ModelConfig {
             mlp_kinds,
             num_nextn_predict_layers: raw.num_nextn_predict_layers,
         };
-        crate::format::limits::check_config(&cfg)?;
+        super::ranges::check_config(&cfg)?;
         Ok(cfg)
     }
 }

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::codec::Kind;
-use crate::tools::fixture::hex;
+use crate::util::digest::hex;
 
 /// File name of the pack inside a packed checkpoint directory.
 pub const PACK_FILE: &str = "lossless.pack";

@@ -19,7 +19,7 @@ use crate::engine::loader::Checkpointed;
 use crate::format::checkpoint::{Checkpoint, TensorLoc};
 use crate::format::schema::Role;
 use crate::store::plan::is_small_pinned;
-use crate::tools::fixture::hex;
+use crate::util::digest::{hex, sha256_hex};
 
 /// Bytes copied per read when copying raw tensors.
 const COPY_CHUNK: usize = 8 << 20;
@@ -389,7 +389,7 @@ fn verify_written(dir: &Path, manifest: &HashMap<String, String>) -> Result<usiz
     let mut n = 0;
     for t in &packed.index.header.tensors {
         let bytes = super::decode_tensor(&packed, &path, &t.name, &pool)?;
-        let got = hex(&Sha256::digest(&bytes));
+        let got = sha256_hex(&bytes);
         if manifest.get(&t.name) != Some(&got) || t.sha256 != got {
             bail!(
                 "packing failed: tensor {} decodes from {} to sha256 {got}, tensors.sha256 says {}",

@@ -36,7 +36,7 @@
 //! * Columns past the last whole 32-block (dense only) are added after the
 //!   tree, in order, as the matvec does.
 
-use super::dense::PAR_MIN_ELEMS;
+use super::dense::{bf16_le, PAR_MIN_ELEMS};
 use super::mxfp4::HALF_SCALE;
 use super::par::OutPtr;
 use super::workspace::{product_floats, Workspace};
@@ -97,7 +97,7 @@ pub(crate) fn dense(
     let weight = |r: usize, c: usize| -> f32 {
         let p = (r * cols + c) * es;
         if bf16 {
-            f32::from_bits((u16::from_le_bytes([w[p], w[p + 1]]) as u32) << 16)
+            bf16_le([w[p], w[p + 1]])
         } else {
             f32::from_le_bytes([w[p], w[p + 1], w[p + 2], w[p + 3]])
         }

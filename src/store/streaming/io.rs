@@ -8,12 +8,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use sha2::{Digest, Sha256};
 
 use super::caches::{Entry, Inner, Key};
 use crate::io::{AlignedBuf, IoMode, ShardFile};
 use crate::store::plan::{Plan, ReadGroup};
-use crate::tools::fixture::hex;
+use crate::util::digest::sha256_hex;
 
 /// Bytes that were read for one group: one buffer, ranges at known positions.
 pub(super) struct Loaded {
@@ -265,7 +264,7 @@ impl Shared {
                 LoadedData::Buf(b) => b.as_ref(),
                 LoadedData::Maps(maps) => &maps[m.range][..],
             };
-            let got = hex(&Sha256::digest(&bytes[p..p + m.len as usize]));
+            let got = sha256_hex(&bytes[p..p + m.len as usize]);
             let r = &g.ranges[m.range];
             check_sha(
                 &m.key,

@@ -6,7 +6,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use sha2::{Digest, Sha256};
 
 use super::caches::{Inner, Key};
 use super::io::{self, lock, read_group, worker, Shared};
@@ -19,7 +18,7 @@ use crate::io::{AlignedBuf, IoMode, ShardFile};
 use crate::store::plan::{plan_batch, Prefetch, Sequences};
 use crate::store::trace;
 use crate::store::Bytes;
-use crate::tools::fixture::hex;
+use crate::util::digest::sha256_hex;
 
 impl StreamingStore {
     /// Plans the budget for a model computing on `threads` kernel threads (refusing
@@ -80,7 +79,9 @@ impl StreamingStore {
             .collect::<Result<Vec<_>>>()?;
         let manifest = if opts.verify_reads {
             Some(crate::format::manifest::manifest_for_run(
-                &ck.dir, cfg, &plan,
+                &ck.dir,
+                cfg,
+                &plan.read_keys(),
             )?)
         } else {
             None
@@ -182,7 +183,7 @@ impl StreamingStore {
                 Bytes::new(owner, d, loc.len as usize)
             };
             if let Some(man) = &shared.manifest {
-                let got = hex(&Sha256::digest(&bytes[..]));
+                let got = sha256_hex(&bytes[..]);
                 io::check_sha(
                     &full,
                     &f.path,

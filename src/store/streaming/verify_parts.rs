@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use super::io::Shared;
 use crate::format::checkpoint::Checkpoint;
 use crate::io::{AlignedBuf, IoMode};
-use crate::tools::fixture::hex;
+use crate::util::digest::hex;
 
 /// Bytes hashed per read (4 MiB).
 pub(super) const CHUNK: u64 = 4 << 20;

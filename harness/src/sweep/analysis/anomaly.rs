@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use memdial::store::plan::fmt_bytes;
+use memdial::util::units::fmt_bytes;
 use serde::Serialize;
 
 use super::bootstrap::{ratio, Run};

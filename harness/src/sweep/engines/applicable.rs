@@ -49,9 +49,9 @@ impl Registry {
                 return Some(format!(
                     "{} needs at least {} (its fixed {} plus top-k + 2 expert cache slots), the budget is {}",
                     e.name,
-                    memdial::store::plan::fmt_bytes(need),
-                    memdial::store::plan::fmt_bytes(K3C_OVERHEAD_BYTES),
-                    memdial::store::plan::fmt_bytes(budget)
+                    memdial::util::units::fmt_bytes(need),
+                    memdial::util::units::fmt_bytes(K3C_OVERHEAD_BYTES),
+                    memdial::util::units::fmt_bytes(budget)
                 ));
             }
         }
@@ -61,10 +61,10 @@ impl Registry {
                 return Some(format!(
                     "{} holds the whole model: it needs {} (model × {} + runtime {}), the budget is {}",
                     e.name,
-                    memdial::store::plan::fmt_bytes(need),
+                    memdial::util::units::fmt_bytes(need),
                     e.def.resident_factor.unwrap_or(1.0),
                     e.def.runtime_overhead.as_deref().unwrap_or("0"),
-                    memdial::store::plan::fmt_bytes(budget)
+                    memdial::util::units::fmt_bytes(budget)
                 ));
             }
         }
@@ -117,7 +117,7 @@ pub fn resident_need(d: &EngineDef, model_bytes: u64) -> u64 {
     let o = d
         .runtime_overhead
         .as_deref()
-        .and_then(|s| memdial::store::plan::parse_size(s).ok())
+        .and_then(|s| memdial::util::budget::parse_size(s).ok())
         .unwrap_or(0);
     (model_bytes as f64 * f).ceil() as u64 + o
 }

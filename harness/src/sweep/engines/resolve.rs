@@ -66,7 +66,7 @@ pub fn resolve_def(tables: &BTreeMap<String, EngineDef>, name: &str) -> Result<E
         }
     }
     if let Some(o) = &d.runtime_overhead {
-        memdial::store::plan::parse_size(o)
+        memdial::util::budget::parse_size(o)
             .with_context(|| format!("engine {name:?}: runtime_overhead"))?;
     }
     if d.resident_factor.is_some_and(|f| f.is_nan() || f <= 0.0) {

@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
+use memdial::util::error::UsageError;
 
 use super::row::Row;
 use super::rundir::Meta;
@@ -20,6 +21,55 @@ fn model_id(m: &Meta) -> String {
             m.model_bytes
         ),
     }
+}
+
+/// Refuses inputs that are not sweep run directories (no `sweep.json`), naming the first.
+pub fn check_inputs(dirs: &[PathBuf]) -> Result<()> {
+    for d in dirs {
+        if !d.join("sweep.json").exists() {
+            bail!(
+                "{} is not a sweep run directory (no sweep.json)",
+                d.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Refuses an output directory that would overwrite an input shard or unrelated
+/// files: only a new or empty directory, or an earlier merge (its `sweep.json` holds
+/// `merged_from`), is written to.
+///
+/// Errors: a refused directory is a [`UsageError`] (exit 2); a directory that cannot
+/// be listed is an ordinary error.
+pub fn check_out(dirs: &[PathBuf], out: &Path) -> Result<()> {
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    if dirs.iter().any(|d| canon(d) == canon(out)) {
+        return Err(UsageError::Invalid(format!(
+            "--out {} is one of the directories being merged",
+            out.display()
+        ))
+        .into());
+    }
+    if out.is_dir() && std::fs::read_dir(out)?.next().is_some() {
+        let earlier_merge = std::fs::read_to_string(out.join("sweep.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| {
+                v.get("merged_from")
+                    .and_then(|m| m.as_array())
+                    .map(|m| !m.is_empty())
+            })
+            .unwrap_or(false);
+        if !earlier_merge {
+            return Err(UsageError::Invalid(format!(
+                "--out {} exists and is not an earlier merge: choose a new directory",
+                out.display()
+            ))
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// Loads and combines the run directories. They must come from the same spec

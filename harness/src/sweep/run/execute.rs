@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
-use memdial::store::plan::fmt_bytes;
+use memdial::util::units::fmt_bytes;
 
 use super::cgroup::{self, Mode, RunCgroup};
 use super::coldcache::make_cold;

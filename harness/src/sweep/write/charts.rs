@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use anyhow::Result;
-use memdial::store::plan::fmt_bytes;
+use memdial::util::units::fmt_bytes;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 

@@ -5,7 +5,7 @@
 //! model-size line and the legend are drawn once here.
 
 use anyhow::Result;
-use memdial::store::plan::fmt_bytes;
+use memdial::util::units::fmt_bytes;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 

@@ -45,7 +45,7 @@ impl RunCgroup {
 
 /// Hint attached to a run OOM-killed in its cgroup.
 pub fn oom_hint(budget: u64, slack: u64) -> String {
-    use memdial::store::plan::fmt_bytes;
+    use memdial::util::units::fmt_bytes;
     format!(
         "OOM-killed in its memory cgroup (limit = budget {} + cgroup_slack {}): the process needs more than the slack above its budget; raise `cgroup_slack` in the spec",
         fmt_bytes(budget),

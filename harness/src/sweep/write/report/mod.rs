@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::Result;
-use memdial::store::plan::fmt_bytes;
+use memdial::util::units::fmt_bytes;
 use serde::Serialize;
 
 use crate::sweep::analysis::anomaly::{anomalies, Anomaly};

@@ -1,4 +1,4 @@
-//! Reading the harness's own sources in tests: Rust text with comments and
+//! Reading a crate's own sources in tests: Rust text with comments and
 //! literals blanked, so what is left is code.
 
 /// `text` with comments, string literals and char literals blanked (newlines kept).
