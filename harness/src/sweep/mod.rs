@@ -28,6 +28,8 @@ pub mod axes;
 mod axes_example;
 pub mod engines;
 pub mod layout;
+#[cfg(test)]
+mod layout_tests;
 pub mod record;
 pub mod run;
 pub mod spec;

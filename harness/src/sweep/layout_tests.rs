@@ -1,0 +1,67 @@
+//! The `layout` axis ([`super::layout`]): its spec hash rule, point keys, which
+//! points are `n/a`, and the shipped `lossless.toml`.
+
+use super::layout::{not_applicable, LayoutKind};
+use super::spec::Spec;
+use std::path::Path;
+
+#[test]
+fn absent_layout_keeps_hashes_and_keys_both_layouts_are_innermost() {
+    let plain = Spec::parse("budgets = [\"floor\"]", Path::new(".")).unwrap();
+    let same = Spec::parse(
+        "budgets = [\"floor\"]\nlayout = [\"safetensors\"]",
+        Path::new("."),
+    )
+    .unwrap();
+    assert_eq!(same.hash(), plain.hash());
+    assert_eq!(same.points()[0].key(), plain.points()[0].key());
+    let both = Spec::parse(
+        "budgets = [\"floor\"]\nio = [\"direct\", \"mmap\"]\nlayout = [\"safetensors\", \"lossless\"]",
+        Path::new("."),
+    )
+    .unwrap();
+    assert_ne!(both.hash(), plain.hash());
+    let p = both.points();
+    assert_eq!(p.len(), 4);
+    assert!(
+        p[0].key().ends_with(";layout=safetensors"),
+        "{}",
+        p[0].key()
+    );
+    assert!(p[1].key().ends_with(";layout=lossless"), "{}", p[1].key());
+    assert_eq!(LayoutKind::of(&p[1].axes), LayoutKind::Lossless);
+    assert_eq!(
+        LayoutKind::of(&plain.points()[0].axes),
+        LayoutKind::Safetensors
+    );
+    assert!(not_applicable(true, &p[1].axes, p[1].io).is_none());
+    assert!(not_applicable(true, &p[3].axes, p[3].io).is_some());
+    assert!(not_applicable(true, &p[2].axes, p[2].io).is_none());
+    assert!(not_applicable(false, &p[1].axes, p[1].io).is_some());
+    assert!(not_applicable(false, &p[0].axes, p[0].io).is_none());
+    assert!(Spec::parse("budgets = [\"floor\"]\nlayout = [\"gguf\"]", Path::new(".")).is_err());
+    assert!(Spec::parse(
+        "budgets = [\"floor\"]\nlayout = [\"lossless\", \"lossless\"]",
+        Path::new(".")
+    )
+    .is_err());
+}
+
+#[test]
+fn the_lossless_spec_runs_both_layouts_at_the_floor_and_resident() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("sweeps/lossless.toml");
+    let s = Spec::load(&path).unwrap();
+    let p = s.points();
+    assert_eq!(p.len(), 4);
+    assert_eq!(p[2].budget_spec, "1.5x model");
+    assert_eq!(
+        p[0].key(),
+        "budget=floor;io=direct;prefetch=next-layer;cache=lru;threads=1;prompt=0;layout=safetensors"
+    );
+    assert_eq!(LayoutKind::of(&p[1].axes), LayoutKind::Lossless);
+    assert!(s.repeats >= 3);
+    // Interleaved: each round visits every point, both layouts side by side.
+    let runs = s.runs(&p);
+    let first: Vec<usize> = runs[..5].iter().map(|r| r.point.index).collect();
+    assert_eq!(first, [0, 1, 2, 3, 0]);
+}
