@@ -173,6 +173,24 @@ impl Queue {
         self.ready.notify_all();
     }
 
+    /// Takes out the waiting jobs whose client has gone or whose deadline has passed
+    /// (the latter get [`Failure::Timeout`]), so a full batch does not hold them.
+    fn prune(&self, now: Instant, metrics: &Metrics) {
+        let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
+        w.jobs.retain(|j| {
+            if j.events.is_closed() {
+                metrics.count_cancelled();
+                false
+            } else if now >= j.deadline {
+                let _ = j.events.send(Event::Failed(Failure::Timeout));
+                metrics.count_timeout();
+                false
+            } else {
+                true
+            }
+        });
+    }
+
     /// The next job: waits up to `wait` when `block`; `Err(())` once closed and empty.
     fn next(&self, block: bool, wait: Duration) -> Result<Option<Job>, ()> {
         let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
@@ -251,8 +269,9 @@ pub fn run(
                 }
             }
         }
-        // Drop the sequences whose client left or whose time is up.
+        // Drop the sequences (and waiting jobs) whose client left or whose time is up.
         let now = Instant::now();
+        queue.prune(now, metrics);
         let drain_over = drain_until.is_some_and(|t| now >= t);
         running.retain(|r| {
             let failure = if r.job.events.is_closed() {
