@@ -20,8 +20,11 @@ use super::axes::{Coord, Values};
 pub const DEFAULT_SPEC: &str = include_str!("../../sweeps/default.toml");
 
 /// A prompt: literal text, a file holding the text, or token ids.
+///
+/// Read errors (usage): a table with both `ids` and `file`, with neither, or with
+/// another key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, try_from = "RawPrompt")]
 pub enum PromptSpec {
     /// Literal prompt text (`"Hello"`).
     Text(String),
@@ -35,6 +38,74 @@ pub enum PromptSpec {
         /// Token ids.
         ids: Vec<u32>,
     },
+}
+
+/// A prompt as written: a string or a table, checked by `TryFrom` so an error names
+/// the keys (serde's untagged enums would say only "did not match any variant").
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawPrompt {
+    Text(String),
+    Table(BTreeMap<String, serde_json::Value>),
+}
+
+impl TryFrom<RawPrompt> for PromptSpec {
+    type Error = String;
+    fn try_from(r: RawPrompt) -> std::result::Result<Self, String> {
+        const FORMS: &str =
+            "a prompt is \"text\", { file = \"prompt.txt\" } or { ids = [1, 2, 3] }";
+        let mut t = match r {
+            RawPrompt::Text(s) => return Ok(PromptSpec::Text(s)),
+            RawPrompt::Table(t) => t,
+        };
+        if let Some(k) = t.keys().find(|k| *k != "ids" && *k != "file") {
+            return Err(format!("prompt: unknown key `{k}` ({FORMS})"));
+        }
+        match (t.remove("ids"), t.remove("file")) {
+            (Some(_), Some(_)) => Err(format!(
+                "prompt: both `ids` and `file` are given; give one of them ({FORMS})"
+            )),
+            (Some(ids), None) => serde_json::from_value(ids)
+                .map(|ids| PromptSpec::Ids { ids })
+                .map_err(|e| format!("prompt ids: {e} (token ids are integers in 0..=4294967295)")),
+            (None, Some(f)) => match f {
+                serde_json::Value::String(f) => Ok(PromptSpec::File { file: f.into() }),
+                other => Err(format!("prompt file: {other} is not a path string")),
+            },
+            (None, None) => Err(format!("prompt: an empty table ({FORMS})")),
+        }
+    }
+}
+
+/// Why `file` cannot be a sweep's prompt file (`None`: it can). A sweep reads it
+/// several times (its identity, the engines' tokens, every run), so it must be a
+/// regular file: a FIFO would block or give each reader different text.
+fn prompt_file_problem(file: &Path) -> Option<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let shown = file.display();
+    let t = match std::fs::metadata(file) {
+        Ok(m) => m.file_type(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Some(format!("prompt file {shown} does not exist"))
+        }
+        Err(e) => return Some(format!("prompt file {shown}: {e}")),
+    };
+    let kind = if t.is_file() {
+        return None;
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    };
+    Some(format!(
+        "prompt file {shown} is {kind}, not a text file (a sweep reads its prompt files more than once, so they must be regular files)"
+    ))
 }
 
 /// A sweep specification as written in TOML.
@@ -416,12 +487,26 @@ impl Spec {
             self.reference_engine.as_deref(),
             &self.engine,
         )?;
-        for p in &self.prompts {
-            if let PromptSpec::File { file } = p {
-                if !file.is_file() {
-                    bail!("prompt file {} does not exist", file.display());
+        for (i, p) in self.prompts.iter().enumerate() {
+            match p {
+                PromptSpec::File { file } => {
+                    if let Some(why) = prompt_file_problem(file) {
+                        bail!("{why}");
+                    }
                 }
+                PromptSpec::Text(t) => {
+                    if let Some(at) = t.find('\0') {
+                        bail!(
+                            "prompt {i} holds a NUL character (at byte {at}), which a command-line argument cannot hold: \
+                             remove it, or give the prompt as {{ file = \"…\" }} or {{ ids = [...] }}"
+                        );
+                    }
+                }
+                PromptSpec::Ids { .. } => {}
             }
+        }
+        if let Some(a) = self.extra_args.iter().find(|a| a.contains('\0')) {
+            bail!("extra_args: {a:?} holds a NUL character, which a command-line argument cannot hold");
         }
         Ok(())
     }
@@ -596,6 +681,47 @@ mod tests {
             "must each be at most 10000",
         );
         refused("budgets = [\"1e20%\"]", "invalid budget \"1e20%\"");
+        refused(
+            &format!("{one}prompts = [{{ ids = [1], file = \"x.txt\" }}]"),
+            "prompt: both `ids` and `file` are given",
+        );
+        refused(
+            &format!("{one}prompts = [{{ idz = [1] }}]"),
+            "prompt: unknown key `idz`",
+        );
+        refused(&format!("{one}prompts = [{{}}]"), "prompt: an empty table");
+        refused(
+            &format!("{one}prompts = [{{ ids = [-1] }}]"),
+            "prompt ids: ",
+        );
+        refused(
+            &format!("{one}prompts = [\"a\\u0000b\"]"),
+            "prompt 0 holds a NUL character (at byte 1)",
+        );
+        refused(
+            &format!("{one}extra_args = [\"a\\u0000\"]"),
+            "extra_args: \"a\\0\" holds a NUL character",
+        );
+        refused(
+            &format!("{one}prompts = [{{ file = \"/\" }}]"),
+            "prompt file / is a directory, not a text file",
+        );
+        refused(
+            &format!("{one}prompts = [{{ file = \"/dev/null\" }}]"),
+            "prompt file /dev/null is a device, not a text file",
+        );
+        let fifo = std::env::temp_dir().join(format!("memdial-spec-fifo-{}", std::process::id()));
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path we own.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        refused(
+            &format!(
+                "{one}prompts = [{{ file = {:?} }}]",
+                fifo.display().to_string()
+            ),
+            "is a FIFO (named pipe), not a text file",
+        );
+        std::fs::remove_file(&fifo).unwrap();
     }
 
     #[test]

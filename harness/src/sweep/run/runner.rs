@@ -166,6 +166,10 @@ impl RunRequest<'_> {
         // none writes into a resumed --out). A harness that died between fork and
         // prctl is caught by the parent-pid check.
         let parent = std::process::id();
+        // Its own process group, so a timeout (or the end of the run) ends the whole
+        // tree it started: PR_SET_PDEATHSIG reaches only the direct child, and without
+        // a cgroup nothing else finds the grandchildren.
+        cmd.process_group(0);
         unsafe {
             cmd.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
@@ -181,6 +185,8 @@ impl RunRequest<'_> {
         let mut child = cmd
             .spawn()
             .with_context(|| format!("cannot start {}", bin.display()))?;
+        let group = child.id() as i32;
+        super::interrupt::set_child_group(group);
         let mut timed_out = false;
         let mut mem = MemSamples::default();
         let mut next_sample = Instant::now();
@@ -193,18 +199,23 @@ impl RunRequest<'_> {
             if exited_unreaped(child.id()) {
                 // Its /proc entry (CPU time, read bytes) lives until it is reaped.
                 after = Some(sentinel.snapshot(Some(child.id()), t0.elapsed().as_secs_f64()));
+                // What it left running ends with it (the unreaped leader keeps the
+                // group id from being reused).
+                kill_group(group);
                 break child.wait()?;
             }
             if let Some(s) = child.try_wait()? {
                 break s;
             }
             if t0.elapsed() > self.timeout {
+                kill_group(group);
                 let _ = child.kill();
                 timed_out = true;
                 break child.wait()?;
             }
             std::thread::sleep(Duration::from_millis(10));
         };
+        super::interrupt::set_child_group(0);
         let wall_s = t0.elapsed().as_secs_f64();
         let after = after.unwrap_or_else(|| sentinel.snapshot(None, wall_s));
         let noise = memdial::noise::Noise::between(&before, &after, sentinel.ticks_per_s());
@@ -270,6 +281,17 @@ fn read_metrics(attempt: &Path, final_metrics: &Path) -> (Option<Value>, Option<
         Ok(v) if v.is_object() => (Some(v), None),
         Ok(_) => (None, Some("metrics JSON is not an object".to_string())),
         Err(e) => (None, Some(format!("metrics JSON does not parse: {e}"))),
+    }
+}
+
+/// SIGKILL to every process of group `pgid` (a run's child and what it started).
+fn kill_group(pgid: i32) {
+    if pgid > 1 {
+        // SAFETY: kill with a negative pid signals that process group only; pgid is
+        // our unreaped child's pid (its group leader), never 0, 1 or our own group.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
     }
 }
 
