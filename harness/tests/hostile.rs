@@ -202,6 +202,14 @@ fn refused_cases() -> Vec<(&'static str, String, Vec<String>)> {
             ),
             s(&[r#"version_command[0] "/no/such/v" cannot start"#]),
         ),
+        (
+            "a device as the ids file",
+            engine(r#"["sh", "-c", "true"]"#, "").replace(
+                r#"ids_json = "{run_dir}/o.json""#,
+                r#"ids_json = "/dev/null""#,
+            ),
+            s(&[r#"engine "x": ids_json /dev/null is not a regular file"#]),
+        ),
         // --- prompts
         (
             "a prompt with both ids and file",
@@ -231,6 +239,21 @@ fn refused_cases() -> Vec<(&'static str, String, Vec<String>)> {
             "an infinite timeout",
             format!("{BASE}timeout_s = inf\n"),
             s(&["timeout_s = inf is more than 604800 s"]),
+        ),
+        (
+            "a timeout no run can meet",
+            format!("{BASE}timeout_s = 1e-300\n"),
+            s(&["timeout_s = 1e-300 is less than 0.1 s"]),
+        ),
+        (
+            "max_tokens past any context",
+            BASE.replace("max_tokens = 2", "max_tokens = 18446744073709551615"),
+            s(&["at most 16777216 positions"]),
+        ),
+        (
+            "a start listed twice",
+            format!("{BASE}start = [\"warm\", \"warm\"]\n"),
+            s(&["axis `start` lists \"warm\" more than once"]),
         ),
         (
             "a budget listed twice",

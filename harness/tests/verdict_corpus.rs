@@ -471,6 +471,34 @@ fn cases() -> Vec<Case> {
                 )
             },
         ),
+        case(
+            "an engine whose ids file is a FIFO (a read would block)",
+            1,
+            &[
+                "its ids file",
+                "is not a regular file (a directory, FIFO or device): not read",
+            ],
+            || {
+                engine_run(
+                    "fifo-ids",
+                    "mkfifo {run_dir}/ids.json",
+                    "{run_dir}/ids.json",
+                )
+            },
+        ),
+        case(
+            "an engine that prints more stdout than the harness reads",
+            1,
+            &["its stdout", "more than the 67108864 the harness reads"],
+            || {
+                engine_run_with(
+                    "huge-stdout",
+                    "head -c 70000000 /dev/zero; printf '{{\"output_ids\": [5, 6]}}' > {run_dir}/ids.json",
+                    "{run_dir}/ids.json",
+                    "steps_stdout_regex = \"^step (\\\\S+)$\"",
+                )
+            },
+        ),
         // --- resume checks what it trusts
         case(
             "resume onto a model whose tensor data changed",

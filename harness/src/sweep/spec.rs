@@ -264,6 +264,11 @@ fn d_slack() -> String {
 
 /// Largest `timeout_s` accepted: 7 days (a finite limit a timer can hold).
 pub const MAX_TIMEOUT_S: f64 = 7.0 * 24.0 * 3600.0;
+/// Smallest `timeout_s` accepted: no run of any model finishes faster.
+pub const MIN_TIMEOUT_S: f64 = 0.1;
+/// Largest `max_tokens` and `max_context`: 2^24 positions (16 times the longest
+/// context of the models memdial runs; the MLA cache alone would be over 10 GiB).
+pub const MAX_CONTEXT: usize = 1 << 24;
 /// Largest `repeats` (and `warmup`) per point: every run slot is planned up front.
 pub const MAX_REPEATS: u32 = 10_000;
 
@@ -467,6 +472,20 @@ impl Spec {
         if self.timeout_s.is_nan() || self.timeout_s <= 0.0 {
             bail!("timeout_s must be positive");
         }
+        if self.timeout_s < MIN_TIMEOUT_S {
+            bail!(
+                "timeout_s = {:e} is less than {MIN_TIMEOUT_S} s: every run would time out",
+                self.timeout_s
+            );
+        }
+        if self.max_tokens > MAX_CONTEXT || self.max_context.is_some_and(|c| c > MAX_CONTEXT) {
+            bail!(
+                "max_tokens = {} / max_context = {:?}: at most {MAX_CONTEXT} positions \
+                 (a larger context needs more memory than any machine has)",
+                self.max_tokens,
+                self.max_context
+            );
+        }
         if self.timeout_s > MAX_TIMEOUT_S {
             bail!(
                 "timeout_s = {} is more than {MAX_TIMEOUT_S} s (7 days); give a finite per-run limit",
@@ -552,6 +571,15 @@ impl Spec {
         for (axis, d) in dup {
             if let Some(d) = d {
                 bail!("axis `{axis}` lists {d} more than once (each point must be distinct)");
+            }
+        }
+        for coords in self.later_axes() {
+            let values: Vec<&str> = coords.iter().map(|c| c.value.as_str()).collect();
+            if let (Some(d), Some(c)) = (first_dup(&values), coords.first()) {
+                bail!(
+                    "axis `{}` lists {d:?} more than once (each point must be distinct)",
+                    c.name
+                );
             }
         }
         Ok(())
@@ -679,6 +707,22 @@ mod tests {
         refused(
             &format!("{one}warmup = 4294967295"),
             "must each be at most 10000",
+        );
+        refused(
+            &format!("{one}start = [\"warm\", \"warm\"]"),
+            "axis `start` lists \"warm\" more than once",
+        );
+        refused(
+            &format!("{one}timeout_s = 1e-300"),
+            "timeout_s = 1e-300 is less than 0.1 s",
+        );
+        refused(
+            &format!("{one}max_tokens = 18446744073709551615"),
+            "at most 16777216 positions",
+        );
+        refused(
+            &format!("{one}max_context = 1000000000000"),
+            "at most 16777216 positions",
         );
         refused("budgets = [\"1e20%\"]", "invalid budget \"1e20%\"");
         refused(

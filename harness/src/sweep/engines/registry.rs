@@ -283,6 +283,16 @@ impl Registry {
                 ));
             }
         }
+        // An ids file at a fixed path is removed before each run: only a regular one.
+        if let Some(p) = e.def.ids_json.as_ref().and_then(|t| vars.expand(t).ok()) {
+            if std::fs::symlink_metadata(&p).is_ok_and(|m| !m.is_file() && !m.is_symlink()) {
+                v.push(format!(
+                    "engine {:?}: ids_json {p} is not a regular file (a directory, FIFO or device): \
+                     it is removed before each run, so give a file path",
+                    e.name
+                ));
+            }
+        }
         v
     }
 

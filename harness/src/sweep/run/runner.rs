@@ -221,8 +221,7 @@ impl RunRequest<'_> {
         let noise = memdial::noise::Noise::between(&before, &after, sentinel.ticks_per_s());
         // What the run left in the page cache counts too.
         mem.sample(None, self.watch_files, None);
-        let stderr = std::fs::read_to_string(self.run_dir.join("stderr.txt")).unwrap_or_default();
-        let stderr_tail = stderr_summary(&stderr);
+        let stderr_tail = stderr_summary(&stderr_head(&self.run_dir.join("stderr.txt")));
         let (metrics, metrics_error) = read_metrics(&attempt, &final_metrics);
         Ok(RunOutcome {
             exit_code: status.code(),
@@ -244,6 +243,18 @@ impl RunRequest<'_> {
     /// when they live outside the run directory): they must not be read as this one's.
     fn remove_earlier_outputs(&self) -> Result<()> {
         for f in self.external.map(|x| x.outputs.as_slice()).unwrap_or(&[]) {
+            // Outside the run directory only a regular file (or a link) is removed:
+            // `ids_json = "/dev/null"` must never delete a device.
+            if let Ok(m) = std::fs::symlink_metadata(f) {
+                let ours = f.starts_with(self.run_dir) && !m.is_dir();
+                if !ours && !m.is_file() && !m.file_type().is_symlink() {
+                    anyhow::bail!(
+                        "the engine's output {} is not a regular file (a directory, FIFO or device): \
+                         not removed; give `ids_json` a file path",
+                        f.display()
+                    );
+                }
+            }
             match std::fs::remove_file(f) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -255,6 +266,25 @@ impl RunRequest<'_> {
         }
         Ok(())
     }
+}
+
+/// The first MiB of a child's stderr file and, when it holds more, its last 64 KiB
+/// (an engine may print gigabytes; the summary needs its first error or last line).
+fn stderr_head(p: &Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    const HEAD: u64 = 1 << 20;
+    const TAIL: u64 = 64 << 10;
+    let Ok(mut f) = std::fs::File::open(p) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut buf = Vec::new();
+    let _ = (&mut f).take(HEAD).read_to_end(&mut buf);
+    if len > HEAD + TAIL && f.seek(SeekFrom::Start(len - TAIL)).is_ok() {
+        buf.push(b'\n');
+        let _ = f.take(TAIL).read_to_end(&mut buf);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 /// The line of a child's stderr that says what went wrong, at most 400 characters: its
@@ -275,7 +305,11 @@ fn read_metrics(attempt: &Path, final_metrics: &Path) -> (Option<Value>, Option<
     if !attempt.exists() {
         return (None, Some("no metrics file written".to_string()));
     }
-    let text = std::fs::read_to_string(attempt).unwrap_or_default();
+    let text = match crate::sweep::util::read_output(attempt, crate::sweep::util::MAX_OUTPUT_BYTES)
+    {
+        Ok(t) => t,
+        Err(e) => return (None, Some(format!("metrics file: {e:#}"))),
+    };
     let _ = std::fs::rename(attempt, final_metrics);
     match serde_json::from_str::<Value>(&text) {
         Ok(v) if v.is_object() => (Some(v), None),
