@@ -499,6 +499,17 @@ fn cases() -> Vec<Case> {
                 )
             },
         ),
+        case(
+            "an engine whose ids file is the sweep's own results.json",
+            1,
+            &["is in the sweep's directory but outside this run's: not removed"],
+            || {
+                let o = engine_run("own-results", "true", "{run_dir}/../../results.json");
+                let out = scratch().join("own-results").join("out");
+                assert!(out.join("results.json").is_file(), "{}", text(&o));
+                o
+            },
+        ),
         // --- resume checks what it trusts
         case(
             "resume onto a model whose tensor data changed",

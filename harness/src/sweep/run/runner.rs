@@ -242,11 +242,40 @@ impl RunRequest<'_> {
     /// Removes another engine's output files of an earlier attempt (or of another run,
     /// when they live outside the run directory): they must not be read as this one's.
     fn remove_earlier_outputs(&self) -> Result<()> {
+        // Where the file really is (`{run_dir}/../x` is not in the run directory).
+        let real = |p: &Path| -> Option<PathBuf> {
+            let dir = std::fs::canonicalize(p.parent()?).ok()?;
+            Some(dir.join(p.file_name()?))
+        };
+        let run_dir = std::fs::canonicalize(self.run_dir).ok();
+        let out_dir = run_dir
+            .as_deref()
+            .and_then(|d| d.parent())
+            .and_then(|d| d.parent());
         for f in self.external.map(|x| x.outputs.as_slice()).unwrap_or(&[]) {
+            let at = real(f);
+            let in_run = at
+                .as_ref()
+                .zip(run_dir.as_ref())
+                .is_some_and(|(a, r)| a.starts_with(r));
+            // The sweep's own files (sweep.json, results.json, other runs) are never
+            // an engine's output.
+            if !in_run
+                && at
+                    .as_ref()
+                    .zip(out_dir)
+                    .is_some_and(|(a, o)| a.starts_with(o))
+            {
+                anyhow::bail!(
+                    "the engine's output {} is in the sweep's directory but outside this run's: \
+                     not removed; write it under {{run_dir}}",
+                    f.display()
+                );
+            }
             // Outside the run directory only a regular file (or a link) is removed:
             // `ids_json = "/dev/null"` must never delete a device.
             if let Ok(m) = std::fs::symlink_metadata(f) {
-                let ours = f.starts_with(self.run_dir) && !m.is_dir();
+                let ours = in_run && !m.is_dir();
                 if !ours && !m.is_file() && !m.file_type().is_symlink() {
                     anyhow::bail!(
                         "the engine's output {} is not a regular file (a directory, FIFO or device): \
