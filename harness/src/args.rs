@@ -55,7 +55,8 @@ pub fn usage(msg: impl std::fmt::Display) -> anyhow::Error {
 /// substitution `--prompt-file <(...)` is one).
 ///
 /// Errors: usage errors (exit 2) naming the flag and the path when it does not exist,
-/// is a directory, or is not UTF-8 (with the offset of the first invalid byte); other
+/// is a directory, holds more than 256 MiB (`/dev/zero`), or is not UTF-8 (with the
+/// offset of the first invalid byte); other
 /// read errors (permissions, IO) as they are, with the path.
 pub fn read_text_file(flag: &str, path: &std::path::Path) -> anyhow::Result<String> {
     use anyhow::Context;
@@ -65,12 +66,23 @@ pub fn read_text_file(flag: &str, path: &std::path::Path) -> anyhow::Result<Stri
             "{flag} {shown}: is a directory, not a text file"
         )));
     }
-    let bytes = match std::fs::read(path) {
+    // Bounded: `/dev/zero` (or a FIFO that never ends) must not exhaust memory.
+    const MAX_TEXT: u64 = 256 << 20;
+    let read = std::fs::File::open(path).and_then(|f| {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_TEXT + 1), &mut b).map(|_| b)
+    });
+    let bytes = match read {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(usage(format!("{flag} {shown}: no such file")))
         }
         r => r.with_context(|| format!("{flag} {shown}: cannot read"))?,
     };
+    if bytes.len() as u64 > MAX_TEXT {
+        return Err(usage(format!(
+            "{flag} {shown}: more than {MAX_TEXT} bytes (256 MiB), not a prompt"
+        )));
+    }
     String::from_utf8(bytes).map_err(|e| {
         usage(format!(
             "{flag} {shown}: not UTF-8 text (invalid byte at offset {})",

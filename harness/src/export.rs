@@ -64,15 +64,35 @@ fn write_atomic_at(path: &Path, bytes: &[u8], links: usize) -> Result<()> {
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp{}", std::process::id()));
-    {
-        let mut f = std::fs::File::create(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
-        f.write_all(bytes)
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        f.sync_all().ok();
+    let written = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        // A full disk may only show here (delayed allocation); a filesystem without
+        // fsync (EINVAL) is not an error.
+        match f.sync_all() {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
+            r => r,
+        }
+    })();
+    // On failure the old file stays as it was and the temporary goes.
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| {
+            format!(
+                "cannot write {} (through {}; the old file, if any, is unchanged)",
+                path.display(),
+                tmp.display()
+            )
+        });
     }
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::Error::new(e).context(format!(
+            "cannot rename {} to {}",
+            tmp.display(),
+            path.display()
+        ))
+    })
 }
 
 static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
@@ -126,13 +146,23 @@ pub fn write_chart(dir: &Path, stem: &str, size: (u32, u32), chart: &impl Chart)
     // The bitmap encoder picks the format from the extension, so the temporary file
     // keeps `.png`.
     let tmp = dir.join(format!(".{stem}.tmp{}.png", std::process::id()));
-    {
+    let png = dir.join(format!("{stem}.png"));
+    let written = (|| -> Result<()> {
         let root = BitMapBackend::new(&tmp, size).into_drawing_area();
         chart.draw(root.clone())?;
         root.present().map_err(|e| anyhow!("chart: {e:?}"))?;
-    }
-    std::fs::rename(&tmp, dir.join(format!("{stem}.png")))?;
-    Ok(())
+        drop(root);
+        std::fs::rename(&tmp, &png)?;
+        Ok(())
+    })();
+    // On failure (a full disk) the old chart stays and the temporary goes.
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        e.context(format!(
+            "cannot write {} (the old file, if any, is unchanged)",
+            png.display()
+        ))
+    })
 }
 
 /// Points `parent/<link>` at `target` (a sibling directory), atomically. Leaves a

@@ -604,6 +604,12 @@ fn limits_cases() -> Vec<Case> {
         },
         Case {
             model: Model::Clean,
+            args: &["tokenize", "--model", "{M}", "--file", "/dev/zero"],
+            code: 2,
+            expect: &["--file /dev/zero: more than 268435456 bytes (256 MiB), not a prompt"],
+        },
+        Case {
+            model: Model::Clean,
             args: &["tokenize", "--model", "{M}", "--file", "{M}"],
             code: 2,
             expect: &["--file", "is a directory, not a text file"],

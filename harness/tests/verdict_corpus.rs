@@ -72,24 +72,28 @@ fn write(p: &Path, s: &str) -> PathBuf {
 
 /// `memdial sweep --check --no-cgroup` of `spec` on `model` into `out`.
 fn sweep_on(model: &Path, spec: &Path, out: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(BIN)
-        .args([
-            "sweep",
-            "--check",
-            "--no-cgroup",
-            "--bandwidth-probe",
-            "4MiB",
-        ])
-        .arg("--model")
-        .arg(model)
-        .arg("--spec")
-        .arg(spec)
-        .arg("--out")
-        .arg(out)
-        .args(extra)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap()
+    // Under a time limit: a case that would hang (a chart of far-out timings) fails.
+    let limit = std::time::Duration::from_secs(300);
+    memdial_testkit::output_within(
+        Command::new(BIN)
+            .args([
+                "sweep",
+                "--check",
+                "--no-cgroup",
+                "--bandwidth-probe",
+                "4MiB",
+            ])
+            .arg("--model")
+            .arg(model)
+            .arg("--spec")
+            .arg(spec)
+            .arg("--out")
+            .arg(out)
+            .args(extra)
+            .envs(env.iter().copied()),
+        limit,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn sweep(spec: &Path, out: &Path, extra: &[&str]) -> Output {
@@ -171,9 +175,14 @@ fn hostile_run(name: &str, payload: Value) -> Output {
 /// ids file is `ids_json` (braces in `cmd` are placeholders: JSON is written with
 /// printf's octal escapes 173 and 175).
 fn engine_run(name: &str, cmd: &str, ids_json: &str) -> Output {
+    engine_run_with(name, cmd, ids_json, "")
+}
+
+/// [`engine_run`] with `extra` lines in the engine's table.
+fn engine_run_with(name: &str, cmd: &str, ids_json: &str, extra: &str) -> Output {
     let d = fresh(name);
     let spec = format!(
-        "{SPEC}engines = [\"memdial\", \"fake\"]\n[engine.fake]\ncommand = [\"sh\", \"-c\", {cmd:?}]\nids_json = {ids_json:?}\nbudget = \"flag\"\nmust_match = false\n"
+        "{SPEC}engines = [\"memdial\", \"fake\"]\n[engine.fake]\ncommand = [\"sh\", \"-c\", {cmd:?}]\nids_json = {ids_json:?}\nbudget = \"flag\"\nmust_match = false\n{extra}\n"
     );
     sweep(&write(&d.join("spec.toml"), &spec), &d.join("out"), &[])
 }
@@ -371,6 +380,62 @@ fn cases() -> Vec<Case> {
                 hostile_run("negative-time", p)
             },
         ),
+        // --- timings no clock gives: refused at ingestion, so no chart draws them
+        // (1e200 s and 1e-300 s stalled plotters' tick search: the sweep hung)
+        case(
+            "a decode time of 1e200 s",
+            1,
+            &["decode_s_per_token[0]: 1e200 s is not a plausible time (0 or 1e-9 to 1e7 s)"],
+            || {
+                let mut p = proving(&[5, 6]);
+                p["decode_s_per_token"] = json!([1e200, 1e200]);
+                hostile_run("huge-time", p)
+            },
+        ),
+        case(
+            "a decode time of 1e-300 s",
+            1,
+            &["decode_s_per_token[0]: 1e-300 s is not a plausible time"],
+            || {
+                let mut p = proving(&[5, 6]);
+                p["decode_s_per_token"] = json!([1e-300, 1e-300]);
+                hostile_run("tiny-time", p)
+            },
+        ),
+        case(
+            "an engine whose step table reads 1e200 s",
+            1,
+            &["decode_s_per_token[0]: 1e200 s is not a plausible time"],
+            || {
+                engine_run_with(
+                    "huge-steps",
+                    "printf 'step 0.5\\nstep 1e200\\nstep 1e200\\n'; printf '{{\"output_ids\": [5, 6]}}' > {run_dir}/ids.json",
+                    "{run_dir}/ids.json",
+                    "steps_stdout_regex = \"^step (\\\\S+)$\"",
+                )
+            },
+        ),
+        case(
+            "a resume of a directory whose rows hold 1e200 s",
+            1,
+            &["decode_s_per_token[0]: 1e200 s is not a plausible time"],
+            || {
+                let d = fresh("huge-resume");
+                let mut p = proving(&[5, 6]);
+                p["decode_s_per_token"] = json!([1e200, 1e200]);
+                let bin = stand_in(&d, &p);
+                let spec = write(&d.join("spec.toml"), SPEC);
+                let env = [("MEMDIAL_SWEEP_RUN_BIN", s(&bin))];
+                sweep_on(
+                    model(),
+                    &spec,
+                    &d.join("out"),
+                    &["--test-stop-after", "1"],
+                    &env,
+                );
+                sweep_on(model(), &spec, &d.join("out"), &[], &env)
+            },
+        ),
         // --- stale engine output
         case(
             "an engine that writes nothing, with an ids file left outside the run directory",
@@ -404,6 +469,45 @@ fn cases() -> Vec<Case> {
                     "printf '\\173\"output_ids\": []\\175' > {run_dir}/ids.json",
                     "{run_dir}/ids.json",
                 )
+            },
+        ),
+        case(
+            "an engine whose ids file is a FIFO (a read would block)",
+            1,
+            &[
+                "its ids file",
+                "is not a regular file (a directory, FIFO or device): not read",
+            ],
+            || {
+                engine_run(
+                    "fifo-ids",
+                    "mkfifo {run_dir}/ids.json",
+                    "{run_dir}/ids.json",
+                )
+            },
+        ),
+        case(
+            "an engine that prints more stdout than the harness reads",
+            1,
+            &["its stdout", "more than the 67108864 the harness reads"],
+            || {
+                engine_run_with(
+                    "huge-stdout",
+                    "head -c 70000000 /dev/zero; printf '{{\"output_ids\": [5, 6]}}' > {run_dir}/ids.json",
+                    "{run_dir}/ids.json",
+                    "steps_stdout_regex = \"^step (\\\\S+)$\"",
+                )
+            },
+        ),
+        case(
+            "an engine whose ids file is the sweep's own results.json",
+            1,
+            &["is in the sweep's directory but outside this run's: not removed"],
+            || {
+                let o = engine_run("own-results", "true", "{run_dir}/../../results.json");
+                let out = scratch().join("own-results").join("out");
+                assert!(out.join("results.json").is_file(), "{}", text(&o));
+                o
             },
         ),
         // --- resume checks what it trusts

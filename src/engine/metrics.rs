@@ -242,8 +242,10 @@ impl RunMetrics {
     /// Whether this run proves its own output: at least one id, exactly
     /// `generated_tokens` of them and no more than `max_tokens` (when given), an
     /// `output_ids_sha256` that is [`crate::engine::generate::ids_sha256`] of those ids, and
-    /// every timing and rate present finite and non-negative (`decode_s_per_token`
-    /// element by element).
+    /// every timing and rate present finite, non-negative and plausible: 0 or within
+    /// [`PLAUSIBLE_S`] seconds (a rate, `tokens_per_s`, within [`PLAUSIBLE_PER_S`]), element
+    /// by element for `decode_s_per_token`. (Far-out values, which no clock gives,
+    /// would also stall the harness's chart drawing.)
     ///
     /// Errors: the first field that fails, named, with the values that disagree —
     /// the reason a sweep gives when it counts the run as failed.
@@ -285,11 +287,6 @@ impl RunMetrics {
             ("read_busy_s_decode", self.read_busy_s_decode),
             ("warm_fill_s", self.warm_fill_s),
         ];
-        for (name, v) in timings {
-            if let Some(x) = v.filter(|x| !(x.is_finite() && *x >= 0.0)) {
-                return Err(format!("{name}: {x} is not a finite non-negative figure"));
-            }
-        }
         if let Some((i, x)) = self
             .decode_s_per_token
             .iter()
@@ -300,9 +297,43 @@ impl RunMetrics {
                 "decode_s_per_token[{i}]: {x} is not a finite non-negative time"
             ));
         }
+        if let Some((i, x)) = self
+            .decode_s_per_token
+            .iter()
+            .enumerate()
+            .find(|(_, x)| **x != 0.0 && !PLAUSIBLE_S.contains(*x))
+        {
+            return Err(format!(
+                "decode_s_per_token[{i}]: {x:e} s is not a plausible time (0 or {:e} to {:e} s)",
+                PLAUSIBLE_S.start(),
+                PLAUSIBLE_S.end()
+            ));
+        }
+        for (name, v) in timings {
+            if let Some(x) = v.filter(|x| !(x.is_finite() && *x >= 0.0)) {
+                return Err(format!("{name}: {x} is not a finite non-negative figure"));
+            }
+            let (lo, hi) = if name == "tokens_per_s" {
+                (*PLAUSIBLE_PER_S.start(), *PLAUSIBLE_PER_S.end())
+            } else {
+                (*PLAUSIBLE_S.start(), *PLAUSIBLE_S.end())
+            };
+            if let Some(x) = v.filter(|x| *x != 0.0 && !(lo..=hi).contains(x)) {
+                return Err(format!(
+                    "{name}: {x:e} is not a plausible figure (0 or {lo:e} to {hi:e})"
+                ));
+            }
+        }
         Ok(())
     }
 }
+
+/// The seconds a non-zero timing of a run may take: from 1 ns (below it no clock
+/// resolves) to 10⁷ s (116 days, longer than any sweep's per-run timeout).
+pub const PLAUSIBLE_S: std::ops::RangeInclusive<f64> = 1e-9..=1e7;
+/// The rates (per second) a non-zero rate of a run may have: the inverse of
+/// [`PLAUSIBLE_S`].
+pub const PLAUSIBLE_PER_S: std::ops::RangeInclusive<f64> = 1e-7..=1e9;
 
 /// `Option<u64>` from a JSON integer, a non-negative float (rounded) or `null`.
 fn lenient_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
@@ -376,6 +407,26 @@ mod tests {
                 Box::new(|m| m.decode_s_per_token = vec![0.1, f64::INFINITY]),
                 None,
                 "decode_s_per_token[1]: inf",
+            ),
+            (
+                Box::new(|m| m.decode_s_per_token = vec![0.1, 1e200]),
+                None,
+                "decode_s_per_token[1]: 1e200 s is not a plausible time (0 or 1e-9 to 1e7 s)",
+            ),
+            (
+                Box::new(|m| m.decode_s_per_token = vec![1e-300]),
+                None,
+                "decode_s_per_token[0]: 1e-300 s is not a plausible time",
+            ),
+            (
+                Box::new(|m| m.ttft_s = Some(2e7)),
+                None,
+                "ttft_s: 2e7 is not a plausible figure (0 or 1e-9 to 1e7)",
+            ),
+            (
+                Box::new(|m| m.tokens_per_s = Some(1e10)),
+                None,
+                "tokens_per_s: 1e10 is not a plausible figure (0 or 1e-7 to 1e9)",
             ),
         ];
         for (edit, max, want) in cases {

@@ -218,6 +218,51 @@ pub fn output_text(o: &std::process::Output) -> String {
     )
 }
 
+/// Runs `cmd` to completion, or kills it (with every process of its own process
+/// group) once it has run for `limit`: a test of something that must not hang fails
+/// with "did not finish" instead of hanging the suite. Stdout and stderr are
+/// collected as by [`std::process::Command::output`].
+///
+/// Errors: the command cannot start, or it ran past `limit` (then the message holds
+/// what it printed so far).
+pub fn output_within(
+    cmd: &mut std::process::Command,
+    limit: std::time::Duration,
+) -> Result<std::process::Output, String> {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(o) => o.map_err(|e| format!("{cmd:?}: {e}")),
+        Err(_) => {
+            // SAFETY: kill with a negative pid signals the command's own group only.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+            let o = rx.recv_timeout(std::time::Duration::from_secs(10));
+            Err(format!(
+                "{cmd:?} did not finish within {} s (killed){}",
+                limit.as_secs_f64(),
+                match o {
+                    Ok(Ok(o)) => format!(":\n{}", output_text(&o)),
+                    _ => String::new(),
+                }
+            ))
+        }
+    }
+}
+
 /// The fixture checkpoint `preset` in `out`, written there with
 /// `BIN fixture --preset PRESET --out OUT` unless `out/config.json` already exists
 /// (`bin`: the memdial binary under test). Returns `out`.

@@ -22,8 +22,11 @@ use super::axes::{Coord, Values};
 pub const DEFAULT_SPEC: &str = include_str!("../../sweeps/default.toml");
 
 /// A prompt: literal text, a file holding the text, or token ids.
+///
+/// Read errors (usage): a table with both `ids` and `file`, with neither, or with
+/// another key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, try_from = "RawPrompt")]
 pub enum PromptSpec {
     /// Literal prompt text (`"Hello"`).
     Text(String),
@@ -37,6 +40,74 @@ pub enum PromptSpec {
         /// Token ids.
         ids: Vec<u32>,
     },
+}
+
+/// A prompt as written: a string or a table, checked by `TryFrom` so an error names
+/// the keys (serde's untagged enums would say only "did not match any variant").
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawPrompt {
+    Text(String),
+    Table(BTreeMap<String, serde_json::Value>),
+}
+
+impl TryFrom<RawPrompt> for PromptSpec {
+    type Error = String;
+    fn try_from(r: RawPrompt) -> std::result::Result<Self, String> {
+        const FORMS: &str =
+            "a prompt is \"text\", { file = \"prompt.txt\" } or { ids = [1, 2, 3] }";
+        let mut t = match r {
+            RawPrompt::Text(s) => return Ok(PromptSpec::Text(s)),
+            RawPrompt::Table(t) => t,
+        };
+        if let Some(k) = t.keys().find(|k| *k != "ids" && *k != "file") {
+            return Err(format!("prompt: unknown key `{k}` ({FORMS})"));
+        }
+        match (t.remove("ids"), t.remove("file")) {
+            (Some(_), Some(_)) => Err(format!(
+                "prompt: both `ids` and `file` are given; give one of them ({FORMS})"
+            )),
+            (Some(ids), None) => serde_json::from_value(ids)
+                .map(|ids| PromptSpec::Ids { ids })
+                .map_err(|e| format!("prompt ids: {e} (token ids are integers in 0..=4294967295)")),
+            (None, Some(f)) => match f {
+                serde_json::Value::String(f) => Ok(PromptSpec::File { file: f.into() }),
+                other => Err(format!("prompt file: {other} is not a path string")),
+            },
+            (None, None) => Err(format!("prompt: an empty table ({FORMS})")),
+        }
+    }
+}
+
+/// Why `file` cannot be a sweep's prompt file (`None`: it can). A sweep reads it
+/// several times (its identity, the engines' tokens, every run), so it must be a
+/// regular file: a FIFO would block or give each reader different text.
+fn prompt_file_problem(file: &Path) -> Option<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let shown = file.display();
+    let t = match std::fs::metadata(file) {
+        Ok(m) => m.file_type(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Some(format!("prompt file {shown} does not exist"))
+        }
+        Err(e) => return Some(format!("prompt file {shown}: {e}")),
+    };
+    let kind = if t.is_file() {
+        return None;
+    } else if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    };
+    Some(format!(
+        "prompt file {shown} is {kind}, not a text file (a sweep reads its prompt files more than once, so they must be regular files)"
+    ))
 }
 
 /// A sweep specification as written in TOML.
@@ -199,6 +270,11 @@ fn d_slack() -> String {
 
 /// Largest `timeout_s` accepted: 7 days (a finite limit a timer can hold).
 pub const MAX_TIMEOUT_S: f64 = 7.0 * 24.0 * 3600.0;
+/// Smallest `timeout_s` accepted: no run of any model finishes faster.
+pub const MIN_TIMEOUT_S: f64 = 0.1;
+/// Largest `max_tokens` and `max_context`: 2^24 positions (16 times the longest
+/// context of the models memdial runs; the MLA cache alone would be over 10 GiB).
+pub const MAX_CONTEXT: usize = 1 << 24;
 /// Largest `repeats` (and `warmup`) per point: every run slot is planned up front.
 pub const MAX_REPEATS: u32 = 10_000;
 
@@ -402,6 +478,20 @@ impl Spec {
         if self.timeout_s.is_nan() || self.timeout_s <= 0.0 {
             bail!("timeout_s must be positive");
         }
+        if self.timeout_s < MIN_TIMEOUT_S {
+            bail!(
+                "timeout_s = {:e} is less than {MIN_TIMEOUT_S} s: every run would time out",
+                self.timeout_s
+            );
+        }
+        if self.max_tokens > MAX_CONTEXT || self.max_context.is_some_and(|c| c > MAX_CONTEXT) {
+            bail!(
+                "max_tokens = {} / max_context = {:?}: at most {MAX_CONTEXT} positions \
+                 (a larger context needs more memory than any machine has)",
+                self.max_tokens,
+                self.max_context
+            );
+        }
         if self.timeout_s > MAX_TIMEOUT_S {
             bail!(
                 "timeout_s = {} is more than {MAX_TIMEOUT_S} s (7 days); give a finite per-run limit",
@@ -422,12 +512,26 @@ impl Spec {
             self.reference_engine.as_deref(),
             &self.engine,
         )?;
-        for p in &self.prompts {
-            if let PromptSpec::File { file } = p {
-                if !file.is_file() {
-                    bail!("prompt file {} does not exist", file.display());
+        for (i, p) in self.prompts.iter().enumerate() {
+            match p {
+                PromptSpec::File { file } => {
+                    if let Some(why) = prompt_file_problem(file) {
+                        bail!("{why}");
+                    }
                 }
+                PromptSpec::Text(t) => {
+                    if let Some(at) = t.find('\0') {
+                        bail!(
+                            "prompt {i} holds a NUL character (at byte {at}), which a command-line argument cannot hold: \
+                             remove it, or give the prompt as {{ file = \"…\" }} or {{ ids = [...] }}"
+                        );
+                    }
+                }
+                PromptSpec::Ids { .. } => {}
             }
+        }
+        if let Some(a) = self.extra_args.iter().find(|a| a.contains('\0')) {
+            bail!("extra_args: {a:?} holds a NUL character, which a command-line argument cannot hold");
         }
         Ok(())
     }
@@ -473,6 +577,15 @@ impl Spec {
         for (axis, d) in dup {
             if let Some(d) = d {
                 bail!("axis `{axis}` lists {d} more than once (each point must be distinct)");
+            }
+        }
+        for coords in self.later_axes() {
+            let values: Vec<&str> = coords.iter().map(|c| c.value.as_str()).collect();
+            if let (Some(d), Some(c)) = (first_dup(&values), coords.first()) {
+                bail!(
+                    "axis `{}` lists {d:?} more than once (each point must be distinct)",
+                    c.name
+                );
             }
         }
         Ok(())
@@ -601,7 +714,64 @@ mod tests {
             &format!("{one}warmup = 4294967295"),
             "must each be at most 10000",
         );
+        refused(
+            &format!("{one}start = [\"warm\", \"warm\"]"),
+            "axis `start` lists \"warm\" more than once",
+        );
+        refused(
+            &format!("{one}timeout_s = 1e-300"),
+            "timeout_s = 1e-300 is less than 0.1 s",
+        );
+        refused(
+            &format!("{one}max_tokens = 18446744073709551615"),
+            "at most 16777216 positions",
+        );
+        refused(
+            &format!("{one}max_context = 1000000000000"),
+            "at most 16777216 positions",
+        );
         refused("budgets = [\"1e20%\"]", "invalid budget \"1e20%\"");
+        refused(
+            &format!("{one}prompts = [{{ ids = [1], file = \"x.txt\" }}]"),
+            "prompt: both `ids` and `file` are given",
+        );
+        refused(
+            &format!("{one}prompts = [{{ idz = [1] }}]"),
+            "prompt: unknown key `idz`",
+        );
+        refused(&format!("{one}prompts = [{{}}]"), "prompt: an empty table");
+        refused(
+            &format!("{one}prompts = [{{ ids = [-1] }}]"),
+            "prompt ids: ",
+        );
+        refused(
+            &format!("{one}prompts = [\"a\\u0000b\"]"),
+            "prompt 0 holds a NUL character (at byte 1)",
+        );
+        refused(
+            &format!("{one}extra_args = [\"a\\u0000\"]"),
+            "extra_args: \"a\\0\" holds a NUL character",
+        );
+        refused(
+            &format!("{one}prompts = [{{ file = \"/\" }}]"),
+            "prompt file / is a directory, not a text file",
+        );
+        refused(
+            &format!("{one}prompts = [{{ file = \"/dev/null\" }}]"),
+            "prompt file /dev/null is a device, not a text file",
+        );
+        let fifo = std::env::temp_dir().join(format!("memdial-spec-fifo-{}", std::process::id()));
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path we own.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        refused(
+            &format!(
+                "{one}prompts = [{{ file = {:?} }}]",
+                fifo.display().to_string()
+            ),
+            "is a FIFO (named pipe), not a text file",
+        );
+        std::fs::remove_file(&fifo).unwrap();
     }
 
     #[test]

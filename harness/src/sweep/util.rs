@@ -1,4 +1,5 @@
-//! Small helpers shared by the sweep modules: UTC timestamps and SHA-256 hex.
+//! Small helpers shared by the sweep modules: UTC timestamps, SHA-256 hex, and
+//! bounded reads of what a child wrote.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -8,6 +9,37 @@ pub use memdial::util::digest::sha256_hex;
 /// The engine's hash of output ids (defined beside the generate output).
 #[cfg(test)]
 pub use memdial::generate::ids_sha256;
+
+/// Most bytes of a child's output file (its stdout, an engine's ids file, a metrics
+/// file) the harness reads: an engine that writes more is refused, not read into
+/// memory whole.
+pub const MAX_OUTPUT_BYTES: u64 = 64 << 20;
+
+/// The text of `p`, a regular file a child wrote, at most `max` bytes (invalid UTF-8
+/// replaced). Errors: it is not a regular file (a FIFO would block, a device never
+/// end), cannot be read, or holds more than `max` bytes — each naming the path.
+pub fn read_output(p: &std::path::Path, max: u64) -> anyhow::Result<String> {
+    use std::io::Read;
+    let shown = p.display();
+    let m = std::fs::metadata(p).map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
+    if !m.is_file() {
+        anyhow::bail!("{shown} is not a regular file (a directory, FIFO or device): not read");
+    }
+    if m.len() > max {
+        anyhow::bail!(
+            "{shown} holds {} bytes, more than the {max} the harness reads",
+            m.len()
+        );
+    }
+    let mut buf = Vec::new();
+    std::fs::File::open(p)
+        .and_then(|f| f.take(max + 1).read_to_end(&mut buf))
+        .map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
+    if buf.len() as u64 > max {
+        anyhow::bail!("{shown} grew past the {max} bytes the harness reads");
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
 
 /// Civil date (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's algorithm).
 fn civil_from_days(z: i64) -> (i64, u32, u32) {

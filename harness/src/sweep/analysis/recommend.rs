@@ -76,6 +76,58 @@ pub struct Recommendation {
     pub cold_beside: Option<ColdBeside>,
     /// Measured runs of every point considered that were marked `noisy`.
     pub noisy_runs: usize,
+    /// Measured finished runs of every point considered (quiet and noisy).
+    pub finished_runs: usize,
+    /// Some point has finished runs but none has a decode time: every run generated
+    /// one token (s/token needs two; the first is the time to first token).
+    pub first_token_only: bool,
+    /// The point with the lowest median time to first token (quiet points first),
+    /// with its IO mode: what a sweep without decode times can still say.
+    pub fastest_ttft: Option<(String, TtftPick)>,
+}
+
+/// A point's time to first token.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TtftPick {
+    /// Point index.
+    pub point_index: usize,
+    /// Budget as written.
+    pub budget_spec: String,
+    /// Budget, bytes.
+    pub budget_bytes: u64,
+    /// Prefetch policy.
+    pub prefetch: String,
+    /// Median time to first token, seconds.
+    pub ttft_s: f64,
+    /// Only noisy runs measured it.
+    pub noisy: bool,
+}
+
+/// The fastest first token over the points run within their budget (quiet ones
+/// first).
+fn fastest_ttft(stats: &[PointStats]) -> Option<(String, TtftPick)> {
+    stats
+        .iter()
+        .filter(|p| !p.below_floor && p.n > 0 && p.over_budget == 0)
+        .filter_map(|p| p.ttft_s.map(|t| (p, t)))
+        .min_by(|(a, x), (b, y)| {
+            (a.noisy_only, x)
+                .partial_cmp(&(b.noisy_only, y))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        })
+        .map(|(p, t)| {
+            (
+                p.io.clone(),
+                TtftPick {
+                    point_index: p.point_index,
+                    budget_spec: p.budget_spec.clone(),
+                    budget_bytes: p.budget_bytes,
+                    prefetch: p.prefetch.clone(),
+                    ttft_s: t,
+                    noisy: p.noisy_only,
+                },
+            )
+        })
 }
 
 fn pick(p: &PointStats) -> Option<Pick> {
@@ -205,6 +257,13 @@ pub fn recommend(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Reco
             .unwrap_or_else(|| "cold".into()),
         cold_beside: None,
         noisy_runs,
+        finished_runs: stats
+            .iter()
+            .map(|p| if p.noisy_only { p.n } else { p.n + p.noisy })
+            .sum(),
+        first_token_only: stats.iter().any(|p| p.n > 0)
+            && stats.iter().all(|p| p.n == 0 || p.s_per_token.is_none()),
+        fastest_ttft: fastest_ttft(stats),
     }
 }
 
@@ -261,19 +320,52 @@ pub fn recommend_steady(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) 
 }
 
 impl Recommendation {
+    /// Why there is no recommendation, in Markdown: no finished run yet, runs that
+    /// timed no decode step (with the fastest first token instead), only noisy runs,
+    /// or only points over their budget.
+    fn no_answer(&self, label: &dyn Fn(&str, u64) -> String) -> String {
+        if self.finished_runs == 0 {
+            return "No finished runs to recommend from yet.\n\n".into();
+        }
+        if self.first_token_only {
+            let mut s = format!(
+                "**Bottom line: no answer** — none of the {} finished run(s) timed a decode step: \
+                 s/token needs at least 2 generated tokens per run (the first token is timed as the \
+                 time to first token), and these generated one (`max_tokens = 1`, or a stop id first). \
+                 Raise `max_tokens` to rank budgets and IO modes by decode speed.",
+                self.finished_runs
+            );
+            if let Some((io, t)) = &self.fastest_ttft {
+                s += &format!(
+                    " Fastest time to first token: **{:.4} s** at {} ({io}, {}){}.",
+                    t.ttft_s,
+                    label(&t.budget_spec, t.budget_bytes),
+                    t.prefetch,
+                    if t.noisy { ", from noisy runs" } else { "" }
+                );
+            }
+            return s + "\n\n";
+        }
+        if self.noisy_runs > 0 {
+            return format!(
+                "**Bottom line: no answer** — no quiet runs to recommend from: {} finished run(s) were marked noisy (see `noisy` in results.csv). A quieter machine would decide it.\n\n",
+                self.noisy_runs
+            );
+        }
+        format!(
+            "**Bottom line: no answer** — {} finished run(s), but no point can be recommended: \
+             {} point(s) went over their budget (left out; see `over_budget` in results.csv).\n\n",
+            self.finished_runs,
+            self.excluded_over_budget.len()
+        )
+    }
+
     /// The Markdown section (`## Recommendation`).
     pub fn markdown(&self, label: &dyn Fn(&str, u64) -> String) -> String {
         use std::fmt::Write as _;
         let mut s = String::from("## Recommendation\n\n");
         if self.modes.iter().all(|m| m.best.is_none()) {
-            if self.noisy_runs > 0 {
-                s += &format!(
-                    "**Bottom line: no answer** — no quiet runs to recommend from: {} finished run(s) were marked noisy (see `noisy` in results.csv). A quieter machine would decide it.\n\n",
-                    self.noisy_runs
-                );
-            } else {
-                s += "No finished runs to recommend from yet.\n\n";
-            }
+            s += &self.no_answer(label);
             return s;
         }
         s += &super::bottom_line::markdown(
@@ -451,6 +543,33 @@ pub(crate) mod tests {
         assert!(md.starts_with("## Recommendation"));
         assert!(md.contains("Left out: 1 point(s)"));
         assert!(md.contains("**Bottom line:** the smallest budget that decodes within 10 % of the fastest point is **c** with **direct**"), "{md}");
+    }
+
+    /// A sweep whose runs all generated one token (`max_tokens = 1`) has no s/token:
+    /// the report says why, and gives the fastest first token instead of "no
+    /// finished runs"; one with no run yet still says that.
+    #[test]
+    fn first_token_only_sweep_says_why_there_is_no_answer() {
+        let mut s = vec![p(0, "direct", "a", 100, 1.0), p(1, "mmap", "b", 200, 1.0)];
+        for (x, t) in s.iter_mut().zip([0.30, 0.25]) {
+            x.s_per_token = None;
+            x.ttft_s = Some(t);
+        }
+        let md = recommend(&s, &BTreeMap::new()).markdown(&|s, _| s.to_string());
+        assert!(
+            md.contains("none of the 6 finished run(s) timed a decode step")
+                && md.contains("Fastest time to first token: **0.2500 s** at b (mmap, none)")
+                && !md.contains("No finished runs"),
+            "{md}"
+        );
+        for x in &mut s {
+            x.n = 0;
+        }
+        let md = recommend(&s, &BTreeMap::new()).markdown(&|s, _| s.to_string());
+        assert!(
+            md.contains("No finished runs to recommend from yet."),
+            "{md}"
+        );
     }
 
     /// Three runs of three decode times, all the point's median, for every point of

@@ -439,6 +439,15 @@ pub fn uses(d: &EngineDef, ph: &str) -> bool {
         || d.version_command.iter().flatten().any(|a| a.contains(ph))
 }
 
+/// Whether placeholder `ph` appears in any template of `d` (command, setup, version
+/// command, env values, `ids_json`, `model`).
+pub fn uses_anywhere(d: &EngineDef, ph: &str) -> bool {
+    uses(d, ph)
+        || d.env.values().any(|v| v.contains(ph))
+        || d.ids_json.as_ref().is_some_and(|t| t.contains(ph))
+        || d.model.as_ref().is_some_and(|t| t.contains(ph))
+}
+
 /// `name` as a TOML key: bare when it can be (`kimi-k3-in-c`), quoted otherwise
 /// (`"llama.cpp"`).
 pub fn toml_key(name: &str) -> String {

@@ -13,6 +13,7 @@
 //! - [`applicable`]: which points each engine can run;
 //! - [`runs`]: per-run glue (prompt ids, trunk share, reading an engine's output);
 //! - [`setup`]: cached setup steps and versions;
+//! - [`program`]: whether an engine's program can start, before any run;
 //! - [`check`]: `memdial engines check`.
 
 pub mod agreement;
@@ -21,6 +22,7 @@ pub mod check;
 pub mod def;
 pub mod margins;
 pub mod output;
+pub mod program;
 pub mod ratio;
 pub mod registry;
 pub mod resolve;

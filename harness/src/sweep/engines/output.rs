@@ -11,6 +11,7 @@ use serde_json::{json, Map, Value};
 
 use super::registry::Engine;
 use super::template::Vars;
+use crate::sweep::util::{read_output, MAX_OUTPUT_BYTES};
 
 /// The value at dotted key `key` (`a.b.0`) of `v`.
 pub fn get_path<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
@@ -61,6 +62,12 @@ fn f64_at(doc: Option<&Value>, key: Option<&String>) -> Option<f64> {
     v.as_f64().filter(|x| x.is_finite())
 }
 
+/// The engine's stdout (`run_dir/stdout.txt`), at most [`MAX_OUTPUT_BYTES`].
+fn stdout_of(e: &Engine, run_dir: &Path) -> Result<String> {
+    read_output(&run_dir.join("stdout.txt"), MAX_OUTPUT_BYTES)
+        .with_context(|| format!("{}: its stdout", e.name))
+}
+
 /// How much older than the attempt's start an output file may look: file times come
 /// from the kernel's coarse clock, which lags the wall clock by up to a tick.
 const CLOCK_SLACK: std::time::Duration = std::time::Duration::from_millis(50);
@@ -91,8 +98,8 @@ pub fn read_metrics(
                     e.name
                 );
             }
-            let text = std::fs::read_to_string(&p)
-                .with_context(|| format!("{} wrote no ids file {p}", e.name))?;
+            let text = read_output(Path::new(&p), MAX_OUTPUT_BYTES)
+                .with_context(|| format!("{}: its ids file", e.name))?;
             Some(
                 serde_json::from_str(&text)
                     .with_context(|| format!("{} ids file {p} is not JSON", e.name))?,
@@ -103,7 +110,7 @@ pub fn read_metrics(
     let ids = match (&d.ids_stdout_regex, &doc) {
         (Some(r), _) => {
             let re = regex::Regex::new(r)?;
-            let out = std::fs::read_to_string(run_dir.join("stdout.txt")).unwrap_or_default();
+            let out = stdout_of(e, run_dir)?;
             let ids = ids_from_stdout(&out, &re)?;
             if ids.is_empty() {
                 bail!("{}: no stdout line matched {r:?}", e.name);
@@ -122,11 +129,19 @@ pub fn read_metrics(
     let steps: Vec<f64> = match &d.steps_stdout_regex {
         Some(r) => {
             let re = regex::Regex::new(r)?;
-            let out = std::fs::read_to_string(run_dir.join("stdout.txt")).unwrap_or_default();
-            out.lines()
+            let out = stdout_of(e, run_dir)?;
+            let steps: Vec<f64> = out
+                .lines()
                 .filter_map(|l| re.captures(l)?.get(1)?.as_str().parse::<f64>().ok())
-                .filter(|x| x.is_finite())
-                .collect()
+                .collect();
+            // Not dropped (that would shift TTFT and the decode steps): refused.
+            if let Some((i, x)) = steps.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+                bail!(
+                    "{}: step {i} of its stdout is {x} s, not a finite time",
+                    e.name
+                );
+            }
+            steps
         }
         None => vec![],
     };

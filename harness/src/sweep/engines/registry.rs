@@ -250,6 +250,49 @@ impl Registry {
                 ));
             }
         }
+        if v.is_empty() {
+            v.extend(self.unstartable(e));
+        }
+        v
+    }
+
+    /// The programs of engine `e` (its command's, setup step's and version command's
+    /// first word, placeholders expanded) that cannot start
+    /// ([`super::program::cannot_start`]), each named with its key. A program named by
+    /// a placeholder that has no value yet (`{setup_dir}/bin/x`, made by the setup
+    /// step) is not checked.
+    fn unstartable(&self, e: &Engine) -> Vec<String> {
+        let vars = self.base_vars(e, Path::new(""));
+        let lists = [
+            ("command", &e.def.command),
+            ("setup", &e.def.setup),
+            ("version_command", &e.def.version_command),
+        ];
+        let mut v = vec![];
+        for (key, list) in lists {
+            let Some(first) = list.as_ref().and_then(|l| l.first()) else {
+                continue;
+            };
+            let Ok(program) = vars.expand(first) else {
+                continue;
+            };
+            if let Some(why) = super::program::cannot_start(&program) {
+                v.push(format!(
+                    "engine {:?}: {key}[0] {first:?} cannot start: {why}",
+                    e.name
+                ));
+            }
+        }
+        // An ids file at a fixed path is removed before each run: only a regular one.
+        if let Some(p) = e.def.ids_json.as_ref().and_then(|t| vars.expand(t).ok()) {
+            if std::fs::symlink_metadata(&p).is_ok_and(|m| !m.is_file() && !m.is_symlink()) {
+                v.push(format!(
+                    "engine {:?}: ids_json {p} is not a regular file (a directory, FIFO or device): \
+                     it is removed before each run, so give a file path",
+                    e.name
+                ));
+            }
+        }
         v
     }
 

@@ -51,6 +51,9 @@ pub fn resolve_def(tables: &BTreeMap<String, EngineDef>, name: &str) -> Result<E
     if adapter != "memdial" && d.ids_json.is_none() && d.ids_stdout_regex.is_none() {
         bail!("engine {name:?}: say where its ids are (`ids_json` + `ids_key`, or `ids_stdout_regex`)");
     }
+    if adapter != "memdial" {
+        check_templates(name, &d)?;
+    }
     if let Some(r) = &d.steps_stdout_regex {
         let re =
             regex::Regex::new(r).with_context(|| format!("engine {name:?}: steps_stdout_regex"))?;
@@ -78,6 +81,49 @@ pub fn resolve_def(tables: &BTreeMap<String, EngineDef>, name: &str) -> Result<E
         }
     }
     Ok(d)
+}
+
+/// Checks every template of engine `name` ([`super::template::check`]): the error
+/// names the engine, the key (`command[2]`, `env.OMP_NUM_THREADS`, …), the template
+/// and what is wrong with it.
+fn check_templates(name: &str, d: &EngineDef) -> Result<()> {
+    use super::template::{check, Scope};
+    let mut all: Vec<(String, &str, Scope, bool)> = vec![];
+    let lists = [
+        ("command", &d.command, Scope::Run),
+        ("setup", &d.setup, Scope::Model),
+        ("version_command", &d.version_command, Scope::Model),
+    ];
+    for (key, list, scope) in lists {
+        for (i, a) in list.iter().flatten().enumerate() {
+            all.push((format!("{key}[{i}]"), a, scope, key == "command"));
+        }
+    }
+    for (k, v) in &d.env {
+        if k.is_empty() || k.contains(['=', '\0']) {
+            bail!("engine {name:?}: env key {k:?} is not a variable name (empty, or holds `=` or NUL)");
+        }
+        all.push((format!("env.{k}"), v, Scope::Run, false));
+    }
+    for (key, t) in [("ids_json", &d.ids_json), ("model", &d.model)] {
+        if let Some(t) = t {
+            all.push((key.to_string(), t, Scope::Run, false));
+        }
+    }
+    for (key, t, scope, whole_arg) in all {
+        if let Err(e) = check(t, scope, whole_arg) {
+            bail!("engine {name:?}: {key} {t:?}: {e}");
+        }
+    }
+    if d.setup.is_none() && super::def::uses_anywhere(d, "{setup_dir}") {
+        bail!(
+            "engine {name:?}: {{setup_dir}} is used but the engine has no `setup` step to fill it"
+        );
+    }
+    if d.command.as_ref().is_some_and(|c| c.is_empty()) {
+        bail!("engine {name:?}: `command` is empty: give the program and its arguments");
+    }
+    Ok(())
 }
 
 /// Checks the spec's engine settings (called by `Spec::validate`): the `engines`

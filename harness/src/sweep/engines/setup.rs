@@ -71,12 +71,44 @@ pub fn run_setup(name: &str, setup: &[String], vars: &Vars, dir: &Path) -> Resul
     Ok(())
 }
 
+/// How long a version command may take before it is killed (the version is then
+/// unknown): it runs before any run, so one that never ends must not hang the sweep.
+pub const VERSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The first non-empty line (at most 120 characters) a version command prints on
+/// stdout or stderr; `None` when it cannot start or takes over [`VERSION_TIMEOUT`]
+/// (then it is killed with what it started, and a warning says so).
 pub fn first_line_of(args: &[String]) -> Option<String> {
-    let o = Command::new(args.first()?)
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let child = Command::new(args.first()?)
         .args(&args[1..])
-        .stdin(std::process::Stdio::null())
-        .output()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
         .ok()?;
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let o = match rx.recv_timeout(VERSION_TIMEOUT) {
+        Ok(o) => o.ok()?,
+        Err(_) => {
+            // SAFETY: kill with a negative pid signals only the command's own group.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+            eprintln!(
+                "warning: version command `{}` did not finish in {} s: killed (version unknown)",
+                args.join(" "),
+                VERSION_TIMEOUT.as_secs()
+            );
+            return None;
+        }
+    };
     let text = format!(
         "{}\n{}",
         String::from_utf8_lossy(&o.stdout),

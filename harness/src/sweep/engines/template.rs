@@ -1,5 +1,7 @@
 //! Placeholder expansion of engine command templates: `{name}` is replaced by its
-//! value; an argument that is exactly `{io_args}` expands to zero or more arguments.
+//! value; an argument that is exactly `{io_args}` expands to zero or more arguments;
+//! `{{` and `}}` are a literal `{` and `}` (as in Python's `str.format` and Rust's
+//! `format!`). [`check`] validates a template before any run.
 
 use std::collections::BTreeMap;
 
@@ -91,38 +93,28 @@ impl Vars {
         self
     }
 
-    /// `t` with every `{name}` replaced. Errors: an unknown or unset placeholder
-    /// (named in the message), or `{io_args}` inside a longer argument.
+    /// `t` with every `{name}` replaced and `{{` / `}}` unescaped. Errors: a template
+    /// [`parse`] refuses, an unknown or unset placeholder (named in the message), or
+    /// `{io_args}` inside a longer argument.
     pub fn expand(&self, t: &str) -> Result<String> {
         let mut out = String::new();
-        let mut rest = t;
-        while let Some(i) = rest.find('{') {
-            out.push_str(&rest[..i]);
-            let after = &rest[i + 1..];
-            let Some(j) = after.find('}') else {
-                bail!("unclosed placeholder in {t:?}");
-            };
-            let name = &after[..j];
-            if name == "io_args" {
-                bail!("{{io_args}} must be a whole argument (in {t:?})");
+        for piece in parse(t).map_err(|e| anyhow::anyhow!("{e} in {t:?}"))? {
+            match piece {
+                Piece::Lit(s) => out.push_str(s),
+                Piece::Brace(c) => out.push(c),
+                Piece::Ph("io_args") => bail!("{{io_args}} must be a whole argument (in {t:?})"),
+                Piece::Ph(name) => match self.scalars.get(name) {
+                    Some(v) => out.push_str(v),
+                    None if is_known(name) => {
+                        bail!("placeholder {{{name}}} has no value for this engine (in {t:?})")
+                    }
+                    None => bail!(
+                        "unknown placeholder {{{name}}} in {t:?} (known: {})",
+                        known()
+                    ),
+                },
             }
-            match self.scalars.get(name) {
-                Some(v) => out.push_str(v),
-                None if PLACEHOLDERS.iter().any(|(p, _)| *p == name) => {
-                    bail!("placeholder {{{name}}} has no value for this engine (in {t:?})")
-                }
-                None => bail!(
-                    "unknown placeholder {{{name}}} in {t:?} (known: {})",
-                    PLACEHOLDERS
-                        .iter()
-                        .map(|(p, _)| format!("{{{p}}}"))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                ),
-            }
-            rest = &after[j + 1..];
         }
-        out.push_str(rest);
         Ok(out)
     }
 
@@ -138,6 +130,144 @@ impl Vars {
         }
         Ok(v)
     }
+}
+
+/// Placeholders that have a value only in a run (not in a setup step or a version
+/// command, which run once per model).
+pub const RUN_ONLY: &[&str] = &[
+    "prompt_ids",
+    "prompt_ids_space",
+    "prompt_tokens",
+    "max_tokens",
+    "threads",
+    "budget_bytes",
+    "budget_mib",
+    "budget_gib",
+    "budget_gb",
+    "io",
+    "io_args",
+    "prefetch",
+    "start",
+    "run_dir",
+    "k3c_trunk_gb",
+    "k3c_cache_gb",
+];
+
+/// One piece of a template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece<'a> {
+    /// Literal text.
+    Lit(&'a str),
+    /// A literal brace written `{{` or `}}`.
+    Brace(char),
+    /// A placeholder `{name}`.
+    Ph(&'a str),
+}
+
+/// The pieces of template `t`. Errors (the byte offset named): a `{` without its
+/// `}`, a `}` that closes nothing (write `}}` for a literal one), an empty `{}`, a
+/// placeholder name holding a brace.
+pub fn parse(t: &str) -> std::result::Result<Vec<Piece<'_>>, String> {
+    let mut v = vec![];
+    let mut lit = 0;
+    let b = t.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            c @ (b'{' | b'}') if b.get(i + 1) == Some(&c) => {
+                if lit < i {
+                    v.push(Piece::Lit(&t[lit..i]));
+                }
+                v.push(Piece::Brace(c as char));
+                i += 2;
+                lit = i;
+            }
+            b'{' => {
+                let Some(j) = t[i + 1..].find(['{', '}']).map(|j| i + 1 + j) else {
+                    return Err(format!(
+                        "unclosed placeholder at byte {i} (write {{{{ for a literal {{)"
+                    ));
+                };
+                if b[j] == b'{' {
+                    return Err(format!(
+                        "unclosed placeholder at byte {i} (write {{{{ for a literal {{)"
+                    ));
+                }
+                if j == i + 1 {
+                    return Err(format!(
+                        "empty placeholder {{}} at byte {i} (write {{{{}}}} for literal braces)"
+                    ));
+                }
+                if lit < i {
+                    v.push(Piece::Lit(&t[lit..i]));
+                }
+                v.push(Piece::Ph(&t[i + 1..j]));
+                i = j + 1;
+                lit = i;
+            }
+            b'}' => {
+                return Err(format!(
+                    "a }} at byte {i} closes no placeholder (write }}}} for a literal }})"
+                ))
+            }
+            _ => i += 1,
+        }
+    }
+    if lit < b.len() {
+        v.push(Piece::Lit(&t[lit..]));
+    }
+    Ok(v)
+}
+
+fn is_known(name: &str) -> bool {
+    PLACEHOLDERS.iter().any(|(p, _)| *p == name)
+}
+
+fn known() -> String {
+    PLACEHOLDERS
+        .iter()
+        .map(|(p, _)| format!("{{{p}}}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Where a template is expanded: which placeholders have a value there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// A run's command, environment, `ids_json` or `model`: every placeholder.
+    Run,
+    /// A setup step or version command (once per model): no per-run placeholder.
+    Model,
+}
+
+/// Checks template `t` (an argument when `whole_arg` is set, where `{io_args}` alone
+/// is allowed) before any run. Errors name the placeholder: unknown, per-run in a
+/// once-per-model template, `{io_args}` inside a longer text, or a syntax error of
+/// [`parse`].
+pub fn check(t: &str, scope: Scope, whole_arg: bool) -> std::result::Result<(), String> {
+    if let Some(at) = t.find('\0') {
+        return Err(format!(
+            "holds a NUL character (at byte {at}), which no argument, path or environment value can hold"
+        ));
+    }
+    for p in parse(t)? {
+        let Piece::Ph(name) = p else { continue };
+        if !is_known(name) {
+            return Err(format!(
+                "unknown placeholder {{{name}}} (known: {}; write {{{{ and }}}} for literal braces)",
+                known()
+            ));
+        }
+        if name == "io_args" && !(whole_arg && t == "{io_args}") {
+            return Err("{io_args} must be a whole argument of the command".into());
+        }
+        if scope == Scope::Model && RUN_ONLY.contains(&name) {
+            return Err(format!(
+                "placeholder {{{name}}} has a value only in a run, not here (this runs once per model)"
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -169,5 +299,36 @@ mod tests {
             .contains("no value"));
         assert!(v.expand("a{io_args}").is_err());
         assert!(v.expand("{model").is_err());
+    }
+
+    #[test]
+    fn braces_escape_and_bad_templates_are_named() {
+        let mut v = Vars::default();
+        v.set("run_dir", "/r");
+        assert_eq!(
+            v.expand(r#"printf '{{"ids": [1]}}' > {run_dir}/o.json"#)
+                .unwrap(),
+            r#"printf '{"ids": [1]}' > /r/o.json"#
+        );
+        assert_eq!(v.expand("{{run_dir}}").unwrap(), "{run_dir}");
+        assert_eq!(v.expand("{{{run_dir}}}").unwrap(), "{/r}");
+        for (t, want) in [
+            ("{model", "unclosed placeholder at byte 0"),
+            ("a{b{c}", "unclosed placeholder at byte 1"),
+            ("x}", "a } at byte 1 closes no placeholder"),
+            ("{}", "empty placeholder"),
+            ("{bogus}", "unknown placeholder {bogus}"),
+            ("a{io_args}", "{io_args} must be a whole argument"),
+            ("a\0b", "holds a NUL character (at byte 1)"),
+        ] {
+            let e = check(t, Scope::Run, true).unwrap_err();
+            assert!(e.contains(want), "{t}: {e}");
+        }
+        assert!(check("{io_args}", Scope::Run, true).is_ok());
+        assert!(check("{io_args}", Scope::Run, false).is_err());
+        assert!(check("{threads}", Scope::Model, true)
+            .unwrap_err()
+            .contains("{threads} has a value only in a run"));
+        assert!(check("{{threads}} {model}", Scope::Model, true).is_ok());
     }
 }

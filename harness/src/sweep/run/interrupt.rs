@@ -1,15 +1,25 @@
 //! SIGINT / SIGTERM during a sweep: print the exact command that resumes it, then
 //! exit (130 / 143, the shell's 128 + signal). Nothing needs finishing first: every
-//! file of the run directory is written atomically, the child run dies with the
-//! harness (`PR_SET_PDEATHSIG`), the directory lock is released by the kernel, and
+//! file of the run directory is written atomically, the running child's process
+//! group is killed (and the child dies with the harness anyway, `PR_SET_PDEATHSIG`),
+//! the directory lock is released by the kernel, and
 //! the next sweep removes stale temporaries and cgroups.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 
 /// The message the handler writes (leaked, set once before the handler is installed).
 static MSG: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 static MSG_LEN: AtomicUsize = AtomicUsize::new(0);
+/// Process group of the run now running (0: none), killed by the handler: a run's
+/// child has its own group, so the terminal's SIGINT does not reach what it started.
+static CHILD_GROUP: AtomicI32 = AtomicI32::new(0);
+
+/// Records the process group of the run now running (0 when it has ended), for the
+/// handler to kill on SIGINT / SIGTERM.
+pub fn set_child_group(pgid: i32) {
+    CHILD_GROUP.store(pgid, Ordering::SeqCst);
+}
 
 /// `argv` with `--out` set to `out` (replacing `--out X` / `--out=X`, else added),
 /// shell-quoted: the command that resumes this sweep.
@@ -50,9 +60,14 @@ pub fn install(resume: &str) {
 extern "C" fn on_signal(sig: libc::c_int) {
     let p = MSG.load(Ordering::SeqCst);
     let n = MSG_LEN.load(Ordering::SeqCst);
+    let group = CHILD_GROUP.load(Ordering::SeqCst);
     // SAFETY: `p`/`n` are a leaked, never-freed buffer stored before the handler was
-    // installed; write(2) and _exit(2) are async-signal-safe.
+    // installed; kill(2), write(2) and _exit(2) are async-signal-safe; `group` is the
+    // running child's own process group (> 1), never ours.
     unsafe {
+        if group > 1 {
+            libc::kill(-group, libc::SIGKILL);
+        }
         if !p.is_null() {
             libc::write(2, p.cast(), n);
         }

@@ -166,6 +166,10 @@ impl RunRequest<'_> {
         // none writes into a resumed --out). A harness that died between fork and
         // prctl is caught by the parent-pid check.
         let parent = std::process::id();
+        // Its own process group, so a timeout (or the end of the run) ends the whole
+        // tree it started: PR_SET_PDEATHSIG reaches only the direct child, and without
+        // a cgroup nothing else finds the grandchildren.
+        cmd.process_group(0);
         unsafe {
             cmd.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
@@ -181,6 +185,8 @@ impl RunRequest<'_> {
         let mut child = cmd
             .spawn()
             .with_context(|| format!("cannot start {}", bin.display()))?;
+        let group = child.id() as i32;
+        super::interrupt::set_child_group(group);
         let mut timed_out = false;
         let mut mem = MemSamples::default();
         let mut next_sample = Instant::now();
@@ -193,25 +199,29 @@ impl RunRequest<'_> {
             if exited_unreaped(child.id()) {
                 // Its /proc entry (CPU time, read bytes) lives until it is reaped.
                 after = Some(sentinel.snapshot(Some(child.id()), t0.elapsed().as_secs_f64()));
+                // What it left running ends with it (the unreaped leader keeps the
+                // group id from being reused).
+                kill_group(group);
                 break child.wait()?;
             }
             if let Some(s) = child.try_wait()? {
                 break s;
             }
             if t0.elapsed() > self.timeout {
+                kill_group(group);
                 let _ = child.kill();
                 timed_out = true;
                 break child.wait()?;
             }
             std::thread::sleep(Duration::from_millis(10));
         };
+        super::interrupt::set_child_group(0);
         let wall_s = t0.elapsed().as_secs_f64();
         let after = after.unwrap_or_else(|| sentinel.snapshot(None, wall_s));
         let noise = memdial::noise::Noise::between(&before, &after, sentinel.ticks_per_s());
         // What the run left in the page cache counts too.
         mem.sample(None, self.watch_files, None);
-        let stderr = std::fs::read_to_string(self.run_dir.join("stderr.txt")).unwrap_or_default();
-        let stderr_tail = stderr_summary(&stderr);
+        let stderr_tail = stderr_summary(&stderr_head(&self.run_dir.join("stderr.txt")));
         let (metrics, metrics_error) = read_metrics(&attempt, &final_metrics);
         Ok(RunOutcome {
             exit_code: status.code(),
@@ -232,7 +242,48 @@ impl RunRequest<'_> {
     /// Removes another engine's output files of an earlier attempt (or of another run,
     /// when they live outside the run directory): they must not be read as this one's.
     fn remove_earlier_outputs(&self) -> Result<()> {
+        // Where the file really is (`{run_dir}/../x` is not in the run directory).
+        let real = |p: &Path| -> Option<PathBuf> {
+            let dir = std::fs::canonicalize(p.parent()?).ok()?;
+            Some(dir.join(p.file_name()?))
+        };
+        let run_dir = std::fs::canonicalize(self.run_dir).ok();
+        let out_dir = run_dir
+            .as_deref()
+            .and_then(|d| d.parent())
+            .and_then(|d| d.parent());
         for f in self.external.map(|x| x.outputs.as_slice()).unwrap_or(&[]) {
+            let at = real(f);
+            let in_run = at
+                .as_ref()
+                .zip(run_dir.as_ref())
+                .is_some_and(|(a, r)| a.starts_with(r));
+            // The sweep's own files (sweep.json, results.json, other runs) are never
+            // an engine's output.
+            if !in_run
+                && at
+                    .as_ref()
+                    .zip(out_dir)
+                    .is_some_and(|(a, o)| a.starts_with(o))
+            {
+                anyhow::bail!(
+                    "the engine's output {} is in the sweep's directory but outside this run's: \
+                     not removed; write it under {{run_dir}}",
+                    f.display()
+                );
+            }
+            // Outside the run directory only a regular file (or a link) is removed:
+            // `ids_json = "/dev/null"` must never delete a device.
+            if let Ok(m) = std::fs::symlink_metadata(f) {
+                let ours = in_run && !m.is_dir();
+                if !ours && !m.is_file() && !m.file_type().is_symlink() {
+                    anyhow::bail!(
+                        "the engine's output {} is not a regular file (a directory, FIFO or device): \
+                         not removed; give `ids_json` a file path",
+                        f.display()
+                    );
+                }
+            }
             match std::fs::remove_file(f) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -244,6 +295,25 @@ impl RunRequest<'_> {
         }
         Ok(())
     }
+}
+
+/// The first MiB of a child's stderr file and, when it holds more, its last 64 KiB
+/// (an engine may print gigabytes; the summary needs its first error or last line).
+fn stderr_head(p: &Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    const HEAD: u64 = 1 << 20;
+    const TAIL: u64 = 64 << 10;
+    let Ok(mut f) = std::fs::File::open(p) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut buf = Vec::new();
+    let _ = (&mut f).take(HEAD).read_to_end(&mut buf);
+    if len > HEAD + TAIL && f.seek(SeekFrom::Start(len - TAIL)).is_ok() {
+        buf.push(b'\n');
+        let _ = f.take(TAIL).read_to_end(&mut buf);
+    }
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 /// The line of a child's stderr that says what went wrong, at most 400 characters: its
@@ -264,12 +334,27 @@ fn read_metrics(attempt: &Path, final_metrics: &Path) -> (Option<Value>, Option<
     if !attempt.exists() {
         return (None, Some("no metrics file written".to_string()));
     }
-    let text = std::fs::read_to_string(attempt).unwrap_or_default();
+    let text = match crate::sweep::util::read_output(attempt, crate::sweep::util::MAX_OUTPUT_BYTES)
+    {
+        Ok(t) => t,
+        Err(e) => return (None, Some(format!("metrics file: {e:#}"))),
+    };
     let _ = std::fs::rename(attempt, final_metrics);
     match serde_json::from_str::<Value>(&text) {
         Ok(v) if v.is_object() => (Some(v), None),
         Ok(_) => (None, Some("metrics JSON is not an object".to_string())),
         Err(e) => (None, Some(format!("metrics JSON does not parse: {e}"))),
+    }
+}
+
+/// SIGKILL to every process of group `pgid` (a run's child and what it started).
+fn kill_group(pgid: i32) {
+    if pgid > 1 {
+        // SAFETY: kill with a negative pid signals that process group only; pgid is
+        // our unreaped child's pid (its group leader), never 0, 1 or our own group.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
     }
 }
 

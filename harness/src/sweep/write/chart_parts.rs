@@ -56,6 +56,7 @@ pub(super) fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Seri
         distinct(&|s| s.start.clone()),
     );
     let mut out: Vec<Series> = vec![];
+    let stats: Vec<PointStats> = stats.iter().map(drawable).collect();
     for s in stats.iter().filter(|s| !s.below_floor && s.n > 0) {
         // Several engines: the engine leads the label (one colour and marker each).
         let mut rest = if ve {
@@ -118,6 +119,38 @@ pub(super) fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Seri
         s.pts.sort_by(|a, b| a.0.total_cmp(&b.0));
     }
     out
+}
+
+/// `p` with every figure a chart cannot draw left out (`None`): non-finite, or
+/// non-zero beyond 10^±30 (plotters' tick search does not end on such ranges). The
+/// runs' own self-check refuses timings far inside these bounds; this keeps drawing
+/// finite for any rows, e.g. a hand-edited directory given to `report merge`.
+pub(super) fn drawable(p: &PointStats) -> PointStats {
+    let ok = |v: &mut Option<f64>| {
+        if v.is_some_and(|x| !x.is_finite() || (x != 0.0 && !(1e-30..=1e30).contains(&x.abs()))) {
+            *v = None;
+        }
+    };
+    let mut p = p.clone();
+    for v in [
+        &mut p.s_per_token,
+        &mut p.s_per_token_min,
+        &mut p.s_per_token_max,
+        &mut p.s_per_token_lo,
+        &mut p.s_per_token_hi,
+        &mut p.tokens_per_s,
+        &mut p.ttft_s,
+        &mut p.bytes_read_per_token,
+        &mut p.io_wait_fraction,
+        &mut p.trunk_hit_rate,
+        &mut p.expert_hit_rate,
+        &mut p.peak_rss_bytes,
+        &mut p.peak_rss_anon_bytes,
+        &mut p.peak_accounted_bytes,
+    ] {
+        ok(v);
+    }
+    p
 }
 
 /// Half-width of a whisker's end caps, as a factor on the (log) x axis.
