@@ -198,6 +198,8 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Tokenizing runs in the blocking pool: a few threads, beside the model's.
+        .max_blocking_threads(2)
         .thread_name("memdial-http")
         .enable_all()
         .build()
