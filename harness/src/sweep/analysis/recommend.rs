@@ -240,6 +240,7 @@ pub fn recommend_steady(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) 
                 c.threads,
                 c.prompt_index,
                 &c.engine,
+                &c.layout,
             ) == (
                 &w.budget_spec,
                 &w.io,
@@ -248,6 +249,7 @@ pub fn recommend_steady(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) 
                 w.threads,
                 w.prompt_index,
                 &w.engine,
+                &w.layout,
             )
         })?;
         Some(ColdBeside {
