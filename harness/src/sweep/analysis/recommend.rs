@@ -299,6 +299,7 @@ pub fn recommend_steady(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) 
                 c.threads,
                 c.prompt_index,
                 &c.engine,
+                &c.layout,
             ) == (
                 &w.budget_spec,
                 &w.io,
@@ -307,6 +308,7 @@ pub fn recommend_steady(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) 
                 w.threads,
                 w.prompt_index,
                 &w.engine,
+                &w.layout,
             )
         })?;
         Some(ColdBeside {
