@@ -20,9 +20,10 @@ use memdial::io::IoMode;
 use memdial::loader::StoreOptions;
 use memdial::model::Model;
 use memdial::store::cache::CachePolicy;
-use memdial::store::plan::{parse_size, Prefetch};
+use memdial::store::plan::Prefetch;
 use memdial::store::streaming::StreamOptions;
 use memdial::tokenizer::Tokenizer;
+use memdial::util::budget::parse_size;
 
 use crate::args::{usage, CacheArg, IoArg, PrefetchArg};
 use crate::sweep::start::StartMode;

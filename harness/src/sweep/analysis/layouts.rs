@@ -158,7 +158,7 @@ fn fmt_ratio(r: &Ratio) -> String {
 }
 
 fn bytes(v: Option<f64>) -> String {
-    v.map(|x| memdial::store::plan::fmt_bytes(x.max(0.0).round() as u64))
+    v.map(|x| memdial::util::units::fmt_bytes(x.max(0.0).round() as u64))
         .unwrap_or_else(|| "–".into())
 }
 
@@ -189,8 +189,8 @@ pub fn markdown(v: &[LayoutRatio]) -> String {
             crate::sweep::spec::budget_label(&r.budget_spec, r.budget_bytes),
             r.io,
             r.prefetch,
-            memdial::store::plan::fmt_bytes(r.safetensors_floor_bytes),
-            memdial::store::plan::fmt_bytes(r.lossless_floor_bytes),
+            memdial::util::units::fmt_bytes(r.safetensors_floor_bytes),
+            memdial::util::units::fmt_bytes(r.lossless_floor_bytes),
             r.safetensors_s_per_token,
             r.safetensors_point,
             r.lossless_s_per_token,
