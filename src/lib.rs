@@ -8,7 +8,7 @@
 //! - [`util`]: the leaves (usage errors, byte sizes, budget expressions, SplitMix64, `/proc`, op timers);
 //! - [`kernels`]: matvec / matmul (BF16, MXFP4), MLA attention, the thread pool;
 //! - [`io`]: aligned direct / buffered / mmap reads and page-cache control;
-//! - [`format`]: config, tensor table, shard headers, checksums, tokenizer, limits, the lossless layout;
+//! - [`format`](mod@format): config, tensor table, shard headers, checksums, tokenizer, limits, the lossless layout;
 //! - [`store`]: the weight store interface, resident and streaming stores, the budget plan;
 //! - [`model`] and [`engine`]: the forward pass (KDA, MLA, MoE, AttnRes) over a
 //!   [`store::WeightStore`]; the loader, scratch arena, sampler, generation loop, batches, run metrics;

@@ -7,7 +7,7 @@
 //! - [`schema`]: the tensor table a config implies (names, dtypes, shapes);
 //! - [`checkpoint`]: safetensors shard headers and tensor locations;
 //! - [`manifest`]: the per-tensor checksum manifest `tensors.sha256`;
-//! - [`limits`]: values refused before work (config ranges, dimensions against the checkpoint, thread counts, traces);
+//! - [`limits`]: values refused before work (dimensions against the checkpoint, thread counts; the config's own ranges are [`config::ranges`]);
 //! - [`integrity`]: non-finite values and E8M0 NaN scales are errors, never output;
 //! - [`inspect`]: architecture summary and checkpoint validation;
 //! - [`tokenizer`]: the Kimi tiktoken tokenizer and chat template;
