@@ -96,7 +96,7 @@ impl<'de, A: Axis> Deserialize<'de> for Values<A> {
         }
         if let Some(d) = v.iter().enumerate().find(|(i, x)| v[..*i].contains(x)) {
             return Err(serde::de::Error::custom(format!(
-                "axis `{}` lists {} more than once (each point must be distinct)",
+                "axis `{}` lists \"{}\" more than once (each point must be distinct)",
                 A::NAME,
                 d.1
             )));
