@@ -13,6 +13,10 @@
 //!   memdial's top-2 margin at the differing position is dumped.
 //! - `llama_cpp_f32_agrees_with_memdial_on_tiny_fixtures`: with `MEMDIAL_LLAMA_BIN`
 //!   (else visibly skipped): llama.cpp on the F32 GGUF gives memdial's ids.
+//! - `llama_cpp_alone_on_a_random_llama_gguf`: with `MEMDIAL_LLAMA_BIN` (else visibly
+//!   skipped): llama.cpp alone on a random-weight `llama` GGUF memdial's engine does not
+//!   read, at a searched floor, a percentage and a size, in mmap / buffered / direct:
+//!   every run gives a numpy oracle's ids.
 //! - `unknown_engine_is_a_usage_error`, `missing_binary_is_a_usage_error_naming_how_to_build`.
 //!
 //! Runs one at a time (a global lock): concurrent sweeps would evict each other's pages.
@@ -367,7 +371,7 @@ fn missing_binary_is_a_usage_error_naming_how_to_build() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(
-        e.contains("/nonexistent/k3 does not exist") && e.contains("make"),
+        e.contains("/nonexistent/k3 does not exist") && e.contains("tools/build-engines.sh"),
         "{e}"
     );
 }
@@ -476,6 +480,140 @@ engines = ["memdial", "llama.cpp-f32", "llama.cpp"]
     Ok(testkit::Completion::Completed)
 }
 
+/// llama.cpp alone (`MEMDIAL_LLAMA_BIN`) on a model memdial's engine does not read: a
+/// 2-layer `llama` GGUF with random weights and a 328-token vocabulary, written by the
+/// `gguf` package (`fixtures/oracle/tiny_llama_gguf.py`, oracle venv). The sweep runs
+/// from a cold cache in memory cgroups at a searched `floor`, a percentage and a size,
+/// in `mmap`, `buffered` and `direct`: every run gives the ids of an independent float64
+/// numpy forward pass of the same file (`fixtures/oracle/llama_numpy_generate.py`), so
+/// the ids are the same across budgets and IO modes; the model is its one file (size,
+/// eviction, identity); the floors are the engine's own, searched and then cached.
+fn llama_cpp_alone_on_a_random_llama_gguf() -> testkit::Outcome {
+    let Some(bin) = std::env::var_os("MEMDIAL_LLAMA_BIN").filter(|b| !b.is_empty()) else {
+        return testkit::skip_optional(
+            "MEMDIAL_LLAMA_BIN is not set (tools/build-engines.sh DIR, see docs/engines.md)",
+        );
+    };
+    let python = match testkit::oracle::python(&repo_root()) {
+        Ok(p) => p,
+        Err(e) => return testkit::skip(format!("no oracle venv (gguf): {e}")),
+    };
+    let bin = PathBuf::from(bin);
+    let _g = lock();
+    let dir = scratch().join("tiny-llama");
+    std::fs::create_dir_all(&dir).unwrap();
+    let gguf = dir.join("tiny-llama.gguf");
+    let py = |script: &str, args: &[&str]| {
+        let o = Command::new(&python)
+            .arg(repo_root().join("fixtures/oracle").join(script))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{script}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    py("tiny_llama_gguf.py", &[gguf.to_str().unwrap()]);
+    let oracle = py(
+        "llama_numpy_generate.py",
+        &[
+            gguf.to_str().unwrap(),
+            "--ids",
+            "1,100,200,300",
+            "-n",
+            "8",
+            "--eos",
+            "2",
+        ],
+    );
+    let want: Vec<u64> = oracle
+        .lines()
+        .find_map(|l| l.strip_prefix("ids: "))
+        .unwrap()
+        .split(',')
+        .map(|x| x.parse().unwrap())
+        .collect();
+    let spec = r#"
+name = "llama.cpp alone"
+budgets = ["floor", "50%", "256MiB"]
+io = ["mmap", "buffered", "direct"]
+prompts = [{ ids = [1, 100, 200, 300] }]
+max_tokens = 8
+repeats = 1
+threads = [2]
+engines = ["llama.cpp"]
+[engine."llama.cpp"]
+floor_search = { max_run_s = 30, resolution = "4MiB", lowest = "1MiB" }
+[noise]
+other_cpu_cores = 1024.0
+steal_cores = 1024.0
+foreign_read_bytes = 1125899906842624
+"#;
+    let cache = dir.join("engine-cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let env = [
+        ("MEMDIAL_LLAMA_BIN", bin.as_path()),
+        ("MEMDIAL_ENGINE_CACHE", &cache),
+    ];
+    let (o, out) = sweep(&gguf, spec, "llama-alone", &env);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("searching its floor at io = buffered"),
+        "{err}"
+    );
+    let meta = json(&out.join("sweep.json"));
+    let size = std::fs::metadata(&gguf).unwrap().len();
+    assert_eq!(meta["model_bytes"], size);
+    assert_eq!(meta["opaque_model"]["files"], 1);
+    assert_eq!(meta["opaque_model"]["model_type"], "llama");
+    assert_eq!(
+        meta["model_identity"]["files"][0]["name"],
+        "tiny-llama.gguf"
+    );
+    let floors = meta["opaque_model"]["floors"].as_array().unwrap().clone();
+    assert_eq!(floors.len(), 3, "{floors:?}");
+    let rows = rows(&out);
+    let ok: Vec<&serde_json::Value> = rows.iter().filter(|r| r["status"] == "ok").collect();
+    for io in ["mmap", "buffered", "direct"] {
+        let f = floors.iter().find(|f| f["io"] == io).unwrap();
+        assert_eq!(f["source"], "search", "{f}");
+        let at_floor = rows
+            .iter()
+            .find(|r| r["budget_spec"] == "floor" && r["io"] == io)
+            .unwrap();
+        assert_eq!(at_floor["budget_bytes"], f["bytes"], "{at_floor}");
+        assert_eq!(at_floor["status"], "ok", "{at_floor}");
+        assert!(ok.iter().filter(|r| r["io"] == io).count() >= 2, "{io}");
+    }
+    for r in &ok {
+        assert_eq!(ids(r), want, "{} vs the numpy oracle", r["run_id"]);
+        assert_eq!(r["model_files"], 1, "{r}");
+        assert_eq!(r["cold_verified"], true, "{r}");
+        assert_eq!(r["cgroup_enforced"], true, "{r}");
+        assert_eq!(r["budget_held_by"], "cgroup", "{r}");
+        let lm = match r["io"].as_str().unwrap() {
+            "mmap" => "mmap",
+            "buffered" => "none",
+            _ => "dio",
+        };
+        assert_eq!(r["load_mode"], lm, "{r}");
+        assert_eq!(r["n_prompt"], 4, "{r}");
+        assert_eq!(r["n_gen"], want.len(), "{r}");
+    }
+    let v = json(&out.join("verdict.json"));
+    assert_eq!(v["pass"], true, "{v}");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("not available for this engine"), "{report}");
+    // A second sweep takes the floors from the cache, and the same file's identity.
+    let (o, out) = sweep(&gguf, spec, "llama-alone-2", &env);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let meta = json(&out.join("sweep.json"));
+    for f in meta["opaque_model"]["floors"].as_array().unwrap() {
+        assert_eq!(f["source"], "search (cached)", "{f}");
+    }
+    Ok(testkit::Completion::Completed)
+}
+
 fn main() -> ExitCode {
     testkit::main(
         include_str!("engines.rs"),
@@ -491,6 +629,10 @@ fn main() -> ExitCode {
             testkit::ignorable(
                 "llama_cpp_f32_agrees_with_memdial_on_tiny_fixtures",
                 llama_cpp_f32_agrees_with_memdial_on_tiny_fixtures,
+            ),
+            testkit::ignorable(
+                "llama_cpp_alone_on_a_random_llama_gguf",
+                llama_cpp_alone_on_a_random_llama_gguf,
             ),
             testkit::test(
                 "command_engine_mismatch_fails_only_when_it_must_match",
