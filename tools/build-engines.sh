@@ -79,11 +79,11 @@ nice -n 5 cmake --build "$B" --target llama -j"$JOBS" >&2
 
 mkdir -p "$DIR/bin"
 log "building llama_ids"
-nice -n 5 g++ -O2 -std=c++17 "$REPO/tools/llama-ids/llama_ids.cpp" -I"$L/include" -I"$L/ggml/include" \
+nice -n 5 g++ -O2 -std=c++17 -DLLAMA_IDS_BUILD="\"llama.cpp of llama-cpp-python $VER, GGML_NATIVE=$NATIVE\"" \
+    "$REPO/tools/llama-ids/llama_ids.cpp" -I"$L/include" -I"$L/ggml/include" \
     "$B/src/libllama.a" "$B/ggml/src/libggml.a" "$B/ggml/src/libggml-cpu.a" \
     "$B/ggml/src/libggml-base.a" -fopenmp -lpthread -ldl -o "$DIR/bin/llama_ids"
-rc=0; "$DIR/bin/llama_ids" 2>/dev/null || rc=$?
-[ $rc = 2 ] || { log "$DIR/bin/llama_ids does not run (exit $rc)"; exit 1; }  # its usage exits 2
+"$DIR/bin/llama_ids" --version >&2 || { log "$DIR/bin/llama_ids does not run"; exit 1; }
 echo "$VER GGML_NATIVE=$NATIVE" >"$DIR/bin/llama_ids.version"
 
 ENV=$DIR/env.sh

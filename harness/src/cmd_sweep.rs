@@ -188,7 +188,8 @@ fn input_identities(
 fn model_dir(a: &SweepArgs, spec: &Spec) -> Result<PathBuf> {
     let model = match &a.model {
         Some(m) => {
-            if !m.is_dir() && !(m.is_file() && engines::opaque::wanted(spec, m)) {
+            let taken = m.is_dir() || (m.is_file() && engines::opaque::wanted(spec, m));
+            if !taken {
                 return Err(usage(if m.is_file() {
                     format!(
                         "model {} is a file: memdial reads a checkpoint directory (other engines \
@@ -336,7 +337,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     }
     engines.require_available()?;
     engines.set_model(&inp.model).map_err(as_usage)?;
-    let prompt_ids = engines::runs::prompt_ids(spec, &inp.model, engines.has_external())?;
+    let prompt_ids = engines::runs::prompt_ids(spec, &inp.model, &engines)?;
     if let Some(m) = &inp.opaque {
         let fc = engines::floor::Ctx {
             model: &inp.model,

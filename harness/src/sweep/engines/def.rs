@@ -167,6 +167,10 @@ pub struct EngineDef {
     /// bytes or a size), when no `floor` is declared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub floor_command: Option<Vec<String>>,
+    /// Command that shows the engine runs here (exit 0; its first output line is
+    /// shown), for `memdial engines check` (default: `version_command`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<Vec<String>>,
     /// Search the floor by bisection when neither `floor` nor `floor_command` gives it
     /// (see [`super::floor`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -288,6 +292,12 @@ pub fn builtin(name: &str) -> Option<EngineDef> {
             // Float32 upcast; python + mlx measured at 350 MB peak RSS on tiny-k3.
             resident_factor: Some(8.0),
             runtime_overhead: Some("512MiB".into()),
+            // The venv imports the package (a python that exists is not enough).
+            check: Some(s(&[
+                "{python}",
+                "-c",
+                "import mlx.core, mlx_lm; print('mlx-lm', mlx_lm.__version__)",
+            ])),
             must_match: Some(true),
             env: [("OMP_NUM_THREADS".to_string(), "{threads}".to_string())].into(),
             ..Default::default()
@@ -424,6 +434,8 @@ fn llama_cpp(f32: bool) -> EngineDef {
         .into(),
         budget: Some(BudgetHold::Cgroup),
         must_match: Some(f32),
+        // Initialises llama.cpp's backends and prints its build and CPU features.
+        check: Some(s(&["{bin}", "--version"])),
         ..Default::default()
     }
 }
@@ -499,6 +511,7 @@ pub fn overlay(a: EngineDef, b: &EngineDef) -> EngineDef {
         resident_io,
         floor,
         floor_command,
+        check,
         floor_search
     )
 }

@@ -472,7 +472,7 @@ mod tests {
     #[test]
     fn bisect_finds_the_smallest_completing_budget_to_the_resolution() {
         let (f, probes) = bisect(16 * MIB, 1024 * MIB, 4 * MIB, at(100 * MIB)).unwrap();
-        assert!(f >= 100 * MIB && f <= 104 * MIB, "{}", f / MIB);
+        assert!((100 * MIB..=104 * MIB).contains(&f), "{}", f / MIB);
         let tried: Vec<u64> = probes.iter().map(|p| p.budget_bytes / MIB).collect();
         assert_eq!(&tried[..4], &[1024, 16, 520, 268]);
         assert!(probes
