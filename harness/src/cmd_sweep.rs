@@ -42,7 +42,9 @@ pub const DEFAULT_REPORTS: &str = "reports";
 /// Arguments of `memdial sweep`.
 #[derive(clap::Args, Debug, Default)]
 pub struct SweepArgs {
-    /// Model directory [default: fixtures/models/mini, generated if missing].
+    /// Model directory [default: fixtures/models/mini, generated if missing]. When
+    /// memdial is not among the spec's engines: any file or directory the engines read
+    /// (e.g. a GGUF), taken as its files (docs/engines.md, "Any model").
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Sweep spec (TOML) [default: harness/sweeps/default.toml, else the built-in copy].
