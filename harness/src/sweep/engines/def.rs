@@ -409,15 +409,23 @@ fn llama_cpp(f32: bool) -> EngineDef {
         // which holds the whole model whatever the budget; measured on mini: OOM-killed
         // at the floor with repacking, 0.96 s/token without). buffered (load mode
         // `none`: read() into its buffers) and direct (load mode `dio`: O_DIRECT reads,
-        // no page cache) hold the whole model in memory: resident.
+        // no page cache) hold the whole model in memory: resident. `--no-repack` in
+        // every mode: repacking swaps the CPU kernels (other roundings: on mini's MXFP4
+        // GGUF the ids part at token 2), so with it the IO mode would change the ids.
         io: Some(
             [
                 (
                     "mmap".to_string(),
                     s(&["--load-mode", "mmap", "--no-repack"]),
                 ),
-                ("buffered".to_string(), s(&["--load-mode", "none"])),
-                ("direct".to_string(), s(&["--load-mode", "dio"])),
+                (
+                    "buffered".to_string(),
+                    s(&["--load-mode", "none", "--no-repack"]),
+                ),
+                (
+                    "direct".to_string(),
+                    s(&["--load-mode", "dio", "--no-repack"]),
+                ),
             ]
             .into(),
         ),

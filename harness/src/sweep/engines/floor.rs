@@ -10,7 +10,8 @@
 //!    each probe), to `resolution`. An mmap engine completes at almost any budget, only
 //!    slower, so the time bound is part of what the floor means. The search is only
 //!    run for the (engine, IO mode) pairs a `floor` budget asks for, and cached per
-//!    model identity, engine, engine version and search settings under
+//!    model identity, engine, engine version, the IO mode's arguments and the search
+//!    settings under
 //!    `$MEMDIAL_ENGINE_CACHE/floors/` (the probes with it).
 
 use std::path::{Path, PathBuf};
@@ -260,12 +261,20 @@ fn search(
         bail!("the spec's first prompt has no ids");
     }
     let version = version_of(reg, e, c.model);
+    let io_args = e
+        .def
+        .io
+        .as_ref()
+        .and_then(|m| m.get(p.io.as_str()))
+        .map(|a| a.join(" "))
+        .unwrap_or_default();
     let key = format!(
-        "engine={} version={} io={} threads={} prompt_tokens={} max_tokens={} max_run_s={} \
-         resolution={} lowest={} highest={} slack={}",
+        "engine={} version={} io={} io_args=[{}] threads={} prompt_tokens={} max_tokens={} \
+         max_run_s={} resolution={} lowest={} highest={} slack={}",
         e.name,
         version,
         p.io.as_str(),
+        io_args,
         p.threads,
         ids.len(),
         spec.max_tokens,
