@@ -44,7 +44,9 @@ pub const DEFAULT_REPORTS: &str = "reports";
 /// Arguments of `memdial sweep`.
 #[derive(clap::Args, Debug, Default)]
 pub struct SweepArgs {
-    /// Model directory [default: fixtures/models/mini, generated if missing].
+    /// Model directory [default: fixtures/models/mini, generated if missing]. When
+    /// memdial is not among the spec's engines: any file or directory the engines read
+    /// (e.g. a GGUF), taken as its files (docs/engines.md, "Any model").
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Sweep spec (TOML) [default: harness/sweeps/default.toml, else the built-in copy].
@@ -168,6 +170,7 @@ struct Inputs {
     model_identity: InputIdentity,
     prompt_identities: BTreeMap<String, InputIdentity>,
     cg_support: Option<Support>,
+    opaque: Option<engines::opaque::OpaqueModel>,
 }
 
 /// The identities of the model and of the spec's prompt files (see
@@ -188,15 +191,23 @@ fn input_identities(
     Ok((m, prompts))
 }
 
-/// The model directory: `--model`, or the default (generated when missing).
-fn model_dir(a: &SweepArgs) -> Result<PathBuf> {
+/// The model: `--model`, or the default (generated when missing). A file (a GGUF) or
+/// a directory memdial's engine does not read is taken when memdial is not among the
+/// spec's engines ([`engines::opaque`]).
+fn model_dir(a: &SweepArgs, spec: &Spec) -> Result<PathBuf> {
     let model = match &a.model {
         Some(m) => {
-            if !m.is_dir() {
-                return Err(usage(format!(
-                    "model directory {} does not exist",
-                    m.display()
-                )));
+            let taken = m.is_dir() || (m.is_file() && engines::opaque::wanted(spec, m));
+            if !taken {
+                return Err(usage(if m.is_file() {
+                    format!(
+                        "model {} is a file: memdial reads a checkpoint directory (other engines \
+                         take a file such as a GGUF when memdial is not among the spec's engines)",
+                        m.display()
+                    )
+                } else {
+                    format!("model directory {} does not exist", m.display())
+                }));
             }
             m.clone()
         }
@@ -224,7 +235,7 @@ fn read_inputs(a: &SweepArgs) -> Result<Inputs> {
     let tolerance = baseline::parse_tolerance(&a.max_regression).map_err(as_usage)?;
     let probe_bytes =
         parse_size(&a.bandwidth_probe).map_err(|e| usage(format!("--bandwidth-probe: {e:#}")))?;
-    let model = model_dir(a)?;
+    let model = model_dir(a, &spec)?;
     let cg_support = if a.no_cgroup {
         None
     } else {
@@ -235,10 +246,19 @@ fn read_inputs(a: &SweepArgs) -> Result<Inputs> {
             "--cgroup: the budget cannot be enforced on this machine: {r}"
         )));
     }
-    let content_hash = Checkpoint::open(&model)
-        .and_then(|ck| memdial::checkpoint::model_content_hash(&ck))
-        .map_err(|e| usage(format!("{e:#}")))?;
     let (model_identity, prompt_identities) = input_identities(&spec, &model)?;
+    let opaque = if engines::opaque::wanted(&spec, &model) {
+        Some(engines::opaque::OpaqueModel::open(&model).map_err(as_usage)?)
+    } else {
+        None
+    };
+    // An opaque model's content is its files' identity.
+    let content_hash = match &opaque {
+        Some(_) => model_identity.digest.clone(),
+        None => Checkpoint::open(&model)
+            .and_then(|ck| memdial::checkpoint::model_content_hash(&ck))
+            .map_err(|e| usage(format!("{e:#}")))?,
+    };
     let base = match &a.baseline {
         Some(p) => {
             let me = baseline::Identity {
@@ -270,6 +290,7 @@ fn read_inputs(a: &SweepArgs) -> Result<Inputs> {
         model_identity,
         prompt_identities,
         cg_support,
+        opaque,
     })
 }
 
@@ -320,11 +341,35 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     let inp = read_inputs(a)?;
     let spec = &inp.spec;
     let mut engines = Registry::from_spec(spec).map_err(as_usage)?;
+    if let Some(m) = &inp.opaque {
+        engines.set_opaque(spec, m.clone());
+    }
     engines.require_available()?;
     engines.set_model(&inp.model).map_err(as_usage)?;
-    let prompt_ids = engines::runs::prompt_ids(spec, &inp.model, engines.has_external())?;
+    let prompt_ids = engines::runs::prompt_ids(spec, &inp.model, &engines)?;
+    if let Some(m) = &inp.opaque {
+        let fc = engines::floor::Ctx {
+            model: &inp.model,
+            files: &m.files,
+            model_bytes: m.bytes,
+            identity: &inp.model_identity.digest,
+            prompt_ids: &prompt_ids,
+            cg_mode: match &inp.cg_support {
+                Some(Support::Available(m)) => Some(m),
+                _ => None,
+            },
+            slack: parse_size(&spec.cgroup_slack)?,
+            verbose: !a.check,
+        };
+        engines::floor::resolve(&mut engines, spec, &fc)?;
+    }
     let packed = packed_layout(a, &inp)?;
-    let points = Points::resolve(spec, &inp.model, packed.as_ref().map(|p| p.dir.as_path()))?;
+    let points = Points::resolve(
+        spec,
+        &inp.model,
+        packed.as_ref().map(|p| p.dir.as_path()),
+        &engines,
+    )?;
     let points_total = points.resolved.len();
     let sel = points.select(spec, inp.shard, &engines);
     if let Some(p) = a.test_perturb_point {
@@ -451,6 +496,10 @@ fn open_run_dir(
     meta.runs_planned = slots.len() + sel.below.len() + sel.na.len();
     engines.prepare(out, &inp.model, &inp.content_hash)?;
     meta.engines = engines.meta();
+    meta.opaque_model = inp
+        .opaque
+        .as_ref()
+        .map(|m| engines::opaque::OpaqueMeta::of(m, engines));
     // sweep.json first: a directory with it is resumable; one without it holds at
     // most the same spec.toml, which a new sweep accepts (see rundir::open).
     meta.save(out)?;

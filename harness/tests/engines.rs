@@ -13,6 +13,11 @@
 //!   memdial's top-2 margin at the differing position is dumped.
 //! - `llama_cpp_f32_agrees_with_memdial_on_tiny_fixtures`: with `MEMDIAL_LLAMA_BIN`
 //!   (else visibly skipped): llama.cpp on the F32 GGUF gives memdial's ids.
+//! - `llama_cpp_alone_on_a_random_llama_gguf`: with `MEMDIAL_LLAMA_BIN` (else visibly
+//!   skipped): llama.cpp alone on a random-weight `llama` GGUF memdial's engine does not
+//!   read, at a searched floor, a percentage and a size, in mmap / buffered / direct:
+//!   every run gives a numpy oracle's ids.
+//! - `engines_check_runs_each_engine`: `engines check` runs each engine's check command.
 //! - `unknown_engine_is_a_usage_error`, `missing_binary_is_a_usage_error_naming_how_to_build`.
 //!
 //! Runs one at a time (a global lock): concurrent sweeps would evict each other's pages.
@@ -367,7 +372,7 @@ fn missing_binary_is_a_usage_error_naming_how_to_build() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(
-        e.contains("/nonexistent/k3 does not exist") && e.contains("make"),
+        e.contains("/nonexistent/k3 does not exist") && e.contains("tools/build-engines.sh"),
         "{e}"
     );
 }
@@ -419,7 +424,7 @@ setup = []
 fn llama_cpp_f32_agrees_with_memdial_on_tiny_fixtures() -> testkit::Outcome {
     let Some(bin) = std::env::var_os("MEMDIAL_LLAMA_BIN").filter(|b| !b.is_empty()) else {
         return testkit::skip_optional(
-            "MEMDIAL_LLAMA_BIN is not set (build llama.cpp and tools/llama-ids, see docs/engines.md)",
+            "MEMDIAL_LLAMA_BIN is not set (tools/build-engines.sh DIR, see docs/engines.md)",
         );
     };
     let bin = PathBuf::from(bin);
@@ -476,6 +481,198 @@ engines = ["memdial", "llama.cpp-f32", "llama.cpp"]
     Ok(testkit::Completion::Completed)
 }
 
+/// llama.cpp alone (`MEMDIAL_LLAMA_BIN`) on a model memdial's engine does not read: a
+/// 2-layer `llama` GGUF with random weights and a 328-token vocabulary, written by the
+/// `gguf` package (`fixtures/oracle/tiny_llama_gguf.py`, oracle venv). The sweep runs
+/// from a cold cache in memory cgroups at a searched `floor`, a percentage and a size,
+/// in `mmap`, `buffered` and `direct`, for an ids prompt and a text prompt (tokenized
+/// with the GGUF's own vocabulary: ids derived by hand): every run gives the ids of an
+/// independent float64 numpy forward pass of the same file
+/// (`fixtures/oracle/llama_numpy_generate.py`), so the ids are the same across budgets
+/// and IO modes; the model is its one file (size,
+/// eviction, identity); the floors are the engine's own, searched and then cached.
+fn llama_cpp_alone_on_a_random_llama_gguf() -> testkit::Outcome {
+    let Some(bin) = std::env::var_os("MEMDIAL_LLAMA_BIN").filter(|b| !b.is_empty()) else {
+        return testkit::skip_optional(
+            "MEMDIAL_LLAMA_BIN is not set (tools/build-engines.sh DIR, see docs/engines.md)",
+        );
+    };
+    let python = match testkit::oracle::python(&repo_root()) {
+        Ok(p) => p,
+        Err(e) => return testkit::skip(format!("no oracle venv (gguf): {e}")),
+    };
+    let bin = PathBuf::from(bin);
+    let _g = lock();
+    let dir = scratch().join("tiny-llama");
+    std::fs::create_dir_all(&dir).unwrap();
+    let gguf = dir.join("tiny-llama.gguf");
+    let py = |script: &str, args: &[&str]| {
+        let o = Command::new(&python)
+            .arg(repo_root().join("fixtures/oracle").join(script))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{script}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    py("tiny_llama_gguf.py", &[gguf.to_str().unwrap()]);
+    // The text prompt in the GGUF's own vocabulary, by hand: it has no token of two
+    // characters, so SentencePiece's bigram merges never apply: BOS (1), then one id per
+    // character of "▁The▁capital▁of▁France▁is" (spaces as `▁`, plus the leading dummy
+    // prefix; `▁` 259, `a`–`z` 260–285, `A`–`Z` 286–311: tiny_llama_gguf.py's order).
+    let text_ids: Vec<u64> = std::iter::once(1)
+        .chain(" The capital of France is".chars().map(|c| match c {
+            ' ' => 259,
+            'a'..='z' => 260 + (c as u64 - 'a' as u64),
+            _ => 286 + (c as u64 - 'A' as u64),
+        }))
+        .collect();
+    let want: Vec<Vec<u64>> = [
+        "1,100,200,300".to_string(),
+        text_ids
+            .iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+    ]
+    .iter()
+    .map(|p| {
+        py(
+            "llama_numpy_generate.py",
+            &[gguf.to_str().unwrap(), "--ids", p, "-n", "8", "--eos", "2"],
+        )
+        .lines()
+        .find_map(|l| l.strip_prefix("ids: ").map(str::to_string))
+        .unwrap()
+        .split(',')
+        .map(|x| x.parse().unwrap())
+        .collect()
+    })
+    .collect();
+    let spec = r#"
+name = "llama.cpp alone"
+budgets = ["floor", "50%", "256MiB"]
+io = ["mmap", "buffered", "direct"]
+prompts = [{ ids = [1, 100, 200, 300] }, "The capital of France is"]
+max_tokens = 8
+repeats = 1
+threads = [2]
+engines = ["llama.cpp"]
+[engine."llama.cpp"]
+floor_search = { max_run_s = 30, resolution = "4MiB", lowest = "1MiB" }
+[noise]
+other_cpu_cores = 1024.0
+steal_cores = 1024.0
+foreign_read_bytes = 1125899906842624
+"#;
+    let cache = dir.join("engine-cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let env = [
+        ("MEMDIAL_LLAMA_BIN", bin.as_path()),
+        ("MEMDIAL_ENGINE_CACHE", &cache),
+    ];
+    let (o, out) = sweep(&gguf, spec, "llama-alone", &env);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("searching its floor at io = buffered"),
+        "{err}"
+    );
+    let meta = json(&out.join("sweep.json"));
+    let size = std::fs::metadata(&gguf).unwrap().len();
+    assert_eq!(meta["model_bytes"], size);
+    assert_eq!(meta["opaque_model"]["files"], 1);
+    assert_eq!(meta["opaque_model"]["model_type"], "llama");
+    assert_eq!(
+        meta["model_identity"]["files"][0]["name"],
+        "tiny-llama.gguf"
+    );
+    let floors = meta["opaque_model"]["floors"].as_array().unwrap().clone();
+    assert_eq!(floors.len(), 3, "{floors:?}");
+    let rows = rows(&out);
+    let ok: Vec<&serde_json::Value> = rows.iter().filter(|r| r["status"] == "ok").collect();
+    for io in ["mmap", "buffered", "direct"] {
+        let f = floors.iter().find(|f| f["io"] == io).unwrap();
+        assert_eq!(f["source"], "search", "{f}");
+        let at_floor = rows
+            .iter()
+            .find(|r| r["budget_spec"] == "floor" && r["io"] == io)
+            .unwrap();
+        assert_eq!(at_floor["budget_bytes"], f["bytes"], "{at_floor}");
+        assert_eq!(at_floor["status"], "ok", "{at_floor}");
+        assert!(ok.iter().filter(|r| r["io"] == io).count() >= 4, "{io}");
+    }
+    for r in &ok {
+        let p = r["prompt_index"].as_u64().unwrap() as usize;
+        assert_eq!(ids(r), want[p], "{} vs the numpy oracle", r["run_id"]);
+        assert_eq!(r["model_files"], 1, "{r}");
+        assert_eq!(r["cold_verified"], true, "{r}");
+        assert_eq!(r["cgroup_enforced"], true, "{r}");
+        assert_eq!(r["budget_held_by"], "cgroup", "{r}");
+        let lm = match r["io"].as_str().unwrap() {
+            "mmap" => "mmap",
+            "buffered" => "none",
+            _ => "dio",
+        };
+        assert_eq!(r["load_mode"], lm, "{r}");
+        assert_eq!(r["n_prompt"], [4, text_ids.len()][p], "{r}");
+        assert_eq!(r["n_gen"], want[p].len(), "{r}");
+    }
+    let v = json(&out.join("verdict.json"));
+    assert_eq!(v["pass"], true, "{v}");
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(report.contains("not available for this engine"), "{report}");
+    // A second sweep takes the floors from the cache, and the same file's identity.
+    let (o, out) = sweep(&gguf, spec, "llama-alone-2", &env);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let meta = json(&out.join("sweep.json"));
+    for f in meta["opaque_model"]["floors"].as_array().unwrap() {
+        assert_eq!(f["source"], "search (cached)", "{f}");
+    }
+    Ok(testkit::Completion::Completed)
+}
+
+/// `memdial engines check` runs each engine's check command: one that exits 0 is `ok`
+/// with its first line, one that exits 3 is `broken` with its exit and stderr (exit 1).
+fn engines_check_runs_each_engine() {
+    let spec = scratch().join("check.toml");
+    std::fs::write(
+        &spec,
+        r#"
+budgets = ["floor"]
+engines = ["memdial", "good", "bad"]
+[engine.good]
+command = ["true"]
+ids_stdout_regex = "^ids: (.*)$"
+check = ["sh", "-c", "echo good 1.0"]
+[engine.bad]
+command = ["true"]
+ids_stdout_regex = "^ids: (.*)$"
+check = ["sh", "-c", "echo oops >&2; exit 3"]
+"#,
+    )
+    .unwrap();
+    let o = Command::new(BIN)
+        .args(["engines", "check", "--spec"])
+        .arg(&spec)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("| good |") && l.ends_with("| ok (runs: good 1.0) |")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("| bad |") && l.ends_with("| broken |")),
+        "{out}"
+    );
+    assert!(err.contains("exited 3: oops"), "{err}");
+}
+
 fn main() -> ExitCode {
     testkit::main(
         include_str!("engines.rs"),
@@ -492,6 +689,10 @@ fn main() -> ExitCode {
                 "llama_cpp_f32_agrees_with_memdial_on_tiny_fixtures",
                 llama_cpp_f32_agrees_with_memdial_on_tiny_fixtures,
             ),
+            testkit::ignorable(
+                "llama_cpp_alone_on_a_random_llama_gguf",
+                llama_cpp_alone_on_a_random_llama_gguf,
+            ),
             testkit::test(
                 "command_engine_mismatch_fails_only_when_it_must_match",
                 command_engine_mismatch_fails_only_when_it_must_match,
@@ -499,6 +700,10 @@ fn main() -> ExitCode {
             testkit::test(
                 "warm_start_is_n_a_unless_the_adapter_declares_it",
                 warm_start_is_n_a_unless_the_adapter_declares_it,
+            ),
+            testkit::test(
+                "engines_check_runs_each_engine",
+                engines_check_runs_each_engine,
             ),
             testkit::test(
                 "unknown_engine_is_a_usage_error",

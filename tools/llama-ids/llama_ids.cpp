@@ -4,6 +4,16 @@
 //
 //   llama_ids -m MODEL.gguf --ids 1,2,3 -n N [-t THREADS] [--eos 7,9]
 //             [--load-mode mmap|none|dio] [--no-repack] [--logits-out F.f32] --out OUT.json
+//   llama_ids -m MODEL.gguf --tokenize TEXT [--no-special]
+//   llama_ids --version
+//
+// --tokenize loads only the GGUF's vocabulary and prints the ids of TEXT with the
+// model's own tokenizer, as llama.cpp tokenizes a prompt (its BOS etc. added as the
+// GGUF says; --no-special adds none), one line: `ids: 1,2,3`.
+//
+// --version initialises llama.cpp's backends and prints the build (LLAMA_IDS_BUILD,
+// set by tools/build-engines.sh) on one line and llama.cpp's system info (the CPU
+// features it was built for) on the next, so `memdial engines check` sees it run.
 //
 // Prefills the prompt ids in one llama_process call, then decodes one token per
 // step. Each step's token is the argmax of the last position's logits, ties to the
@@ -60,7 +70,9 @@ static std::vector<int> parse_ids(const char * s) {
 
 static void usage() {
     fprintf(stderr, "usage: llama_ids -m MODEL.gguf --ids 1,2,3 -n N [-t THREADS] [--eos 7,9] "
-                    "[--load-mode mmap|none|dio] [--no-repack] [--logits-out F.f32] --out OUT.json\n");
+                    "[--load-mode mmap|none|dio] [--no-repack] [--logits-out F.f32] --out OUT.json\n"
+                    "       llama_ids -m MODEL.gguf --tokenize TEXT [--no-special]\n"
+                    "       llama_ids --version\n");
     std::exit(2);
 }
 
@@ -68,15 +80,28 @@ static void silent(enum ggml_log_level level, const char * text, void *) {
     if (level >= GGML_LOG_LEVEL_WARN) fputs(text, stderr);
 }
 
+#ifndef LLAMA_IDS_BUILD
+#define LLAMA_IDS_BUILD "unknown build"
+#endif
+
 int main(int argc, char ** argv) {
     std::setlocale(LC_NUMERIC, "C");
-    std::string model_path, out_path, logits_path, mode = "mmap";
+    if (argc == 2 && std::strcmp(argv[1], "--version") == 0) {
+        llama_log_set(silent, nullptr);
+        llama_backend_init();
+        printf("llama_ids (%s)\n%s\n", LLAMA_IDS_BUILD, llama_print_system_info());
+        llama_backend_free();
+        return 0;
+    }
+    std::string model_path, out_path, logits_path, mode = "mmap", text;
+    bool tokenize = false, add_special = true;
     std::vector<int> ids, eos;
     int n_predict = -1, threads = 1;
     bool repack = true;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         if (a == "--no-repack") { repack = false; continue; }
+        if (a == "--no-special") { add_special = false; continue; }
         if (i + 1 >= argc) usage();
         const char * v = argv[++i];
         if (a == "-m") model_path = v;
@@ -87,7 +112,34 @@ int main(int argc, char ** argv) {
         else if (a == "--load-mode") mode = v;
         else if (a == "--out") out_path = v;
         else if (a == "--logits-out") logits_path = v;
+        else if (a == "--tokenize") { text = v; tokenize = true; }
         else usage();
+    }
+    if (tokenize) {
+        if (model_path.empty()) usage();
+        llama_model_params mp = llama_model_default_params();
+        mp.vocab_only = true;
+        mp.progress_callback = [](float, void *) { return true; };
+        llama_log_set(silent, nullptr);
+        llama_backend_init();
+        llama_model * model = llama_model_load_from_file(model_path.c_str(), mp);
+        if (!model) {
+            fprintf(stderr, "llama_ids: cannot load %s\n", model_path.c_str());
+            return 1;
+        }
+        const llama_vocab * vocab = llama_model_get_vocab(model);
+        // A first call with no room returns minus the count needed.
+        int n = -llama_tokenize(vocab, text.c_str(), (int32_t) text.size(), nullptr, 0, add_special, false);
+        std::vector<llama_token> toks(n > 0 ? n : 0);
+        if (n > 0 && llama_tokenize(vocab, text.c_str(), (int32_t) text.size(), toks.data(), n, add_special, false) != n) {
+            fprintf(stderr, "llama_ids: cannot tokenize the text\n");
+            return 1;
+        }
+        printf("ids: ");
+        for (size_t i = 0; i < toks.size(); ++i) printf("%s%d", i ? "," : "", toks[i]);
+        printf("\n");
+        llama_model_free(model);
+        return 0;
     }
     if (model_path.empty() || out_path.empty() || ids.empty() || n_predict < 1 || threads < 1) usage();
     llama_model_params mp = llama_model_default_params();

@@ -231,6 +231,9 @@ impl CrossEngine {
                 (None, false) => format!("{e}: no finished runs to compare"),
             });
         }
+        if parts.is_empty() {
+            return format!("engines: {} alone", self.reference);
+        }
         format!("engines: {}", parts.join("; "))
     }
 

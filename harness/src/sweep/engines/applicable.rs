@@ -25,6 +25,9 @@ impl Registry {
         if e.is_memdial() {
             return None;
         }
+        if let Some(why) = &e.not_here {
+            return Some(why.clone());
+        }
         if crate::sweep::start::StartMode::of(&p.axes) == crate::sweep::start::StartMode::Warm
             && !e.def.warm.unwrap_or(false)
         {
@@ -55,12 +58,25 @@ impl Registry {
                 ));
             }
         }
-        if e.def.resident_only.unwrap_or(false) {
+        let resident_here = e
+            .def
+            .resident_io
+            .as_ref()
+            .is_some_and(|m| m.iter().any(|x| x == p.io.as_str()));
+        // A known floor of the engine at this IO mode (opaque models) decides instead:
+        // points under it are `below_floor`.
+        let floor_known = self.floor_of(&e.name, p.io).is_some();
+        if (e.def.resident_only.unwrap_or(false) || resident_here) && !floor_known {
             let need = resident_need(&e.def, model_bytes);
             if budget < need {
                 return Some(format!(
-                    "{} holds the whole model: it needs {} (model × {} + runtime {}), the budget is {}",
+                    "{}{} holds the whole model: it needs {} (model × {} + runtime {}), the budget is {}",
                     e.name,
+                    if resident_here {
+                        format!(" at io = {:?}", p.io.as_str())
+                    } else {
+                        String::new()
+                    },
                     memdial::util::units::fmt_bytes(need),
                     e.def.resident_factor.unwrap_or(1.0),
                     e.def.runtime_overhead.as_deref().unwrap_or("0"),

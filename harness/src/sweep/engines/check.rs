@@ -1,5 +1,8 @@
 //! `memdial engines check`: lists the engines of a spec (or every built-in), finds
-//! their binaries and pythons, and says what is missing and how to get it.
+//! their binaries and pythons, runs each engine's check command (its `check`, else
+//! its `version_command`: llama.cpp's driver initialises its backends, kimi-k3-in-c
+//! prints its version, mlx-lm's python imports `mlx_lm`), and says what is missing or
+//! broken and how to get it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,7 +25,8 @@ pub struct EnginesArgs {
 #[derive(clap::Subcommand, Debug)]
 pub enum EnginesCommand {
     /// List the engines (of --spec, else every built-in adapter), find their binaries,
-    /// and say what is missing and how to build it. Exit 1 when one is missing.
+    /// run each one's check command (it must exit 0 within 60 s), and say what is
+    /// missing or broken and how to build it. Exit 1 when one is missing or broken.
     Check {
         /// Sweep spec whose `engines` to check [default: every built-in adapter].
         #[arg(long)]
@@ -78,11 +82,25 @@ pub fn run(a: &EnginesArgs) -> Result<ExitCode> {
                         .map(|p| p.display().to_string())
                         .unwrap_or_else(|| "–".into())
                 };
-                let status = if missing.is_empty() {
-                    "ok".to_string()
-                } else {
+                let mut problems = missing.clone();
+                let status = if !missing.is_empty() {
                     all_ok = false;
                     "missing".to_string()
+                } else {
+                    match runs(&reg, e) {
+                        Ok(Some(line)) => format!("ok (runs: {})", line.replace('|', "/")),
+                        Ok(None) if e.is_memdial() => "ok".to_string(),
+                        Ok(None) => "found (not run: no `check` or `version_command`)".to_string(),
+                        Err(why) => {
+                            all_ok = false;
+                            problems.push(format!(
+                                "engine {:?} does not run: {why}; to build it: {}",
+                                e.name,
+                                super::def::how_to_build(&e.adapter)
+                            ));
+                            "broken".to_string()
+                        }
+                    }
                 };
                 println!(
                     "| {}{} | {} | {} | {} | {} | {} |",
@@ -98,7 +116,7 @@ pub fn run(a: &EnginesArgs) -> Result<ExitCode> {
                     if e.must_match { "yes" } else { "no" },
                     status
                 );
-                for m in missing {
+                for m in problems {
                     eprintln!("  {m}");
                 }
             }
@@ -109,4 +127,88 @@ pub fn run(a: &EnginesArgs) -> Result<ExitCode> {
             })
         }
     }
+}
+
+/// How long a check command may take.
+const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Runs engine `e`'s check command (`check`, else `version_command`): `Ok(Some(first
+/// output line))` when it exits 0 within [`CHECK_TIMEOUT`], `Ok(None)` when it has
+/// none, else why not (exit code or signal, and its last stderr line).
+pub fn runs(reg: &Registry, e: &super::registry::Engine) -> Result<Option<String>, String> {
+    let Some(cmd) = e.def.check.as_ref().or(e.def.version_command.as_ref()) else {
+        return Ok(None);
+    };
+    let args = reg
+        .vars_for(e, std::path::Path::new("."))
+        .expand_args(cmd)
+        .map_err(|err| format!("{err:#}"))?;
+    let Some((prog, rest)) = args.split_first() else {
+        return Ok(None);
+    };
+    let dir = std::env::temp_dir().join(format!("memdial-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|err| err.to_string())?;
+    let (out, err) = (dir.join("stdout"), dir.join("stderr"));
+    let file = |p: &std::path::Path| std::fs::File::create(p).map_err(|e| e.to_string());
+    let mut child = std::process::Command::new(prog)
+        .args(rest)
+        .stdin(std::process::Stdio::null())
+        .stdout(file(&out)?)
+        .stderr(file(&err)?)
+        .spawn()
+        .map_err(|err| format!("{prog}: {err}"))?;
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) if t0.elapsed() > CHECK_TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(format!(
+                    "{} did not finish within {} s",
+                    args.join(" "),
+                    CHECK_TIMEOUT.as_secs()
+                ));
+            }
+            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(20)),
+            Err(err) => return Err(err.to_string()),
+        }
+    };
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+    let (stdout, stderr) = (read(&out), read(&err));
+    let _ = std::fs::remove_dir_all(&dir);
+    let first = |t: &str| {
+        t.lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map(|l| l.chars().take(100).collect::<String>())
+    };
+    let last = |t: &str| {
+        t.lines()
+            .map(str::trim)
+            .rfind(|l| !l.is_empty())
+            .map(|l| l.chars().take(200).collect::<String>())
+    };
+    if status.success() {
+        return Ok(Some(
+            first(&stdout)
+                .or_else(|| first(&stderr))
+                .unwrap_or_else(|| "exit 0".into()),
+        ));
+    }
+    use std::os::unix::process::ExitStatusExt;
+    Err(format!(
+        "{} {}{}",
+        args.join(" "),
+        match (status.code(), status.signal()) {
+            (Some(c), _) => format!("exited {c}"),
+            (None, Some(s)) => format!("was killed by signal {s}"),
+            _ => "failed".into(),
+        },
+        last(&stderr)
+            .or_else(|| last(&stdout))
+            .map(|l| format!(": {l}"))
+            .unwrap_or_default()
+    ))
 }

@@ -152,6 +152,94 @@ pub struct EngineDef {
     /// Python interpreter for `{python}` (mlx-lm: the oracle venv's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<String>,
+    /// IO modes in which the engine reads the whole model into its own memory (e.g.
+    /// llama.cpp's `buffered` and `direct`): there, points under the model's bytes ×
+    /// `resident_factor` + `runtime_overhead` are `n/a`, as for `resident_only`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident_io: Option<Vec<String>>,
+    /// The engine's floor, the least budget it runs this model in: a size
+    /// (`"256MiB"`), a fraction of the model (`"40%"`), or per IO mode
+    /// (`{ mmap = "64MiB", buffered = "100%" }`). Used by `floor` budgets on models
+    /// memdial's engine does not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor: Option<FloorDecl>,
+    /// Command printing the engine's floor for `{model}` at `{io}` (first stdout line:
+    /// bytes or a size), when no `floor` is declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor_command: Option<Vec<String>>,
+    /// Command that shows the engine runs here (exit 0; its first output line is
+    /// shown), for `memdial engines check` (default: `version_command`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<Vec<String>>,
+    /// Search the floor by bisection when neither `floor` nor `floor_command` gives it
+    /// (see [`super::floor`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor_search: Option<FloorSearch>,
+}
+
+/// A declared floor: one for every IO mode, or one per IO mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum FloorDecl {
+    /// A size or a fraction of the model, for every IO mode.
+    All(String),
+    /// Per IO mode (modes not listed have no declared floor).
+    PerIo(BTreeMap<String, String>),
+}
+
+impl FloorDecl {
+    /// The floor text for IO mode `io`, if declared.
+    pub fn for_io(&self, io: &str) -> Option<&str> {
+        match self {
+            FloorDecl::All(s) => Some(s),
+            FloorDecl::PerIo(m) => m.get(io).map(String::as_str),
+        }
+    }
+}
+
+/// How a floor search runs ([`super::floor`]): the smallest cgroup budget at which the
+/// engine completes the spec's first prompt, generating the spec's `max_tokens`, with
+/// exit 0 within `max_run_s`, bisected to `resolution`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FloorSearch {
+    /// The time bound of one run (load, prefill and every token), seconds (default 60).
+    #[serde(default = "default_max_run_s")]
+    pub max_run_s: f64,
+    /// The search stops when the interval between a failing and a completing budget
+    /// is at most this: a size or a fraction of the model (default `"2%"`).
+    #[serde(default = "default_resolution")]
+    pub resolution: String,
+    /// The smallest budget tried (default `"16MiB"`).
+    #[serde(default = "default_lowest")]
+    pub lowest: String,
+    /// The largest budget tried, which must complete (default `"2x model"`).
+    #[serde(default = "default_highest")]
+    pub highest: String,
+}
+
+fn default_max_run_s() -> f64 {
+    60.0
+}
+fn default_resolution() -> String {
+    "2%".into()
+}
+fn default_lowest() -> String {
+    "16MiB".into()
+}
+fn default_highest() -> String {
+    "2x model".into()
+}
+
+impl Default for FloorSearch {
+    fn default() -> Self {
+        FloorSearch {
+            max_run_s: default_max_run_s(),
+            resolution: default_resolution(),
+            lowest: default_lowest(),
+            highest: default_highest(),
+        }
+    }
 }
 
 /// Names of the built-in adapters.
@@ -204,6 +292,12 @@ pub fn builtin(name: &str) -> Option<EngineDef> {
             // Float32 upcast; python + mlx measured at 350 MB peak RSS on tiny-k3.
             resident_factor: Some(8.0),
             runtime_overhead: Some("512MiB".into()),
+            // The venv imports the package (a python that exists is not enough).
+            check: Some(s(&[
+                "{python}",
+                "-c",
+                "import mlx.core, mlx_lm; print('mlx-lm', mlx_lm.__version__)",
+            ])),
             must_match: Some(true),
             env: [("OMP_NUM_THREADS".to_string(), "{threads}".to_string())].into(),
             ..Default::default()
@@ -268,9 +362,10 @@ pub fn builtin(name: &str) -> Option<EngineDef> {
 /// `memdial convert --to gguf` (cached per model). `f32`: every weight F32, so the
 /// arithmetic is exact enough to match memdial (`must_match`); native (BF16 trunk,
 /// MXFP4 experts): llama.cpp rounds activations (Q8_0 against MXFP4, BF16 against
-/// BF16), its ids may differ, reported but not failed. IO modes: `mmap` and
-/// `buffered` (read into memory); the budget is held by a memory cgroup (it has no
-/// budget flag).
+/// BF16), its ids may differ, reported but not failed. IO modes: `mmap`, `buffered`
+/// (read into memory) and `direct` (O_DIRECT reads into memory); the budget is held by
+/// a memory cgroup (it has no budget flag). On a model memdial's engine does not read
+/// (a GGUF), `llama.cpp` runs that file as it is ([`super::registry::Registry::set_opaque`]).
 fn llama_cpp(f32: bool) -> EngineDef {
     let dtype = if f32 { "f32" } else { "native" };
     EngineDef {
@@ -312,18 +407,32 @@ fn llama_cpp(f32: bool) -> EngineDef {
         // mmap: the weights stay in the file mapping (`--no-repack`: llama.cpp's CPU
         // backend otherwise copies MXFP4 weights into anonymous memory to repack them,
         // which holds the whole model whatever the budget; measured on mini: OOM-killed
-        // at the floor with repacking, 0.96 s/token without). buffered (`--no-mmap`,
-        // load mode `none`): read into memory, resident.
+        // at the floor with repacking, 0.96 s/token without). buffered (load mode
+        // `none`: read() into its buffers) and direct (load mode `dio`: O_DIRECT reads,
+        // no page cache) hold the whole model in memory: resident. `--no-repack` in
+        // every mode: repacking swaps the CPU kernels (other roundings: on mini's MXFP4
+        // GGUF the ids part at token 2), so with it the IO mode would change the ids.
         io: Some(
             [
                 (
                     "mmap".to_string(),
                     s(&["--load-mode", "mmap", "--no-repack"]),
                 ),
-                ("buffered".to_string(), s(&["--load-mode", "none"])),
+                (
+                    "buffered".to_string(),
+                    s(&["--load-mode", "none", "--no-repack"]),
+                ),
+                (
+                    "direct".to_string(),
+                    s(&["--load-mode", "dio", "--no-repack"]),
+                ),
             ]
             .into(),
         ),
+        resident_io: Some(s(&["buffered", "direct"])),
+        // Beside the weights in the resident modes: the driver, KV cache and compute
+        // buffers of a short context.
+        runtime_overhead: Some(LLAMA_RUNTIME_OVERHEAD.into()),
         model_types: Some(vec!["kimi_k3".into(), "kimi_linear".into()]),
         // OpenMP threads spin-wait between ops: on a busy machine that costs 5-10x.
         env: [
@@ -333,9 +442,15 @@ fn llama_cpp(f32: bool) -> EngineDef {
         .into(),
         budget: Some(BudgetHold::Cgroup),
         must_match: Some(f32),
+        // Initialises llama.cpp's backends and prints its build and CPU features.
+        check: Some(s(&["{bin}", "--version"])),
         ..Default::default()
     }
 }
+
+/// llama.cpp's memory beside the weights in its resident IO modes (driver, KV cache
+/// and compute buffers of a short context), as a size.
+pub const LLAMA_RUNTIME_OVERHEAD: &str = "64MiB";
 
 /// Environment variable naming the binary of a built-in adapter.
 pub fn bin_env(adapter: &str) -> Option<&'static str> {
@@ -351,15 +466,12 @@ pub fn bin_env(adapter: &str) -> Option<&'static str> {
 pub fn how_to_build(adapter: &str) -> &'static str {
     match adapter {
         "kimi-k3-in-c" => {
-            "git clone https://github.com/Speedstu/kimi-k3-in-c && make -C kimi-k3-in-c -j2 all, \
-             then export MEMDIAL_K3C_BIN=$PWD/kimi-k3-in-c/bin/k3 (see docs/engines.md)"
+            "tools/build-engines.sh DIR --kimi-k3-in-c SRC (SRC: a kimi-k3-in-c source directory), \
+             then export MEMDIAL_K3C_BIN=DIR/kimi-k3-in-c/bin/k3 (see docs/engines.md)"
         }
         "llama.cpp" | "llama.cpp-f32" => {
-            "get llama.cpp's source (e.g. vendor/llama.cpp of the llama-cpp-python==0.3.36 sdist), \
-             cmake -S llama.cpp -B llama.cpp/build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF \
-             && cmake --build llama.cpp/build --target llama -j2, build memdial's driver \
-             tools/llama-ids/llama_ids.cpp against it (command in that file's header), \
-             then export MEMDIAL_LLAMA_BIN=$PWD/llama_ids (see docs/engines.md)"
+            "tools/build-engines.sh DIR (llama.cpp from the llama-cpp-python sdist, then memdial's \
+             driver tools/llama-ids), then export MEMDIAL_LLAMA_BIN=DIR/bin/llama_ids (see docs/engines.md)"
         }
         "mlx-lm" => {
             "bash fixtures/oracle/setup.sh (creates fixtures/oracle/.venv with mlx-lm), \
@@ -403,7 +515,12 @@ pub fn overlay(a: EngineDef, b: &EngineDef) -> EngineDef {
         model_types,
         setup,
         must_match,
-        python
+        python,
+        resident_io,
+        floor,
+        floor_command,
+        check,
+        floor_search
     )
 }
 

@@ -14,13 +14,19 @@
 //! - [`runs`]: per-run glue (prompt ids, trunk share, reading an engine's output);
 //! - [`setup`]: cached setup steps and versions;
 //! - [`program`]: whether an engine's program can start, before any run;
-//! - [`check`]: `memdial engines check`.
+//! - [`check`]: `memdial engines check`;
+//! - [`floor`]: engines' floors on those models (declared, commanded or searched);
+//! - [`opaque`], [`gguf_meta`]: models memdial's engine does not read (a GGUF, another
+//!   architecture's checkpoint), taken as their files.
 
 pub mod agreement;
 pub mod applicable;
 pub mod check;
 pub mod def;
+pub mod floor;
+pub mod gguf_meta;
 pub mod margins;
+pub mod opaque;
 pub mod output;
 pub mod program;
 pub mod ratio;

@@ -51,6 +51,9 @@ pub struct Engine {
     pub version: String,
     /// Setup directory of this model (after [`Registry::prepare`]).
     pub setup_dir: Option<PathBuf>,
+    /// Why this engine runs no point of this model (e.g. an adapter that needs a
+    /// checkpoint memdial reads, given an opaque model): every point is `n/a`.
+    pub not_here: Option<String>,
 }
 
 impl Engine {
@@ -132,9 +135,15 @@ pub struct Registry {
     pub k3c_min_cache_bytes: u64,
     /// Where the embedded scripts were written.
     pub scripts_dir: Option<PathBuf>,
+    /// The model when memdial's engine does not read it ([`Registry::set_opaque`]).
+    pub opaque: Option<OpaqueModel>,
+    /// Floors of the engines on an opaque model, bytes, by (engine, IO mode), with
+    /// where each came from ([`super::floor`]).
+    pub floors: std::collections::BTreeMap<(String, String), super::floor::Floor>,
 }
 
 use super::def::{toml_key, uses, K3C_OVERHEAD_BYTES};
+use super::opaque::OpaqueModel;
 use super::resolve::{default_python, resolve_def};
 
 impl Registry {
@@ -167,6 +176,7 @@ impl Registry {
                 bin,
                 python,
                 setup_dir: None,
+                not_here: None,
             });
         }
         let reference = spec
@@ -183,7 +193,16 @@ impl Registry {
             k3c_min_cache_bytes: 0,
             ignore_eos: spec.extra_args.iter().any(|a| a == "--ignore-eos"),
             scripts_dir: None,
+            opaque: None,
+            floors: Default::default(),
         })
+    }
+
+    /// The floor of engine `name` at IO mode `io` on an opaque model, bytes.
+    pub fn floor_of(&self, name: &str, io: memdial::io::IoMode) -> Option<u64> {
+        self.floors
+            .get(&(name.to_string(), io.as_str().to_string()))
+            .map(|f| f.bytes)
     }
 
     /// Engine `name`.
@@ -299,6 +318,12 @@ impl Registry {
     /// Reads the model facts templates and applicability need (eos ids, model type,
     /// layers) from `model`'s config.json.
     pub fn set_model(&mut self, model: &Path) -> Result<()> {
+        if let Some(m) = &self.opaque {
+            self.eos_ids = m.eos_ids.clone();
+            self.model_type = m.model_type.clone();
+            self.num_layers = 0;
+            return Ok(());
+        }
         let cfg = memdial::config::load_config(model)?;
         self.eos_ids = cfg.eos_token_ids.clone();
         self.model_type = cfg.model_type.clone();
@@ -356,11 +381,11 @@ impl Registry {
                 continue;
             }
             let mut vars = self.base_vars(&e, model);
-            let runs_here = e
-                .def
-                .model_types
-                .as_ref()
-                .is_none_or(|t| t.contains(&self.model_type));
+            let runs_here = e.not_here.is_none()
+                && e.def
+                    .model_types
+                    .as_ref()
+                    .is_none_or(|t| t.contains(&self.model_type));
             if let (Some(setup), true) = (&e.def.setup, runs_here) {
                 let dir = super::setup::setup_cache()
                     .join(sanitize(&e.name))
@@ -378,6 +403,64 @@ impl Registry {
                 .unwrap_or_default();
         }
         Ok(())
+    }
+
+    /// Takes `m` as the sweep's model (memdial's engine does not read it): the
+    /// `llama.cpp` adapter runs its GGUF directly (no setup step, any architecture),
+    /// unless the spec's `[engine.NAME]` table sets `model`, `setup` or `model_types`;
+    /// adapters that need a checkpoint memdial reads (`llama.cpp-f32`, whose setup
+    /// widens one, and `kimi-k3-in-c`, whose trunk share is memdial's plan) run no
+    /// point of it.
+    pub fn set_opaque(&mut self, spec: &Spec, m: OpaqueModel) {
+        for e in &mut self.engines {
+            let table = spec.engine.get(&e.name).cloned().unwrap_or_default();
+            match e.adapter.as_str() {
+                "llama.cpp" => {
+                    if table.model.is_none() {
+                        match &m.gguf {
+                            Some(g) => e.def.model = Some(g.display().to_string()),
+                            None => {
+                                e.def.model = None;
+                                e.not_here = Some(format!(
+                                    "{} runs a GGUF: {} is none and holds none",
+                                    e.name,
+                                    m.path.display()
+                                ));
+                            }
+                        }
+                    }
+                    if table.setup.is_none() {
+                        e.def.setup = None;
+                    }
+                    if table.model_types.is_none() {
+                        e.def.model_types = None;
+                    }
+                }
+                "llama.cpp-f32" | "kimi-k3-in-c"
+                    if (e.adapter == "kimi-k3-in-c" && uses(&e.def, "{k3c_"))
+                        || (e.adapter == "llama.cpp-f32" && table.setup.is_none()) =>
+                {
+                    e.not_here = Some(format!(
+                        "{} needs a checkpoint memdial reads ({}); {} is not one",
+                        e.name,
+                        if e.adapter == "kimi-k3-in-c" {
+                            "its trunk share is memdial's plan"
+                        } else {
+                            "its setup widens it to an F32 GGUF"
+                        },
+                        m.path.display()
+                    ));
+                }
+                _ => {}
+            }
+        }
+        self.opaque = Some(m);
+    }
+
+    /// The placeholder values of engine `e` that do not depend on a run (`{bin}`,
+    /// `{model}`, `{python}`, `{eos_ids}`, …) for the model at `model`.
+    pub fn vars_for(&self, e: &Engine, model: &Path) -> Vars {
+        self.base_vars(e, model)
     }
 
     fn base_vars(&self, e: &Engine, model: &Path) -> Vars {

@@ -11,10 +11,26 @@ use super::registry::{Engine, Registry, RunCtx};
 use crate::sweep::spec::{Point, Spec};
 
 /// Prompt ids of every prompt of `spec` (text tokenized with the model's tokenizer,
-/// as `memdial run` does). Other engines get ids, never text, so every engine sees
-/// the same tokens. Errors (usage) only when `needed` and a prompt cannot be tokenized.
-pub fn prompt_ids(spec: &Spec, model: &Path, needed: bool) -> Result<Vec<Vec<u32>>> {
+/// as `memdial run` does; on an opaque GGUF, with the GGUF's own tokenizer through the
+/// `llama.cpp` engine's driver, [`gguf_tokenize`]). Other engines get ids, never text,
+/// so every engine sees the same tokens. Errors (usage) only when the sweep has
+/// another engine and a prompt cannot be tokenized.
+pub fn prompt_ids(spec: &Spec, model: &Path, reg: &Registry) -> Result<Vec<Vec<u32>>> {
     use crate::sweep::spec::PromptSpec;
+    let needed = reg.has_external();
+    if let Some(tk) = gguf_tokenizer(reg) {
+        let mut out = vec![];
+        for p in &spec.prompts {
+            out.push(match p {
+                PromptSpec::Ids { ids } => ids.clone(),
+                PromptSpec::Text(t) => tk(t)?,
+                PromptSpec::File { file } => tk(&std::fs::read_to_string(file).map_err(|e| {
+                    crate::args::usage(format!("prompt file {}: {e}", file.display()))
+                })?)?,
+            });
+        }
+        return Ok(out);
+    }
     let tok = memdial::tokenizer::Tokenizer::from_dir(model).ok();
     let mut out = vec![];
     for p in &spec.prompts {
@@ -39,6 +55,58 @@ pub fn prompt_ids(spec: &Spec, model: &Path, needed: bool) -> Result<Vec<Vec<u32
         }
     }
     Ok(out)
+}
+
+/// On an opaque model with a GGUF and a `llama.cpp` engine whose binary is known: text
+/// → ids with the GGUF's own tokenizer ([`gguf_tokenize`]).
+#[allow(clippy::type_complexity)]
+fn gguf_tokenizer(reg: &Registry) -> Option<Box<dyn Fn(&str) -> Result<Vec<u32>> + '_>> {
+    let gguf = reg.opaque.as_ref()?.gguf.clone()?;
+    let bin = reg
+        .engines
+        .iter()
+        .find(|e| e.adapter == "llama.cpp" && e.not_here.is_none())?
+        .bin
+        .clone()?;
+    Some(Box::new(move |text: &str| {
+        gguf_tokenize(&bin, &gguf, text).map_err(|e| crate::args::usage(format!("{e:#}")))
+    }))
+}
+
+/// The ids of `text` in the GGUF `gguf`'s own vocabulary, as llama.cpp tokenizes a
+/// prompt (special tokens such as BOS added as the GGUF says): `llama_ids -m GGUF
+/// --tokenize TEXT` (memdial's driver, `tools/llama-ids`).
+///
+/// Errors: the driver cannot be run, fails, or prints no `ids:` line.
+pub fn gguf_tokenize(bin: &Path, gguf: &Path, text: &str) -> Result<Vec<u32>> {
+    let o = std::process::Command::new(bin)
+        .arg("-m")
+        .arg(gguf)
+        .arg("--tokenize")
+        .arg(text)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", bin.display()))?;
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out.lines().find_map(|l| l.strip_prefix("ids: "));
+    match (o.status.success(), line) {
+        (true, Some(l)) => l
+            .split(',')
+            .filter(|x| !x.is_empty())
+            .map(|x| {
+                x.trim()
+                    .parse::<u32>()
+                    .map_err(|e| anyhow::anyhow!("{x:?}: {e}"))
+            })
+            .collect(),
+        _ => anyhow::bail!(
+            "{} cannot tokenize with {} (a driver built before its --tokenize mode? rebuild with \
+             tools/build-engines.sh): {}",
+            bin.display(),
+            gguf.display(),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+    }
 }
 
 /// kimi-k3-in-c's trunk share of `budget`: memdial's pinned trunk + trunk slot bytes

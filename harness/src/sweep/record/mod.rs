@@ -6,10 +6,12 @@
 //! - [`merge`]: combining shard directories;
 //! - [`proof`]: rows checked against each run's own `metrics.json`;
 //! - [`baseline`]: an earlier `results.csv` and the comparison with it;
+//! - [`llama_bench`]: llama-bench's field names in every row;
 //! - [`host`]: machine and storage facts (recorded in `sweep.json` and every row).
 
 pub mod baseline;
 pub mod host;
+pub mod llama_bench;
 pub mod merge;
 pub mod proof;
 pub mod row;

@@ -161,6 +161,10 @@ pub struct Row {
     /// `None` when it was quiet: noisy runs are counted apart in the statistics.
     #[serde(default)]
     pub noisy: Option<String>,
+    /// llama-bench's fields (`n_prompt`, `n_gen`, `avg_ts`, `stddev_ts`, `load_mode`;
+    /// appended).
+    #[serde(flatten)]
+    pub llama_bench: super::llama_bench::LlamaBench,
     // --- axes declared after engines (`sweep::axes`): one column each, appended
     /// The point's value on each later axis, by axis name (the point's
     /// [`crate::sweep::axes::Coord`]s); empty for sweeps without one.
@@ -279,6 +283,12 @@ pub const COLUMNS: &[&str] = &[
     // RunMetrics fields of the lossless layout (appended).
     "lossless_decoded_bytes_per_token",
     "lossless_decode_s_per_token",
+    // llama-bench's field names (appended).
+    "n_prompt",
+    "n_gen",
+    "avg_ts",
+    "stddev_ts",
+    "load_mode",
 ];
 
 impl Row {
@@ -301,6 +311,7 @@ impl Row {
                 .metric_sources
                 .insert("decode_s_per_token_median".into(), Source::Harness);
         }
+        self.llama_bench = super::llama_bench::LlamaBench::of(&self.metrics, self.io);
         Ok(())
     }
 

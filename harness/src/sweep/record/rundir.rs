@@ -274,6 +274,7 @@ pub fn open(
         prompt_identities: id.prompt_identities.clone(),
         missing_shards: vec![],
         noise: (spec.noise != memdial::noise::Thresholds::default()).then_some(spec.noise),
+        opaque_model: None,
     };
     Ok((meta, vec![]))
 }
@@ -335,6 +336,10 @@ pub struct Meta {
     /// The spec's `[noise]` thresholds when it sets them (absent: the defaults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise: Option<memdial::noise::Thresholds>,
+    /// The model when memdial's engine does not read it: its files and the engines'
+    /// floors (absent for checkpoints memdial reads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opaque_model: Option<crate::sweep::engines::opaque::OpaqueMeta>,
 }
 
 impl Meta {

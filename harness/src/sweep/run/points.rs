@@ -86,7 +86,15 @@ impl Points {
     ///
     /// Errors: the checkpoint or config cannot be read (usage error), a `lossless`
     /// point without `packed`, or a point's plan fails.
-    pub fn resolve(spec: &Spec, model: &Path, packed: Option<&Path>) -> Result<Points> {
+    pub fn resolve(
+        spec: &Spec,
+        model: &Path,
+        packed: Option<&Path>,
+        engines: &Registry,
+    ) -> Result<Points> {
+        if let Some(m) = &engines.opaque {
+            return Self::resolve_opaque(spec, m, engines);
+        }
         let ck = Checkpoint::open(model).map_err(as_usage)?;
         let cfg = memdial::config::load_config(model).map_err(as_usage)?;
         let packed_ck = packed.map(Checkpoint::open).transpose().map_err(as_usage)?;
@@ -149,6 +157,50 @@ impl Points {
             resolved: out,
             model_bytes: memdial::inspect::model_bytes(&cfg, &ck),
             shard_files: ck.shards.iter().map(|s| s.path.clone()).collect(),
+        })
+    }
+
+    /// The points of `spec` on an opaque model ([`crate::sweep::engines::opaque`]): model
+    /// bytes are its files' bytes, a point's floor is its engine's at its IO mode
+    /// ([`Registry::floors`]; 0, nothing below it, when the engine has none).
+    ///
+    /// Errors (usage): a `floor` budget for an engine with no floor at that IO mode.
+    fn resolve_opaque(
+        spec: &Spec,
+        m: &crate::sweep::engines::opaque::OpaqueModel,
+        engines: &Registry,
+    ) -> Result<Points> {
+        let mut out = vec![];
+        for p in spec.points() {
+            let expr = BudgetExpr::parse(&p.budget_spec).map_err(|e| as_usage(e.into()))?;
+            let floor = engines.floor_of(&p.engine, p.io);
+            if matches!(expr, BudgetExpr::Floor(_)) && floor.is_none() {
+                return Err(crate::args::usage(format!(
+                    "budget {:?}: engine {:?} has no floor at io = {:?} for {}, a model memdial's \
+                     engine does not read (memdial's plan gives floors only for its own models): \
+                     declare one in [engine.{}] (`floor = \"256MiB\"` or `floor_command`), or set \
+                     `floor_search` (see docs/engines.md)",
+                    p.budget_spec,
+                    p.engine,
+                    p.io.as_str(),
+                    m.path.display(),
+                    crate::sweep::engines::def::toml_key(&p.engine)
+                )));
+            }
+            let floor = floor.unwrap_or(0);
+            let budget = expr
+                .resolve(m.bytes, floor)
+                .map_err(|e| as_usage(e.into()))?;
+            out.push(Resolved {
+                point: p,
+                budget_bytes: budget,
+                floor_bytes: floor,
+            });
+        }
+        Ok(Points {
+            resolved: out,
+            model_bytes: m.bytes,
+            shard_files: m.files.clone(),
         })
     }
 

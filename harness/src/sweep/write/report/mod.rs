@@ -426,6 +426,9 @@ fn header_md(s: &mut String, c: &Sections) {
             None => String::new(),
         }
     );
+    if let Some(o) = &meta.opaque_model {
+        let _ = writeln!(s, "{}\n", o.markdown());
+    }
     if !meta.missing_shards.is_empty() {
         let _ = writeln!(
             s,
