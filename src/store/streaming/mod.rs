@@ -110,12 +110,34 @@ impl StreamingStore {
         m
     }
 
-    /// Writes the recorded expert trace (if `record_trace` was set). Call after generation.
+    /// Writes the recorded expert trace (if `record_trace` was set), format 2
+    /// ([`trace`]). Call after generation.
     pub fn finish(&self) -> Result<()> {
         if let Some(p) = &self.opts.record_trace {
-            trace::write(p, &lock(&self.shared).trace_out)?;
+            let g = lock(&self.shared);
+            let t = trace::Trace {
+                header: g.trace_header.clone(),
+                forwards: g.trace_forwards.clone(),
+                records: g.trace_out.clone(),
+            };
+            drop(g);
+            trace::write_full(p, &t)?;
         }
         Ok(())
+    }
+
+    /// Tells the trace recorder (`record_trace`) what the store cannot see: the
+    /// prompt length, the prefill chunk and whether the caches were warmed
+    /// ([`StreamingStore::warm_fill`]). No effect without `record_trace`.
+    pub fn note_run(&self, prompt_tokens: usize, prefill_chunk: usize, warm: bool) {
+        let mut g = lock(&self.shared);
+        if let Some(h) = g.trace_header.as_mut() {
+            h.prompt_tokens = prompt_tokens;
+            h.prefill_chunk = prefill_chunk;
+            if let Some(p) = h.plan.as_mut() {
+                p.start = if warm { "warm" } else { "cold" }.into();
+            }
+        }
     }
 
     /// Page-cache-resident bytes of the model's shard files (mincore).
@@ -205,6 +227,19 @@ impl WeightStore for StreamingStore {
         row_bytes: usize,
         rows: &[usize],
     ) -> Result<Vec<Bytes>> {
+        if self.opts.record_trace.is_some()
+            && layer.is_none()
+            && name == self.shared.plan.embedding_key
+        {
+            // A forward reads its embedding rows first (`begin_token` sets the position).
+            lock(&self.shared)
+                .trace_forwards
+                .push(trace::ForwardRecord {
+                    forward: 0,
+                    ids: rows.to_vec(),
+                    logits: 0,
+                });
+        }
         self.rows_on_demand(layer, name, row_bytes, rows)
     }
 
@@ -273,6 +308,9 @@ impl WeightStore for StreamingStore {
     fn begin_token(&self, pos: usize) {
         let mut g = lock(&self.shared);
         g.token = pos;
+        if let Some(f) = g.trace_forwards.last_mut() {
+            f.forward = pos;
+        }
         g.guesses.clear();
         g.protected.clear();
         g.layer_calls.clear();
@@ -411,10 +449,14 @@ impl StreamingStore {
         };
         let token = g.token + sub;
         if self.opts.record_trace.is_some() {
+            let predicted = (self.opts.prefetch == Prefetch::Lookahead && sub == 0)
+                .then(|| g.guesses.get(&layer).cloned())
+                .flatten();
             g.trace_out.push(TraceRecord {
                 token,
                 layer,
                 experts: experts.to_vec(),
+                predicted,
             });
         }
         if let Some(gs) = g.guesses.get(&layer).filter(|_| sub == 0) {
