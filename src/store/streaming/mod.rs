@@ -283,8 +283,13 @@ impl WeightStore for StreamingStore {
                 .or_insert(ExpertMeta { freq: 0, last: 0 });
             m.freq += 1;
             m.last = t;
-            self.read_chunk_ahead(&mut g, layer, expert);
-            self.wait(g, key)?
+            let ahead = self.read_chunk_ahead(&mut g, layer, expert);
+            let loaded = self.wait(g, key)?;
+            if ahead {
+                // Protected while its own read-ahead ran (see `read_chunk_ahead`).
+                lock(&self.shared).protected.remove(&(layer, expert));
+            }
+            loaded
         };
         let mat = |m: &str| -> Result<ExpertMat> {
             let base = layer_name(layer, &format!("block_sparse_moe.experts.{expert}.{m}"));
@@ -471,9 +476,12 @@ impl StreamingStore {
     /// next [`CHUNK_READ_AHEAD`] experts of the order (optional reads into free or
     /// evictable cache buffers, protected until used), so the device reads them while
     /// this one is multiplied. Which bytes are read can change, never the output.
-    fn read_chunk_ahead(&self, g: &mut Inner, layer: usize, expert: usize) {
+    /// `expert` itself stays protected until the caller has it (returns `true`: the
+    /// caller unprotects it), so its read-ahead never evicts it, whether its own read
+    /// is still in flight or done: the bytes read do not depend on IO timing.
+    fn read_chunk_ahead(&self, g: &mut Inner, layer: usize, expert: usize) -> bool {
         if self.opts.prefetch == Prefetch::None {
-            return;
+            return false;
         }
         let next: Vec<usize> = match &g.chunk {
             Some((l, order)) if *l == layer => match order.iter().position(|&e| e == expert) {
@@ -482,17 +490,18 @@ impl StreamingStore {
                     .take(CHUNK_READ_AHEAD)
                     .copied()
                     .collect(),
-                None => return,
+                None => return false,
             },
-            _ => return,
+            _ => return false,
         };
-        g.protected.remove(&(layer, expert));
+        g.protected.insert((layer, expert));
         let _ = self.request(g, Key::Expert(layer, expert), true);
         for e in next {
             if self.request(g, Key::Expert(layer, e), true) == Req::Queued {
                 g.protected.insert((layer, e));
             }
         }
+        true
     }
 
     fn issue_guesses(&self, g: &mut Inner, layer: usize, guesses: &[usize]) {
