@@ -137,7 +137,7 @@ pub struct Trace {
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum Line {
-    Header(TraceHeader),
+    Header(Box<TraceHeader>),
     Forward(ForwardRecord),
     Route(TraceRecord),
 }
@@ -224,7 +224,7 @@ pub fn read_full(path: &Path) -> Result<Trace> {
                     ))
                     .into());
                 }
-                t.header = Some(h);
+                t.header = Some(*h);
             }
             Line::Forward(f) => t.forwards.push(f),
             Line::Route(r) => t.records.push(r),
