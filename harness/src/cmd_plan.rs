@@ -72,11 +72,11 @@ pub struct PlanArgs {
 }
 
 /// Config + checkpoint index to plan with, and where they came from.
-struct Source {
-    cfg: ModelConfig,
-    ck: Checkpoint,
+pub(crate) struct Source {
+    pub(crate) cfg: ModelConfig,
+    pub(crate) ck: Checkpoint,
     /// `None` for a real checkpoint; else what the paper plan was derived from.
-    paper: Option<String>,
+    pub(crate) paper: Option<String>,
 }
 
 fn config_from_text(text: &str, what: &str) -> Result<ModelConfig> {
@@ -103,7 +103,19 @@ fn config_from_text(text: &str, what: &str) -> Result<ModelConfig> {
 }
 
 fn source(a: &PlanArgs) -> Result<Source> {
-    let (text, what) = match (&a.model, &a.config, &a.preset) {
+    source_of(a.model.as_deref(), a.config.as_deref(), a.preset.as_deref())
+}
+
+/// The [`Source`] of `--model DIR`, `--config FILE` or `--preset NAME` (a shipped
+/// config, or a fixture preset's config: planned without weights).
+///
+/// Errors: an unreadable checkpoint or config, an unknown preset (usage error).
+pub(crate) fn source_of(
+    model: Option<&Path>,
+    config: Option<&Path>,
+    preset: Option<&str>,
+) -> Result<Source> {
+    let (text, what) = match (model, config, preset) {
         (Some(dir), ..) => {
             let c = Checkpointed::read(dir)?;
             return Ok(Source {
@@ -117,13 +129,25 @@ fn source(a: &PlanArgs) -> Result<Source> {
                 .map_err(|e| UsageError::Invalid(format!("cannot read {}: {e}", path.display())))?,
             path.display().to_string(),
         ),
-        (_, _, Some(p)) => {
-            let (_, t) = PRESETS.iter().find(|(n, _)| n == p).expect("clap checked");
-            (
+        (_, _, Some(p)) => match PRESETS.iter().find(|(n, _)| *n == p) {
+            Some((_, t)) => (
                 t.to_string(),
                 format!("preset {p} (fixtures/configs/{p}.json)"),
-            )
-        }
+            ),
+            None => match memdial::fixture::presets::preset(p) {
+                Some(f) => (
+                    f.config.to_string(),
+                    format!("fixture preset {p} (memdial fixture --preset {p})"),
+                ),
+                None => {
+                    return Err(UsageError::Invalid(format!(
+                        "unknown preset {p:?}: k3, kimi-linear-48b or a fixture preset ({})",
+                        memdial::fixture::presets::PRESET_NAMES.join(", ")
+                    ))
+                    .into())
+                }
+            },
+        },
         _ => unreachable!("clap requires one source"),
     };
     let cfg = config_from_text(&text, &what)?;
@@ -137,7 +161,7 @@ fn source(a: &PlanArgs) -> Result<Source> {
 
 /// Best measured bandwidth (GB/s) of a `memdial iobench` report for `io`: the fastest
 /// `memdial` row with status ok, cold cache and this IO mode; with its description.
-fn iobench_gbps(dir: &Path, io: IoMode) -> Result<(f64, String)> {
+pub(crate) fn iobench_gbps(dir: &Path, io: IoMode) -> Result<(f64, String)> {
     let path = dir.join("results.json");
     let text = std::fs::read_to_string(&path)
         .map_err(|e| UsageError::Invalid(format!("cannot read {}: {e}", path.display())))?;

@@ -138,7 +138,9 @@ pub struct RunArgs {
     /// Write run metrics (timings, bytes read, hit rates, RSS, output hashes) as JSON.
     #[arg(long)]
     pub metrics_json: Option<PathBuf>,
-    /// Record the router's expert choices per (token, layer) as JSON lines.
+    /// Record the run's routing as a trace (JSON lines, format 2 of docs/simulate.md:
+    /// a header, one line per forward, the experts chosen per token and MoE layer, and
+    /// look-ahead guesses); `memdial simulate` replays it.
     #[arg(long)]
     pub record_trace: Option<PathBuf>,
     /// Expert trace of an earlier run (--record-trace) for --prefetch oracle.
@@ -227,6 +229,14 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     let load_s = t_load.elapsed().as_secs_f64();
     mem.sample();
     let warm = warm_start(a, &opened)?;
+    if let Some(s) = &opened.streaming {
+        let chunk = if chunks.0 == 0 {
+            prompt.len()
+        } else {
+            chunks.0
+        };
+        s.note_run(prompt.len(), chunk, warm.is_some());
+    }
     mem.sample();
     let mut g = generate_ids(a, &cfg, &opened, &prompt, max_context, chunks, &mut mem)?;
     g.warm = warm;

@@ -19,6 +19,7 @@ mod cmd_pack;
 mod cmd_plan;
 mod cmd_report;
 mod cmd_run;
+mod cmd_simulate;
 mod cmd_sweep;
 mod cmd_tokenize;
 mod convert;
@@ -60,6 +61,8 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Sweep budget × IO × prefetch from a cold cache; verdict, reports and charts.
     Sweep(cmd_sweep::SweepArgs),
+    /// Replay a routing trace against any budget and cache policy (bytes, hit rates, s/token).
+    Simulate(cmd_simulate::SimulateArgs),
     /// Work with sweep run directories (merge shards).
     Report(cmd_report::ReportArgs),
     /// Other engines a sweep can run (`engines check`: find binaries, say what is missing).
@@ -82,6 +85,7 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd_run::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Sweep(a) => cmd_sweep::run(a),
+        Command::Simulate(a) => cmd_simulate::run(a),
         Command::Report(a) => cmd_report::run(a),
         Command::Engines(a) => sweep::engines::check::run(a),
         Command::Convert(a) => convert::run(a),

@@ -16,6 +16,7 @@ pub mod paper;
 pub mod plan;
 pub mod rank;
 pub mod resident;
+pub mod sim;
 pub mod streaming;
 pub mod trace;
 

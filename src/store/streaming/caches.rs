@@ -12,7 +12,7 @@ use super::io::{Job, Loaded, LoadedData};
 use super::StreamingStore;
 use crate::io::{AlignedBuf, IoMode};
 use crate::store::metrics::StoreMetrics;
-use crate::store::trace::TraceRecord;
+use crate::store::trace::{ForwardRecord, TraceHeader, TraceRecord};
 
 /// Outcome of [`StreamingStore::request`].
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -92,6 +92,10 @@ pub(super) struct Inner {
     pub(super) chunk: Option<(usize, Vec<usize>)>,
     pub(super) metrics: StoreMetrics,
     pub(super) trace_out: Vec<TraceRecord>,
+    /// `--record-trace`: the header (completed by [`StreamingStore::note_run`]) and
+    /// one line per forward pass.
+    pub(super) trace_header: Option<TraceHeader>,
+    pub(super) trace_forwards: Vec<ForwardRecord>,
 }
 
 impl Inner {

@@ -110,12 +110,34 @@ impl StreamingStore {
         m
     }
 
-    /// Writes the recorded expert trace (if `record_trace` was set). Call after generation.
+    /// Writes the recorded expert trace (if `record_trace` was set), format 2
+    /// ([`trace`]). Call after generation.
     pub fn finish(&self) -> Result<()> {
         if let Some(p) = &self.opts.record_trace {
-            trace::write(p, &lock(&self.shared).trace_out)?;
+            let g = lock(&self.shared);
+            let t = trace::Trace {
+                header: g.trace_header.clone(),
+                forwards: g.trace_forwards.clone(),
+                records: g.trace_out.clone(),
+            };
+            drop(g);
+            trace::write_full(p, &t)?;
         }
         Ok(())
+    }
+
+    /// Tells the trace recorder (`record_trace`) what the store cannot see: the
+    /// prompt length, the prefill chunk and whether the caches were warmed
+    /// ([`StreamingStore::warm_fill`]). No effect without `record_trace`.
+    pub fn note_run(&self, prompt_tokens: usize, prefill_chunk: usize, warm: bool) {
+        let mut g = lock(&self.shared);
+        if let Some(h) = g.trace_header.as_mut() {
+            h.prompt_tokens = prompt_tokens;
+            h.prefill_chunk = prefill_chunk;
+            if let Some(p) = h.plan.as_mut() {
+                p.start = if warm { "warm" } else { "cold" }.into();
+            }
+        }
     }
 
     /// Page-cache-resident bytes of the model's shard files (mincore).
@@ -205,6 +227,19 @@ impl WeightStore for StreamingStore {
         row_bytes: usize,
         rows: &[usize],
     ) -> Result<Vec<Bytes>> {
+        if self.opts.record_trace.is_some()
+            && layer.is_none()
+            && name == self.shared.plan.embedding_key
+        {
+            // A forward reads its embedding rows first (`begin_token` sets the position).
+            lock(&self.shared)
+                .trace_forwards
+                .push(trace::ForwardRecord {
+                    forward: 0,
+                    ids: rows.to_vec(),
+                    logits: 0,
+                });
+        }
         self.rows_on_demand(layer, name, row_bytes, rows)
     }
 
@@ -248,8 +283,13 @@ impl WeightStore for StreamingStore {
                 .or_insert(ExpertMeta { freq: 0, last: 0 });
             m.freq += 1;
             m.last = t;
-            self.read_chunk_ahead(&mut g, layer, expert);
-            self.wait(g, key)?
+            let ahead = self.read_chunk_ahead(&mut g, layer, expert);
+            let loaded = self.wait(g, key)?;
+            if ahead {
+                // Protected while its own read-ahead ran (see `read_chunk_ahead`).
+                lock(&self.shared).protected.remove(&(layer, expert));
+            }
+            loaded
         };
         let mat = |m: &str| -> Result<ExpertMat> {
             let base = layer_name(layer, &format!("block_sparse_moe.experts.{expert}.{m}"));
@@ -273,6 +313,9 @@ impl WeightStore for StreamingStore {
     fn begin_token(&self, pos: usize) {
         let mut g = lock(&self.shared);
         g.token = pos;
+        if let Some(f) = g.trace_forwards.last_mut() {
+            f.forward = pos;
+        }
         g.guesses.clear();
         g.protected.clear();
         g.layer_calls.clear();
@@ -411,10 +454,14 @@ impl StreamingStore {
         };
         let token = g.token + sub;
         if self.opts.record_trace.is_some() {
+            let predicted = (self.opts.prefetch == Prefetch::Lookahead && sub == 0)
+                .then(|| g.guesses.get(&layer).cloned())
+                .flatten();
             g.trace_out.push(TraceRecord {
                 token,
                 layer,
                 experts: experts.to_vec(),
+                predicted,
             });
         }
         if let Some(gs) = g.guesses.get(&layer).filter(|_| sub == 0) {
@@ -429,9 +476,12 @@ impl StreamingStore {
     /// next [`CHUNK_READ_AHEAD`] experts of the order (optional reads into free or
     /// evictable cache buffers, protected until used), so the device reads them while
     /// this one is multiplied. Which bytes are read can change, never the output.
-    fn read_chunk_ahead(&self, g: &mut Inner, layer: usize, expert: usize) {
+    /// `expert` itself stays protected until the caller has it (returns `true`: the
+    /// caller unprotects it), so its read-ahead never evicts it, whether its own read
+    /// is still in flight or done: the bytes read do not depend on IO timing.
+    fn read_chunk_ahead(&self, g: &mut Inner, layer: usize, expert: usize) -> bool {
         if self.opts.prefetch == Prefetch::None {
-            return;
+            return false;
         }
         let next: Vec<usize> = match &g.chunk {
             Some((l, order)) if *l == layer => match order.iter().position(|&e| e == expert) {
@@ -440,17 +490,18 @@ impl StreamingStore {
                     .take(CHUNK_READ_AHEAD)
                     .copied()
                     .collect(),
-                None => return,
+                None => return false,
             },
-            _ => return,
+            _ => return false,
         };
-        g.protected.remove(&(layer, expert));
+        g.protected.insert((layer, expert));
         let _ = self.request(g, Key::Expert(layer, expert), true);
         for e in next {
             if self.request(g, Key::Expert(layer, e), true) == Req::Queued {
                 g.protected.insert((layer, e));
             }
         }
+        true
     }
 
     fn issue_guesses(&self, g: &mut Inner, layer: usize, guesses: &[usize]) {

@@ -225,6 +225,27 @@ impl StreamingStore {
             g.metrics.load_bytes_read = load_read;
             g.pinned_ranges = pinned_ranges;
             g.metrics.expert_layer = vec![(0, 0); cfg.num_hidden_layers];
+            if opts.record_trace.is_some() {
+                g.trace_header = Some(trace::TraceHeader {
+                    format: trace::FORMAT.into(),
+                    version: trace::VERSION,
+                    model: trace::TraceModel::of(cfg),
+                    top_k: cfg.moe.as_ref().map_or(0, |m| m.num_experts_per_token),
+                    prefill_chunk: 0,
+                    prompt_tokens: 0,
+                    engine: format!("memdial {}", env!("CARGO_PKG_VERSION")),
+                    plan: Some(trace::TracePlan {
+                        budget_bytes: shared.plan.budget_bytes,
+                        io: opts.io.as_str().into(),
+                        prefetch: opts.prefetch.as_str().into(),
+                        cache: opts.cache.as_str().into(),
+                        start: "cold".into(),
+                        max_context: opts.max_context,
+                        threads,
+                        identity: trace::plan_identity(&shared.plan),
+                    }),
+                });
+            }
         }
         let workers = spawn_workers(&shared, opts.io_threads.max(1))?;
         let moe_layers = cfg

@@ -47,6 +47,12 @@ impl StreamingStore {
     /// Block `[r0, …)` of row-blocked tensor `key` read through group `gi` (or pinned).
     pub(super) fn block_bytes(&self, key: &str, r0: usize, gi: usize) -> Result<Bytes> {
         let tb = self.shared.plan.groups[gi].read.tensor_bytes;
+        if self.opts.record_trace.is_some() {
+            // This forward computes logits (memdial records 1 row: the bytes do not depend on the count).
+            if let Some(f) = lock(&self.shared).trace_forwards.last_mut() {
+                f.logits = 1;
+            }
+        }
         if let Some(b) = self.pinned.get(&block_key(key, r0)) {
             let mut g = lock(&self.shared);
             g.metrics.trunk_request_bytes += tb;

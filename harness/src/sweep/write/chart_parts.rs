@@ -10,7 +10,7 @@ use plotters::prelude::*;
 use crate::sweep::analysis::stats::PointStats;
 
 /// Tableau-10 colours.
-pub(super) const COLORS: [RGBColor; 10] = [
+pub(crate) const COLORS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -23,7 +23,7 @@ pub(super) const COLORS: [RGBColor; 10] = [
     RGBColor(23, 190, 207),
 ];
 
-pub(super) fn pe<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+pub(crate) fn pe<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow!("chart: {e:?}")
 }
 
@@ -169,7 +169,7 @@ pub(super) fn dodge(b: f64, f: f64, m: Option<f64>) -> f64 {
 
 /// Axis tick text of a byte count: binary units, at most three significant digits
 /// and no trailing zeros ("256 MiB", "1.5 GiB", "177 MiB").
-pub(super) fn fmt_tick_bytes(v: f64) -> String {
+pub(crate) fn fmt_tick_bytes(v: f64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let (mut x, mut i) = (v.max(0.0), 0);
     while x >= 1024.0 && i < UNITS.len() - 1 {
@@ -270,7 +270,7 @@ pub(super) fn marker<DB: DrawingBackend>(
 
 /// The legend box of every chart: upper right, on a translucent white ground,
 /// labels in `font_size` px.
-pub(super) fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+pub(crate) fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
     chart: &mut ChartContext<'a, DB, CT>,
     font_size: u32,
 ) -> Result<()> {
@@ -285,7 +285,7 @@ pub(super) fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTran
 }
 
 /// Seconds to two significant digits (ticks of a log axis: 0.0063, 0.079, 1.3, 16).
-pub(super) fn format_secs(v: f64) -> String {
+pub(crate) fn format_secs(v: f64) -> String {
     if v.is_nan() || v <= 0.0 || !v.is_finite() {
         return format!("{v}");
     }

@@ -6,7 +6,7 @@
 //! - [`ci`] (over [`junit`] and [`gha`]): the JUnit report and GitHub Actions' job
 //!   summary and annotations.
 
-mod chart_parts;
+pub(crate) mod chart_parts;
 pub mod charts;
 pub mod ci;
 pub mod gha;
