@@ -20,10 +20,10 @@ use crate::sweep::start::StartMode;
 use crate::sweep::write::chart_parts::{fmt_tick_bytes, legend, pe, COLORS};
 use memdial::io::IoMode;
 use memdial::store::plan::{plan_unchecked, Plan, Prefetch};
-use memdial::util::budget::parse_size;
 use memdial::store::sim::pool::SimPolicy;
 use memdial::store::sim::{replay, EmbeddingRows, Replayable, SimOptions, SimReport};
 use memdial::store::trace;
+use memdial::util::budget::parse_size;
 
 /// Arguments of `memdial simulate`.
 #[derive(clap::Args)]

@@ -111,8 +111,10 @@ fn seconds(flag: &str, v: f64) -> Result<Duration> {
     Ok(Duration::from_secs_f64(v))
 }
 
-/// Runs `memdial serve` until SIGTERM / SIGINT, then drains.
-pub fn run(a: &ServeArgs) -> Result<ExitCode> {
+/// The flags' checks and the store they ask for: (request timeout, shutdown grace, store).
+///
+/// Errors: a usage error naming the flag.
+fn checked_options(a: &ServeArgs) -> Result<(Duration, Duration, StoreOptions)> {
     let timeout = seconds("--request-timeout", a.request_timeout)?;
     let grace = seconds("--shutdown-grace", a.shutdown_grace)?;
     if a.max_context == 0 {
@@ -126,8 +128,6 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
     if a.start == StartMode::Warm && a.budget.is_none() {
         return Err(usage("--start warm needs --budget"));
     }
-    let max_batch = a.max_batch as usize;
-    let cfg = load_config(&a.model)?;
     let store = match a.budget {
         Some(b) => StoreOptions::Streaming(StreamOptions {
             budget: b,
@@ -142,6 +142,14 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
         }),
         None => StoreOptions::Resident,
     };
+    Ok((timeout, grace, store))
+}
+
+/// Runs `memdial serve` until SIGTERM / SIGINT, then drains.
+pub fn run(a: &ServeArgs) -> Result<ExitCode> {
+    let (timeout, grace, store) = checked_options(a)?;
+    let max_batch = a.max_batch as usize;
+    let cfg = load_config(&a.model)?;
     let opened = Model::open_batch(&a.model, store, a.threads, max_batch)?;
     if let (StartMode::Warm, Some(s)) = (a.start, &opened.streaming) {
         let w = s.warm_fill()?;

@@ -198,7 +198,30 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<GenRequest, ApiError> {
         ));
     }
     let seed = integer(&o, "seed")?.unwrap_or(0) as u64;
-    let stop = match field(&o, "stop") {
+    let stop = parse_stop(&o)?;
+    let (stream, include_usage) = parse_stream(&o)?;
+    let logprobs = parse_logprobs(endpoint, &o)?;
+    refuse_unsupported(endpoint, &o)?;
+    Ok(GenRequest {
+        endpoint,
+        model,
+        prompt,
+        max_tokens,
+        temperature: temperature as f32,
+        top_p: top_p as f32,
+        seed,
+        stop,
+        stream,
+        include_usage,
+        logprobs,
+        ignore_eos: boolean(&o, "ignore_eos")?.unwrap_or(false),
+        return_token_ids: boolean(&o, "return_token_ids")?.unwrap_or(false),
+    })
+}
+
+/// `stop`: a string or an array of at most [`MAX_STOP`] non-empty strings.
+fn parse_stop(o: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
+    let stop = match field(o, "stop") {
         None => vec![],
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(a)) => a
@@ -239,8 +262,13 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<GenRequest, ApiError> {
             "`stop` sequences must not be empty.",
         ));
     }
-    let stream = boolean(&o, "stream")?.unwrap_or(false);
-    let include_usage = match field(&o, "stream_options") {
+    Ok(stop)
+}
+
+/// `stream` and `stream_options.include_usage` (only allowed with `stream`).
+fn parse_stream(o: &Map<String, Value>) -> Result<(bool, bool), ApiError> {
+    let stream = boolean(o, "stream")?.unwrap_or(false);
+    let include_usage = match field(o, "stream_options") {
         None => false,
         Some(_) if !stream => {
             return Err(ApiError::invalid(
@@ -261,23 +289,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<GenRequest, ApiError> {
             ))
         }
     };
-    let logprobs = parse_logprobs(endpoint, &o)?;
-    refuse_unsupported(endpoint, &o)?;
-    Ok(GenRequest {
-        endpoint,
-        model,
-        prompt,
-        max_tokens,
-        temperature: temperature as f32,
-        top_p: top_p as f32,
-        seed,
-        stop,
-        stream,
-        include_usage,
-        logprobs,
-        ignore_eos: boolean(&o, "ignore_eos")?.unwrap_or(false),
-        return_token_ids: boolean(&o, "return_token_ids")?.unwrap_or(false),
-    })
+    Ok((stream, include_usage))
 }
 
 fn parse_logprobs(endpoint: Endpoint, o: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
