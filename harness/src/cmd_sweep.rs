@@ -499,7 +499,7 @@ fn open_run_dir(
     meta.opaque_model = inp
         .opaque
         .as_ref()
-        .map(|m| engines::opaque::OpaqueMeta::of(m, engines));
+        .map(|m| engines::opaque::OpaqueMeta::of(m, &engines.floors));
     // sweep.json first: a directory with it is resumable; one without it holds at
     // most the same spec.toml, which a new sweep accepts (see rundir::open).
     meta.save(out)?;

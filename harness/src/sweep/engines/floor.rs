@@ -28,14 +28,7 @@ use crate::sweep::run::cgroup::{Mode, RunCgroup};
 use crate::sweep::spec::{BudgetExpr, Point, Spec};
 use memdial::util::units::fmt_bytes;
 
-/// An engine's floor at one IO mode.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Floor {
-    /// Bytes.
-    pub bytes: u64,
-    /// Where it came from: `declared`, `floor_command`, `search` or `search (cached)`.
-    pub source: String,
-}
+pub use super::opaque::Floor;
 
 /// One probe of a floor search.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -293,13 +286,9 @@ fn search(
             &c.identity[..c.identity.len().min(16)]
         ));
     let cache = dir.join("floor.json");
-    if let Some(r) = std::fs::read_to_string(&cache)
-        .ok()
-        .and_then(|t| serde_json::from_str::<SearchResult>(&t).ok())
-        .filter(|r| r.key == key)
-    {
+    if let Some(bytes) = cached(&cache, &key) {
         return Ok(Floor {
-            bytes: r.floor_bytes,
+            bytes,
             source: "search (cached)".into(),
         });
     }
@@ -354,6 +343,16 @@ fn search(
         bytes: floor,
         source: "search".into(),
     })
+}
+
+/// The floor cached in `cache` for the search `key`, bytes (none if absent, unreadable
+/// or for another key).
+fn cached(cache: &Path, key: &str) -> Option<u64> {
+    std::fs::read_to_string(cache)
+        .ok()
+        .and_then(|t| serde_json::from_str::<SearchResult>(&t).ok())
+        .filter(|r| r.key == key)
+        .map(|r| r.floor_bytes)
 }
 
 /// One cold run of engine `e` at `budget` in a memory cgroup of budget + slack.

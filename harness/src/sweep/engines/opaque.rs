@@ -65,15 +65,26 @@ pub struct FloorMeta {
     pub source: String,
 }
 
+/// An engine's floor at one IO mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Floor {
+    /// Bytes.
+    pub bytes: u64,
+    /// Where it came from: `declared`, `floor_command`, `search` or `search (cached)`.
+    pub source: String,
+}
+
 impl OpaqueMeta {
-    /// The record of `m` with the floors of `reg`.
-    pub fn of(m: &OpaqueModel, reg: &super::registry::Registry) -> OpaqueMeta {
+    /// The record of `m` with the engines' `floors` by (engine, IO mode).
+    pub fn of(
+        m: &OpaqueModel,
+        floors: &std::collections::BTreeMap<(String, String), Floor>,
+    ) -> OpaqueMeta {
         OpaqueMeta {
             files: m.files.len(),
             bytes: m.bytes,
             model_type: m.model_type.clone(),
-            floors: reg
-                .floors
+            floors: floors
                 .iter()
                 .map(|((e, io), f)| FloorMeta {
                     engine: e.clone(),

@@ -139,7 +139,7 @@ pub struct Registry {
     pub opaque: Option<OpaqueModel>,
     /// Floors of the engines on an opaque model, bytes, by (engine, IO mode), with
     /// where each came from ([`super::floor`]).
-    pub floors: std::collections::BTreeMap<(String, String), super::floor::Floor>,
+    pub floors: std::collections::BTreeMap<(String, String), super::opaque::Floor>,
 }
 
 use super::def::{toml_key, uses, K3C_OVERHEAD_BYTES};
