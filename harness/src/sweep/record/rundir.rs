@@ -274,6 +274,7 @@ pub fn open(
         prompt_identities: id.prompt_identities.clone(),
         missing_shards: vec![],
         noise: (spec.noise != memdial::noise::Thresholds::default()).then_some(spec.noise),
+        repeats_auto: spec.auto_repeats(),
     };
     Ok((meta, vec![]))
 }
@@ -335,6 +336,10 @@ pub struct Meta {
     /// The spec's `[noise]` thresholds when it sets them (absent: the defaults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise: Option<memdial::noise::Thresholds>,
+    /// `repeats = "auto"` resolved (absent: a fixed count): which planned runs a
+    /// point that reached its precision did not need.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeats_auto: Option<crate::sweep::spec::AutoRepeats>,
 }
 
 impl Meta {
