@@ -161,6 +161,10 @@ pub struct Row {
     /// `None` when it was quiet: noisy runs are counted apart in the statistics.
     #[serde(default)]
     pub noisy: Option<String>,
+    /// The settings `planned_floor_bytes` is for: `direct / next-layer, 2 kernel
+    /// thread(s), 13 positions` (as `memdial plan` prints them).
+    #[serde(default)]
+    pub planned_floor_for: Option<String>,
     // --- axes declared after engines (`sweep::axes`): one column each, appended
     /// The point's value on each later axis, by axis name (the point's
     /// [`crate::sweep::axes::Coord`]s); empty for sweeps without one.
@@ -276,6 +280,8 @@ pub const COLUMNS: &[&str] = &[
     "noise_psi_io_s",
     "noise_foreign_read_bytes",
     "noisy",
+    // The settings of the planned floor (appended).
+    "planned_floor_for",
 ];
 
 impl Row {

@@ -687,6 +687,7 @@ fn medians_md(s: &mut String, c: &Sections) {
          (two-level bootstrap over runs and the decode times within each run; see docs/statistics.md, \"Noise and signal\"). \
          tok/s is 1 / s/token (the same figure). Read/token is bytes read from the model files per decoded token; IO wait is the share of generation time (prefill + decode) the compute thread spent waiting for reads.\n"
     );
+    floors_md(s, c.rows);
     let _ = writeln!(
         s,
         "| point | budget | io | prefetch | cache | threads | runs | s/token [95% CI] | tok/s | TTFT s | read/token | IO wait | trunk hit | expert hit | peak RSS | peak anon | accounted |"
@@ -797,6 +798,33 @@ fn auto_cell(v: &SweepVerdict, point_index: usize) -> String {
         "measuring"
     };
     format!(" of {} ({hw}, {why})", a.max_repeats)
+}
+
+/// The planned floors and the settings each is for (`memdial plan` prints the same
+/// floor for the same settings), one per distinct pair, in point order.
+fn floors_md(s: &mut String, rows: &[Row]) {
+    let mut seen: Vec<(u64, &str)> = vec![];
+    let mut by_point: Vec<&Row> = rows.iter().collect();
+    by_point.sort_by_key(|r| r.point_index);
+    for r in by_point {
+        if let Some(f) = r.planned_floor_for.as_deref() {
+            if !seen.contains(&(r.planned_floor_bytes, f)) {
+                seen.push((r.planned_floor_bytes, f));
+            }
+        }
+    }
+    if seen.is_empty() {
+        return;
+    }
+    let list: Vec<String> = seen
+        .iter()
+        .map(|(b, f)| format!("{} for {f}", fmt_bytes(*b)))
+        .collect();
+    let _ = writeln!(
+        s,
+        "Floors planned (the smallest budget a point's settings run in; `memdial plan --io … --prefetch … --threads … --max-context …` with the same settings prints the same floor): {}.\n",
+        list.join("; ")
+    );
 }
 
 /// The footnotes the marks of the medians table need.
