@@ -13,6 +13,7 @@ use super::chart_parts::{
     empty, fmt_tick_bytes, format_secs, legend, marker, pe, series, whisker, x_range, Series, CAP,
     COLORS,
 };
+use crate::sweep::analysis::anomaly::Anomaly;
 use crate::sweep::analysis::stats::PointStats;
 
 /// A figure drawn against the budget and how its chart is laid out.
@@ -56,13 +57,16 @@ pub(super) const TTFT: Metric = Metric {
 /// line's colour, the model size a solid black line. Lines at the same budget are
 /// shifted sideways by up to 5 % (`charts::series`), whiskers with their markers,
 /// never onto or past the model-size line. The y axis is drawn as log10 on a linear
-/// scale so tick labels span the range.
+/// scale so tick labels span the range. A point of `marks` (slower than a smaller
+/// budget of its line, [`crate::sweep::analysis::anomaly`]) is ringed in red and
+/// labelled `pN`; the panel's legend names the causes.
 pub(super) fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     stats: &[PointStats],
     model_bytes: Option<u64>,
     title: &str,
     m: &Metric,
+    marks: &[Anomaly],
 ) -> Result<()> {
     let value = |p: &PointStats| (m.value)(p).filter(|v| *v > 0.0);
     let ser: Vec<Series> = series(stats, model_bytes)
@@ -149,8 +153,20 @@ pub(super) fn draw<DB: DrawingBackend>(
                 }
                 let filled = p.unenforced == 0 && p.over_budget == 0;
                 marker(&mut chart, (*x, y.log10()), k, c, filled)?;
+                if marks.iter().any(|a| a.point_index == p.point_index) {
+                    ring(&mut chart, (*x, y.log10()), p.point_index)?;
+                }
             }
         }
+        let here: Vec<&Anomaly> = marks
+            .iter()
+            .filter(|a| {
+                ser.iter()
+                    .filter(|s| !m.per_io || &s.io == io)
+                    .any(|s| s.pts.iter().any(|(_, p)| p.point_index == a.point_index))
+            })
+            .collect();
+        legend_marks(&mut chart, &here)?;
         if let Some(mb) = model_bytes {
             let mb = mb as f64;
             chart
@@ -219,6 +235,57 @@ fn panels_and_keys(ser: &[Series], m: &Metric) -> (Vec<String>, Vec<String>) {
         }
     }
     (ios, keys)
+}
+
+/// The chart's coordinates: budget (log) × log10 of the figure.
+type Chart<'a, DB> =
+    ChartContext<'a, DB, Cartesian2d<LogCoord<f64>, plotters::coord::types::RangedCoordf64>>;
+
+/// A red ring around the marker at `at` and the point's name beside it.
+fn ring<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, at: (f64, f64), point: usize) -> Result<()> {
+    chart
+        .draw_series([EmptyElement::at(at)
+            + Circle::new((0, 0), 10, RED.stroke_width(2))
+            + Text::new(
+                format!("p{point}"),
+                (11, -16),
+                ("sans-serif", 12).into_font().color(&RED),
+            )])
+        .map_err(pe)?;
+    Ok(())
+}
+
+/// The legend entry of the ringed points of a panel: `ringed: slower than a smaller
+/// budget: p9 cold cache, p11 unexplained` (each cause up to its first colon, at most
+/// three points named; report.md's medians table has every cause in full).
+fn legend_marks<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, marks: &[&Anomaly]) -> Result<()> {
+    if marks.is_empty() {
+        return Ok(());
+    }
+    let mut named: Vec<String> = marks
+        .iter()
+        .take(3)
+        .map(|a| {
+            let why: Vec<&str> = a
+                .causes
+                .iter()
+                .map(|c| c.split(':').next().unwrap_or(c))
+                .collect();
+            format!("p{} {}", a.point_index, why.join(" + "))
+        })
+        .collect();
+    if marks.len() > 3 {
+        named.push(format!("{} more (report.md)", marks.len() - 3));
+    }
+    chart
+        .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+        .map_err(pe)?
+        .label(format!(
+            "ringed: slower than a smaller budget: {}",
+            named.join(", ")
+        ))
+        .legend(|(x, y)| Circle::new((x + 8, y), 6, RED.stroke_width(2)));
+    Ok(())
 }
 
 /// Legend entries without a series: the dashed floor, and hollow markers when a

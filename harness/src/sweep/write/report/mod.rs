@@ -331,18 +331,23 @@ pub fn write_all(
         .spec_name
         .clone()
         .unwrap_or_else(|| "memdial sweep".into());
-    let chart_err =
-        crate::sweep::write::charts::write_charts(dir, &stats, Some(meta.model_bytes), &title)
-            .and_then(|_| {
-                crate::sweep::write::ttft_chart::write_ttft_chart(
-                    dir,
-                    &stats,
-                    rows,
-                    Some(meta.model_bytes),
-                    &title,
-                )
-            })
-            .err();
+    let chart_err = crate::sweep::write::charts::write_charts(
+        dir,
+        &stats,
+        Some(meta.model_bytes),
+        &title,
+        &v.anomalies,
+    )
+    .and_then(|_| {
+        crate::sweep::write::ttft_chart::write_ttft_chart(
+            dir,
+            &stats,
+            rows,
+            Some(meta.model_bytes),
+            &title,
+        )
+    })
+    .err();
     let md = markdown(meta, rows, &v, &stats, cmp.as_ref(), chart_err.as_ref());
     crate::export::write_text(&dir.join("report.md"), &md)?;
     Ok((v, cmp))
