@@ -232,7 +232,7 @@ mod tests {
         write_charts(&dir, &stats, None, "t", std::slice::from_ref(&mark)).unwrap();
         let svg = std::fs::read_to_string(dir.join("curve.svg")).unwrap();
         assert!(
-            svg.contains("ringed: slower than a smaller budget: p1 cold cache"),
+            svg.contains("ringed: slower than a smaller budget") && svg.contains("cold cache: p1"),
             "{svg}"
         );
         let labelled = svg.split("<text").any(|t| {

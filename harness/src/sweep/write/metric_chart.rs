@@ -255,36 +255,40 @@ fn ring<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, at: (f64, f64), point: us
     Ok(())
 }
 
-/// The legend entry of the ringed points of a panel: `ringed: slower than a smaller
-/// budget: p9 cold cache, p11 unexplained` (each cause up to its first colon, at most
-/// three points named; report.md's medians table has every cause in full).
+/// The legend entries of the ringed points of a panel: `ringed: slower than a
+/// smaller budget`, then one short line per cause (its words up to the first colon)
+/// with the points it explains, `cold cache: p19`, `noisy runs: p6, p18` (at most
+/// four named each; report.md's medians table has every cause in full).
 fn legend_marks<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, marks: &[&Anomaly]) -> Result<()> {
     if marks.is_empty() {
         return Ok(());
     }
-    let mut named: Vec<String> = marks
-        .iter()
-        .take(3)
-        .map(|a| {
-            let why: Vec<&str> = a
-                .causes
-                .iter()
-                .map(|c| c.split(':').next().unwrap_or(c))
-                .collect();
-            format!("p{} {}", a.point_index, why.join(" + "))
-        })
-        .collect();
-    if marks.len() > 3 {
-        named.push(format!("{} more (report.md)", marks.len() - 3));
-    }
     chart
         .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
         .map_err(pe)?
-        .label(format!(
-            "ringed: slower than a smaller budget: {}",
-            named.join(", ")
-        ))
+        .label("ringed: slower than a smaller budget")
         .legend(|(x, y)| Circle::new((x + 8, y), 6, RED.stroke_width(2)));
+    let mut by_cause: Vec<(String, Vec<usize>)> = vec![];
+    for a in marks {
+        for c in &a.causes {
+            let why = c.split(':').next().unwrap_or(c).to_string();
+            match by_cause.iter_mut().find(|(w, _)| *w == why) {
+                Some((_, v)) => v.push(a.point_index),
+                None => by_cause.push((why, vec![a.point_index])),
+            }
+        }
+    }
+    for (why, points) in by_cause {
+        let mut named: Vec<String> = points.iter().take(4).map(|p| format!("p{p}")).collect();
+        if points.len() > 4 {
+            named.push("…".into());
+        }
+        chart
+            .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+            .map_err(pe)?
+            .label(format!("  {why}: {}", named.join(", ")))
+            .legend(|(x, y)| PathElement::new(vec![(x, y)], WHITE.mix(0.0)));
+    }
     Ok(())
 }
 

@@ -791,10 +791,11 @@ fn auto_cell(v: &SweepVerdict, point_index: usize) -> String {
     let Some(r) = reps.iter().find(|r| r.point_index == point_index) else {
         return String::new();
     };
-    let hw = r
-        .half_width
-        .map(|h| format!("±{}", fmt_pct(h)))
-        .unwrap_or_else(|| "no interval".into());
+    let hw = match r.half_width {
+        Some(h) if r.quiet > 0 => format!("±{}", fmt_pct(h)),
+        _ if r.quiet == 0 => "no quiet run".into(),
+        _ => "no interval yet".into(),
+    };
     let why = if r.reached {
         "precision reached"
     } else if r.runs as u32 >= a.max_repeats {
