@@ -153,20 +153,13 @@ pub(super) fn draw<DB: DrawingBackend>(
                 }
                 let filled = p.unenforced == 0 && p.over_budget == 0;
                 marker(&mut chart, (*x, y.log10()), k, c, filled)?;
-                if marks.iter().any(|a| a.point_index == p.point_index) {
-                    ring(&mut chart, (*x, y.log10()), p.point_index)?;
-                }
+                ring(&mut chart, (*x, y.log10()), p.point_index, marks)?;
             }
         }
-        let here: Vec<&Anomaly> = marks
-            .iter()
-            .filter(|a| {
-                ser.iter()
-                    .filter(|s| !m.per_io || &s.io == io)
-                    .any(|s| s.pts.iter().any(|(_, p)| p.point_index == a.point_index))
-            })
-            .collect();
-        legend_marks(&mut chart, &here)?;
+        legend_marks(
+            &mut chart,
+            &panel_marks(marks, &ser, m.per_io.then_some(io)),
+        )?;
         if let Some(mb) = model_bytes {
             let mb = mb as f64;
             chart
@@ -241,8 +234,17 @@ fn panels_and_keys(ser: &[Series], m: &Metric) -> (Vec<String>, Vec<String>) {
 type Chart<'a, DB> =
     ChartContext<'a, DB, Cartesian2d<LogCoord<f64>, plotters::coord::types::RangedCoordf64>>;
 
-/// A red ring around the marker at `at` and the point's name beside it.
-fn ring<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, at: (f64, f64), point: usize) -> Result<()> {
+/// A red ring around the marker at `at` of point `point` and its name beside it,
+/// when `marks` has the point.
+fn ring<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    at: (f64, f64),
+    point: usize,
+    marks: &[Anomaly],
+) -> Result<()> {
+    if !marks.iter().any(|a| a.point_index == point) {
+        return Ok(());
+    }
     chart
         .draw_series([EmptyElement::at(at)
             + Circle::new((0, 0), 10, RED.stroke_width(2))
@@ -253,6 +255,19 @@ fn ring<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, at: (f64, f64), point: us
             )])
         .map_err(pe)?;
     Ok(())
+}
+
+/// The anomalies `marks` drawn in the panel of IO mode `io` (every one when the chart
+/// has a single panel).
+fn panel_marks<'a>(marks: &'a [Anomaly], ser: &[Series], io: Option<&String>) -> Vec<&'a Anomaly> {
+    marks
+        .iter()
+        .filter(|a| {
+            ser.iter()
+                .filter(|s| io.is_none_or(|io| &s.io == io))
+                .any(|s| s.pts.iter().any(|(_, p)| p.point_index == a.point_index))
+        })
+        .collect()
 }
 
 /// The legend entries of the ringed points of a panel: `ringed: slower than a
