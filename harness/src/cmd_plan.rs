@@ -44,9 +44,11 @@ pub struct PlanArgs {
     /// Memory budget, e.g. 512MiB, 2GiB, 8GB (decimal units are powers of 1000); default: the floor.
     #[arg(long, value_parser = parse_size)]
     pub budget: Option<u64>,
-    /// Positions the MLA latent cache must hold (per sequence).
-    #[arg(long, default_value_t = 4096)]
-    pub max_context: usize,
+    /// Positions the MLA latent cache must hold (per sequence) [default: 4096].
+    /// `memdial run` sizes it for prompt + --max-tokens unless given --max-context,
+    /// so compare floors with the same --max-context.
+    #[arg(long)]
+    pub max_context: Option<usize>,
     /// Sequences decoded together at most: the plan holds a state of --max-context
     /// positions for each and a shared activation arena for the batch.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=65536))]
@@ -203,7 +205,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
     let src = source(a)?;
     let (cfg, ck) = (&src.cfg, &src.ck);
     let seqs = Sequences {
-        max_context: a.max_context,
+        max_context: a.max_context.unwrap_or(DEFAULT_MAX_CONTEXT),
         max_batch: a.max_batch as usize,
     };
     let p0 = plan_unchecked_batch(cfg, ck, 0, io, prefetch, seqs, a.threads)?;
@@ -225,6 +227,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
         let mut v = serde_json::to_value(&p)?;
         v["below_floor"] = serde_json::Value::Bool(below);
         v["paper"] = serde_json::to_value(&src.paper)?;
+        v["max_context_default"] = serde_json::Value::Bool(a.max_context.is_none());
         v["ranking"] = serde_json::to_value(ranking(&p, cfg))?;
         v["ladder"] = serde_json::Value::Array(
             ladder
@@ -245,7 +248,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
                  derived from config.json + quantization_config, layout assumed packed in schema order"
             );
         }
-        print!("{}", describe(&p, cfg));
+        print!("{}", describe(&p, cfg, a.max_context.is_none()));
         print!("{}", describe_ranking(&p, cfg));
         print!("{}", describe_ladder(&ladder, bw.as_ref()));
     }
@@ -327,18 +330,43 @@ fn line(s: &mut String, k: &str, v: String) {
     s.push_str(&format!("{k:<26} {v}\n"));
 }
 
+/// Positions `memdial plan` sizes the MLA cache for without `--max-context`.
+pub const DEFAULT_MAX_CONTEXT: usize = 4096;
+
+/// The settings a floor is for, as `plan`, `run` and `sweep` print them: `direct /
+/// next-layer, 2 kernel thread(s), 13 positions` (` × 4 sequences` when batched).
+pub fn floor_for(
+    io: IoMode,
+    prefetch: Prefetch,
+    threads: usize,
+    positions: usize,
+    sequences: usize,
+) -> String {
+    format!(
+        "{} / {}, {threads} kernel thread(s), {positions} positions{}",
+        io.as_str(),
+        prefetch.as_str(),
+        if sequences > 1 {
+            format!(" × {sequences} sequences")
+        } else {
+            String::new()
+        }
+    )
+}
+
 /// Human-readable plan (what `memdial plan` prints): the budget and what is pinned,
-/// the buffers that stream, then the predictions.
-fn describe(p: &Plan, cfg: &ModelConfig) -> String {
+/// the buffers that stream, then the predictions. `default_context`: the positions
+/// are plan's default, not `--max-context` (the floor line says so).
+fn describe(p: &Plan, cfg: &ModelConfig, default_context: bool) -> String {
     let mut s = String::new();
-    describe_pinned(&mut s, p, cfg);
+    describe_pinned(&mut s, p, cfg, default_context);
     describe_streamed(&mut s, p, cfg);
     describe_predicted(&mut s, p, cfg);
     s
 }
 
 /// The budget, the floor and what the plan pins.
-fn describe_pinned(s: &mut String, p: &Plan, cfg: &ModelConfig) {
+fn describe_pinned(s: &mut String, p: &Plan, cfg: &ModelConfig, default_context: bool) {
     line(
         s,
         "budget",
@@ -354,17 +382,15 @@ fn describe_pinned(s: &mut String, p: &Plan, cfg: &ModelConfig) {
         s,
         "floor",
         format!(
-            "{} ({} bytes) for {} / {}, {} kernel thread(s), {} positions{}",
+            "{} ({} bytes) for {}{}",
             fmt_bytes(p.floor_bytes),
             p.floor_bytes,
-            p.io.as_str(),
-            p.prefetch.as_str(),
-            p.threads,
-            p.max_context,
-            if p.max_batch > 1 {
-                format!(" × {} sequences", p.max_batch)
+            floor_for(p.io, p.prefetch, p.threads, p.max_context, p.max_batch),
+            if default_context {
+                " (plan's default context; `memdial run` plans prompt + --max-tokens \
+                 positions unless given --max-context: pass the same --max-context to compare)"
             } else {
-                String::new()
+                ""
             }
         ),
     );

@@ -19,6 +19,7 @@ use memdial::identity::Identity as InputIdentity;
 use memdial::util::budget::parse_size;
 
 use crate::args::{as_usage, usage};
+use crate::sweep::analysis::repeats;
 use crate::sweep::engines::{self, registry::Registry};
 use crate::sweep::layout::LayoutKind;
 use crate::sweep::record::baseline;
@@ -416,12 +417,17 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     write_all(&out, &meta, &rows, base)?;
     if !a.check {
         eprintln!(
-            "sweep: {} points ({} in this run{}), {} runs to do ({} already finished) → {}",
+            "sweep: {} points ({} in this run{}), {}{} runs to do ({} already finished) → {}",
             points_total,
             sel.by_index.len(),
             inp.shard
                 .map(|s| format!(", shard {s}"))
                 .unwrap_or_default(),
+            if spec.auto_repeats().is_some() {
+                "at most "
+            } else {
+                ""
+            },
             todo.len(),
             slots.len() - todo.len(),
             out.display()
@@ -548,7 +554,9 @@ fn unrun_rows_and_todo<'a>(
 }
 
 /// Runs the slots of `todo` one after the other, rewriting the reports after each;
-/// returns how many ran and whether `--test-stop-after` stopped the loop.
+/// returns how many ran and whether `--test-stop-after` stopped the loop. Under
+/// `repeats = "auto"` a measured slot of a point that already reached its precision
+/// is skipped (not needed: no row, accounted by [`crate::sweep::analysis::repeats`]).
 fn run_todo(
     a: &SweepArgs,
     env: &RunEnv,
@@ -563,17 +571,33 @@ fn run_todo(
     let pb = progress_bar(a, n_todo);
     let mut last = String::from("–");
     let mut executed = 0usize;
+    let mut spared = 0usize;
     let mut stopped = false;
+    let auto = env.spec.auto_repeats();
     for &slot in todo {
         let r = sel.by_index[&slot.point.index];
         let label = run_label(slot, r.budget_bytes);
+        if let Some(auto) = auto.filter(|_| !slot.warmup) {
+            if repeats::reached(rows, slot.point.index, &auto) {
+                spared += 1;
+                if a.check || !tty {
+                    eprintln!(
+                        "[{}/{}] {label}: not needed (precision reached)",
+                        executed + spared,
+                        n_todo
+                    );
+                }
+                pb.inc(1);
+                continue;
+            }
+        }
         pb.set_message(format!("{label} | last {last}"));
         let row = env.run_slot(slot, r)?;
         last = outcome_label(&row);
         // One line per finished run on a log (or under --check, where the bar is
         // hidden), so a CI log never looks hung.
         if a.check || !tty {
-            eprintln!("[{}/{}] {label}: {last}", executed + 1, n_todo);
+            eprintln!("[{}/{}] {label}: {last}", executed + spared + 1, n_todo);
         }
         rows.retain(|x| x.run_id != row.run_id);
         rows.push(row);
@@ -610,7 +634,12 @@ fn finish(
         stopped
             || slots
                 .iter()
-                .all(|s| rows.iter().any(|r| r.run_id == s.run_id()))
+                .all(|s| rows.iter().any(|r| r.run_id == s.run_id())
+                    || meta.repeats_auto.is_some_and(|a| repeats::reached(
+                        rows,
+                        s.point.index,
+                        &a
+                    )))
     );
     println!("{}", v.line);
     crate::sweep::write::ci::outputs(

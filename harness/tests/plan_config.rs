@@ -178,8 +178,10 @@ fn configs_that_cannot_be_planned_exit_2() {
     assert_eq!(o.status.code(), Some(2));
 }
 
-/// One floor: `plan` and `run` give the same floor for the same settings (io, prefetch,
-/// threads, positions), and `plan` prints the settings its floor is for.
+/// One floor: `plan`, `run` and `sweep` give the same floor for the same settings (io,
+/// prefetch, threads, positions), and `plan` and the sweep's `planned_floor_for`
+/// column print the settings it is for in the same words; `plan` without
+/// `--max-context` says its positions are its own default, not `run`'s.
 #[test]
 fn plan_and_run_give_the_same_floor_for_the_same_settings() {
     let dir = testkit::until_exit(testkit::scratch!("one-floor"));
@@ -223,7 +225,54 @@ fn plan_and_run_give_the_same_floor_for_the_same_settings() {
         assert_eq!(u(&v, "floor_bytes"), planned, "{io} / {prefetch}");
         let o = plan(&[&["--model", m], &settings[..]].concat());
         let text = String::from_utf8_lossy(&o.stdout);
-        let want = format!("for {io} / {prefetch}, {threads} kernel thread(s), 16 positions");
+        let for_ = format!("{io} / {prefetch}, {threads} kernel thread(s), 16 positions");
+        let want = format!("({planned} bytes) for {for_}\n");
         assert!(text.contains(&want), "{want:?} in\n{text}");
+        // The sweep of one point with the same settings (prompt 3 ids + 3 tokens,
+        // max_context 16) records the same floor and the same words.
+        let spec = dir.join(format!("{io}.toml"));
+        std::fs::write(
+            &spec,
+            format!(
+                "budgets = [\"1GiB\"]\nio = [\"{io}\"]\nprefetch = [\"{prefetch}\"]\n\
+                 threads = [{threads}]\nprompts = [{{ ids = [1, 2, 3] }}]\nmax_tokens = 3\n\
+                 max_context = 16\nrepeats = 1\n"
+            ),
+        )
+        .unwrap();
+        let out = dir.join(format!("sweep-{io}"));
+        let o = Command::new(BIN)
+            .args([
+                "sweep",
+                "--check",
+                "--no-cgroup",
+                "--bandwidth-probe",
+                "4MiB",
+            ])
+            .args(["--model", m, "--spec"])
+            .arg(&spec)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", testkit::output_text(&o));
+        let rows: Vec<serde_json::Value> =
+            serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap())
+                .unwrap();
+        assert_eq!(u(&rows[0], "planned_floor_bytes"), planned);
+        assert_eq!(rows[0]["planned_floor_for"], for_.as_str());
+        let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+        assert!(md.contains(&format!(" for {for_}.")), "{md}");
     }
+    // Without --max-context: plan's own default context, said on the floor line.
+    let o = plan(&["--model", m]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let want = "for direct / none, 1 kernel thread(s), 4096 positions (plan's default context; \
+                `memdial run` plans prompt + --max-tokens positions unless given --max-context";
+    assert!(text.contains(want), "{want:?} in\n{text}");
+    assert_eq!(json(&["--model", m])["max_context_default"], true);
+    assert_eq!(
+        json(&["--model", m, "--max-context", "16"])["max_context_default"],
+        false
+    );
 }

@@ -925,3 +925,57 @@ fn noisy_runs_are_said_and_decide_nothing_and_warm_starts_fill_apart() {
         }
     }
 }
+
+/// `repeats = "auto"` with a precision every point of a quiet-enough machine reaches
+/// at its third run (±99 % of the median): the sweep plans 4 rounds (16 runs) and
+/// stops each point once its interval is that narrow, so fewer runs pass as complete,
+/// the verdict counts the runs not needed, and the medians table says what each
+/// point took; interrupted, the same sweep is INCOMPLETE, not a pass.
+#[test]
+fn auto_repeats_stop_at_the_precision_and_pass_with_fewer_runs() {
+    let _g = lock();
+    let spec = SPEC.replace(
+        "repeats = 2",
+        "repeats = \"auto\"\nprecision = \"99%\"\nmax_repeats = 4",
+    );
+    let spec = spec_file("auto.toml", &spec);
+    let out = fresh("auto");
+    let o = sweep(&spec, &out, &["--check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
+    let done = rows(&out).len();
+    assert!((12..=16).contains(&done), "{done} rows");
+    assert_eq!(v["runs_planned"], 16, "{v}");
+    assert_eq!(
+        v["runs_not_needed"].as_u64().unwrap_or(0) as usize,
+        16 - done
+    );
+    assert_eq!(v["complete"], true, "{v}");
+    let reps = v["repeats_auto"].as_array().unwrap();
+    assert_eq!(reps.len(), 4, "{v}");
+    let reached = reps.iter().filter(|r| r["reached"] == true).count();
+    assert!(
+        line.contains(&format!(
+            "; repeats auto: {reached} of 4 point(s) reached ±99 % before 4 runs ({} planned run(s) not needed)",
+            16 - done
+        )),
+        "{line}"
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains(" of 4 (±"), "{md}");
+    assert!(md.contains(", precision reached)"), "{md}");
+    let o = Command::new(BIN)
+        .args(["report", "verify"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // Interrupted after 5 runs: no point can have its third run yet.
+    let out = fresh("auto-stopped");
+    let o = sweep(&spec, &out, &["--check", "--test-stop-after", "5"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    assert!(line.starts_with("INCOMPLETE (5 of 16 runs)"), "{line}");
+}

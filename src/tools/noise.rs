@@ -418,6 +418,27 @@ mod tests {
         std::fs::remove_dir_all(&root).unwrap();
     }
 
+    /// Two `while :; do :; done` loops beside a 4 s run on a 2-core machine at 100
+    /// ticks/s: the machine is busy 2 × 4 × 100 = 800 ticks more than the run's own
+    /// 300 (250 user + 50 system) and the sentinel's 0, so others used 800 ticks =
+    /// 8 s = 2.00 cores, eight times the default threshold.
+    #[test]
+    fn two_busy_loops_beside_a_run_make_it_noisy() {
+        let root = std::env::temp_dir().join(format!("noise-loops-{}", std::process::id()));
+        let s = Sentinel::with_root(&root, None, 100.0);
+        fake_proc(&root, 1000, 0, (0, 0), (0, 0), (0, 0), 0, 0);
+        let before = s.snapshot(Some(42), 0.0);
+        fake_proc(&root, 2100, 0, (250, 50), (0, 0), (0, 0), 0, 0);
+        let after = s.snapshot(Some(42), 4.0);
+        let n = Noise::between(&before, &after, s.ticks_per_s());
+        assert_eq!(n.other_cpu_s, 8.0, "{n:?}");
+        assert_eq!(
+            n.noisy(&Thresholds::default()).as_deref(),
+            Some("other processes used 2.00 cores (threshold 0.25)")
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
     #[test]
     fn a_quiet_run_is_quiet_and_missing_files_are_absent_figures() {
         let root = std::env::temp_dir().join(format!("noise-quiet-{}", std::process::id()));

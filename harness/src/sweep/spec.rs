@@ -140,9 +140,20 @@ pub struct Spec {
     /// Generated tokens per run.
     #[serde(default = "d_max_tokens")]
     pub max_tokens: usize,
-    /// Measured runs per point.
+    /// Measured runs per point: a count, or `"auto"` (measured until the point's
+    /// 95 % interval is within `precision` of its median, at most `max_repeats`).
     #[serde(default = "d_repeats")]
-    pub repeats: u32,
+    pub repeats: Repeats,
+    /// With `repeats = "auto"`: the interval half-width a point is measured down to,
+    /// relative to its median (`"5%"` or `0.05`; default [`DEFAULT_PRECISION`]).
+    /// Absent: left out of the spec hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precision: Option<Precision>,
+    /// With `repeats = "auto"`: the most measured runs of a point (default
+    /// [`DEFAULT_MAX_REPEATS`], at most [`MAX_REPEATS`]). Absent: left out of the
+    /// spec hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_repeats: Option<u32>,
     /// Discarded warm-up runs per point (recorded with `warmup = true`, checked by the
     /// verdict, excluded from the statistics).
     #[serde(default)]
@@ -258,8 +269,8 @@ fn d_prompts() -> Vec<PromptSpec> {
 fn d_max_tokens() -> usize {
     16
 }
-fn d_repeats() -> u32 {
-    3
+fn d_repeats() -> Repeats {
+    Repeats::Count(3)
 }
 fn d_timeout() -> f64 {
     600.0
@@ -277,6 +288,87 @@ pub const MIN_TIMEOUT_S: f64 = 0.1;
 pub const MAX_CONTEXT: usize = 1 << 24;
 /// Largest `repeats` (and `warmup`) per point: every run slot is planned up front.
 pub const MAX_REPEATS: u32 = 10_000;
+
+/// `precision` of `repeats = "auto"` when the spec does not set it.
+pub const DEFAULT_PRECISION: &str = "5%";
+/// `max_repeats` of `repeats = "auto"` when the spec does not set it.
+pub const DEFAULT_MAX_REPEATS: u32 = 10;
+/// Fewest quiet measured runs before `repeats = "auto"` may stop a point: an
+/// interval from fewer is hardly more than their min–max.
+pub const MIN_AUTO_REPEATS: u32 = 3;
+
+/// The spec's `repeats`: a fixed count per point, or `"auto"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Repeats {
+    /// This many measured runs per point (serialised as the bare number, so the hash
+    /// of every spec written before `"auto"` is unchanged).
+    Count(u32),
+    /// `"auto"`: measured until precise enough ([`AutoRepeats`]).
+    Auto(AutoWord),
+}
+
+/// The word `"auto"` (any other string is refused).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AutoWord;
+
+impl Serialize for AutoWord {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str("auto")
+    }
+}
+
+impl<'de> Deserialize<'de> for AutoWord {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let w = String::deserialize(d)?;
+        if w == "auto" {
+            Ok(AutoWord)
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "repeats = {w:?}: expected a number of runs or \"auto\""
+            )))
+        }
+    }
+}
+
+/// `repeats = "auto"` resolved: a point's measured runs go on, interleaved with the
+/// other points', until its 95 % interval half-width is at most `precision` × its
+/// median (after at least `min_repeats` quiet runs) or `max_repeats` runs were made.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AutoRepeats {
+    /// Largest interval half-width, as a fraction of the median (0.05 = ±5 %).
+    pub precision: f64,
+    /// Fewest quiet measured runs before a point may stop ([`MIN_AUTO_REPEATS`]).
+    pub min_repeats: u32,
+    /// Most measured runs of a point (what `runs_planned` counts).
+    pub max_repeats: u32,
+}
+
+/// The spec's `precision`, as written: `"5%"` or `0.05`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Precision {
+    /// `"5%"` (or `"0.05"`).
+    Text(String),
+    /// `0.05`.
+    Fraction(f64),
+}
+
+/// Parses a precision: `"5%"` or a fraction (`0.05`), in (0, 1).
+///
+/// Errors: not a number, or outside (0 %, 100 %).
+pub fn parse_precision(s: &str) -> Result<f64> {
+    let t = s.trim();
+    let v = match t.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|x| x / 100.0),
+        None => t.parse::<f64>(),
+    }
+    .with_context(|| format!("invalid precision {s:?} (e.g. \"5%\")"))?;
+    if !(v > 0.0 && v < 1.0) {
+        bail!("precision {s:?} must be above 0 % and below 100 % of the median");
+    }
+    Ok(v)
+}
 
 /// Context length assumed for the floor when the prompt cannot be tokenized.
 pub const DEFAULT_PLAN_CONTEXT: usize = 4096;
@@ -472,9 +564,7 @@ impl Spec {
         if self.max_tokens == 0 {
             bail!("max_tokens must be ≥ 1");
         }
-        if self.repeats == 0 {
-            bail!("repeats must be ≥ 1");
-        }
+        self.check_repeats()?;
         if self.timeout_s.is_nan() || self.timeout_s <= 0.0 {
             bail!("timeout_s must be positive");
         }
@@ -498,10 +588,10 @@ impl Spec {
                 self.timeout_s
             );
         }
-        if self.repeats > MAX_REPEATS || self.warmup > MAX_REPEATS {
+        if self.measured_repeats() > MAX_REPEATS || self.warmup > MAX_REPEATS {
             bail!(
                 "repeats = {} and warmup = {} must each be at most {MAX_REPEATS} per point",
-                self.repeats,
+                self.measured_repeats(),
                 self.warmup
             );
         }
@@ -534,6 +624,63 @@ impl Spec {
             bail!("extra_args: {a:?} holds a NUL character, which a command-line argument cannot hold");
         }
         Ok(())
+    }
+
+    /// Checks `repeats`, `precision` and `max_repeats` go together.
+    fn check_repeats(&self) -> Result<()> {
+        match self.repeats {
+            Repeats::Count(0) => bail!("repeats must be ≥ 1"),
+            Repeats::Count(_) => {
+                if self.precision.is_some() || self.max_repeats.is_some() {
+                    bail!(
+                        "precision and max_repeats apply to repeats = \"auto\" only \
+                         (repeats = {} is a fixed count)",
+                        self.measured_repeats()
+                    );
+                }
+            }
+            Repeats::Auto(_) => {
+                self.precision_value()?;
+                let m = self.measured_repeats();
+                if m < MIN_AUTO_REPEATS {
+                    bail!(
+                        "max_repeats = {m}: repeats = \"auto\" measures at least \
+                         {MIN_AUTO_REPEATS} runs per point"
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `precision` as a fraction (the default when unset).
+    fn precision_value(&self) -> Result<f64> {
+        match &self.precision {
+            None => parse_precision(DEFAULT_PRECISION),
+            Some(Precision::Text(t)) => parse_precision(t),
+            Some(Precision::Fraction(f)) => parse_precision(&f.to_string()),
+        }
+    }
+
+    /// Most measured runs of a point: the count, or `max_repeats` for `"auto"`.
+    pub fn measured_repeats(&self) -> u32 {
+        match self.repeats {
+            Repeats::Count(n) => n,
+            Repeats::Auto(_) => self.max_repeats.unwrap_or(DEFAULT_MAX_REPEATS),
+        }
+    }
+
+    /// `repeats = "auto"` resolved (`None` for a fixed count). Call after
+    /// [`Spec::validate`].
+    pub fn auto_repeats(&self) -> Option<AutoRepeats> {
+        match self.repeats {
+            Repeats::Count(_) => None,
+            Repeats::Auto(_) => Some(AutoRepeats {
+                precision: self.precision_value().unwrap_or(0.05),
+                min_repeats: MIN_AUTO_REPEATS,
+                max_repeats: self.measured_repeats(),
+            }),
+        }
     }
 
     /// Refuses an axis that lists a value twice: the two points would share their run
@@ -641,10 +788,12 @@ impl Spec {
 
     /// The runs of `points` in execution order: warm-up rounds first, then the measured
     /// rounds; each round visits every point once (so a partial sweep has data at
-    /// every point early and slow drift is spread over all points).
+    /// every point early and slow drift is spread over all points). With `repeats =
+    /// "auto"` there are `max_repeats` measured rounds; the sweep skips a point's
+    /// slots once its interval is precise enough.
     pub fn runs(&self, points: &[Point]) -> Vec<RunSlot> {
         let mut v = Vec::new();
-        for (warmup, n) in [(true, self.warmup), (false, self.repeats)] {
+        for (warmup, n) in [(true, self.warmup), (false, self.measured_repeats())] {
             for r in 0..n {
                 for p in points {
                     v.push(RunSlot {
@@ -849,13 +998,15 @@ warmup = 1
     /// and the hash form had a version: existing run directories, shards and
     /// baselines must keep matching. (Prompt files are resolved against the
     /// relative `sweeps/`, so the long-prompt hash is the one of a sweep started
-    /// from `harness/`.)
+    /// from `harness/`.) The default's hash changed once, on purpose, when it gained
+    /// `start = ["warm", "cold"]` (its earlier run directories and baselines are of
+    /// another sweep).
     #[test]
     fn shipped_spec_hashes_are_unchanged() {
         for (name, hash) in [
             (
                 "default",
-                "b4e011c60327702e96abcb0bfd6a8783ae4e90fb31c5df1ed484d05a8b47771a",
+                "6d036f72d908ffee1cc2306a7f58ad39ea96f76cbc7fede2bdc06970afc4ed1d",
             ),
             (
                 "engines",
@@ -885,13 +1036,78 @@ warmup = 1
         let s = Spec::parse(DEFAULT_SPEC, Path::new(".")).unwrap();
         assert_eq!(
             s.hash(),
-            "b4e011c60327702e96abcb0bfd6a8783ae4e90fb31c5df1ed484d05a8b47771a"
+            "6d036f72d908ffee1cc2306a7f58ad39ea96f76cbc7fede2bdc06970afc4ed1d"
         );
         let s = Spec::parse("budgets = [\"floor\"]", Path::new(".")).unwrap();
         assert_eq!(
             s.hash(),
             "1a53ce6d5d10adcbc0c10dd70e59d1b7d3a3c2b08e8e66a4d294b5ca8fda9553"
         );
+    }
+
+    /// `repeats = "auto"`: its settings, defaults and bounds, the planned rounds, and
+    /// the hash of a spec without it unchanged (the minimal spec's pinned hash above).
+    #[test]
+    fn auto_repeats_parse_plan_and_bound() {
+        let base = Path::new(".");
+        let one = "budgets = [\"floor\", \"2x floor\"]\n";
+        let s = Spec::parse(
+            &format!("{one}repeats = \"auto\"\nprecision = \"2.5%\"\nmax_repeats = 7"),
+            base,
+        )
+        .unwrap();
+        assert_eq!(
+            s.auto_repeats(),
+            Some(AutoRepeats {
+                precision: 0.025,
+                min_repeats: 3,
+                max_repeats: 7
+            })
+        );
+        // Seven measured rounds of both points are planned.
+        assert_eq!(s.runs(&s.points()).len(), 14);
+        let d = Spec::parse(&format!("{one}repeats = \"auto\""), base).unwrap();
+        let a = d.auto_repeats().unwrap();
+        assert_eq!((a.precision, a.max_repeats), (0.05, DEFAULT_MAX_REPEATS));
+        let f = Spec::parse(&format!("{one}repeats = \"auto\"\nprecision = 0.1"), base).unwrap();
+        assert_eq!(f.auto_repeats().unwrap().precision, 0.1);
+        assert_ne!(s.hash(), d.hash());
+        assert_eq!(Spec::parse(one, base).unwrap().auto_repeats(), None);
+        assert_eq!(
+            Spec::parse(one, base).unwrap().hash(),
+            Spec::parse(&format!("{one}repeats = 3"), base)
+                .unwrap()
+                .hash()
+        );
+        let refused = |text: &str, want: &str| {
+            let e = format!("{:#}", Spec::parse(text, base).unwrap_err());
+            assert!(e.contains(want), "{text}: {e}");
+        };
+        refused(&format!("{one}repeats = \"many\""), "invalid sweep spec");
+        refused(
+            &format!("{one}repeats = 3\nprecision = \"5%\""),
+            "apply to repeats = \"auto\" only",
+        );
+        refused(
+            &format!("{one}repeats = 3\nmax_repeats = 9"),
+            "apply to repeats = \"auto\" only",
+        );
+        refused(
+            &format!("{one}repeats = \"auto\"\nmax_repeats = 2"),
+            "measures at least 3 runs",
+        );
+        refused(
+            &format!("{one}repeats = \"auto\"\nmax_repeats = 10001"),
+            "must each be at most 10000",
+        );
+        for p in [
+            "\"0%\"", "\"100%\"", "\"-5%\"", "\"fast\"", "1.5", "\"nan\"",
+        ] {
+            refused(
+                &format!("{one}repeats = \"auto\"\nprecision = {p}"),
+                "precision",
+            );
+        }
     }
 
     #[test]

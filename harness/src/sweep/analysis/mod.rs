@@ -9,6 +9,7 @@
 //! - [`recommend`]: the smallest budget within reach of a mode's best speed;
 //! - [`bottom_line`]: how sure that answer is (points within noise, undecided);
 //! - [`anomaly`]: points slower than a smaller budget of their mode, and why;
+//! - [`repeats`]: `repeats = "auto"`: when a point is precise enough, the runs each took;
 //! - [`pick`]: a point as the recommendation names it;
 //! - [`compare`]: IO modes and prefetch policies at the same budget;
 //! - [`layouts`]: the lossless layout against safetensors at the same point.
@@ -23,5 +24,6 @@ pub mod layouts;
 pub mod outcome;
 pub mod pick;
 pub mod recommend;
+pub mod repeats;
 pub mod stats;
 pub mod verdict;

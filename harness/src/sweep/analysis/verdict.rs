@@ -75,6 +75,11 @@ pub struct Verdict {
     pub runs_done: usize,
     /// Runs the directory is meant to hold (`sweep.json` `runs_planned`; 0 = unknown).
     pub runs_planned: usize,
+    /// Planned runs not needed: slots of points that reached their precision under
+    /// `repeats = "auto"` before `max_repeats` ([`super::repeats`]). They count
+    /// toward completeness; no other missing run does.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub runs_not_needed: usize,
     /// Per-group results.
     pub groups: Vec<Group>,
     /// Runs that failed: (run id, status, error).
@@ -210,6 +215,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
         complete: true,
         runs_done,
         runs_planned: 0,
+        runs_not_needed: 0,
         groups: out,
         failed,
         below_floor,
@@ -223,11 +229,13 @@ pub fn verdict(rows: &[Row]) -> Verdict {
 }
 
 impl Verdict {
-    /// The verdict of a directory meant to hold `planned` runs: incomplete (and so
-    /// not a pass) when fewer have a row.
-    pub fn with_planned(mut self, planned: usize) -> Verdict {
+    /// The verdict of a directory meant to hold `planned` runs, `not_needed` of them
+    /// spared by `repeats = "auto"`: incomplete (and so not a pass) when fewer than
+    /// `planned − not_needed` have a row.
+    pub fn with_planned(mut self, planned: usize, not_needed: usize) -> Verdict {
         self.runs_planned = planned;
-        self.complete = self.runs_done >= planned;
+        self.runs_not_needed = not_needed;
+        self.complete = self.runs_done + not_needed >= planned;
         self.pass &= self.complete;
         self
     }
@@ -358,6 +366,10 @@ impl Verdict {
             hashes.join(", ")
         )
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// First 12 hex digits of a hash.

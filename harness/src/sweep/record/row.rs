@@ -165,6 +165,10 @@ pub struct Row {
     /// appended).
     #[serde(flatten)]
     pub llama_bench: super::llama_bench::LlamaBench,
+    /// The settings `planned_floor_bytes` is for: `direct / next-layer, 2 kernel
+    /// thread(s), 13 positions` (as `memdial plan` prints them).
+    #[serde(default)]
+    pub planned_floor_for: Option<String>,
     // --- axes declared after engines (`sweep::axes`): one column each, appended
     /// The point's value on each later axis, by axis name (the point's
     /// [`crate::sweep::axes::Coord`]s); empty for sweeps without one.
@@ -289,6 +293,8 @@ pub const COLUMNS: &[&str] = &[
     "avg_ts",
     "stddev_ts",
     "load_mode",
+    // The settings of the planned floor (appended).
+    "planned_floor_for",
 ];
 
 impl Row {

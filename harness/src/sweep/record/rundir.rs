@@ -275,6 +275,7 @@ pub fn open(
         missing_shards: vec![],
         noise: (spec.noise != memdial::noise::Thresholds::default()).then_some(spec.noise),
         opaque_model: None,
+        repeats_auto: spec.auto_repeats(),
     };
     Ok((meta, vec![]))
 }
@@ -340,6 +341,10 @@ pub struct Meta {
     /// floors (absent for checkpoints memdial reads).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub opaque_model: Option<crate::sweep::engines::opaque::OpaqueMeta>,
+    /// `repeats = "auto"` resolved (absent: a fixed count): which planned runs a
+    /// point that reached its precision did not need.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeats_auto: Option<crate::sweep::spec::AutoRepeats>,
 }
 
 impl Meta {

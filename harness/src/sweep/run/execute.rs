@@ -132,6 +132,7 @@ impl RunEnv<'_> {
     /// The `n/a` row of a point its engine cannot run.
     pub fn not_applicable_row(&self, r: &Resolved, why: &str) -> Row {
         let mut row = self.base_row(&r.point, r.budget_bytes, r.floor_bytes);
+        row.planned_floor_for = Some(r.floor_for.clone());
         row.run_id = format!("{}#na", r.point.key());
         row.status = RunStatus::NotApplicable;
         row.error = Some(why.to_string());
@@ -141,12 +142,14 @@ impl RunEnv<'_> {
     /// The `below_floor` row of a point whose budget is below the floor.
     pub fn below_floor_row(&self, r: &Resolved) -> Row {
         let mut row = self.base_row(&r.point, r.budget_bytes, r.floor_bytes);
+        row.planned_floor_for = Some(r.floor_for.clone());
         row.run_id = format!("{}#skip", r.point.key());
         row.status = RunStatus::BelowFloor;
         row.error = Some(format!(
-            "budget {} is below the floor {}",
+            "budget {} is below the floor {} for {}",
             fmt_bytes(r.budget_bytes),
-            fmt_bytes(r.floor_bytes)
+            fmt_bytes(r.floor_bytes),
+            r.floor_for
         ));
         row
     }
@@ -159,6 +162,7 @@ impl RunEnv<'_> {
     pub fn run_slot(&self, slot: &RunSlot, r: &Resolved) -> Result<Row> {
         let spec = self.spec;
         let mut row = self.base_row(&slot.point, r.budget_bytes, r.floor_bytes);
+        row.planned_floor_for = Some(r.floor_for.clone());
         row.run_id = slot.run_id();
         row.repeat = slot.repeat;
         row.warmup = slot.warmup;

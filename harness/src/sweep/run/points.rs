@@ -26,6 +26,9 @@ pub struct Resolved {
     pub budget_bytes: u64,
     /// The plan's floor for its IO mode, prefetch policy and context, bytes.
     pub floor_bytes: u64,
+    /// The settings that floor is for ([`crate::cmd_plan::floor_for`]): IO mode,
+    /// prefetch, kernel threads, positions, one sequence.
+    pub floor_for: String,
 }
 
 /// A plan's floor is cached per layout, IO mode, prefetch policy, context and threads.
@@ -148,6 +151,7 @@ impl Points {
             }
             let budget = BudgetExpr::parse(&p.budget_spec)?.resolve(model_bytes, budget_floor)?;
             out.push(Resolved {
+                floor_for: crate::cmd_plan::floor_for(p.io, p.prefetch, p.threads, ctx, 1),
                 point: p,
                 budget_bytes: budget,
                 floor_bytes: floor,

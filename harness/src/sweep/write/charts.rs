@@ -8,20 +8,22 @@ use memdial::util::units::fmt_bytes;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
+use crate::sweep::analysis::anomaly::Anomaly;
 use crate::sweep::analysis::stats::PointStats;
 
 use super::chart_parts::{empty, fmt_tick_bytes, legend, pe, series, x_range, COLORS};
 
 /// The decode curve: s/token against the budget, one panel per IO mode
-/// ([`super::metric_chart::DECODE`]).
+/// ([`super::metric_chart::DECODE`]), anomalies `marks` ringed.
 fn draw_curve<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     stats: &[PointStats],
     model_bytes: Option<u64>,
     title: &str,
+    marks: &[Anomaly],
 ) -> Result<()> {
     use super::metric_chart::{draw, DECODE};
-    draw(root, stats, model_bytes, title, &DECODE)
+    draw(root, stats, model_bytes, title, &DECODE, marks)
 }
 
 /// Draws the IO chart: bytes read per decoded token (top) and the IO-wait share of
@@ -31,6 +33,7 @@ fn draw_io<DB: DrawingBackend>(
     stats: &[PointStats],
     model_bytes: Option<u64>,
     title: &str,
+    _marks: &[Anomaly],
 ) -> Result<()> {
     let ser = series(stats, model_bytes);
     if ser.is_empty() {
@@ -140,6 +143,7 @@ struct Job<'a> {
     stats: &'a [PointStats],
     model_bytes: Option<u64>,
     title: String,
+    marks: &'a [Anomaly],
 }
 
 /// Renders one chart as `<stem>.svg` and `<stem>.png` with drawing function `$f`
@@ -156,7 +160,13 @@ macro_rules! render {
             where
                 DB::ErrorType: 'static,
             {
-                $f(root, self.0.stats, self.0.model_bytes, &self.0.title)
+                $f(
+                    root,
+                    self.0.stats,
+                    self.0.model_bytes,
+                    &self.0.title,
+                    self.0.marks,
+                )
             }
         }
         let j: &Job = $j;
@@ -164,12 +174,15 @@ macro_rules! render {
     }};
 }
 
-/// Writes `curve.svg`, `curve.png`, `io.svg` and `io.png` into `dir`.
+/// Writes `curve.svg`, `curve.png`, `io.svg` and `io.png` into `dir`; the curve
+/// rings the points of `marks` (slower than a smaller budget of their line) and its
+/// legend names their causes.
 pub fn write_charts(
     dir: &Path,
     stats: &[PointStats],
     model_bytes: Option<u64>,
     title: &str,
+    marks: &[Anomaly],
 ) -> Result<()> {
     let job = |stem, size, t: &str| Job {
         dir,
@@ -178,6 +191,7 @@ pub fn write_charts(
         stats,
         model_bytes,
         title: format!("{title}: {t}"),
+        marks,
     };
     render!(
         &job("curve", (1500, 620), "decode time vs memory budget"),
@@ -194,6 +208,44 @@ pub fn write_charts(
 mod tests {
     use super::super::chart_parts::{dodge, CAP};
     use super::*;
+
+    /// A point slower than a smaller budget of its line is ringed on the curve, and
+    /// the legend says why with the cause's first words: hand-made stats (direct:
+    /// 0.05 s/token at 100, 0.08 at 200 bytes), one anomaly at the 200-byte point.
+    #[test]
+    fn anomalies_are_ringed_on_the_curve_with_their_cause() {
+        use crate::sweep::analysis::recommend::tests::p;
+        let dir = std::env::temp_dir().join(format!("memdial-curve-marks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let stats = vec![
+            p(0, "direct", "a", 100, 0.05),
+            p(1, "direct", "b", 200, 0.08),
+        ];
+        let mark = Anomaly {
+            point_index: 1,
+            faster_point: 0,
+            faster_budget_spec: "a".into(),
+            ratio: 1.6,
+            significant: Some(true),
+            causes: vec!["cold cache: expert hit rate 51 %, 27.15 MiB read per token".into()],
+        };
+        write_charts(&dir, &stats, None, "t", std::slice::from_ref(&mark)).unwrap();
+        let svg = std::fs::read_to_string(dir.join("curve.svg")).unwrap();
+        assert!(
+            svg.contains("ringed: slower than a smaller budget") && svg.contains("cold cache: p1"),
+            "{svg}"
+        );
+        let labelled = svg.split("<text").any(|t| {
+            t.split_once('>').is_some_and(|(_, rest)| {
+                rest.trim_start().starts_with("p1\n") || rest.trim_start().starts_with("p1<")
+            })
+        });
+        assert!(labelled, "the ringed point is labelled: {svg}");
+        write_charts(&dir, &stats, None, "t", &[]).unwrap();
+        let svg = std::fs::read_to_string(dir.join("curve.svg")).unwrap();
+        assert!(!svg.contains("ringed"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn tick_labels_have_no_trailing_zeros() {

@@ -13,6 +13,7 @@ use super::chart_parts::{
     empty, fmt_tick_bytes, format_secs, legend, marker, pe, series, whisker, x_range, Series, CAP,
     COLORS,
 };
+use crate::sweep::analysis::anomaly::Anomaly;
 use crate::sweep::analysis::stats::PointStats;
 
 /// A figure drawn against the budget and how its chart is laid out.
@@ -56,13 +57,16 @@ pub(super) const TTFT: Metric = Metric {
 /// line's colour, the model size a solid black line. Lines at the same budget are
 /// shifted sideways by up to 5 % (`charts::series`), whiskers with their markers,
 /// never onto or past the model-size line. The y axis is drawn as log10 on a linear
-/// scale so tick labels span the range.
+/// scale so tick labels span the range. A point of `marks` (slower than a smaller
+/// budget of its line, [`crate::sweep::analysis::anomaly`]) is ringed in red and
+/// labelled `pN`; the panel's legend names the causes.
 pub(super) fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     stats: &[PointStats],
     model_bytes: Option<u64>,
     title: &str,
     m: &Metric,
+    marks: &[Anomaly],
 ) -> Result<()> {
     let value = |p: &PointStats| (m.value)(p).filter(|v| *v > 0.0);
     let ser: Vec<Series> = series(stats, model_bytes)
@@ -149,8 +153,13 @@ pub(super) fn draw<DB: DrawingBackend>(
                 }
                 let filled = p.unenforced == 0 && p.over_budget == 0;
                 marker(&mut chart, (*x, y.log10()), k, c, filled)?;
+                ring(&mut chart, (*x, y.log10()), p.point_index, marks)?;
             }
         }
+        legend_marks(
+            &mut chart,
+            &panel_marks(marks, &ser, m.per_io.then_some(io)),
+        )?;
         if let Some(mb) = model_bytes {
             let mb = mb as f64;
             chart
@@ -219,6 +228,83 @@ fn panels_and_keys(ser: &[Series], m: &Metric) -> (Vec<String>, Vec<String>) {
         }
     }
     (ios, keys)
+}
+
+/// The chart's coordinates: budget (log) × log10 of the figure.
+type Chart<'a, DB> =
+    ChartContext<'a, DB, Cartesian2d<LogCoord<f64>, plotters::coord::types::RangedCoordf64>>;
+
+/// A red ring around the marker at `at` of point `point` and its name beside it,
+/// when `marks` has the point.
+fn ring<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    at: (f64, f64),
+    point: usize,
+    marks: &[Anomaly],
+) -> Result<()> {
+    if !marks.iter().any(|a| a.point_index == point) {
+        return Ok(());
+    }
+    chart
+        .draw_series([EmptyElement::at(at)
+            + Circle::new((0, 0), 10, RED.stroke_width(2))
+            + Text::new(
+                format!("p{point}"),
+                (11, -16),
+                ("sans-serif", 12).into_font().color(&RED),
+            )])
+        .map_err(pe)?;
+    Ok(())
+}
+
+/// The anomalies `marks` drawn in the panel of IO mode `io` (every one when the chart
+/// has a single panel).
+fn panel_marks<'a>(marks: &'a [Anomaly], ser: &[Series], io: Option<&String>) -> Vec<&'a Anomaly> {
+    marks
+        .iter()
+        .filter(|a| {
+            ser.iter()
+                .filter(|s| io.is_none_or(|io| &s.io == io))
+                .any(|s| s.pts.iter().any(|(_, p)| p.point_index == a.point_index))
+        })
+        .collect()
+}
+
+/// The legend entries of the ringed points of a panel: `ringed: slower than a
+/// smaller budget`, then one short line per cause (its words up to the first colon)
+/// with the points it explains, `cold cache: p19`, `noisy runs: p6, p18` (at most
+/// four named each; report.md's medians table has every cause in full).
+fn legend_marks<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, marks: &[&Anomaly]) -> Result<()> {
+    if marks.is_empty() {
+        return Ok(());
+    }
+    chart
+        .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+        .map_err(pe)?
+        .label("ringed: slower than a smaller budget")
+        .legend(|(x, y)| Circle::new((x + 8, y), 6, RED.stroke_width(2)));
+    let mut by_cause: Vec<(String, Vec<usize>)> = vec![];
+    for a in marks {
+        for c in &a.causes {
+            let why = c.split(':').next().unwrap_or(c).to_string();
+            match by_cause.iter_mut().find(|(w, _)| *w == why) {
+                Some((_, v)) => v.push(a.point_index),
+                None => by_cause.push((why, vec![a.point_index])),
+            }
+        }
+    }
+    for (why, points) in by_cause {
+        let mut named: Vec<String> = points.iter().take(4).map(|p| format!("p{p}")).collect();
+        if points.len() > 4 {
+            named.push("…".into());
+        }
+        chart
+            .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+            .map_err(pe)?
+            .label(format!("  {why}: {}", named.join(", ")))
+            .legend(|(x, y)| PathElement::new(vec![(x, y)], WHITE.mix(0.0)));
+    }
+    Ok(())
 }
 
 /// Legend entries without a series: the dashed floor, and hollow markers when a

@@ -44,7 +44,7 @@ impl crate::export::Chart for Ttft<'_> {
         DB::ErrorType: 'static,
     {
         use super::metric_chart::{draw, TTFT};
-        draw(root, self.stats, self.model_bytes, &self.title, &TTFT)
+        draw(root, self.stats, self.model_bytes, &self.title, &TTFT, &[])
     }
 }
 

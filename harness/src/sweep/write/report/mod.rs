@@ -15,6 +15,7 @@ use crate::sweep::analysis::bootstrap::Run;
 use crate::sweep::analysis::layouts::{against_safetensors, LayoutRatio};
 use crate::sweep::analysis::outcome::{Facts, Outcome};
 use crate::sweep::analysis::recommend::{recommend_steady, Recommendation};
+use crate::sweep::analysis::repeats::{self, PointRepeats};
 use crate::sweep::analysis::stats::point_runs;
 use crate::sweep::analysis::stats::{per_point, PointStats};
 use crate::sweep::analysis::verdict::{short, verdict, Verdict};
@@ -32,6 +33,13 @@ fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
 
 fn pct(v: Option<f64>) -> String {
     opt(v, |x| format!("{:.0}%", x * 100.0))
+}
+
+/// `5 %`, `2.5 %`: a fraction as a percentage without trailing zeros.
+fn fmt_pct(f: f64) -> String {
+    let t = format!("{:.2}", f * 100.0);
+    let t = t.trim_end_matches('0').trim_end_matches('.');
+    format!("{t} %")
 }
 
 fn bytes_f(v: Option<f64>) -> String {
@@ -76,6 +84,13 @@ pub struct SweepVerdict {
     /// Points slower than a smaller budget of their mode, with the causes their
     /// figures support ([`crate::sweep::analysis::anomaly`]).
     pub anomalies: Vec<Anomaly>,
+    /// `repeats = "auto"`: the measured runs each point took and whether it reached
+    /// the precision (absent for a fixed count).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeats_auto: Option<Vec<PointRepeats>>,
+    /// The spec's `repeats = "auto"` settings (from `sweep.json`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto: Option<crate::sweep::spec::AutoRepeats>,
     /// Shards missing from a merge (`"2/3"`): the directory is incomplete.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing_shards: Vec<String>,
@@ -132,7 +147,13 @@ impl SweepVerdict {
     /// The verdict of `rows` for the run directory described by `meta` (`dir` holds
     /// the engines' `margins.json`, when one was written).
     pub fn new(dir: &Path, meta: &Meta, rows: &[Row], stats: &[PointStats]) -> SweepVerdict {
-        let mut ids = verdict(rows).with_planned(meta.runs_planned);
+        let reps = meta.repeats_auto.map(|a| repeats::per_point(rows, &a));
+        let not_needed = meta
+            .repeats_auto
+            .zip(reps.as_ref())
+            .map(|(a, p)| repeats::not_needed(p, &a))
+            .unwrap_or(0);
+        let mut ids = verdict(rows).with_planned(meta.runs_planned, not_needed);
         let have: std::collections::BTreeSet<usize> = rows.iter().map(|r| r.point_index).collect();
         let points_without_rows: Vec<usize> = (0..meta.points_total)
             .filter(|i| meta.shard.is_none_or(|s| s.contains(*i)) && !have.contains(i))
@@ -164,9 +185,27 @@ impl SweepVerdict {
             layouts: against_safetensors(stats, &runs, rows),
             ids,
             engines,
+            repeats_auto: reps,
+            auto: meta.repeats_auto,
             missing_shards: meta.missing_shards.clone(),
             points_without_rows,
         }
+    }
+
+    /// `; 8 of 12 points reached ±5 % before 10 runs (12 planned runs not needed)`
+    /// under `repeats = "auto"` (empty otherwise).
+    fn auto_line(&self, meta_auto: Option<&crate::sweep::spec::AutoRepeats>) -> String {
+        let (Some(a), Some(p)) = (meta_auto, &self.repeats_auto) else {
+            return String::new();
+        };
+        let reached = p.iter().filter(|x| x.reached).count();
+        format!(
+            "; repeats auto: {reached} of {} point(s) reached ±{} before {} runs ({} planned run(s) not needed)",
+            p.len(),
+            fmt_pct(a.precision),
+            a.max_repeats,
+            self.ids.runs_not_needed
+        )
     }
 
     /// Whether the directory holds every planned run (of every shard).
@@ -217,7 +256,15 @@ impl SweepVerdict {
                 self.points_without_rows[0]
             );
         }
-        let incomplete = format!("{} of {} runs{missing}", ids.runs_done, ids.runs_planned);
+        let spared = if ids.runs_not_needed > 0 {
+            format!(" ({} not needed: precision reached)", ids.runs_not_needed)
+        } else {
+            String::new()
+        };
+        let incomplete = format!(
+            "{} of {} runs{spared}{missing}",
+            ids.runs_done, ids.runs_planned
+        );
         let mut l = match self.outcome {
             Outcome::Incomplete => format!("INCOMPLETE ({incomplete}); {}", ids.so_far()),
             Outcome::NothingCompared => format!(
@@ -257,6 +304,9 @@ impl SweepVerdict {
                 ids.over_budget.len()
             );
         }
+        if self.outcome != Outcome::Incomplete {
+            l += &self.auto_line(self.auto.as_ref());
+        }
         if self.noisy_runs > 0 {
             l += &format!(
                 "; NOISY: {} of {} measured runs marked noisy (left out of the statistics)",
@@ -287,18 +337,23 @@ pub fn write_all(
         .spec_name
         .clone()
         .unwrap_or_else(|| "memdial sweep".into());
-    let chart_err =
-        crate::sweep::write::charts::write_charts(dir, &stats, Some(meta.model_bytes), &title)
-            .and_then(|_| {
-                crate::sweep::write::ttft_chart::write_ttft_chart(
-                    dir,
-                    &stats,
-                    rows,
-                    Some(meta.model_bytes),
-                    &title,
-                )
-            })
-            .err();
+    let chart_err = crate::sweep::write::charts::write_charts(
+        dir,
+        &stats,
+        Some(meta.model_bytes),
+        &title,
+        &v.anomalies,
+    )
+    .and_then(|_| {
+        crate::sweep::write::ttft_chart::write_ttft_chart(
+            dir,
+            &stats,
+            rows,
+            Some(meta.model_bytes),
+            &title,
+        )
+    })
+    .err();
     let md = markdown(meta, rows, &v, &stats, cmp.as_ref(), chart_err.as_ref());
     crate::export::write_text(&dir.join("report.md"), &md)?;
     Ok((v, cmp))
@@ -436,7 +491,7 @@ fn header_md(s: &mut String, c: &Sections) {
             meta.missing_shards.join(", ")
         );
     }
-    if done < planned_runs {
+    if done + c.v.ids.runs_not_needed < planned_runs {
         let _ = writeln!(
             s,
             "> **Partial report:** {done} of {planned_runs} runs finished. Re-run the same command with `--out` set to this directory to complete it.\n"
@@ -648,6 +703,7 @@ fn medians_md(s: &mut String, c: &Sections) {
          (two-level bootstrap over runs and the decode times within each run; see docs/statistics.md, \"Noise and signal\"). \
          tok/s is 1 / s/token (the same figure). Read/token is bytes read from the model files per decoded token; IO wait is the share of generation time (prefill + decode) the compute thread spent waiting for reads.\n"
     );
+    floors_md(s, c.rows);
     let _ = writeln!(
         s,
         "| point | budget | io | prefetch | cache | threads | runs | s/token [95% CI] | tok/s | TTFT s | read/token | IO wait | trunk hit | expert hit | peak RSS | peak anon | accounted |"
@@ -685,6 +741,7 @@ fn medians_md(s: &mut String, c: &Sections) {
             .find(|a| a.point_index == p.point_index)
             .map(|a| format!(" slower than p{}§", a.faster_point))
             .unwrap_or_default();
+        let auto = auto_cell(v, p.point_index);
         if let Some(why) = &p.not_applicable {
             let _ = writeln!(
                 s,
@@ -708,7 +765,7 @@ fn medians_md(s: &mut String, c: &Sections) {
         }
         let _ = writeln!(
             s,
-            "| p{} | {budget} | {} | {} | {} | {} | {}{}{}{}{} | {}{anomaly} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| p{} | {budget} | {} | {} | {} | {} | {}{auto}{}{}{}{} | {}{anomaly} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             p.point_index,
             p.io,
             p.prefetch,
@@ -739,6 +796,58 @@ fn medians_md(s: &mut String, c: &Sections) {
         );
     }
     medians_footnotes(s, c);
+}
+
+/// ` of 10 (±3.1 %, precision reached)` / ` of 10 (±7.2 %, max_repeats reached)`
+/// under `repeats = "auto"` (empty otherwise): how many runs the point could take,
+/// its interval's half-width and why it stopped.
+fn auto_cell(v: &SweepVerdict, point_index: usize) -> String {
+    let (Some(a), Some(reps)) = (&v.auto, &v.repeats_auto) else {
+        return String::new();
+    };
+    let Some(r) = reps.iter().find(|r| r.point_index == point_index) else {
+        return String::new();
+    };
+    let hw = match r.half_width {
+        Some(h) if r.quiet > 0 => format!("±{}", fmt_pct(h)),
+        _ if r.quiet == 0 => "no quiet run".into(),
+        _ => "no interval yet".into(),
+    };
+    let why = if r.reached {
+        "precision reached"
+    } else if r.runs as u32 >= a.max_repeats {
+        "max_repeats reached"
+    } else {
+        "measuring"
+    };
+    format!(" of {} ({hw}, {why})", a.max_repeats)
+}
+
+/// The planned floors and the settings each is for (`memdial plan` prints the same
+/// floor for the same settings), one per distinct pair, in point order.
+fn floors_md(s: &mut String, rows: &[Row]) {
+    let mut seen: Vec<(u64, &str)> = vec![];
+    let mut by_point: Vec<&Row> = rows.iter().collect();
+    by_point.sort_by_key(|r| r.point_index);
+    for r in by_point {
+        if let Some(f) = r.planned_floor_for.as_deref() {
+            if !seen.contains(&(r.planned_floor_bytes, f)) {
+                seen.push((r.planned_floor_bytes, f));
+            }
+        }
+    }
+    if seen.is_empty() {
+        return;
+    }
+    let list: Vec<String> = seen
+        .iter()
+        .map(|(b, f)| format!("{} for {f}", fmt_bytes(*b)))
+        .collect();
+    let _ = writeln!(
+        s,
+        "Floors planned (the smallest budget a point's settings run in; `memdial plan --io … --prefetch … --threads … --max-context …` with the same settings prints the same floor): {}.\n",
+        list.join("; ")
+    );
 }
 
 /// The footnotes the marks of the medians table need.
