@@ -59,7 +59,7 @@ fn the_lossless_spec_runs_both_layouts_at_the_floor_and_resident() {
         "budget=floor;io=direct;prefetch=next-layer;cache=lru;threads=1;prompt=0;layout=safetensors"
     );
     assert_eq!(LayoutKind::of(&p[1].axes), LayoutKind::Lossless);
-    assert!(s.repeats >= 3);
+    assert!(matches!(s.repeats, crate::sweep::spec::Repeats::Count(n) if n >= 3));
     // Interleaved: each round visits every point, both layouts side by side.
     let runs = s.runs(&p);
     let first: Vec<usize> = runs[..5].iter().map(|r| r.point.index).collect();

@@ -136,6 +136,7 @@ impl Points {
                 let (floor, model_bytes) = floor_of(LayoutKind::Safetensors, &p, ctx)?;
                 let budget = BudgetExpr::parse(&p.budget_spec)?.resolve(model_bytes, floor)?;
                 out.push(Resolved {
+                    floor_for: crate::cmd_plan::floor_for(p.io, p.prefetch, p.threads, ctx, 1),
                     point: p,
                     budget_bytes: budget,
                     floor_bytes: floor,
@@ -196,6 +197,7 @@ impl Points {
                 .resolve(m.bytes, floor)
                 .map_err(|e| as_usage(e.into()))?;
             out.push(Resolved {
+                floor_for: format!("engine {}'s floor at io = {}", p.engine, p.io.as_str()),
                 point: p,
                 budget_bytes: budget,
                 floor_bytes: floor,
