@@ -23,8 +23,8 @@ use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
 use crate::format::config::{MlpKind, ModelConfig};
-use crate::util::error::UsageError;
 use crate::store::plan::Plan;
+use crate::util::error::UsageError;
 use serde::{Deserialize, Serialize};
 
 /// The header's `format` value.

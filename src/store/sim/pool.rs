@@ -53,7 +53,11 @@ impl SimPolicy {
             .into_iter()
             .find(|v| v.as_str() == s)
             .ok_or_else(|| {
-                crate::util::error::UsageError::unknown("cache policy", s, &Self::ALL.map(Self::as_str))
+                crate::util::error::UsageError::unknown(
+                    "cache policy",
+                    s,
+                    &Self::ALL.map(Self::as_str),
+                )
             })
     }
     /// The store's policy this one is, if any.
