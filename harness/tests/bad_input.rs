@@ -89,7 +89,12 @@ fn used_expert() -> (usize, usize) {
         ]);
         assert_eq!(o.status.code(), Some(0), "{}", text(&o));
         let t = std::fs::read_to_string(&tr).unwrap();
-        let first: serde_json::Value = serde_json::from_str(t.lines().next().unwrap()).unwrap();
+        // The first routing line (format 2 opens with a header and has forward lines).
+        let first: serde_json::Value = t
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|v| v.get("layer").is_some())
+            .unwrap();
         (
             first["layer"].as_u64().unwrap() as usize,
             first["experts"][0].as_u64().unwrap() as usize,
