@@ -161,7 +161,8 @@ fn both_layouts_run_at_equal_budgets_with_identical_ids() {
     let header = csv.lines().next().unwrap();
     assert!(
         header.ends_with(
-            ",lossless_decoded_bytes_per_token,lossless_decode_s_per_token,start,layout"
+            ",lossless_decoded_bytes_per_token,lossless_decode_s_per_token,n_prompt,n_gen,avg_ts,\
+             stddev_ts,load_mode,planned_floor_for,start,layout"
         ),
         "{header}"
     );
