@@ -8,6 +8,8 @@
 //!   `bash fixtures/oracle/setup.sh --torch`; ≈ 6 s per model) and compare the engine with its
 //!   output. If the venv cannot be created they are reported as `ignored, REASON` (this binary
 //!   runs on libtest-mimic, `harness = false`), and fail under CI (`CI` set).
+//! - **Live (mlx-lm), shaped weights**: `mini_routed_matches_mlx_lm_live`, the same on
+//!   `mini-routed` (≈ 113 MB; its routing is shaped, docs/simulate.md).
 //! - **Live (transformers `generate`)**: `tiny_linear_stops_on_generation_config_eos_like_transformers_live`
 //!   adds a `generation_config.json` with a list of stop ids and compares the engine's greedy output
 //!   with `fixtures/oracle/hf_generate.py` (≈ 7 s).
@@ -397,6 +399,12 @@ fn tiny_k3_matches_mlx_lm_live() -> testkit::Outcome {
     live_mlx("tiny-k3")
 }
 
+/// `mini-routed` (weights shaped for realistic routing): the shaping must not move the
+/// engine off the oracle (router near-ties: `fixtures/oracle/router_margins.py`).
+fn mini_routed_matches_mlx_lm_live() -> testkit::Outcome {
+    live_mlx("mini-routed")
+}
+
 fn tiny_linear_matches_mlx_lm_live() -> testkit::Outcome {
     live_mlx("tiny-linear")
 }
@@ -733,6 +741,10 @@ fn main() -> std::process::ExitCode {
     trials.push(testkit::ignorable(
         "tiny_linear_matches_mlx_lm_live",
         tiny_linear_matches_mlx_lm_live,
+    ));
+    trials.push(testkit::ignorable(
+        "mini_routed_matches_mlx_lm_live",
+        mini_routed_matches_mlx_lm_live,
     ));
     trials.push(testkit::ignorable(
         "tiny_linear_stops_on_generation_config_eos_like_transformers_live",

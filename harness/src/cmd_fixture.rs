@@ -1,4 +1,4 @@
-//! `memdial fixture --preset NAME --out DIR [--seed N]`.
+//! `memdial fixture --preset NAME --out DIR [--seed N] [--routing SPEC]`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,7 +12,7 @@ use memdial::fixture::{self, PRESET_NAMES};
 /// Arguments of `memdial fixture`.
 #[derive(clap::Args)]
 pub struct FixtureArgs {
-    /// Preset: tiny-k3, tiny-linear, mini, k3-slice.
+    /// Preset: tiny-k3, tiny-linear, mini, mini-routed, k3-slice.
     #[arg(long)]
     pub preset: String,
     /// Output checkpoint directory (must not exist unless --force).
@@ -24,14 +24,28 @@ pub struct FixtureArgs {
     /// Replace an existing directory (atomically, after the new one is complete).
     #[arg(long)]
     pub force: bool,
+    /// Shape the weights so the model's own routing looks like a trained model's:
+    /// `key=value` pairs (clusters, noise, gain, align, skew, attn, update; docs/simulate.md)
+    /// over the preset's shaping, or over mini-routed's for presets without one.
+    #[arg(long, value_name = "SPEC")]
+    pub routing: Option<String>,
 }
 
 pub fn run(a: &FixtureArgs) -> Result<ExitCode> {
-    if fixture::preset(&a.preset).is_none() {
+    let Some(p) = fixture::preset(&a.preset) else {
         return Err(UsageError::unknown("preset", &a.preset, &PRESET_NAMES).into());
-    }
+    };
+    let routing = match &a.routing {
+        Some(spec) => Some(
+            p.routing
+                .unwrap_or(fixture::presets::MINI_ROUTED)
+                .with_overrides(spec)
+                .map_err(|e| UsageError::Invalid(format!("--routing: {e}")))?,
+        ),
+        None => None,
+    };
     let t0 = Instant::now();
-    let g = generate_with_progress(&a.preset, a.seed, &a.out, a.force)?;
+    let g = generate_inner(&a.preset, a.seed, &a.out, a.force, routing)?;
     println!(
         "wrote {} ({} tensors, {} shards, {:.1} MB of tensor data) in {:.1} s",
         g.dir.display(),
@@ -51,6 +65,16 @@ pub fn generate_with_progress(
     out: &std::path::Path,
     force: bool,
 ) -> Result<memdial::fixture::Generated> {
+    generate_inner(preset, seed, out, force, None)
+}
+
+fn generate_inner(
+    preset: &str,
+    seed: u64,
+    out: &std::path::Path,
+    force: bool,
+    routing: Option<fixture::Routing>,
+) -> Result<memdial::fixture::Generated> {
     let pb = ProgressBar::new(0);
     pb.set_style(
         ProgressStyle::with_template(
@@ -60,12 +84,13 @@ pub fn generate_with_progress(
         .progress_chars("=> "),
     );
     pb.set_message(format!("fixture {preset}"));
-    let g = fixture::generate(
+    let g = fixture::generate_shaped(
         preset,
         seed,
         out,
         force,
         Some(fixture::write_tokenizer),
+        routing,
         &mut |d, t| {
             pb.set_length(t);
             pb.set_position(d);
