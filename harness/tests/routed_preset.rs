@@ -193,3 +193,35 @@ fn mini_routed_routing_looks_real() {
         "belady at one token: {one:?}"
     );
 }
+
+/// A bad `--routing` spec is a usage error naming the key, and writes nothing.
+#[test]
+fn bad_routing_spec_is_a_clear_error() {
+    let s = testkit::scratch!("routed-bad");
+    let out_dir = s.join("m");
+    for (spec, says) in [
+        ("skew=-1", "skew=-1 must be ≥ 0"),
+        ("nope=1", "unknown key \"nope\""),
+        ("clusters=1.5", "clusters=1.5 must be an integer"),
+        ("noise=2", "noise=2 must lie in [0, 1]"),
+        ("gain", "\"gain\" is not key=value"),
+        ("attn=inf", "is not a finite number"),
+    ] {
+        let out = Command::new(BIN)
+            .args([
+                "fixture",
+                "--preset",
+                "mini-routed",
+                "--routing",
+                spec,
+                "--out",
+            ])
+            .arg(&out_dir)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{spec}: accepted");
+        assert!(err.contains(says), "{spec}: {err}");
+        assert!(!out_dir.exists(), "{spec}: wrote {}", out_dir.display());
+    }
+}
