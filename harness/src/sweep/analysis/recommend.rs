@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::bootstrap::{ratio, Ratio, Run};
 pub use super::bottom_line::ColdBeside;
-use super::bottom_line::{decide, BottomLine};
+use super::bottom_line::{decide, BottomLine, Candidates, NoQuiet};
 pub use super::pick::{ci, Pick, KNEE_WITHIN};
 use super::stats::PointStats;
 
@@ -240,10 +240,51 @@ pub fn recommend(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Reco
         .as_ref()
         .and_then(|(_, best)| knee_of(&by_budget, best));
     let noisy_runs = stats.iter().map(|p| p.noisy).sum();
+    // The fastest point of each IO mode and prefetch policy at the knee's budget.
+    let mut prefetches: Vec<&str> = vec![];
+    for p in stats {
+        if !prefetches.contains(&p.prefetch.as_str()) {
+            prefetches.push(&p.prefetch);
+        }
+    }
+    let at_knee: Vec<(String, Pick)> = overall_knee
+        .as_ref()
+        .map(|(_, k)| {
+            ios.iter()
+                .flat_map(|io| prefetches.iter().map(move |pf| (io, *pf)))
+                .filter_map(|(io, pf)| {
+                    ok.iter()
+                        .filter(|p| {
+                            &p.io == io && p.prefetch == pf && p.budget_spec == k.budget_spec
+                        })
+                        .min_by(|a, b| a.s_per_token.unwrap().total_cmp(&b.s_per_token.unwrap()))
+                        .and_then(|p| pick(p))
+                        .map(|p| (io.clone(), p))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let no_quiet: Vec<NoQuiet> = stats
+        .iter()
+        .filter(|p| p.noisy_only && !p.below_floor && p.over_budget == 0)
+        .map(|p| NoQuiet {
+            io: p.io.clone(),
+            budget_spec: p.budget_spec.clone(),
+            point_index: p.point_index,
+            noisy: p.noisy,
+        })
+        .collect();
     let bottom_line = overall_knee
         .as_ref()
         .zip(overall_best.as_ref())
-        .map(|(k, b)| decide(k, b, &cands, runs, noisy_runs));
+        .map(|(k, b)| {
+            let c = Candidates {
+                by_mode: &cands,
+                at_knee: &at_knee,
+                no_quiet: &no_quiet,
+            };
+            decide(k, b, c, runs, noisy_runs)
+        });
     Recommendation {
         modes,
         by_budget,
