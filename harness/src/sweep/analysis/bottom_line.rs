@@ -201,15 +201,8 @@ pub fn decide(
     runs: &BTreeMap<usize, Vec<Run>>,
     noisy_runs: usize,
 ) -> BottomLine {
-    let (kn, k, b) = (k, &k.1, &b.1);
-    let limit = 1.0 + KNEE_WITHIN;
-    let ratio_of = |a: &Pick, c: &Pick| -> Option<Ratio> {
-        ratio(
-            runs.get(&a.point_index)?,
-            runs.get(&c.point_index)?,
-            ((a.point_index as u64) << 32) | c.point_index as u64,
-        )
-    };
+    let (kn, k) = (k, &k.1);
+    let ratio_of = |a: &Pick, c: &Pick| ratio_between(runs, a, c);
     let alike = |a: &Pick, c: &Pick| ratio_of(a, c).is_some_and(|r| r.significant == Some(false));
     // The group: K, then the others at its budget by median, each within noise of
     // every member kept.
@@ -228,21 +221,7 @@ pub fn decide(
     let mut undecided = vec![];
     // Runs per point each failed condition needs (`None` inside: cannot be estimated).
     let mut need: Vec<(usize, Option<f64>)> = vec![];
-    let pooled = (group.len() > 1).then(|| {
-        let all: Vec<Run> = group
-            .iter()
-            .filter_map(|(_, p)| runs.get(&p.point_index))
-            .flatten()
-            .cloned()
-            .collect();
-        let iv = interval(&all, k.point_index as u64);
-        Pooled {
-            s_per_token: iv.as_ref().map_or(k.s_per_token, |i| i.median),
-            lo: iv.as_ref().and_then(|i| i.lo),
-            hi: iv.as_ref().and_then(|i| i.hi),
-            n: all.len(),
-        }
-    });
+    let pooled = (group.len() > 1).then(|| pool(&group, runs, k));
     match &pooled {
         None => need.extend(check_precision(
             "its",
@@ -264,8 +243,79 @@ pub fn decide(
             }
         }
     }
-    for (io, c) in cands
+    budget_conditions(&kn.1, &b.1, cands.by_mode, runs, &mut undecided, &mut need);
+    for q in cands.no_quiet {
+        undecided.push(format!(
+            "{} at {} (p{}) has no quiet run (all {} marked noisy): it could be the answer or the fastest point",
+            q.io, q.budget_spec, q.point_index, q.noisy
+        ));
+    }
+    let needs_quiet = !cands.no_quiet.is_empty();
+    let (more_repeats, runs_to_decide) = if undecided.is_empty() || needs_quiet {
+        (None, None)
+    } else {
+        estimate(&need)
+    };
+    let mut within_noise: Vec<Named> = cands
         .by_mode
+        .iter()
+        .filter(|(_, c)| !group.iter().any(|(_, g)| g.point_index == c.point_index))
+        .filter(|(_, c)| alike(c, k))
+        .cloned()
+        .collect();
+    within_noise.sort_by_key(|(_, c)| c.budget_bytes);
+    BottomLine {
+        group,
+        pooled,
+        within_noise,
+        undecided,
+        more_repeats,
+        runs_to_decide,
+        needs_quiet,
+        noisy_runs,
+        auto: None,
+    }
+}
+
+/// The ratio of two points' s/token from their quiet `runs` (one seed per pair).
+fn ratio_between(runs: &BTreeMap<usize, Vec<Run>>, a: &Pick, c: &Pick) -> Option<Ratio> {
+    ratio(
+        runs.get(&a.point_index)?,
+        runs.get(&c.point_index)?,
+        ((a.point_index as u64) << 32) | c.point_index as u64,
+    )
+}
+
+/// The pooled s/token of `group`: every member's quiet runs in one bootstrap.
+fn pool(group: &[Named], runs: &BTreeMap<usize, Vec<Run>>, k: &Pick) -> Pooled {
+    let all: Vec<Run> = group
+        .iter()
+        .filter_map(|(_, p)| runs.get(&p.point_index))
+        .flatten()
+        .cloned()
+        .collect();
+    let iv = interval(&all, k.point_index as u64);
+    Pooled {
+        s_per_token: iv.as_ref().map_or(k.s_per_token, |i| i.median),
+        lo: iv.as_ref().and_then(|i| i.lo),
+        hi: iv.as_ref().and_then(|i| i.hi),
+        n: all.len(),
+    }
+}
+
+/// Conditions 2 and 3 (the budget): no smaller budget may be within 10 % of the
+/// fastest point `b`, and `k` is within 10 % of it beyond noise.
+fn budget_conditions(
+    k: &Pick,
+    b: &Pick,
+    by_mode: &[Named],
+    runs: &BTreeMap<usize, Vec<Run>>,
+    undecided: &mut Vec<String>,
+    need: &mut Vec<(usize, Option<f64>)>,
+) {
+    let limit = 1.0 + KNEE_WITHIN;
+    let ratio_of = |a: &Pick, c: &Pick| ratio_between(runs, a, c);
+    for (io, c) in by_mode
         .iter()
         .filter(|(_, c)| c.budget_bytes < k.budget_bytes)
     {
@@ -306,48 +356,23 @@ pub fn decide(
             }
         }
     }
-    for q in cands.no_quiet {
-        undecided.push(format!(
-            "{} at {} (p{}) has no quiet run (all {} marked noisy): it could be the answer or the fastest point",
-            q.io, q.budget_spec, q.point_index, q.noisy
-        ));
-    }
-    let needs_quiet = !cands.no_quiet.is_empty();
-    let (more_repeats, runs_to_decide) = if undecided.is_empty() || needs_quiet {
-        (None, None)
-    } else {
-        need.iter()
-            .map(|(n, want)| {
-                want.map(|w| {
-                    let more = (w.ceil() as i64 - *n as i64).max(1);
-                    (more, *n as i64 + more)
-                })
+}
+
+/// The most repeats per point (and runs in all) any failed condition needs, `None`
+/// when one cannot be estimated or it is over [`MAX_QUOTED_REPEATS`].
+fn estimate(need: &[(usize, Option<f64>)]) -> (Option<u32>, Option<u32>) {
+    need.iter()
+        .map(|(n, want)| {
+            want.map(|w| {
+                let more = (w.ceil() as i64 - *n as i64).max(1);
+                (more, *n as i64 + more)
             })
-            .try_fold((1i64, 0i64), |acc, x| {
-                x.map(|(m, t)| (acc.0.max(m), acc.1.max(t)))
-            })
-            .filter(|&(m, _)| m <= MAX_QUOTED_REPEATS as i64)
-            .map_or((None, None), |(m, t)| (Some(m as u32), Some(t as u32)))
-    };
-    let mut within_noise: Vec<Named> = cands
-        .by_mode
-        .iter()
-        .filter(|(_, c)| !group.iter().any(|(_, g)| g.point_index == c.point_index))
-        .filter(|(_, c)| alike(c, k))
-        .cloned()
-        .collect();
-    within_noise.sort_by_key(|(_, c)| c.budget_bytes);
-    BottomLine {
-        group,
-        pooled,
-        within_noise,
-        undecided,
-        more_repeats,
-        runs_to_decide,
-        needs_quiet,
-        noisy_runs,
-        auto: None,
-    }
+        })
+        .try_fold((1i64, 0i64), |acc, x| {
+            x.map(|(m, t)| (acc.0.max(m), acc.1.max(t)))
+        })
+        .filter(|&(m, _)| m <= MAX_QUOTED_REPEATS as i64)
+        .map_or((None, None), |(m, t)| (Some(m as u32), Some(t as u32)))
 }
 
 /// `direct at 25%–100%; buffered at 50%`: the points within noise, by IO mode, each

@@ -56,9 +56,9 @@ fn a_clear_answer_with_nothing_within_noise() {
 /// 7/27 · 20/27 + 13/27 · 7/27 = 231/729 ≈ 32 % and above it as often, so its
 /// interval contains 1 (not significant). Pooled, the six run medians are 0.44,
 /// 0.44, 0.45, 0.45, 0.46, 0.46: median 0.45; a replicate's median is 0.44 when at
-/// least four of its six draws are (p = 1/3: (15·4 + 6·2 + 1) / 729 = 73/729 ≈ 10 %
-/// > 2.5 %), so the pooled interval is [0.44, 0.46], ±2.2 %. d (0.45 every run) is
-/// within noise of direct at c too; a, b are over 1.30× (above 1.10).
+/// least four of its six draws are (p = 1/3: (15·4 + 6·2 + 1) / 729 = 73/729 ≈ 10 %,
+/// over 2.5 %), so the pooled interval is [0.44, 0.46], ±2.2 %. d (0.45 every run)
+/// is within noise of direct at c too; a, b are over 1.30× (above 1.10).
 fn alike_at_c() -> (
     Vec<crate::sweep::analysis::stats::PointStats>,
     BTreeMap<usize, Vec<crate::sweep::analysis::bootstrap::Run>>,

@@ -39,7 +39,7 @@ fn quantity(s: &str) -> Option<f64> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(s.len());
     let x: f64 = s[..end].parse().ok()?;
-    let scale = match s[end..].trim_start().split_whitespace().next() {
+    let scale = match s[end..].split_whitespace().next() {
         Some("KiB") => 1024.0,
         Some("MiB") => 1024.0 * 1024.0,
         Some("GiB") => 1024.0 * 1024.0 * 1024.0,
