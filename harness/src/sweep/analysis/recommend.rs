@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::bootstrap::{ratio, Ratio, Run};
 pub use super::bottom_line::ColdBeside;
-use super::bottom_line::{decide, BottomLine};
+use super::bottom_line::{decide, BottomLine, Candidates, NoQuiet};
 pub use super::pick::{ci, Pick, KNEE_WITHIN};
 use super::stats::PointStats;
 
@@ -179,30 +179,7 @@ pub fn recommend(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Reco
         let mut pts: Vec<Pick> = budgets.iter().filter_map(|b| best_at(io, b)).collect();
         pts.sort_by_key(|p| p.budget_bytes);
         cands.extend(pts.iter().map(|p| (io.clone(), p.clone())));
-        let best = pts
-            .iter()
-            .min_by(|a, b| a.s_per_token.total_cmp(&b.s_per_token))
-            .cloned();
-        let mut frontier: Vec<Pick> = vec![];
-        for p in &pts {
-            if frontier
-                .last()
-                .is_none_or(|l| p.s_per_token < l.s_per_token)
-            {
-                frontier.push(p.clone());
-            }
-        }
-        let knee = best.as_ref().and_then(|b| {
-            pts.iter()
-                .find(|p| p.s_per_token <= b.s_per_token * (1.0 + KNEE_WITHIN))
-                .cloned()
-        });
-        modes.push(Mode {
-            io: io.clone(),
-            frontier,
-            knee,
-            best,
-        });
+        modes.push(mode_of(io, &pts));
     }
     let mut by_budget = vec![];
     for b in &budgets {
@@ -240,10 +217,22 @@ pub fn recommend(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Reco
         .as_ref()
         .and_then(|(_, best)| knee_of(&by_budget, best));
     let noisy_runs = stats.iter().map(|p| p.noisy).sum();
+    let at_knee: Vec<(String, Pick)> = overall_knee
+        .as_ref()
+        .map(|(_, k)| at_budget(stats, &ok, &ios, &k.budget_spec))
+        .unwrap_or_default();
+    let no_quiet = no_quiet(stats);
     let bottom_line = overall_knee
         .as_ref()
         .zip(overall_best.as_ref())
-        .map(|(k, b)| decide(k, b, &cands, runs, noisy_runs));
+        .map(|(k, b)| {
+            let c = Candidates {
+                by_mode: &cands,
+                at_knee: &at_knee,
+                no_quiet: &no_quiet,
+            };
+            decide(k, b, c, runs, noisy_runs)
+        });
     Recommendation {
         modes,
         by_budget,
@@ -265,6 +254,74 @@ pub fn recommend(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Reco
             && stats.iter().all(|p| p.n == 0 || p.s_per_token.is_none()),
         fastest_ttft: fastest_ttft(stats),
     }
+}
+
+/// One IO mode's frontier, knee and best from its points `pts` (the fastest at each
+/// budget, by increasing budget).
+fn mode_of(io: &str, pts: &[Pick]) -> Mode {
+    let best = pts
+        .iter()
+        .min_by(|a, b| a.s_per_token.total_cmp(&b.s_per_token))
+        .cloned();
+    let mut frontier: Vec<Pick> = vec![];
+    for p in pts {
+        if frontier
+            .last()
+            .is_none_or(|l| p.s_per_token < l.s_per_token)
+        {
+            frontier.push(p.clone());
+        }
+    }
+    let knee = best.as_ref().and_then(|b| {
+        pts.iter()
+            .find(|p| p.s_per_token <= b.s_per_token * (1.0 + KNEE_WITHIN))
+            .cloned()
+    });
+    Mode {
+        io: io.to_string(),
+        frontier,
+        knee,
+        best,
+    }
+}
+
+/// The fastest usable point (of `ok`) of each IO mode and prefetch policy at `budget`.
+fn at_budget(
+    stats: &[PointStats],
+    ok: &[&PointStats],
+    ios: &[String],
+    budget: &str,
+) -> Vec<(String, Pick)> {
+    let mut prefetches: Vec<&str> = vec![];
+    for p in stats {
+        if !prefetches.contains(&p.prefetch.as_str()) {
+            prefetches.push(&p.prefetch);
+        }
+    }
+    ios.iter()
+        .flat_map(|io| prefetches.iter().map(move |pf| (io, *pf)))
+        .filter_map(|(io, pf)| {
+            ok.iter()
+                .filter(|p| &p.io == io && p.prefetch == pf && p.budget_spec == budget)
+                .min_by(|a, b| a.s_per_token.unwrap().total_cmp(&b.s_per_token.unwrap()))
+                .and_then(|p| pick(p))
+                .map(|p| (io.clone(), p))
+        })
+        .collect()
+}
+
+/// The points run within their budget whose every measured run was noisy.
+fn no_quiet(stats: &[PointStats]) -> Vec<NoQuiet> {
+    stats
+        .iter()
+        .filter(|p| p.noisy_only && !p.below_floor && p.over_budget == 0)
+        .map(|p| NoQuiet {
+            io: p.io.clone(),
+            budget_spec: p.budget_spec.clone(),
+            point_index: p.point_index,
+            noisy: p.noisy,
+        })
+        .collect()
 }
 
 /// The smallest budget whose winner is within [`KNEE_WITHIN`] of `best`, with its mode.

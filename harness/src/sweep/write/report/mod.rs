@@ -27,6 +27,8 @@ use crate::sweep::record::rundir::Meta;
 use crate::sweep::record::status::RunStatus;
 use crate::sweep::util::utc_now_rfc3339;
 
+mod noise;
+
 fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
     v.map(f).unwrap_or_else(|| "–".into())
 }
@@ -171,6 +173,10 @@ impl SweepVerdict {
             cross(&ids, rows, &meta.engines, &margins)
         });
         let runs = point_runs(rows);
+        let mut recommendation = recommend_steady(&reference_stats(stats, meta), &runs);
+        if let Some(bl) = recommendation.bottom_line.as_mut() {
+            bl.auto = meta.repeats_auto;
+        }
         SweepVerdict {
             outcome: Outcome::Incomplete,
             pass: false,
@@ -180,7 +186,7 @@ impl SweepVerdict {
             noisy_runs: rows.iter().filter(|r| r.is_measured_noisy()).count(),
             measured_runs: rows.iter().filter(|r| r.is_measured_ok()).count(),
             anomalies: anomalies(stats, &runs),
-            recommendation: recommend_steady(&reference_stats(stats, meta), &runs),
+            recommendation,
             engine_ratios: (!meta.engines.is_empty()).then(|| engine_ratios(stats, &runs, meta)),
             layouts: against_safetensors(stats, &runs, rows),
             ids,
@@ -660,7 +666,8 @@ fn environment_md(s: &mut String, c: &Sections) {
     let _ = writeln!(s, "| Command | `{}` |\n", meta.command);
 }
 
-/// The noise sentinel's thresholds and every noisy run with its reason.
+/// The noise sentinel's thresholds and the noisy runs with their reasons (summarised
+/// when there are many: [`noise`]).
 fn noise_md(s: &mut String, c: &Sections) {
     let Sections { meta, rows, v, .. } = *c;
     let t = meta.noise.unwrap_or_default();
@@ -678,14 +685,7 @@ fn noise_md(s: &mut String, c: &Sections) {
         v.noisy_runs,
         v.measured_runs
     );
-    for r in rows.iter().filter(|r| r.is_measured_noisy()) {
-        let _ = writeln!(
-            s,
-            "- `{}`: {}",
-            r.run_id,
-            r.noisy.as_deref().unwrap_or_default()
-        );
-    }
+    noise::noisy_runs_md(s, rows);
     if v.noisy_runs > 0 {
         s.push('\n');
     }
