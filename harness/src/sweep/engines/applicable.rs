@@ -28,6 +28,14 @@ impl Registry {
         if let Some(why) = &e.not_here {
             return Some(why.clone());
         }
+        if e.def.output == Some(super::def::OutputKind::Text)
+            && super::runs::prompt_text(spec, p.prompt_index).is_none()
+        {
+            return Some(format!(
+                "{} is text-only (`output = \"text\"`): prompt {} is ids, or a file it cannot read",
+                e.name, p.prompt_index
+            ));
+        }
         if crate::sweep::start::StartMode::of(&p.axes) == crate::sweep::start::StartMode::Warm
             && !e.def.warm.unwrap_or(false)
         {

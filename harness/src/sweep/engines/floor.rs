@@ -372,9 +372,11 @@ fn probe(
     let run_dir = dir.join(format!("probe-{}", budget >> 20));
     let _ = std::fs::remove_dir_all(&run_dir);
     std::fs::create_dir_all(&run_dir)?;
+    let text = super::runs::prompt_text(spec, p.prompt_index);
     let ctx = RunCtx {
         model_dir: c.model,
         prompt_ids: ids,
+        prompt_text: text.as_deref(),
         point: p,
         budget_bytes: budget,
         max_tokens: spec.max_tokens,

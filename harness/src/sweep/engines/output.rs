@@ -107,7 +107,9 @@ pub fn read_metrics(
         }
         None => None,
     };
+    let text_only = d.output == Some(super::def::OutputKind::Text);
     let ids = match (&d.ids_stdout_regex, &doc) {
+        _ if text_only => vec![],
         (Some(r), _) => {
             let re = regex::Regex::new(r)?;
             let out = stdout_of(e, run_dir)?;
@@ -125,7 +127,15 @@ pub fn read_metrics(
         }
         (None, None) => bail!("{}: no ids source", e.name),
     };
-    sources.insert("output_ids".into(), json!("engine"));
+    let text_hash = if text_only {
+        sources.insert("output_text_sha256".into(), json!("harness"));
+        Some(hex_sha256(
+            output_text(e, vars, run_dir, started)?.as_bytes(),
+        ))
+    } else {
+        sources.insert("output_ids".into(), json!("engine"));
+        None
+    };
     let steps: Vec<f64> = match &d.steps_stdout_regex {
         Some(r) => {
             let re = regex::Regex::new(r)?;
@@ -174,15 +184,23 @@ pub fn read_metrics(
     if load.is_some() {
         sources.insert("load_s".into(), json!("engine"));
     }
-    sources.insert("output_ids_sha256".into(), json!("harness"));
     m.insert("model".into(), json!(vars.scalars.get("model")));
     m.insert("prompt_tokens".into(), json!(prompt_tokens));
-    m.insert("generated_tokens".into(), json!(ids.len()));
-    m.insert(
-        "output_ids_sha256".into(),
-        json!(memdial::generate::ids_sha256(&ids)),
-    );
-    m.insert("output_ids".into(), json!(ids));
+    match text_hash {
+        // A text-only engine: no ids, no token count (its text is not tokenized).
+        Some(h) => {
+            m.insert("output_text_sha256".into(), json!(h));
+        }
+        None => {
+            sources.insert("output_ids_sha256".into(), json!("harness"));
+            m.insert("generated_tokens".into(), json!(ids.len()));
+            m.insert(
+                "output_ids_sha256".into(),
+                json!(memdial::generate::ids_sha256(&ids)),
+            );
+            m.insert("output_ids".into(), json!(ids));
+        }
+    }
     m.insert("decode_s_per_token".into(), json!(decode));
     m.insert("decode_s_per_token_median".into(), json!(median));
     m.insert("ttft_s".into(), json!(ttft));
@@ -194,6 +212,42 @@ pub fn read_metrics(
         }
     }
     Ok(Value::Object(m))
+}
+
+/// Lowercase hex SHA-256 of `b`.
+fn hex_sha256(b: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(b)
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect()
+}
+
+/// A text-only engine's output text: its `text_file` (written during this attempt),
+/// else its whole stdout.
+///
+/// Errors: the file is missing, older than `started`, unreadable or not UTF-8.
+fn output_text(
+    e: &Engine,
+    vars: &Vars,
+    run_dir: &Path,
+    started: std::time::SystemTime,
+) -> Result<String> {
+    let Some(t) = &e.def.text_file else {
+        return stdout_of(e, run_dir);
+    };
+    let p = vars.expand(t)?;
+    let modified = std::fs::metadata(&p)
+        .and_then(|m| m.modified())
+        .with_context(|| format!("{} wrote no text file {p}", e.name))?;
+    if modified + CLOCK_SLACK < started {
+        bail!(
+            "{}: text file {p} is older than this run (written before it started): not this run's output",
+            e.name
+        );
+    }
+    read_output(Path::new(&p), MAX_OUTPUT_BYTES)
+        .with_context(|| format!("{}: its text file", e.name))
 }
 
 #[cfg(test)]

@@ -87,6 +87,8 @@ pub struct RunCtx<'a> {
     pub model_dir: &'a Path,
     /// Prompt ids.
     pub prompt_ids: &'a [u32],
+    /// The prompt's text (`{prompt_text}`), for a text or file prompt; `None` for ids.
+    pub prompt_text: Option<&'a str>,
     /// The point.
     pub point: &'a Point,
     /// Budget, bytes.
@@ -108,7 +110,7 @@ pub struct ExtCommand {
     pub args: Vec<String>,
     /// Extra environment.
     pub env: Vec<(String, String)>,
-    /// Files the engine writes its output to (its `ids_json`): removed before each
+    /// Files the engine writes its output to (its `ids_json`, `text_file`): removed before each
     /// attempt, so what is read after it was written by it.
     pub outputs: Vec<PathBuf>,
 }
@@ -518,10 +520,11 @@ impl Registry {
             .iter()
             .map(|(k, v)| Ok((k.clone(), vars.expand(v)?)))
             .collect::<Result<Vec<_>>>()?;
-        let outputs = match &e.def.ids_json {
-            Some(t) => vec![PathBuf::from(vars.expand(t)?)],
-            None => vec![],
-        };
+        let outputs = [&e.def.ids_json, &e.def.text_file]
+            .into_iter()
+            .flatten()
+            .map(|t| Ok(PathBuf::from(vars.expand(t)?)))
+            .collect::<Result<Vec<_>>>()?;
         Ok(ExtCommand {
             program,
             args,
@@ -537,6 +540,7 @@ impl Registry {
         v.set("prompt_ids", join(c.prompt_ids, ","))
             .set("prompt_ids_space", join(c.prompt_ids, " "))
             .set("prompt_tokens", c.prompt_ids.len())
+            .set("prompt_text", c.prompt_text.unwrap_or(""))
             .set("max_tokens", c.max_tokens)
             .set("threads", c.point.threads)
             .set("budget_bytes", c.budget_bytes)
