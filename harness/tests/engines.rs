@@ -23,6 +23,8 @@
 //! - `text_only_engine_is_checked_on_its_output_text`: a text-only engine's runs are
 //!   compared on their output text's hash: PASS with the weaker wording, FAIL naming
 //!   the run whose text differs, never a pass for empty text or nothing compared.
+//! - `floor_search_runs_the_setup_first`: an engine with a setup step gets a searched
+//!   floor (setup first, cached with the setup's identity). Needs a memory cgroup.
 //! - `engines_check_runs_each_engine`: `engines check` runs each engine's check command.
 //! - `unknown_engine_is_a_usage_error`, `missing_binary_is_a_usage_error_naming_how_to_build`.
 //!
@@ -860,6 +862,80 @@ foreign_read_bytes = 1125899906842624
     );
 }
 
+/// A floor search for an engine with a setup step: the setup runs first (once, into
+/// the cached directory the runs use), the probes use what it wrote (here: how many
+/// MiB the engine holds), a second sweep takes the floor from the cache, and a setup
+/// made again (its directory removed) is another setup: searched again.
+fn floor_search_runs_the_setup_first() -> testkit::Outcome {
+    let _g = lock();
+    let model = scratch().join("opaque-setup");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::write(model.join("weights.bin"), vec![5u8; 1 << 16]).unwrap();
+    let cache = scratch().join("setup-engine-cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let spec = r#"
+budgets = ["floor", "256MiB"]
+prompts = [{ ids = [1, 2, 3] }]
+max_tokens = 2
+repeats = 1
+cgroup_slack = "8MiB"
+engines = ["hold"]
+[engine.hold]
+setup = ["sh", "-c", "echo 48 > {setup_dir}/mib.txt"]
+command = ["python3", "-c", "import sys; b = bytearray(int(open(sys.argv[1]).read()) << 20); b[::4096] = b'x' * len(b[::4096]); print('ids: 7, 8')", "{setup_dir}/mib.txt"]
+ids_stdout_regex = "^ids: (.*)$"
+budget = "cgroup"
+floor_search = { max_run_s = 20, resolution = "4MiB", lowest = "1MiB", highest = "256MiB" }
+[noise]
+other_cpu_cores = 1024.0
+steal_cores = 1024.0
+foreign_read_bytes = 1125899906842624
+"#;
+    let env = [("MEMDIAL_ENGINE_CACHE", cache.as_path())];
+    let (o, out) = sweep(&model, spec, "setup-floor", &env);
+    let all = text(&o);
+    if all.contains("no memory cgroup can be made here") {
+        return testkit::skip("no memory cgroup here: a floor search cannot hold a budget");
+    }
+    assert_eq!(o.status.code(), Some(0), "{all}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let setup_at = err.find("engine hold: setup").expect("the setup ran");
+    let search_at = err
+        .find("searching its floor")
+        .expect("the floor was searched");
+    assert!(setup_at < search_at, "setup before the search: {err}");
+    assert_eq!(
+        err.matches("engine hold: setup").count(),
+        1,
+        "setup once: {err}"
+    );
+    let floor = |out: &Path| {
+        let meta = json(&out.join("sweep.json"));
+        let f = meta["opaque_model"]["floors"][0].clone();
+        (
+            f["bytes"].as_u64().unwrap(),
+            f["source"].as_str().unwrap().to_string(),
+        )
+    };
+    let (bytes, source) = floor(&out);
+    assert_eq!(source, "search");
+    // It holds 48 MiB (the setup's figure) in a cgroup of budget + 8 MiB: the floor is
+    // well above the lowest budget tried, and the run at the floor completed.
+    let mib = 1u64 << 20;
+    assert!((24 * mib..=64 * mib).contains(&bytes), "floor {bytes}");
+    let rows = rows(&out);
+    assert!(rows.iter().all(|r| r["status"] == "ok"), "{rows:?}");
+    let (o, out) = sweep(&model, spec, "setup-floor-2", &env);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(floor(&out), (bytes, "search (cached)".to_string()));
+    // The setup made again: the cached floor is not its floor.
+    std::fs::remove_dir_all(cache.join("hold")).unwrap();
+    let (o, out) = sweep(&model, spec, "setup-floor-3", &env);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(floor(&out).1, "search");
+    Ok(testkit::Completion::Completed)
+}
+
 /// `memdial engines check` runs each engine's check command: one that exits 0 is `ok`
 /// with its first line, one that exits 3 is `broken` with its exit and stderr (exit 1).
 fn engines_check_runs_each_engine() {
@@ -924,6 +1000,10 @@ fn main() -> ExitCode {
             testkit::ignorable(
                 "hf_tokenizer_json_tokenizes_text_prompts",
                 hf_tokenizer_json_tokenizes_text_prompts,
+            ),
+            testkit::ignorable(
+                "floor_search_runs_the_setup_first",
+                floor_search_runs_the_setup_first,
             ),
             testkit::test(
                 "text_only_engine_is_checked_on_its_output_text",

@@ -514,4 +514,62 @@ mod tests {
         assert_eq!(v.summary(), "no finished runs");
         assert!(!verdict(&[]).pass);
     }
+
+    /// A text-only engine's runs are compared on their text's hash, with the weaker
+    /// wording; empty text or a malformed hash proves nothing.
+    #[test]
+    fn text_only_runs() {
+        let text = |point: usize, h: &str| {
+            let mut r = row(point, 0, &[]);
+            r.engine = "t".into();
+            r.metrics = memdial::metrics::RunMetrics {
+                output_text_sha256: Some(h.into()),
+                ..Default::default()
+            };
+            r.output_kind = Some(crate::sweep::record::row::TEXT_ONLY.into());
+            r
+        };
+        let a = "a".repeat(64);
+        let v = verdict(&[text(0, &a), text(1, &a)]);
+        assert!(v.pass, "{}", v.summary());
+        assert!(
+            v.summary()
+                .starts_with("2 runs at 2 points produced identical output text; ids not compared (text-only: t;"),
+            "{}",
+            v.summary()
+        );
+        let mut ids = row(2, 0, &[4, 5]);
+        ids.engine = "memdial".into();
+        let v = verdict(&[text(0, &a), text(1, &a), ids]);
+        assert!(v.pass);
+        assert!(
+            v.summary().contains(": 1 produced identical output ids")
+                && v.summary()
+                    .contains("2 identical output text; ids not compared"),
+            "{}",
+            v.summary()
+        );
+        let v = verdict(&[text(0, &a), text(1, &"b".repeat(64))]);
+        assert!(!v.pass);
+        assert!(
+            v.summary().contains("output text differs from"),
+            "{}",
+            v.summary()
+        );
+        for (bad, why) in [
+            (
+                crate::sweep::record::row::EMPTY_SHA256.to_string(),
+                "printed no text",
+            ),
+            ("xyz".to_string(), "is not a SHA-256"),
+        ] {
+            let v = verdict(&[text(0, &a), text(1, &bad)]);
+            assert!(!v.pass, "{why}");
+            assert!(v.unproven[0].1.contains(why), "{:?}", v.unproven);
+        }
+        // Only an empty-text run: nothing compared, not a pass.
+        let v = verdict(&[text(0, crate::sweep::record::row::EMPTY_SHA256)]);
+        assert!(!v.pass);
+        assert_eq!(v.runs_compared, 0);
+    }
 }

@@ -316,7 +316,9 @@ impl CrossEngine {
             s,
             "## Engines agreement\n\nReference engine: `{}`. Each cell compares the row engine's output ids with the column engine's \
              (every finished run of an engine gives the same ids, see the verdict). A `tie-break` is a first difference where the reference's \
-             top-2 logit margin is under {TIE_MARGIN}; `disagrees` one above it; `differs` one where the reference's logits were not dumped.\n",
+             top-2 logit margin is under {TIE_MARGIN}; `disagrees` one above it; `differs` one where the reference's logits were not dumped. \
+             A text-only engine is compared on its output text's SHA-256 (`identical text`, `text differs`; ids not compared), or `not compared` \
+             when the other side recorded no output text hash.\n",
             md_cell(&self.reference)
         );
         let names: Vec<String> = self.engines.iter().map(|e| md_cell(e)).collect();
@@ -431,5 +433,40 @@ mod tests {
             "{}",
             c.one_line()
         );
+    }
+
+    /// A text-only engine against the reference: on the output text's hash when the
+    /// reference recorded one, else `not compared` (never `identical`).
+    #[test]
+    fn text_only_engine_is_compared_on_text() {
+        let text_row = |engine: &str, point: usize, h: &str| {
+            let mut r = row(engine, point, &[]);
+            r.metrics = memdial::metrics::RunMetrics {
+                output_text_sha256: Some(h.repeat(64)),
+                ..Default::default()
+            };
+            r.output_kind = Some(crate::sweep::record::row::TEXT_ONLY.into());
+            r
+        };
+        let mut me = row("memdial", 0, &[1, 2, 3]);
+        me.metrics.output_text_sha256 = Some("a".repeat(64));
+        let engines = [meta("memdial", true, true), meta("t", false, true)];
+        for (h, status, pass) in [("a", "identical text", true), ("b", "text differs", false)] {
+            let rows = vec![me.clone(), text_row("t", 1, h)];
+            let v = verdict(&rows);
+            assert!(v.pass, "{}", v.summary());
+            let c = cross(&v, &rows, &engines, &Margins::new());
+            assert_eq!(c.comparisons[0].status, status);
+            assert_eq!(c.pass, pass, "{status}");
+        }
+        let rows = vec![row("memdial", 0, &[1, 2, 3]), text_row("t", 1, "a")];
+        let c = cross(&verdict(&rows), &rows, &engines, &Margins::new());
+        assert_eq!(c.comparisons[0].status, "not compared");
+        assert!(
+            c.one_line().contains("t: not compared with memdial"),
+            "{}",
+            c.one_line()
+        );
+        assert_eq!(c.table[0][1], "–");
     }
 }

@@ -389,9 +389,7 @@ impl Registry {
                     .as_ref()
                     .is_none_or(|t| t.contains(&self.model_type));
             if let (Some(setup), true) = (&e.def.setup, runs_here) {
-                let dir = super::setup::setup_cache()
-                    .join(sanitize(&e.name))
-                    .join(&content_hash[..content_hash.len().min(16)]);
+                let dir = setup_dir(&e.name, content_hash);
                 vars.set("setup_dir", dir.display());
                 super::setup::run_setup(&e.name, setup, &vars, &dir)?;
                 self.engines[i].setup_dir = Some(dir);
@@ -579,6 +577,14 @@ impl Registry {
         }
         Ok(v)
     }
+}
+
+/// The cached setup directory of engine `name` for the model of `content_hash`
+/// (an opaque model's: its files' identity digest).
+pub fn setup_dir(name: &str, content_hash: &str) -> PathBuf {
+    super::setup::setup_cache()
+        .join(sanitize(name))
+        .join(&content_hash[..content_hash.len().min(16)])
 }
 
 fn join(ids: &[u32], sep: &str) -> String {
