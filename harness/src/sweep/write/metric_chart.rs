@@ -113,16 +113,6 @@ pub(super) fn draw<DB: DrawingBackend>(
             let key = if m.per_io { &s.rest } else { &s.label };
             let k = keys.iter().position(|r| r == key).unwrap_or(0);
             let c = COLORS[k % COLORS.len()];
-            if s.floor > 0.0 {
-                chart
-                    .draw_series(DashedLineSeries::new(
-                        vec![(s.floor, ly0), (s.floor, ly1)],
-                        6,
-                        4,
-                        c.stroke_width(2),
-                    ))
-                    .map_err(pe)?;
-            }
             let line: Vec<(f64, f64)> = s
                 .pts
                 .iter()
@@ -158,7 +148,7 @@ pub(super) fn draw<DB: DrawingBackend>(
             }
         }
         let panel: Vec<&Series> = ser.iter().filter(|s| !m.per_io || &s.io == io).collect();
-        floor_labels(&mut chart, &panel, &keys, m.per_io, (ly0, ly1))?;
+        floor_lines(&mut chart, &panel, &keys, m.per_io, (ly0, ly1))?;
         legend_marks(
             &mut chart,
             &panel_marks(marks, &ser, m.per_io.then_some(io)),
@@ -211,10 +201,11 @@ fn y_range(ser: &[Series], m: &Metric) -> (f64, f64) {
     }
 }
 
-/// Labels each distinct floor line of a panel at its top, in its line's colour:
-/// `memdial floor 39.0 MiB`, `llama.cpp floor 50.0 MiB` (several engines at one
-/// floor share one label; labels of nearby floors step down so they do not overlap).
-fn floor_labels<DB: DrawingBackend>(
+/// The floors of a panel's lines: dashed vertical lines in each line's colour, each
+/// distinct one labelled at its top, `memdial floor 39.00 MiB`, `llama.cpp floor
+/// 50.00 MiB` (several engines at one floor share one label; labels of nearby floors
+/// step down so they do not overlap).
+fn floor_lines<DB: DrawingBackend>(
     chart: &mut Chart<'_, DB>,
     panel: &[&Series],
     keys: &[String],
@@ -225,6 +216,14 @@ fn floor_labels<DB: DrawingBackend>(
     for s in panel.iter().filter(|s| s.floor > 0.0) {
         let key = if per_io { &s.rest } else { &s.label };
         let c = COLORS[keys.iter().position(|r| r == key).unwrap_or(0) % COLORS.len()];
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(s.floor, ly0), (s.floor, ly1)],
+                6,
+                4,
+                c.stroke_width(2),
+            ))
+            .map_err(pe)?;
         match floors.iter_mut().find(|f| f.0 == s.floor) {
             Some(f) if f.1.contains(&s.engine) => {}
             Some(f) => f.1.push(s.engine.clone()),
