@@ -1,5 +1,6 @@
-//! `memdial tokenize`: encode text to Kimi token ids, or decode ids, with a checkpoint's
-//! tokenizer (`tiktoken.model` + `tokenizer_config.json` in `--model`).
+//! `memdial tokenize`: encode text to token ids, or decode ids, with a checkpoint's
+//! tokenizer: Kimi's (`tiktoken.model` + `tokenizer_config.json` in `--model`), else a
+//! Hugging Face `tokenizer.json` (`--model` is the file or a directory holding it).
 
 use std::path::PathBuf;
 
@@ -9,7 +10,8 @@ use memdial::tokenizer::Tokenizer;
 /// Arguments of `memdial tokenize`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct TokenizeArgs {
-    /// Directory holding `tiktoken.model` and `tokenizer_config.json`.
+    /// Directory holding `tiktoken.model` and `tokenizer_config.json`, or a Hugging
+    /// Face `tokenizer.json` (the file, or a directory holding it).
     #[arg(long)]
     pub model: PathBuf,
     /// Text to encode (special-token strings such as `<|im_end|>` become their ids).
@@ -21,7 +23,9 @@ pub struct TokenizeArgs {
     /// Comma-separated ids to decode, e.g. `--decode 1,2,3`.
     #[arg(long, value_delimiter = ',')]
     pub decode: Option<Vec<u32>>,
-    /// Encode special-token strings as plain text instead of special ids.
+    /// Kimi's tokenizer: encode special-token strings as plain text instead of special
+    /// ids. A `tokenizer.json`: add no post-processor tokens (BOS etc.), and leave
+    /// special tokens out when decoding.
     #[arg(long)]
     pub no_special: bool,
 }
@@ -31,6 +35,11 @@ pub struct TokenizeArgs {
 /// When `--model` also holds a `config.json`, decoding accepts every id below its
 /// `vocab_size`: ids of a padded vocabulary (past the tokenizer's ids) decode to "".
 pub fn run(args: &TokenizeArgs) -> Result<()> {
+    if !args.model.join("tiktoken.model").exists()
+        && crate::hf_tokenizer::find(&args.model).is_some()
+    {
+        return run_hf(args);
+    }
     let tok = Tokenizer::from_dir(&args.model)?;
     if let Some(ids) = &args.decode {
         let vocab_size = if args.model.join("config.json").exists() {
@@ -48,6 +57,25 @@ pub fn run(args: &TokenizeArgs) -> Result<()> {
         _ => bail!("give exactly one of --text, --file or --decode"),
     };
     let ids = tok.encode(&text, !args.no_special);
+    println!("{}", serde_json::to_string(&ids)?);
+    Ok(())
+}
+
+/// `memdial tokenize` with a Hugging Face `tokenizer.json`: ids as `tokenizer(text)`
+/// gives them (with the post-processor's tokens unless `--no-special`).
+fn run_hf(args: &TokenizeArgs) -> Result<()> {
+    let tok = crate::hf_tokenizer::HfTokenizer::open(&args.model)?;
+    if let Some(ids) = &args.decode {
+        let text = tok.decode(ids, args.no_special)?;
+        println!("{}", serde_json::to_string(&text)?);
+        return Ok(());
+    }
+    let text = match (&args.text, &args.file) {
+        (Some(t), None) => t.clone(),
+        (None, Some(f)) => crate::args::read_text_file("--file", f)?,
+        _ => bail!("give exactly one of --text, --file or --decode"),
+    };
+    let ids = tok.encode(&text, !args.no_special)?;
     println!("{}", serde_json::to_string(&ids)?);
     Ok(())
 }

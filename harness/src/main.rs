@@ -26,6 +26,7 @@ mod convert;
 #[cfg(test)]
 mod docs_schema;
 mod export;
+mod hf_tokenizer;
 mod iobench;
 mod serve;
 mod stats;

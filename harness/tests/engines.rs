@@ -17,6 +17,14 @@
 //!   skipped): llama.cpp alone on a random-weight `llama` GGUF memdial's engine does not
 //!   read, at a searched floor, a percentage and a size, in mmap / buffered / direct:
 //!   every run gives a numpy oracle's ids.
+//! - `hf_tokenizer_json_tokenizes_text_prompts`: a `tokenizer.json` trained by the Python
+//!   `tokenizers` package (oracle venv) gives its ids to `memdial tokenize` and to a
+//!   sweep's text prompts on a model memdial's engine does not read.
+//! - `text_only_engine_is_checked_on_its_output_text`: a text-only engine's runs are
+//!   compared on their output text's hash: PASS with the weaker wording, FAIL naming
+//!   the run whose text differs, never a pass for empty text or nothing compared.
+//! - `floor_search_runs_the_setup_first`: an engine with a setup step gets a searched
+//!   floor (setup first, cached with the setup's identity). Needs a memory cgroup.
 //! - `engines_check_runs_each_engine`: `engines check` runs each engine's check command.
 //! - `unknown_engine_is_a_usage_error`, `missing_binary_is_a_usage_error_naming_how_to_build`.
 //!
@@ -632,6 +640,302 @@ foreign_read_bytes = 1125899906842624
     Ok(testkit::Completion::Completed)
 }
 
+/// Text prompts on a model memdial's engine does not read, through a Hugging Face
+/// `tokenizer.json`: a byte-level BPE trained by the Python `tokenizers` package
+/// (`fixtures/oracle/hf_tokenizer.py`, oracle venv), whose ids for fixed strings are
+/// the oracle. `memdial tokenize` gives them (with and without the post-processor's
+/// BOS, and decodes them back); a sweep of an engine that echoes its prompt ids gives
+/// them from the model directory's `tokenizer.json` and from an engine's declared
+/// `tokenizer`.
+fn hf_tokenizer_json_tokenizes_text_prompts() -> testkit::Outcome {
+    let python = match testkit::oracle::python(&repo_root()) {
+        Ok(p) => p,
+        Err(e) => return testkit::skip(format!("no oracle venv (tokenizers): {e}")),
+    };
+    let _g = lock();
+    let texts = [
+        "The capital of France is",
+        "  two  spaces,\ttabs and\n\nnew lines   ",
+        "東京 🙂 café naïve 12345<|im_end|>",
+    ];
+    let dir = scratch().join("hf-tok");
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = Command::new(&python)
+        .arg(repo_root().join("fixtures/oracle/hf_tokenizer.py"))
+        .arg(&dir)
+        .args(texts)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "hf_tokenizer.py: {}", text(&o));
+    let want: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let tokenize = |args: &[&str]| {
+        let o = Command::new(BIN)
+            .arg("tokenize")
+            .arg("--model")
+            .arg(&dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    for (i, t) in texts.iter().enumerate() {
+        assert_eq!(tokenize(&["--text", t]), want["with_special"][i], "{t:?}");
+        assert_eq!(
+            tokenize(&["--text", t, "--no-special"]),
+            want["without_special"][i],
+            "{t:?}"
+        );
+        let ids: Vec<String> = want["with_special"][i]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_string())
+            .collect();
+        assert_eq!(
+            tokenize(&["--decode", &ids.join(","), "--no-special"]),
+            want["decoded"][i],
+            "{t:?}"
+        );
+    }
+    // An opaque model: the tokenizer and a weights file no engine of memdial reads.
+    std::fs::write(dir.join("weights.bin"), vec![7u8; 1 << 16]).unwrap();
+    let prompts: Vec<String> = texts
+        .iter()
+        .map(|t| serde_json::to_string(t).unwrap())
+        .collect();
+    let spec = |declared: &str| {
+        format!(
+            r#"
+budgets = ["4MiB"]
+prompts = [{}]
+max_tokens = 64
+repeats = 1
+engines = ["echo"]
+[engine.echo]
+command = ["sh", "-c", "echo ids: {{prompt_ids}}"]
+ids_stdout_regex = "^ids: (.*)$"
+budget = "flag"
+{declared}
+[noise]
+other_cpu_cores = 1024.0
+steal_cores = 1024.0
+foreign_read_bytes = 1125899906842624
+"#,
+            prompts.join(", ")
+        )
+    };
+    let check = |o: &Output, out: &Path| {
+        assert_eq!(o.status.code(), Some(0), "{}", text(o));
+        let rows = rows(out);
+        assert_eq!(rows.len(), texts.len());
+        for r in &rows {
+            let p = r["prompt_index"].as_u64().unwrap() as usize;
+            let w: Vec<u64> = want["with_special"][p]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap())
+                .collect();
+            assert_eq!(ids(r), w, "prompt {p} vs the tokenizers oracle");
+        }
+    };
+    let (o, out) = sweep(&dir, &spec(""), "hf-tok-dir", &[]);
+    check(&o, &out);
+    let bare = scratch().join("hf-tok-bare");
+    std::fs::create_dir_all(&bare).unwrap();
+    std::fs::write(bare.join("weights.bin"), vec![7u8; 1 << 16]).unwrap();
+    let declared = format!(
+        "tokenizer = {}",
+        serde_json::to_string(&dir.join("tokenizer.json")).unwrap()
+    );
+    let (o, out) = sweep(&bare, &spec(&declared), "hf-tok-declared", &[]);
+    check(&o, &out);
+    // Without a tokenizer, text prompts are refused (usage).
+    let (o, _) = sweep(&bare, &spec(""), "hf-tok-none", &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("no tokenizer for the text prompts"),
+        "{}",
+        text(&o)
+    );
+    Ok(testkit::Completion::Completed)
+}
+
+/// A text-only engine (`output = "text"`: it is given `{prompt_text}` and prints
+/// text) alone on a model memdial's engine does not read: runs with identical text
+/// pass with the weaker wording (ids not compared); text that depends on the budget
+/// fails naming the differing run; a run that prints nothing is not a pass, and an
+/// ids prompt is `n/a` for it (nothing compared, exit 1).
+fn text_only_engine_is_checked_on_its_output_text() {
+    let _g = lock();
+    let model = scratch().join("opaque-text");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::write(model.join("weights.bin"), vec![3u8; 1 << 16]).unwrap();
+    let spec = |prompt: &str, command: &str| {
+        format!(
+            r#"
+budgets = ["4MiB", "8MiB"]
+prompts = [{prompt}]
+max_tokens = 4
+repeats = 1
+engines = ["talk"]
+[engine.talk]
+command = [{command}]
+output = "text"
+budget = "flag"
+[noise]
+other_cpu_cores = 1024.0
+steal_cores = 1024.0
+foreign_read_bytes = 1125899906842624
+"#
+        )
+    };
+    let hello = r#""Hello there""#;
+    let (o, out) = sweep(
+        &model,
+        // The text as one argument (never inside `sh -c`'s script: it is the user's text).
+        &spec(
+            hello,
+            r#""sh", "-c", "printf 'you said: %s' \"$1\"", "sh", "{prompt_text}""#,
+        ),
+        "text-same",
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let line = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        line.starts_with(
+            "PASS: 2 runs at 2 points produced identical output text; ids not compared"
+        ),
+        "{line}"
+    );
+    // The hash is the SHA-256 of the text the engine printed, by coreutils' sha256sum.
+    let sha = Command::new("sh")
+        .arg("-c")
+        .arg("printf '%s' 'you said: Hello there' | sha256sum")
+        .output()
+        .unwrap();
+    let sha = String::from_utf8_lossy(&sha.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let got = rows(&out);
+    assert_eq!(got.len(), 2);
+    for r in &got {
+        assert_eq!(r["output_kind"], "text", "{r}");
+        assert_eq!(r["output_text_sha256"], sha.as_str(), "{r}");
+        assert_eq!(r["output_ids"].as_array().map(|a| a.len()), Some(0), "{r}");
+    }
+    let v = json(&out.join("verdict.json"));
+    assert_eq!(v["pass"], true, "{v}");
+
+    let (o, _) = sweep(
+        &model,
+        &spec(hello, r#""sh", "-c", "printf 'budget %s' {budget_bytes}""#),
+        "text-differs",
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let line = String::from_utf8_lossy(&o.stdout);
+    assert!(line.starts_with("FAIL: "), "{line}");
+    assert!(line.contains("output text differs from"), "{line}");
+    assert!(line.contains("budget=8MiB"), "{line}");
+
+    let (o, _) = sweep(&model, &spec(hello, r#""true""#), "text-empty", &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let line = String::from_utf8_lossy(&o.stdout);
+    assert!(line.contains("the run printed no text"), "{line}");
+
+    let (o, out) = sweep(
+        &model,
+        &spec("{ ids = [1, 2] }", r#""echo", "hi""#),
+        "text-ids-prompt",
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        rows(&out).iter().all(|r| r["status"] == "n/a"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// A floor search for an engine with a setup step: the setup runs first (once, into
+/// the cached directory the runs use), the probes use what it wrote (here: how many
+/// MiB the engine holds), a second sweep takes the floor from the cache, and a setup
+/// made again (its directory removed) is another setup: searched again.
+fn floor_search_runs_the_setup_first() -> testkit::Outcome {
+    let _g = lock();
+    let model = scratch().join("opaque-setup");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::write(model.join("weights.bin"), vec![5u8; 1 << 16]).unwrap();
+    let cache = scratch().join("setup-engine-cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let spec = r#"
+budgets = ["floor", "256MiB"]
+prompts = [{ ids = [1, 2, 3] }]
+max_tokens = 2
+repeats = 1
+cgroup_slack = "8MiB"
+engines = ["hold"]
+[engine.hold]
+setup = ["sh", "-c", "echo 48 > {setup_dir}/mib.txt"]
+command = ["python3", "-c", "import sys; b = bytearray(int(open(sys.argv[1]).read()) << 20); b[::4096] = b'x' * len(b[::4096]); print('ids: 7, 8')", "{setup_dir}/mib.txt"]
+ids_stdout_regex = "^ids: (.*)$"
+budget = "cgroup"
+floor_search = { max_run_s = 20, resolution = "4MiB", lowest = "1MiB", highest = "256MiB" }
+[noise]
+other_cpu_cores = 1024.0
+steal_cores = 1024.0
+foreign_read_bytes = 1125899906842624
+"#;
+    let env = [("MEMDIAL_ENGINE_CACHE", cache.as_path())];
+    let (o, out) = sweep(&model, spec, "setup-floor", &env);
+    let all = text(&o);
+    if all.contains("no memory cgroup can be made here") {
+        return testkit::skip("no memory cgroup here: a floor search cannot hold a budget");
+    }
+    assert_eq!(o.status.code(), Some(0), "{all}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let setup_at = err.find("engine hold: setup").expect("the setup ran");
+    let search_at = err
+        .find("searching its floor")
+        .expect("the floor was searched");
+    assert!(setup_at < search_at, "setup before the search: {err}");
+    assert_eq!(
+        err.matches("engine hold: setup").count(),
+        1,
+        "setup once: {err}"
+    );
+    let floor = |out: &Path| {
+        let meta = json(&out.join("sweep.json"));
+        let f = meta["opaque_model"]["floors"][0].clone();
+        (
+            f["bytes"].as_u64().unwrap(),
+            f["source"].as_str().unwrap().to_string(),
+        )
+    };
+    let (bytes, source) = floor(&out);
+    assert_eq!(source, "search");
+    // It holds 48 MiB (the setup's figure) in a cgroup of budget + 8 MiB: the floor is
+    // well above the lowest budget tried, and the run at the floor completed.
+    let mib = 1u64 << 20;
+    assert!((24 * mib..=64 * mib).contains(&bytes), "floor {bytes}");
+    let rows = rows(&out);
+    assert!(rows.iter().all(|r| r["status"] == "ok"), "{rows:?}");
+    let (o, out) = sweep(&model, spec, "setup-floor-2", &env);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(floor(&out), (bytes, "search (cached)".to_string()));
+    // The setup made again: the cached floor is not its floor.
+    std::fs::remove_dir_all(cache.join("hold")).unwrap();
+    let (o, out) = sweep(&model, spec, "setup-floor-3", &env);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(floor(&out).1, "search");
+    Ok(testkit::Completion::Completed)
+}
+
 /// `memdial engines check` runs each engine's check command: one that exits 0 is `ok`
 /// with its first line, one that exits 3 is `broken` with its exit and stderr (exit 1).
 fn engines_check_runs_each_engine() {
@@ -692,6 +996,18 @@ fn main() -> ExitCode {
             testkit::ignorable(
                 "llama_cpp_alone_on_a_random_llama_gguf",
                 llama_cpp_alone_on_a_random_llama_gguf,
+            ),
+            testkit::ignorable(
+                "hf_tokenizer_json_tokenizes_text_prompts",
+                hf_tokenizer_json_tokenizes_text_prompts,
+            ),
+            testkit::ignorable(
+                "floor_search_runs_the_setup_first",
+                floor_search_runs_the_setup_first,
+            ),
+            testkit::test(
+                "text_only_engine_is_checked_on_its_output_text",
+                text_only_engine_is_checked_on_its_output_text,
             ),
             testkit::test(
                 "command_engine_mismatch_fails_only_when_it_must_match",

@@ -9,6 +9,10 @@
 //! `generated_tokens` not the number of ids, a hash that is not the hash of the ids,
 //! a non-finite timing: see [`Row::prove`]); such a run is not compared. Points not
 //! run because their budget resolved below the floor do not.
+//!
+//! A text-only engine's runs (it takes text and prints text, no ids) are compared on
+//! the SHA-256 of their output text instead, and the verdict says so: identical text
+//! is a weaker claim than identical ids (two tokenizations can print the same text).
 
 use std::collections::BTreeMap;
 
@@ -55,6 +59,10 @@ pub struct Group {
     pub runs: usize,
     /// Runs that differ.
     pub mismatches: Vec<Mismatch>,
+    /// The group's runs are a text-only engine's, compared on their output text's
+    /// hash (ids not compared).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub text_only: bool,
 }
 
 /// The verdict over all rows.
@@ -162,7 +170,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
         // most common hash; ties → earliest
         let mut counts: Vec<(String, usize, usize)> = vec![]; // hash, count, first idx
         for (i, r) in rs.iter().enumerate() {
-            let h = r.ids_hash().unwrap_or_default();
+            let h = r.output_hash().unwrap_or_default();
             match counts.iter_mut().find(|c| c.0 == h) {
                 Some(c) => c.1 += 1,
                 None => counts.push((h, 1, i)),
@@ -173,14 +181,14 @@ pub fn verdict(rows: &[Row]) -> Verdict {
         let reference = rs[ref_i];
         let mismatches = rs
             .iter()
-            .filter(|r| r.ids_hash().unwrap_or_default() != hash)
+            .filter(|r| r.output_hash().unwrap_or_default() != hash)
             .map(|r| {
                 let pos = first_difference(&reference.metrics.output_ids, &r.metrics.output_ids);
                 Mismatch {
                     run_id: r.run_id.clone(),
                     point_index: r.point_index,
                     point_key: r.point_key.clone(),
-                    hash: r.ids_hash().unwrap_or_default(),
+                    hash: r.output_hash().unwrap_or_default(),
                     first_diff_position: pos,
                     expected_id: pos.and_then(|p| reference.metrics.output_ids.get(p).copied()),
                     got_id: pos.and_then(|p| r.metrics.output_ids.get(p).copied()),
@@ -195,6 +203,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
             reference_run: reference.run_id.clone(),
             runs: rs.len(),
             mismatches,
+            text_only: reference.is_text_only(),
         });
     }
     below_floor.sort();
@@ -298,19 +307,46 @@ impl Verdict {
             && self.unproven.is_empty()
             && self.groups.iter().all(|g| g.mismatches.is_empty());
         if within_pass {
+            let below = if self.below_floor.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} points below the floor skipped",
+                    self.below_floor.len()
+                )
+            };
+            let (text, ids): (Vec<&Group>, Vec<&Group>) =
+                self.groups.iter().partition(|g| g.text_only);
+            let runs = |gs: &[&Group]| gs.iter().map(|g| g.runs).sum::<usize>();
+            let hs = |gs: &[&Group]| gs.iter().map(|g| short(&g.hash)).collect::<Vec<_>>();
+            if text.is_empty() {
+                return format!(
+                    "PASS: {} runs at {} points produced identical output ids (sha256 {}){below}",
+                    self.runs_compared,
+                    self.points,
+                    hashes.join(", "),
+                );
+            }
+            let engines: std::collections::BTreeSet<&str> =
+                text.iter().map(|g| g.engine.as_str()).collect();
+            let text_part = format!(
+                "identical output text; ids not compared (text-only: {}; sha256 {})",
+                engines.into_iter().collect::<Vec<_>>().join(", "),
+                hs(&text).join(", ")
+            );
+            if ids.is_empty() {
+                return format!(
+                    "PASS: {} runs at {} points produced {text_part}{below}",
+                    self.runs_compared, self.points,
+                );
+            }
             return format!(
-                "PASS: {} runs at {} points produced identical output ids (sha256 {}){}",
+                "PASS: {} runs at {} points: {} produced identical output ids (sha256 {}), {} {text_part}{below}",
                 self.runs_compared,
                 self.points,
-                hashes.join(", "),
-                if self.below_floor.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        "; {} points below the floor skipped",
-                        self.below_floor.len()
-                    )
-                }
+                runs(&ids),
+                hs(&ids).join(", "),
+                runs(&text),
             );
         }
         let mut parts = vec![];
@@ -326,6 +362,10 @@ impl Verdict {
                     .filter(|x| x.point_index == m.point_index)
                     .count();
                 let at = match m.first_diff_position {
+                    None if g.text_only => format!(
+                        "output text differs from {}'s (text-only engine: ids not compared)",
+                        g.reference_run
+                    ),
                     Some(p) => format!(
                         "first difference at token {p}: expected {}, got {}",
                         m.expected_id
@@ -473,5 +513,63 @@ mod tests {
         assert!(!v.pass);
         assert_eq!(v.summary(), "no finished runs");
         assert!(!verdict(&[]).pass);
+    }
+
+    /// A text-only engine's runs are compared on their text's hash, with the weaker
+    /// wording; empty text or a malformed hash proves nothing.
+    #[test]
+    fn text_only_runs() {
+        let text = |point: usize, h: &str| {
+            let mut r = row(point, 0, &[]);
+            r.engine = "t".into();
+            r.metrics = memdial::metrics::RunMetrics {
+                output_text_sha256: Some(h.into()),
+                ..Default::default()
+            };
+            r.output_kind = Some(crate::sweep::record::row::TEXT_ONLY.into());
+            r
+        };
+        let a = "a".repeat(64);
+        let v = verdict(&[text(0, &a), text(1, &a)]);
+        assert!(v.pass, "{}", v.summary());
+        assert!(
+            v.summary()
+                .starts_with("2 runs at 2 points produced identical output text; ids not compared (text-only: t;"),
+            "{}",
+            v.summary()
+        );
+        let mut ids = row(2, 0, &[4, 5]);
+        ids.engine = "memdial".into();
+        let v = verdict(&[text(0, &a), text(1, &a), ids]);
+        assert!(v.pass);
+        assert!(
+            v.summary().contains(": 1 produced identical output ids")
+                && v.summary()
+                    .contains("2 identical output text; ids not compared"),
+            "{}",
+            v.summary()
+        );
+        let v = verdict(&[text(0, &a), text(1, &"b".repeat(64))]);
+        assert!(!v.pass);
+        assert!(
+            v.summary().contains("output text differs from"),
+            "{}",
+            v.summary()
+        );
+        for (bad, why) in [
+            (
+                crate::sweep::record::row::EMPTY_SHA256.to_string(),
+                "printed no text",
+            ),
+            ("xyz".to_string(), "is not a SHA-256"),
+        ] {
+            let v = verdict(&[text(0, &a), text(1, &bad)]);
+            assert!(!v.pass, "{why}");
+            assert!(v.unproven[0].1.contains(why), "{:?}", v.unproven);
+        }
+        // Only an empty-text run: nothing compared, not a pass.
+        let v = verdict(&[text(0, crate::sweep::record::row::EMPTY_SHA256)]);
+        assert!(!v.pass);
+        assert_eq!(v.runs_compared, 0);
     }
 }

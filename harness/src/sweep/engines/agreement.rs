@@ -9,7 +9,9 @@
 //! given: a margin under [`TIE_MARGIN`] is a `tie-break` (two engines that agree
 //! up to rounding may pick either), a larger one `disagrees`. A mismatch of an
 //! engine with `must_match` fails the sweep whatever the margin; the others are
-//! reported.
+//! reported. A text-only engine (no ids) is compared on the SHA-256 of its output
+//! text with the reference's `output_text_sha256` (`identical text` / `text differs`:
+//! a weaker claim), or is `not compared` when the reference recorded no text.
 
 use crate::export::md_cell;
 use std::collections::BTreeMap;
@@ -47,7 +49,9 @@ pub struct EngineAgreement {
     /// Whether a mismatch fails the sweep.
     pub must_match: bool,
     /// `identical`, `tie-break`, `disagrees`, `differs` (no margin known), or
-    /// `no runs` (one of the two has no finished run here).
+    /// `no runs` (one of the two has no finished run here); where one of the two is
+    /// a text-only engine, `identical text`, `text differs` or `not compared` (the
+    /// other recorded no output text hash).
     pub status: String,
     /// First differing position (0-based, in generated tokens).
     pub first_diff_position: Option<usize>,
@@ -75,8 +79,26 @@ pub struct CrossEngine {
     pub table: Vec<Vec<String>>,
 }
 
-/// The reference ids of every (engine, prompt, max_tokens) group of the verdict.
-fn group_ids<'a>(v: &Verdict, rows: &'a [Row]) -> BTreeMap<(String, usize, usize), &'a [u32]> {
+/// The reference output of one (engine, prompt, max_tokens) group of the verdict.
+#[derive(Clone, Copy)]
+struct Out<'a> {
+    ids: &'a [u32],
+    text_sha256: Option<&'a str>,
+    text_only: bool,
+}
+
+/// The two outputs compared on their text (one of them is a text-only engine's):
+/// `identical text`, `text differs` or `not compared`.
+fn text_status(a: &Out, b: &Out) -> &'static str {
+    match (a.text_sha256, b.text_sha256) {
+        (Some(x), Some(y)) if x == y => "identical text",
+        (Some(_), Some(_)) => "text differs",
+        _ => "not compared",
+    }
+}
+
+/// The reference output of every (engine, prompt, max_tokens) group of the verdict.
+fn group_ids<'a>(v: &Verdict, rows: &'a [Row]) -> BTreeMap<(String, usize, usize), Out<'a>> {
     let mut m = BTreeMap::new();
     for g in &v.groups {
         if let Some(r) = rows.iter().find(|r| r.run_id == g.reference_run) {
@@ -86,7 +108,11 @@ fn group_ids<'a>(v: &Verdict, rows: &'a [Row]) -> BTreeMap<(String, usize, usize
                     g.prompt_index,
                     g.max_tokens,
                 ),
-                r.metrics.output_ids.as_slice(),
+                Out {
+                    ids: r.metrics.output_ids.as_slice(),
+                    text_sha256: r.metrics.output_text_sha256.as_deref(),
+                    text_only: r.is_text_only(),
+                },
             );
         }
     }
@@ -121,6 +147,12 @@ pub fn cross(v: &Verdict, rows: &[Row], engines: &[EngineMeta], margins: &Margin
                 reference_margin: None,
             };
             if let (Some(a), Some(b)) = (a, b) {
+                if a.text_only || b.text_only {
+                    c.status = text_status(a, b).into();
+                    comparisons.push(c);
+                    continue;
+                }
+                let (a, b) = (a.ids, b.ids);
                 match first_difference(a, b) {
                     None => c.status = "identical".into(),
                     Some(k) => {
@@ -140,9 +172,11 @@ pub fn cross(v: &Verdict, rows: &[Row], engines: &[EngineMeta], margins: &Margin
             comparisons.push(c);
         }
     }
-    let pass = comparisons
-        .iter()
-        .all(|c| !c.must_match || c.status == "identical" || c.status == "no runs");
+    let pass = comparisons.iter().all(|c| {
+        !c.must_match
+            || ["identical", "identical text", "no runs", "not compared"]
+                .contains(&c.status.as_str())
+    });
     let names: Vec<String> = engines.iter().map(|e| e.name.clone()).collect();
     let table = names
         .iter()
@@ -163,12 +197,13 @@ pub fn cross(v: &Verdict, rows: &[Row], engines: &[EngineMeta], margins: &Margin
 }
 
 fn pair_cell(
-    ids: &BTreeMap<(String, usize, usize), &[u32]>,
+    ids: &BTreeMap<(String, usize, usize), Out>,
     prompts: &[(usize, usize)],
     a: &str,
     b: &str,
 ) -> String {
     let mut shared = 0;
+    let mut text_same = false;
     for &(p, n) in prompts {
         let (Some(x), Some(y)) = (
             ids.get(&(a.to_string(), p, n)),
@@ -176,13 +211,21 @@ fn pair_cell(
         ) else {
             continue;
         };
-        shared += 1;
-        if let Some(k) = first_difference(x, y) {
+        if x.text_only || y.text_only {
+            match text_status(x, y) {
+                "identical text" => text_same = true,
+                "text differs" => return format!("text differs (prompt {p})"),
+                _ => continue,
+            }
+        } else if let Some(k) = first_difference(x.ids, y.ids) {
             return format!("differs at token {k} (prompt {p})");
         }
+        shared += 1;
     }
     if shared == 0 {
         "–".into()
+    } else if text_same {
+        "identical text".into()
     } else {
         "identical".into()
     }
@@ -199,6 +242,34 @@ impl CrossEngine {
         }
         for e in self.engines.iter().filter(|e| **e != self.reference) {
             let cs = by.get(e.as_str()).cloned().unwrap_or_default();
+            let text = |s: &str| cs.iter().find(|c| c.status == s);
+            if let Some(c) = text("text differs") {
+                parts.push(format!(
+                    "{e}'s output text differs from {}'s (prompt {}; ids not compared){}",
+                    self.reference,
+                    c.prompt_index,
+                    if c.must_match {
+                        ""
+                    } else {
+                        " (reported only: must_match = false)"
+                    }
+                ));
+                continue;
+            }
+            if text("not compared").is_some() {
+                parts.push(format!(
+                    "{e}: not compared with {} (a text-only engine, and no output text hash on one side)",
+                    self.reference
+                ));
+                continue;
+            }
+            if text("identical text").is_some() {
+                parts.push(format!(
+                    "{e} identical output text to {} (ids not compared)",
+                    self.reference
+                ));
+                continue;
+            }
             let bad = cs
                 .iter()
                 .find(|c| c.status != "identical" && c.status != "no runs");
@@ -245,7 +316,9 @@ impl CrossEngine {
             s,
             "## Engines agreement\n\nReference engine: `{}`. Each cell compares the row engine's output ids with the column engine's \
              (every finished run of an engine gives the same ids, see the verdict). A `tie-break` is a first difference where the reference's \
-             top-2 logit margin is under {TIE_MARGIN}; `disagrees` one above it; `differs` one where the reference's logits were not dumped.\n",
+             top-2 logit margin is under {TIE_MARGIN}; `disagrees` one above it; `differs` one where the reference's logits were not dumped. \
+             A text-only engine is compared on its output text's SHA-256 (`identical text`, `text differs`; ids not compared), or `not compared` \
+             when the other side recorded no output text hash.\n",
             md_cell(&self.reference)
         );
         let names: Vec<String> = self.engines.iter().map(|e| md_cell(e)).collect();
@@ -360,5 +433,40 @@ mod tests {
             "{}",
             c.one_line()
         );
+    }
+
+    /// A text-only engine against the reference: on the output text's hash when the
+    /// reference recorded one, else `not compared` (never `identical`).
+    #[test]
+    fn text_only_engine_is_compared_on_text() {
+        let text_row = |engine: &str, point: usize, h: &str| {
+            let mut r = row(engine, point, &[]);
+            r.metrics = memdial::metrics::RunMetrics {
+                output_text_sha256: Some(h.repeat(64)),
+                ..Default::default()
+            };
+            r.output_kind = Some(crate::sweep::record::row::TEXT_ONLY.into());
+            r
+        };
+        let mut me = row("memdial", 0, &[1, 2, 3]);
+        me.metrics.output_text_sha256 = Some("a".repeat(64));
+        let engines = [meta("memdial", true, true), meta("t", false, true)];
+        for (h, status, pass) in [("a", "identical text", true), ("b", "text differs", false)] {
+            let rows = vec![me.clone(), text_row("t", 1, h)];
+            let v = verdict(&rows);
+            assert!(v.pass, "{}", v.summary());
+            let c = cross(&v, &rows, &engines, &Margins::new());
+            assert_eq!(c.comparisons[0].status, status);
+            assert_eq!(c.pass, pass, "{status}");
+        }
+        let rows = vec![row("memdial", 0, &[1, 2, 3]), text_row("t", 1, "a")];
+        let c = cross(&verdict(&rows), &rows, &engines, &Margins::new());
+        assert_eq!(c.comparisons[0].status, "not compared");
+        assert!(
+            c.one_line().contains("t: not compared with memdial"),
+            "{}",
+            c.one_line()
+        );
+        assert_eq!(c.table[0][1], "–");
     }
 }

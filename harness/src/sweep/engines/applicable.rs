@@ -28,6 +28,9 @@ impl Registry {
         if let Some(why) = &e.not_here {
             return Some(why.clone());
         }
+        if let Some(why) = text_only_na(e, spec, p) {
+            return Some(why);
+        }
         if crate::sweep::start::StartMode::of(&p.axes) == crate::sweep::start::StartMode::Warm
             && !e.def.warm.unwrap_or(false)
         {
@@ -136,4 +139,17 @@ pub fn resident_need(d: &EngineDef, model_bytes: u64) -> u64 {
         .and_then(|s| memdial::util::budget::parse_size(s).ok())
         .unwrap_or(0);
     (model_bytes as f64 * f).ceil() as u64 + o
+}
+
+/// Why text-only engine `e` cannot run point `p`: its prompt is ids (or a file that
+/// cannot be read), and it takes text.
+fn text_only_na(e: &Engine, spec: &Spec, p: &Point) -> Option<String> {
+    (e.def.output == Some(super::def::OutputKind::Text)
+        && super::runs::prompt_text(spec, p.prompt_index).is_none())
+    .then(|| {
+        format!(
+            "{} is text-only (`output = \"text\"`): prompt {} is ids, or a file it cannot read",
+            e.name, p.prompt_index
+        )
+    })
 }

@@ -175,6 +175,28 @@ pub struct EngineDef {
     /// (see [`super::floor`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub floor_search: Option<FloorSearch>,
+    /// A Hugging Face `tokenizer.json` (or a directory holding one) that tokenizes the
+    /// text prompts on a model memdial's engine does not read, for every engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
+    /// What the engine prints: `ids` (default) or `text` (a text-only engine: it is
+    /// given `{prompt_text}` and its runs are compared on the SHA-256 of their text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputKind>,
+    /// A text-only engine's output text file (a template, e.g. `{run_dir}/out.txt`);
+    /// unset: its whole stdout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_file: Option<String>,
+}
+
+/// What an engine's run yields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputKind {
+    /// Token ids (compared id by id).
+    Ids,
+    /// Text only (compared on its SHA-256: a weaker claim than ids).
+    Text,
 }
 
 /// A declared floor: one for every IO mode, or one per IO mode.
@@ -520,7 +542,10 @@ pub fn overlay(a: EngineDef, b: &EngineDef) -> EngineDef {
         floor,
         floor_command,
         check,
-        floor_search
+        floor_search,
+        tokenizer,
+        output,
+        text_file
     )
 }
 

@@ -12,7 +12,10 @@
 //!    run for the (engine, IO mode) pairs a `floor` budget asks for, and cached per
 //!    model identity, engine, engine version, the IO mode's arguments and the search
 //!    settings under
-//!    `$MEMDIAL_ENGINE_CACHE/floors/` (the probes with it).
+//!    `$MEMDIAL_ENGINE_CACHE/floors/` (the probes with it). An engine with a setup
+//!    step has it run first (once per model, into the same cached directory its runs
+//!    use), its outputs are evicted with the model before each probe, and the cache
+//!    key holds the setup's identity (its command line and when it last ran).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -235,11 +238,6 @@ fn search(
     s: &FloorSearch,
     c: &Ctx,
 ) -> Result<Floor> {
-    if e.def.setup.is_some() {
-        bail!(
-            "the engine has a setup step, which runs after floors are found: declare its `floor`"
-        );
-    }
     let Some(mode) = c.cg_mode else {
         bail!("no memory cgroup can be made here, so no budget can be held: declare the engine's `floor`");
     };
@@ -253,6 +251,7 @@ fn search(
     if ids.is_empty() {
         bail!("the spec's first prompt has no ids");
     }
+    let (e, setup) = &with_setup(reg, e, c)?;
     let version = version_of(reg, e, c.model);
     let io_args = e
         .def
@@ -261,7 +260,7 @@ fn search(
         .and_then(|m| m.get(p.io.as_str()))
         .map(|a| a.join(" "))
         .unwrap_or_default();
-    let key = format!(
+    let mut key = format!(
         "engine={} version={} io={} io_args=[{}] threads={} prompt_tokens={} max_tokens={} \
          max_run_s={} resolution={} lowest={} highest={} slack={}",
         e.name,
@@ -277,6 +276,9 @@ fn search(
         hi,
         c.slack
     );
+    if let Some(s) = setup {
+        key += &format!(" setup=[{s}]");
+    }
     let digest = hex16(&Sha256::digest(key.as_bytes()));
     let dir = super::setup::setup_cache()
         .join("floors")
@@ -345,6 +347,34 @@ fn search(
     })
 }
 
+/// Engine `e` ready for probes: with a setup step, the step run (once per model,
+/// cached in the directory the sweep's runs use) and `setup_dir` set, and the setup's
+/// identity for the cache key: its command line as run and when it ran (a setup
+/// directory removed and made again is another setup). `None` without a setup.
+///
+/// Errors: the setup step fails.
+fn with_setup(reg: &Registry, e: &Engine, c: &Ctx) -> Result<(Engine, Option<String>)> {
+    let Some(setup) = &e.def.setup else {
+        return Ok((e.clone(), None));
+    };
+    let dir = super::registry::setup_dir(&e.name, c.identity);
+    let mut vars = reg.vars_for(e, c.model);
+    vars.set("setup_dir", dir.display());
+    super::setup::run_setup(&e.name, setup, &vars, &dir)?;
+    let ran = std::fs::metadata(dir.join(".memdial-setup-done"))
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let mut e = e.clone();
+    e.setup_dir = Some(dir);
+    Ok((
+        e,
+        Some(format!("{} @{ran}", vars.expand_args(setup)?.join(" "))),
+    ))
+}
+
 /// The floor cached in `cache` for the search `key`, bytes (none if absent, unreadable
 /// or for another key).
 fn cached(cache: &Path, key: &str) -> Option<u64> {
@@ -372,9 +402,11 @@ fn probe(
     let run_dir = dir.join(format!("probe-{}", budget >> 20));
     let _ = std::fs::remove_dir_all(&run_dir);
     std::fs::create_dir_all(&run_dir)?;
+    let text = super::runs::prompt_text(spec, p.prompt_index);
     let ctx = RunCtx {
         model_dir: c.model,
         prompt_ids: ids,
+        prompt_text: text.as_deref(),
         point: p,
         budget_bytes: budget,
         max_tokens: spec.max_tokens,
@@ -382,7 +414,13 @@ fn probe(
         trunk_share_bytes: None,
     };
     let ext = reg.command(e, &ctx)?;
-    let cold = crate::sweep::run::coldcache::make_cold(c.files)?;
+    // The engine's own files (setup outputs, a model outside the model directory) are
+    // made cold and watched with the model's, as in the sweep's runs.
+    let mut files = c.files.to_vec();
+    files.extend(super::runs::cold_files(reg, e, &ctx));
+    files.sort();
+    files.dedup();
+    let cold = crate::sweep::run::coldcache::make_cold(&files)?;
     if !cold.verified() {
         bail!(
             "{} of the model stayed resident after eviction",
@@ -405,7 +443,7 @@ fn probe(
         run_dir: &run_dir,
         timeout: Duration::from_secs_f64(max_run_s),
         cgroup: Some(&cg),
-        watch_files: c.files,
+        watch_files: &files,
         external: Some(&ext),
     };
     let o = req.execute()?;

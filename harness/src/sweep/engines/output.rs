@@ -107,25 +107,21 @@ pub fn read_metrics(
         }
         None => None,
     };
-    let ids = match (&d.ids_stdout_regex, &doc) {
-        (Some(r), _) => {
-            let re = regex::Regex::new(r)?;
-            let out = stdout_of(e, run_dir)?;
-            let ids = ids_from_stdout(&out, &re)?;
-            if ids.is_empty() {
-                bail!("{}: no stdout line matched {r:?}", e.name);
-            }
-            ids
-        }
-        (None, Some(doc)) => {
-            let key = d.ids_key.as_deref().unwrap_or("output_ids");
-            let v = get_path(doc, key)
-                .with_context(|| format!("{}: key {key:?} is not in its output", e.name))?;
-            ids_of(v, key)?
-        }
-        (None, None) => bail!("{}: no ids source", e.name),
+    let text_only = d.output == Some(super::def::OutputKind::Text);
+    let ids = if text_only {
+        vec![]
+    } else {
+        read_ids(e, doc.as_ref(), run_dir)?
     };
-    sources.insert("output_ids".into(), json!("engine"));
+    let text_hash = if text_only {
+        sources.insert("output_text_sha256".into(), json!("harness"));
+        Some(crate::sweep::util::sha256_hex(
+            output_text(e, vars, run_dir, started)?.as_bytes(),
+        ))
+    } else {
+        sources.insert("output_ids".into(), json!("engine"));
+        None
+    };
     let steps: Vec<f64> = match &d.steps_stdout_regex {
         Some(r) => {
             let re = regex::Regex::new(r)?;
@@ -174,15 +170,9 @@ pub fn read_metrics(
     if load.is_some() {
         sources.insert("load_s".into(), json!("engine"));
     }
-    sources.insert("output_ids_sha256".into(), json!("harness"));
     m.insert("model".into(), json!(vars.scalars.get("model")));
     m.insert("prompt_tokens".into(), json!(prompt_tokens));
-    m.insert("generated_tokens".into(), json!(ids.len()));
-    m.insert(
-        "output_ids_sha256".into(),
-        json!(memdial::generate::ids_sha256(&ids)),
-    );
-    m.insert("output_ids".into(), json!(ids));
+    output_fields(&mut m, &mut sources, ids, text_hash);
     m.insert("decode_s_per_token".into(), json!(decode));
     m.insert("decode_s_per_token_median".into(), json!(median));
     m.insert("ttft_s".into(), json!(ttft));
@@ -194,6 +184,80 @@ pub fn read_metrics(
         }
     }
     Ok(Value::Object(m))
+}
+
+/// The output fields of a run's metrics object: a text-only engine's text hash (no
+/// ids, no token count: its text is not tokenized), else the ids, their count and hash.
+fn output_fields(
+    m: &mut Map<String, Value>,
+    sources: &mut Map<String, Value>,
+    ids: Vec<u32>,
+    text_hash: Option<String>,
+) {
+    if let Some(h) = text_hash {
+        m.insert("output_text_sha256".into(), json!(h));
+        return;
+    }
+    sources.insert("output_ids_sha256".into(), json!("harness"));
+    m.insert("generated_tokens".into(), json!(ids.len()));
+    m.insert(
+        "output_ids_sha256".into(),
+        json!(memdial::generate::ids_sha256(&ids)),
+    );
+    m.insert("output_ids".into(), json!(ids));
+}
+
+/// The ids of engine `e`'s finished run: capture group 1 of its `ids_stdout_regex`
+/// over its stdout, else its ids file `doc` at `ids_key` (default `output_ids`).
+///
+/// Errors: the regex matched nothing, the key is absent or not ids, no ids source.
+fn read_ids(e: &Engine, doc: Option<&Value>, run_dir: &Path) -> Result<Vec<u32>> {
+    let d = &e.def;
+    Ok(match (&d.ids_stdout_regex, doc) {
+        (Some(r), _) => {
+            let re = regex::Regex::new(r)?;
+            let out = stdout_of(e, run_dir)?;
+            let ids = ids_from_stdout(&out, &re)?;
+            if ids.is_empty() {
+                bail!("{}: no stdout line matched {r:?}", e.name);
+            }
+            ids
+        }
+        (None, Some(doc)) => {
+            let key = d.ids_key.as_deref().unwrap_or("output_ids");
+            let v = get_path(doc, key)
+                .with_context(|| format!("{}: key {key:?} is not in its output", e.name))?;
+            ids_of(v, key)?
+        }
+        (None, None) => bail!("{}: no ids source", e.name),
+    })
+}
+
+/// A text-only engine's output text: its `text_file` (written during this attempt),
+/// else its whole stdout.
+///
+/// Errors: the file is missing, older than `started`, unreadable or not UTF-8.
+fn output_text(
+    e: &Engine,
+    vars: &Vars,
+    run_dir: &Path,
+    started: std::time::SystemTime,
+) -> Result<String> {
+    let Some(t) = &e.def.text_file else {
+        return stdout_of(e, run_dir);
+    };
+    let p = vars.expand(t)?;
+    let modified = std::fs::metadata(&p)
+        .and_then(|m| m.modified())
+        .with_context(|| format!("{} wrote no text file {p}", e.name))?;
+    if modified + CLOCK_SLACK < started {
+        bail!(
+            "{}: text file {p} is older than this run (written before it started): not this run's output",
+            e.name
+        );
+    }
+    read_output(Path::new(&p), MAX_OUTPUT_BYTES)
+        .with_context(|| format!("{}: its text file", e.name))
 }
 
 #[cfg(test)]

@@ -87,6 +87,8 @@ pub struct RunCtx<'a> {
     pub model_dir: &'a Path,
     /// Prompt ids.
     pub prompt_ids: &'a [u32],
+    /// The prompt's text (`{prompt_text}`), for a text or file prompt; `None` for ids.
+    pub prompt_text: Option<&'a str>,
     /// The point.
     pub point: &'a Point,
     /// Budget, bytes.
@@ -108,7 +110,7 @@ pub struct ExtCommand {
     pub args: Vec<String>,
     /// Extra environment.
     pub env: Vec<(String, String)>,
-    /// Files the engine writes its output to (its `ids_json`): removed before each
+    /// Files the engine writes its output to (its `ids_json`, `text_file`): removed before each
     /// attempt, so what is read after it was written by it.
     pub outputs: Vec<PathBuf>,
 }
@@ -387,9 +389,7 @@ impl Registry {
                     .as_ref()
                     .is_none_or(|t| t.contains(&self.model_type));
             if let (Some(setup), true) = (&e.def.setup, runs_here) {
-                let dir = super::setup::setup_cache()
-                    .join(sanitize(&e.name))
-                    .join(&content_hash[..content_hash.len().min(16)]);
+                let dir = setup_dir(&e.name, content_hash);
                 vars.set("setup_dir", dir.display());
                 super::setup::run_setup(&e.name, setup, &vars, &dir)?;
                 self.engines[i].setup_dir = Some(dir);
@@ -518,10 +518,11 @@ impl Registry {
             .iter()
             .map(|(k, v)| Ok((k.clone(), vars.expand(v)?)))
             .collect::<Result<Vec<_>>>()?;
-        let outputs = match &e.def.ids_json {
-            Some(t) => vec![PathBuf::from(vars.expand(t)?)],
-            None => vec![],
-        };
+        let outputs = [&e.def.ids_json, &e.def.text_file]
+            .into_iter()
+            .flatten()
+            .map(|t| Ok(PathBuf::from(vars.expand(t)?)))
+            .collect::<Result<Vec<_>>>()?;
         Ok(ExtCommand {
             program,
             args,
@@ -537,6 +538,7 @@ impl Registry {
         v.set("prompt_ids", join(c.prompt_ids, ","))
             .set("prompt_ids_space", join(c.prompt_ids, " "))
             .set("prompt_tokens", c.prompt_ids.len())
+            .set("prompt_text", c.prompt_text.unwrap_or(""))
             .set("max_tokens", c.max_tokens)
             .set("threads", c.point.threads)
             .set("budget_bytes", c.budget_bytes)
@@ -575,6 +577,14 @@ impl Registry {
         }
         Ok(v)
     }
+}
+
+/// The cached setup directory of engine `name` for the model of `content_hash`
+/// (an opaque model's: its files' identity digest).
+pub fn setup_dir(name: &str, content_hash: &str) -> PathBuf {
+    super::setup::setup_cache()
+        .join(sanitize(name))
+        .join(&content_hash[..content_hash.len().min(16)])
 }
 
 fn join(ids: &[u32], sep: &str) -> String {

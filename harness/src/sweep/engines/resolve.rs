@@ -48,7 +48,20 @@ pub fn resolve_def(tables: &BTreeMap<String, EngineDef>, name: &str) -> Result<E
             toml_key(name)
         );
     }
-    if adapter != "memdial" && d.ids_json.is_none() && d.ids_stdout_regex.is_none() {
+    let text_only = d.output == Some(super::def::OutputKind::Text);
+    if text_only && adapter == "memdial" {
+        bail!("engine {name:?}: memdial gives ids: `output = \"text\"` is for other engines");
+    }
+    if text_only && (d.ids_json.is_some() || d.ids_stdout_regex.is_some()) {
+        bail!(
+            "engine {name:?}: a text-only engine (`output = \"text\"`) has no ids: drop `ids_json` / \
+             `ids_stdout_regex` (its text is its stdout, or `text_file`)"
+        );
+    }
+    if !text_only && d.text_file.is_some() {
+        bail!("engine {name:?}: `text_file` is for text-only engines (`output = \"text\"`)");
+    }
+    if adapter != "memdial" && !text_only && d.ids_json.is_none() && d.ids_stdout_regex.is_none() {
         bail!("engine {name:?}: say where its ids are (`ids_json` + `ids_key`, or `ids_stdout_regex`)");
     }
     if adapter != "memdial" {
@@ -105,7 +118,11 @@ fn check_templates(name: &str, d: &EngineDef) -> Result<()> {
         }
         all.push((format!("env.{k}"), v, Scope::Run, false));
     }
-    for (key, t) in [("ids_json", &d.ids_json), ("model", &d.model)] {
+    for (key, t) in [
+        ("ids_json", &d.ids_json),
+        ("text_file", &d.text_file),
+        ("model", &d.model),
+    ] {
         if let Some(t) = t {
             all.push((key.to_string(), t, Scope::Run, false));
         }

@@ -11,14 +11,21 @@ use super::registry::{Engine, Registry, RunCtx};
 use crate::sweep::spec::{Point, Spec};
 
 /// Prompt ids of every prompt of `spec` (text tokenized with the model's tokenizer,
-/// as `memdial run` does; on an opaque GGUF, with the GGUF's own tokenizer through the
-/// `llama.cpp` engine's driver, [`gguf_tokenize`]). Other engines get ids, never text,
-/// so every engine sees the same tokens. Errors (usage) only when the sweep has
-/// another engine and a prompt cannot be tokenized.
+/// as `memdial run` does). On a model memdial's engine does not read, text is
+/// tokenized by, in this order: a Hugging Face `tokenizer.json` an engine declares
+/// (`tokenizer`), the GGUF's own vocabulary through the `llama.cpp` engine's driver
+/// ([`gguf_tokenize`]), the model directory's `tokenizer.json`. Other engines get ids,
+/// never text, so every engine sees the same tokens. Errors (usage) only when the
+/// sweep has another engine and a prompt cannot be tokenized, or a declared tokenizer
+/// cannot be read.
 pub fn prompt_ids(spec: &Spec, model: &Path, reg: &Registry) -> Result<Vec<Vec<u32>>> {
     use crate::sweep::spec::PromptSpec;
-    let needed = reg.has_external();
-    if let Some(tk) = gguf_tokenizer(reg) {
+    // Text-only engines take the text itself: only engines given ids need them.
+    let needed = reg
+        .engines
+        .iter()
+        .any(|e| !e.is_memdial() && e.def.output != Some(super::def::OutputKind::Text));
+    if let Some(tk) = opaque_tokenizer(model, reg)? {
         let mut out = vec![];
         for p in &spec.prompts {
             out.push(match p {
@@ -48,13 +55,90 @@ pub fn prompt_ids(spec: &Spec, model: &Path, reg: &Registry) -> Result<Vec<Vec<u
             _ => {
                 return Err(crate::args::usage(format!(
                     "other engines are given token ids: the model at {} has no tokenizer for the text prompts \
-                     (give prompts as {{ ids = [...] }})",
+                     (give prompts as {{ ids = [...] }}, or a tokenizer.json as an engine's `tokenizer`)",
                     model.display()
                 )))
             }
         }
     }
     Ok(out)
+}
+
+/// The text of prompt `index` of `spec` (a text prompt, or a prompt file's contents;
+/// `None` for ids or an unreadable file), for text-only engines' `{prompt_text}`.
+pub fn prompt_text(spec: &Spec, index: usize) -> Option<String> {
+    use crate::sweep::spec::PromptSpec;
+    match spec.prompts.get(index)? {
+        PromptSpec::Ids { .. } => None,
+        PromptSpec::Text(t) => Some(t.clone()),
+        PromptSpec::File { file } => std::fs::read_to_string(file).ok(),
+    }
+}
+
+/// Text → ids on an opaque model (see [`prompt_ids`] for the order); `None` on a
+/// model memdial reads, or when nothing tokenizes this model.
+#[allow(clippy::type_complexity)]
+fn opaque_tokenizer<'a>(
+    model: &Path,
+    reg: &'a Registry,
+) -> Result<Option<Box<dyn Fn(&str) -> Result<Vec<u32>> + 'a>>> {
+    let declared = declared_tokenizer(reg)?;
+    if reg.opaque.is_none() {
+        if let Some((name, _)) = declared {
+            return Err(crate::args::usage(format!(
+                "engine {name:?}: `tokenizer` is for models memdial's engine does not read; {} is tokenized \
+                 by its own tokenizer",
+                model.display()
+            )));
+        }
+        return Ok(None);
+    }
+    let hf = match declared {
+        Some((name, t)) => Some(
+            crate::hf_tokenizer::HfTokenizer::open(Path::new(&t))
+                .map_err(|e| crate::args::usage(format!("engine {name:?}: tokenizer: {e:#}")))?,
+        ),
+        None => None,
+    };
+    if hf.is_none() {
+        if let Some(tk) = gguf_tokenizer(reg) {
+            return Ok(Some(tk));
+        }
+    }
+    let hf = match hf {
+        Some(h) => h,
+        None if model.is_dir() && crate::hf_tokenizer::find(model).is_some() => {
+            crate::hf_tokenizer::HfTokenizer::open(model)
+                .map_err(|e| crate::args::usage(format!("{e:#}")))?
+        }
+        None => return Ok(None),
+    };
+    Ok(Some(Box::new(move |text: &str| {
+        hf.encode(text, true)
+            .map_err(|e| crate::args::usage(format!("{e:#}")))
+    })))
+}
+
+/// The `tokenizer` declared by the spec's engines, with the first engine declaring
+/// it. Errors (usage): two engines declare different ones (every engine is given the
+/// same ids).
+fn declared_tokenizer(reg: &Registry) -> Result<Option<(String, String)>> {
+    let mut found: Option<(String, String)> = None;
+    for e in &reg.engines {
+        let Some(t) = &e.def.tokenizer else { continue };
+        match &found {
+            Some((n, f)) if f != t => {
+                return Err(crate::args::usage(format!(
+                    "engines {n:?} and {:?} declare different tokenizers ({f} and {t}): every engine is \
+                     given the same prompt ids, so declare one",
+                    e.name
+                )))
+            }
+            Some(_) => {}
+            None => found = Some((e.name.clone(), t.clone())),
+        }
+    }
+    Ok(found)
 }
 
 /// On an opaque model with a GGUF and a `llama.cpp` engine whose binary is known: text
@@ -152,6 +236,9 @@ pub fn finish_run(
         .into(),
     );
     row.engine_version = (!e.version.is_empty()).then(|| e.version.clone());
+    if e.def.output == Some(super::def::OutputKind::Text) {
+        row.output_kind = Some(crate::sweep::record::row::TEXT_ONLY.into());
+    }
     if e.is_memdial() || o.timed_out || o.exit_code != Some(0) {
         return;
     }

@@ -20,6 +20,10 @@ pub const PLACEHOLDERS: &[(&str, &str)] = &[
         "prompt token ids, comma-separated (text prompts are tokenized by memdial)",
     ),
     ("prompt_ids_space", "prompt token ids, space-separated"),
+    (
+        "prompt_text",
+        "the prompt's text, for text-only engines (`output = \"text\"`; empty for an ids prompt)",
+    ),
     ("prompt_tokens", "number of prompt ids"),
     ("max_tokens", "tokens to generate"),
     (
@@ -137,6 +141,7 @@ impl Vars {
 pub const RUN_ONLY: &[&str] = &[
     "prompt_ids",
     "prompt_ids_space",
+    "prompt_text",
     "prompt_tokens",
     "max_tokens",
     "threads",

@@ -127,12 +127,12 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
                 }
                 Some(&(i, dj)) => {
                     let a = &rows[i];
-                    if a.status != r.status || a.ids_hash() != r.ids_hash() {
+                    if a.status != r.status || a.output_hash() != r.output_hash() {
                         let desc = |x: &Row| {
                             format!(
                                 "{}, output sha256 {}",
                                 x.status,
-                                x.ids_hash()
+                                x.output_hash()
                                     .map(|h| format!("{}…", &h[..12.min(h.len())]))
                                     .unwrap_or_else(|| "none".into())
                             )

@@ -22,6 +22,12 @@ use super::status::RunStatus;
 /// `cgroup_reason` on, and baselines checked against it.
 pub const RESULTS_SCHEMA: u32 = 2;
 
+/// [`Row::output_kind`] of a text-only engine's run.
+pub const TEXT_ONLY: &str = "text";
+
+/// SHA-256 of the empty string: a text-only run with this hash printed nothing.
+pub const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
 /// One run. Engine metrics are `None` (empty in CSV, `null` in JSON) when the run
 /// failed or the engine reported `null`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -169,6 +175,11 @@ pub struct Row {
     /// thread(s), 13 positions` (as `memdial plan` prints them).
     #[serde(default)]
     pub planned_floor_for: Option<String>,
+    /// What the run is compared on: `text` for a text-only engine's run (the SHA-256
+    /// of its output text, `output_text_sha256`: a weaker claim than ids); `None`:
+    /// its output ids (appended).
+    #[serde(default)]
+    pub output_kind: Option<String>,
     // --- axes declared after engines (`sweep::axes`): one column each, appended
     /// The point's value on each later axis, by axis name (the point's
     /// [`crate::sweep::axes::Coord`]s); empty for sweeps without one.
@@ -295,6 +306,8 @@ pub const COLUMNS: &[&str] = &[
     "load_mode",
     // The settings of the planned floor (appended).
     "planned_floor_for",
+    // Text-only engines (appended).
+    "output_kind",
 ];
 
 impl Row {
@@ -329,9 +342,59 @@ impl Row {
     /// Errors: `the run does not prove its output: FIELD: why`, naming the first
     /// failing field.
     pub fn prove(&self) -> std::result::Result<(), String> {
+        if self.is_text_only() {
+            return self
+                .prove_text()
+                .map_err(|why| format!("the run does not prove its output: {why}"));
+        }
         self.metrics
             .check_self_consistent(Some(self.max_tokens as u64))
             .map_err(|why| format!("the run does not prove its output: {why}"))
+    }
+
+    /// A text-only engine's run ([`Row::output_kind`] `text`).
+    pub fn is_text_only(&self) -> bool {
+        self.output_kind.as_deref() == Some(TEXT_ONLY)
+    }
+
+    /// A text-only run proves its output by a SHA-256 of non-empty text and finite,
+    /// non-negative step times.
+    fn prove_text(&self) -> std::result::Result<(), String> {
+        let m = &self.metrics;
+        match m.output_text_sha256.as_deref() {
+            None => return Err("output_text_sha256: missing".into()),
+            Some(h) if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                return Err(format!("output_text_sha256: {h:?} is not a SHA-256"))
+            }
+            Some(EMPTY_SHA256) => {
+                return Err("output_text_sha256: the run printed no text (the hash of \"\")".into())
+            }
+            _ => {}
+        }
+        if !m.output_ids.is_empty() {
+            return Err("output_ids: a text-only run reported ids".into());
+        }
+        if let Some((i, x)) = m
+            .decode_s_per_token
+            .iter()
+            .enumerate()
+            .find(|(_, x)| !(x.is_finite() && **x >= 0.0))
+        {
+            return Err(format!(
+                "decode_s_per_token[{i}]: {x} is not a finite non-negative time"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The hash the verdict compares: the output text's for a text-only run, else
+    /// [`Row::ids_hash`].
+    pub fn output_hash(&self) -> Option<String> {
+        if self.is_text_only() {
+            self.metrics.output_text_sha256.clone()
+        } else {
+            self.ids_hash()
+        }
     }
 
     /// The hash the verdict compares: the engine's `output_ids_sha256`, or the hash

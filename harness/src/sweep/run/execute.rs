@@ -172,9 +172,11 @@ impl RunEnv<'_> {
             .ok_or_else(|| anyhow::anyhow!("engine {:?} is not in the spec", slot.point.engine))?;
         let run_dir = self.out.join("runs").join(slot.dir_name());
         let ids = &self.prompt_ids[slot.point.prompt_index];
+        let text = engines::runs::prompt_text(spec, slot.point.prompt_index);
         let ext_ctx = engines::registry::RunCtx {
             model_dir: self.model,
             prompt_ids: ids,
+            prompt_text: text.as_deref(),
             point: &slot.point,
             budget_bytes: r.budget_bytes,
             max_tokens: spec.max_tokens,

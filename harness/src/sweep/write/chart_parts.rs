@@ -35,12 +35,23 @@ pub(super) struct Series {
     pub(super) io: String,
     /// The label without the IO mode (colour and marker within a panel).
     pub(super) rest: String,
+    /// The engine (memdial when empty).
+    pub(super) engine: String,
+    /// The engine's floor at this IO mode, bytes (0: none of its own to draw).
     pub(super) floor: f64,
     /// (budget bytes × dodge factor, stats)
     pub(super) pts: Vec<(f64, PointStats)>,
 }
 
-pub(super) fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Series> {
+/// The lines of a chart. `own_floors`: the points' `floor_bytes` of engines other
+/// than memdial are their own (declared, from a command, or searched: a model
+/// memdial's engine does not read); otherwise they are memdial's plan's and those
+/// engines' lines get no floor.
+pub(super) fn series(
+    stats: &[PointStats],
+    model_bytes: Option<u64>,
+    own_floors: bool,
+) -> Vec<Series> {
     let distinct = |f: &dyn Fn(&PointStats) -> String| {
         let mut v: Vec<String> = stats.iter().map(f).collect();
         v.sort();
@@ -86,9 +97,10 @@ pub(super) fn series(stats: &[PointStats], model_bytes: Option<u64>) -> Vec<Seri
                 label,
                 io: s.io.clone(),
                 rest,
-                // memdial's floor; other engines have none of their own here.
-                floor: if crate::sweep::engines::def::engine_or_default(&s.engine)
-                    == crate::sweep::engines::def::DEFAULT_ENGINE
+                engine: crate::sweep::engines::def::engine_or_default(&s.engine).to_string(),
+                floor: if own_floors
+                    || crate::sweep::engines::def::engine_or_default(&s.engine)
+                        == crate::sweep::engines::def::DEFAULT_ENGINE
                 {
                     s.floor_bytes as f64
                 } else {

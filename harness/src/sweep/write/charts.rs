@@ -21,9 +21,10 @@ fn draw_curve<DB: DrawingBackend>(
     model_bytes: Option<u64>,
     title: &str,
     marks: &[Anomaly],
+    own_floors: bool,
 ) -> Result<()> {
     use super::metric_chart::{draw, DECODE};
-    draw(root, stats, model_bytes, title, &DECODE, marks)
+    draw(root, stats, model_bytes, title, &DECODE, marks, own_floors)
 }
 
 /// Draws the IO chart: bytes read per decoded token (top) and the IO-wait share of
@@ -34,8 +35,9 @@ fn draw_io<DB: DrawingBackend>(
     model_bytes: Option<u64>,
     title: &str,
     _marks: &[Anomaly],
+    own_floors: bool,
 ) -> Result<()> {
-    let ser = series(stats, model_bytes);
+    let ser = series(stats, model_bytes, own_floors);
     if ser.is_empty() {
         return empty(&root, title);
     }
@@ -144,6 +146,7 @@ struct Job<'a> {
     model_bytes: Option<u64>,
     title: String,
     marks: &'a [Anomaly],
+    own_floors: bool,
 }
 
 /// Renders one chart as `<stem>.svg` and `<stem>.png` with drawing function `$f`
@@ -166,6 +169,7 @@ macro_rules! render {
                     self.0.model_bytes,
                     &self.0.title,
                     self.0.marks,
+                    self.0.own_floors,
                 )
             }
         }
@@ -176,13 +180,16 @@ macro_rules! render {
 
 /// Writes `curve.svg`, `curve.png`, `io.svg` and `io.png` into `dir`; the curve
 /// rings the points of `marks` (slower than a smaller budget of their line) and its
-/// legend names their causes.
+/// legend names their causes. Each engine's floor is a labelled dashed line:
+/// memdial's plan floor, and with `own_floors` (a model memdial's engine does not
+/// read) every engine's own.
 pub fn write_charts(
     dir: &Path,
     stats: &[PointStats],
     model_bytes: Option<u64>,
     title: &str,
     marks: &[Anomaly],
+    own_floors: bool,
 ) -> Result<()> {
     let job = |stem, size, t: &str| Job {
         dir,
@@ -192,6 +199,7 @@ pub fn write_charts(
         model_bytes,
         title: format!("{title}: {t}"),
         marks,
+        own_floors,
     };
     render!(
         &job("curve", (1500, 620), "decode time vs memory budget"),
@@ -229,7 +237,7 @@ mod tests {
             significant: Some(true),
             causes: vec!["cold cache: expert hit rate 51 %, 27.15 MiB read per token".into()],
         };
-        write_charts(&dir, &stats, None, "t", std::slice::from_ref(&mark)).unwrap();
+        write_charts(&dir, &stats, None, "t", std::slice::from_ref(&mark), false).unwrap();
         let svg = std::fs::read_to_string(dir.join("curve.svg")).unwrap();
         assert!(
             svg.contains("ringed: slower than a smaller budget") && svg.contains("cold cache: p1"),
@@ -241,9 +249,55 @@ mod tests {
             })
         });
         assert!(labelled, "the ringed point is labelled: {svg}");
-        write_charts(&dir, &stats, None, "t", &[]).unwrap();
+        write_charts(&dir, &stats, None, "t", &[], false).unwrap();
         let svg = std::fs::read_to_string(dir.join("curve.svg")).unwrap();
         assert!(!svg.contains("ringed"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Each engine's floor is a labelled line on the curve: memdial's plan floor
+    /// always; another engine's only when its floor is its own (`own_floors`: a model
+    /// memdial's engine does not read), else its points carry memdial's floor.
+    #[test]
+    fn engines_floors_are_labelled_lines_on_the_curve() {
+        use crate::sweep::analysis::recommend::tests::p;
+        let dir = std::env::temp_dir().join(format!("memdial-curve-floors-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mib = 1u64 << 20;
+        let mut me = p(0, "mmap", "floor", 39 * mib, 0.2);
+        me.floor_bytes = 39 * mib;
+        me.engine = "memdial".into();
+        let mut ll = p(1, "mmap", "floor", 50 * mib, 2.0);
+        ll.floor_bytes = 50 * mib;
+        ll.engine = "llama.cpp".into();
+        let mut ll2 = p(2, "mmap", "2GiB", 2048 * mib, 0.05);
+        ll2.floor_bytes = 50 * mib;
+        ll2.engine = "llama.cpp".into();
+        let stats = vec![me, ll, ll2];
+        let texts = |svg: &str| -> Vec<String> {
+            svg.split("<text")
+                .skip(1)
+                .filter_map(|t| t.split_once('>'))
+                .map(|(_, rest)| rest.split('<').next().unwrap_or("").trim().to_string())
+                .collect()
+        };
+        write_charts(&dir, &stats, None, "t", &[], true).unwrap();
+        let svg = std::fs::read_to_string(dir.join("curve.svg")).unwrap();
+        let t = texts(&svg);
+        assert!(t.iter().any(|x| x == "memdial floor 39.00 MiB"), "{t:?}");
+        // One label per engine and floor, not one per point.
+        assert_eq!(
+            t.iter()
+                .filter(|x| *x == "llama.cpp floor 50.00 MiB")
+                .count(),
+            1,
+            "{t:?}"
+        );
+        write_charts(&dir, &stats, None, "t", &[], false).unwrap();
+        let svg = std::fs::read_to_string(dir.join("curve.svg")).unwrap();
+        let t = texts(&svg);
+        assert!(t.iter().any(|x| x == "memdial floor 39.00 MiB"), "{t:?}");
+        assert!(!t.iter().any(|x| x.starts_with("llama.cpp floor")), "{t:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

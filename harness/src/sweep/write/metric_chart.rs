@@ -67,9 +67,10 @@ pub(super) fn draw<DB: DrawingBackend>(
     title: &str,
     m: &Metric,
     marks: &[Anomaly],
+    own_floors: bool,
 ) -> Result<()> {
     let value = |p: &PointStats| (m.value)(p).filter(|v| *v > 0.0);
-    let ser: Vec<Series> = series(stats, model_bytes)
+    let ser: Vec<Series> = series(stats, model_bytes, own_floors)
         .into_iter()
         .filter(|s| s.pts.iter().any(|p| (m.value)(&p.1).is_some()))
         .collect();
@@ -112,16 +113,6 @@ pub(super) fn draw<DB: DrawingBackend>(
             let key = if m.per_io { &s.rest } else { &s.label };
             let k = keys.iter().position(|r| r == key).unwrap_or(0);
             let c = COLORS[k % COLORS.len()];
-            if s.floor > 0.0 {
-                chart
-                    .draw_series(DashedLineSeries::new(
-                        vec![(s.floor, ly0), (s.floor, ly1)],
-                        6,
-                        4,
-                        c.stroke_width(2),
-                    ))
-                    .map_err(pe)?;
-            }
             let line: Vec<(f64, f64)> = s
                 .pts
                 .iter()
@@ -156,6 +147,8 @@ pub(super) fn draw<DB: DrawingBackend>(
                 ring(&mut chart, (*x, y.log10()), p.point_index, marks)?;
             }
         }
+        let panel: Vec<&Series> = ser.iter().filter(|s| !m.per_io || &s.io == io).collect();
+        floor_lines(&mut chart, &panel, &keys, m.per_io, (ly0, ly1))?;
         legend_marks(
             &mut chart,
             &panel_marks(marks, &ser, m.per_io.then_some(io)),
@@ -206,6 +199,55 @@ fn y_range(ser: &[Series], m: &Metric) -> (f64, f64) {
     } else {
         (y0 / 1.3, y1 * 1.3)
     }
+}
+
+/// The floors of a panel's lines: dashed vertical lines in each line's colour, each
+/// distinct one labelled at its top, `memdial floor 39.00 MiB`, `llama.cpp floor
+/// 50.00 MiB` (several engines at one floor share one label; labels of nearby floors
+/// step down so they do not overlap).
+fn floor_lines<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    panel: &[&Series],
+    keys: &[String],
+    per_io: bool,
+    (ly0, ly1): (f64, f64),
+) -> Result<()> {
+    let mut floors: Vec<(f64, Vec<String>, RGBColor)> = vec![];
+    for s in panel.iter().filter(|s| s.floor > 0.0) {
+        let key = if per_io { &s.rest } else { &s.label };
+        let c = COLORS[keys.iter().position(|r| r == key).unwrap_or(0) % COLORS.len()];
+        chart
+            .draw_series(DashedLineSeries::new(
+                vec![(s.floor, ly0), (s.floor, ly1)],
+                6,
+                4,
+                c.stroke_width(2),
+            ))
+            .map_err(pe)?;
+        match floors.iter_mut().find(|f| f.0 == s.floor) {
+            Some(f) if f.1.contains(&s.engine) => {}
+            Some(f) => f.1.push(s.engine.clone()),
+            None => floors.push((s.floor, vec![s.engine.clone()], c)),
+        }
+    }
+    floors.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let step = (ly1 - ly0) * 0.045;
+    let mut row = 0usize;
+    let mut prev: Option<f64> = None;
+    for (x, engines, c) in floors {
+        // Within a factor 2 of the previous floor: one row lower.
+        row = match prev {
+            Some(p) if x / p < 2.0 => row + 1,
+            _ => 0,
+        };
+        prev = Some(x);
+        let label = format!("{} floor {}", engines.join(", "), fmt_bytes(x as u64));
+        chart
+            .draw_series([EmptyElement::at((x, ly1 - step * (row as f64 + 0.4)))
+                + Text::new(label, (4, 0), ("sans-serif", 12).into_font().color(&c))])
+            .map_err(pe)?;
+    }
+    Ok(())
 }
 
 /// The panels (IO modes when `m.per_io`, else one) and the keys that pick a line's

@@ -36,6 +36,7 @@ struct Ttft<'a> {
     stats: &'a [PointStats],
     model_bytes: Option<u64>,
     title: String,
+    own_floors: bool,
 }
 
 impl crate::export::Chart for Ttft<'_> {
@@ -44,12 +45,21 @@ impl crate::export::Chart for Ttft<'_> {
         DB::ErrorType: 'static,
     {
         use super::metric_chart::{draw, TTFT};
-        draw(root, self.stats, self.model_bytes, &self.title, &TTFT, &[])
+        draw(
+            root,
+            self.stats,
+            self.model_bytes,
+            &self.title,
+            &TTFT,
+            &[],
+            self.own_floors,
+        )
     }
 }
 
 /// Writes `ttft.svg` and `ttft.png` into `dir` when `rows` include long prompts
-/// (over those points only); returns whether it wrote them.
+/// (over those points only); returns whether it wrote them. `own_floors`: as for
+/// [`super::charts::write_charts`].
 ///
 /// Errors: a chart that cannot be drawn or written.
 pub fn write_ttft_chart(
@@ -58,6 +68,7 @@ pub fn write_ttft_chart(
     rows: &[Row],
     model_bytes: Option<u64>,
     title: &str,
+    own_floors: bool,
 ) -> Result<bool> {
     let long = long_prompt_points(stats, rows);
     if long.is_empty() {
@@ -67,6 +78,7 @@ pub fn write_ttft_chart(
         stats: &long,
         model_bytes,
         title: format!("{title}: time to first token vs memory budget"),
+        own_floors,
     };
     crate::export::write_chart(dir, "ttft", (1100, 620), &c)?;
     Ok(true)

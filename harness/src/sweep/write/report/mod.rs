@@ -349,6 +349,7 @@ pub fn write_all(
         Some(meta.model_bytes),
         &title,
         &v.anomalies,
+        meta.opaque_model.is_some(),
     )
     .and_then(|_| {
         crate::sweep::write::ttft_chart::write_ttft_chart(
@@ -357,6 +358,7 @@ pub fn write_all(
             rows,
             Some(meta.model_bytes),
             &title,
+            meta.opaque_model.is_some(),
         )
     })
     .err();
