@@ -311,8 +311,8 @@ impl Verdict {
                 String::new()
             } else {
                 format!(
-                    "; {} points below the floor skipped",
-                    self.below_floor.len()
+                    "; {} below the floor skipped",
+                    count(self.below_floor.len(), "point")
                 )
             };
             let (text, ids): (Vec<&Group>, Vec<&Group>) =
@@ -321,9 +321,9 @@ impl Verdict {
             let hs = |gs: &[&Group]| gs.iter().map(|g| short(&g.hash)).collect::<Vec<_>>();
             if text.is_empty() {
                 return format!(
-                    "PASS: {} runs at {} points produced identical output ids (sha256 {}){below}",
-                    self.runs_compared,
-                    self.points,
+                    "PASS: {} at {} produced identical output ids (sha256 {}){below}",
+                    count(self.runs_compared, "run"),
+                    count(self.points, "point"),
                     hashes.join(", "),
                 );
             }
@@ -336,14 +336,15 @@ impl Verdict {
             );
             if ids.is_empty() {
                 return format!(
-                    "PASS: {} runs at {} points produced {text_part}{below}",
-                    self.runs_compared, self.points,
+                    "PASS: {} at {} produced {text_part}{below}",
+                    count(self.runs_compared, "run"),
+                    count(self.points, "point"),
                 );
             }
             return format!(
-                "PASS: {} runs at {} points: {} produced identical output ids (sha256 {}), {} {text_part}{below}",
-                self.runs_compared,
-                self.points,
+                "PASS: {} at {}: {} produced identical output ids (sha256 {}), {} {text_part}{below}",
+                count(self.runs_compared, "run"),
+                count(self.points, "point"),
                 runs(&ids),
                 hs(&ids).join(", "),
                 runs(&text),
@@ -415,6 +416,15 @@ fn is_zero(n: &usize) -> bool {
 /// First 12 hex digits of a hash.
 pub fn short(h: &str) -> String {
     h.chars().take(12).collect()
+}
+
+/// `n` and the noun, plural unless `n` is 1: "1 run", "72 runs".
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 #[cfg(test)]
