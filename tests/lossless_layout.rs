@@ -8,13 +8,14 @@ use std::sync::OnceLock;
 
 use memdial::checkpoint::Checkpoint;
 use memdial::config::load_config;
+use memdial::engine::arena::Scratch;
 use memdial::generate::{generate, GenerateParams};
 use memdial::io::IoMode;
 use memdial::loader::StoreOptions;
 use memdial::model::Model;
 use memdial::sampler::SamplerConfig;
 use memdial::store::cache::CachePolicy;
-use memdial::store::plan::{plan_unchecked, Prefetch};
+use memdial::store::plan::{plan_unchecked, Prefetch, Sequences};
 use memdial::store::streaming::StreamOptions;
 use memdial_testkit as testkit;
 
@@ -99,10 +100,15 @@ fn same(a: &Out, b: &Out) -> bool {
             .all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
+/// The activation arena of one sequence of `MAX_CONTEXT` positions on one thread.
+fn one(cfg: &memdial::config::ModelConfig) -> memdial::store::plan::Activations {
+    Scratch::activations(cfg, Sequences::single(MAX_CONTEXT), 1)
+}
+
 fn floor(dir: &Path, io: IoMode, prefetch: Prefetch) -> u64 {
     let cfg = load_config(dir).unwrap();
     let ck = Checkpoint::open(dir).unwrap();
-    plan_unchecked(&cfg, &ck, 0, io, prefetch, MAX_CONTEXT, 1)
+    plan_unchecked(&cfg, &ck, 0, io, prefetch, one(&cfg))
         .unwrap()
         .floor_bytes
 }
@@ -191,8 +197,7 @@ fn packed_floor_adds_exactly_the_staging_buffers() {
         0,
         IoMode::Buffered,
         Prefetch::NextLayer,
-        MAX_CONTEXT,
-        1,
+        one(&cfg),
     )
     .unwrap();
     let pack = ck.lossless.as_ref().unwrap();
@@ -206,8 +211,7 @@ fn packed_floor_adds_exactly_the_staging_buffers() {
         0,
         IoMode::Buffered,
         Prefetch::NextLayer,
-        MAX_CONTEXT,
-        1,
+        one(&cfg),
     )
     .unwrap();
     assert_eq!(s.staging_bytes, 0);

@@ -52,7 +52,11 @@ fn direct_io_on_tmpfs_is_refused_with_a_hint() -> testkit::Outcome {
             trace: None,
             verify_reads: true,
         },
-        1,
+        memdial::engine::arena::Scratch::activations(
+            &cfg,
+            memdial::store::plan::Sequences::single(256),
+            1,
+        ),
     );
     let err = res.expect_err("tmpfs must not pass for direct IO");
     let msg = format!("{err:#}");
