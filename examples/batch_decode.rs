@@ -26,7 +26,7 @@ use memdial::io::IoMode;
 use memdial::loader::{Checkpointed, StoreOptions};
 use memdial::model::Model;
 use memdial::sampler::SamplerConfig;
-use memdial::store::cache::CachePolicy;
+use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::{plan_unchecked, Prefetch, Sequences};
 use memdial::store::streaming::StreamOptions;
 use memdial::util::budget::parse_size;

@@ -21,7 +21,7 @@ use memdial::io::IoMode;
 use memdial::loader::{Opened, StoreOptions};
 use memdial::model::Model;
 use memdial::sampler::SamplerConfig;
-use memdial::store::cache::CachePolicy;
+use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::{plan, plan_unchecked, Prefetch, Sequences};
 use memdial::store::streaming::StreamOptions;
 use memdial_testkit as testkit;

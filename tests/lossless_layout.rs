@@ -14,7 +14,7 @@ use memdial::io::IoMode;
 use memdial::loader::StoreOptions;
 use memdial::model::Model;
 use memdial::sampler::SamplerConfig;
-use memdial::store::cache::CachePolicy;
+use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::{plan_unchecked, Prefetch, Sequences};
 use memdial::store::streaming::StreamOptions;
 use memdial_testkit as testkit;
@@ -32,7 +32,7 @@ fn pair(preset: &'static str) -> (PathBuf, PathBuf) {
         let src = base.join(preset);
         memdial::fixture::generate(preset, 0, &src, false, None, &mut |_, _| {}).unwrap();
         let out = base.join(format!("{preset}-lossless"));
-        let r = memdial::lossless::pack_checkpoint(&src, Some(&out), &mut |_, _| {}).unwrap();
+        let r = memdial::tools::pack::pack_checkpoint(&src, Some(&out), &mut |_, _| {}).unwrap();
         assert!(r.packed_tensors > 0 && r.verified_tensors == r.packed_tensors);
         (src, out)
     })
@@ -169,7 +169,7 @@ fn dict15_codec_is_bit_identical() {
     // The faster, larger kind only (the default packs mostly 3-bit planes).
     let (src, _) = pair("tiny-k3");
     let out = src.parent().unwrap().join("tiny-k3-dict15");
-    memdial::lossless::pack_checkpoint_with(
+    memdial::tools::pack::pack_checkpoint_with(
         &src,
         Some(&out),
         memdial::lossless::codec::Codec::Dict15,

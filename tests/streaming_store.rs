@@ -11,7 +11,7 @@ use memdial::config::{load_config, MlpKind, ModelConfig};
 use memdial::engine::arena::Scratch;
 use memdial::io::IoMode;
 use memdial::schema::{expected_tensors, Role};
-use memdial::store::cache::CachePolicy;
+use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::{plan_unchecked, Activations, Prefetch, Sequences};
 use memdial::store::resident::ResidentStore;
 use memdial::store::streaming::{StreamOptions, StreamingStore};

@@ -11,7 +11,7 @@ use std::process::{Command, ExitCode};
 use memdial::checkpoint::Checkpoint;
 use memdial::config::load_config;
 use memdial::io::IoMode;
-use memdial::store::cache::CachePolicy;
+use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::Prefetch;
 use memdial::store::streaming::{StreamOptions, StreamingStore};
 use memdial_testkit as testkit;
