@@ -12,31 +12,23 @@ use std::sync::OnceLock;
 
 use memdial::checkpoint::Checkpoint;
 use memdial_testkit as testkit;
+use memdial_testkit::memdial_bin;
 use testkit::output_text as text;
 
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 /// The prompt of every run: 3 tokens, so the last prompt position is 2.
 const PROMPT: &str = "1,2,3";
 
 /// The clean tiny-k3 fixture, generated once per test binary (read-only; removed at exit).
 fn clean() -> &'static Path {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| {
-        let d = testkit::until_exit(testkit::scratch!("bad-input-clean")).join("tiny-k3");
-        let o = memdial(&[
-            "fixture",
-            "--preset",
-            "tiny-k3",
-            "--out",
-            d.to_str().unwrap(),
-        ]);
-        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-        d
-    })
+    testkit::fixtures::preset(
+        memdial_bin!(),
+        "tiny-k3",
+        &testkit::shared_scratch!("bad-input-clean"),
+    )
 }
 
 fn memdial(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().unwrap()
+    Command::new(memdial_bin!()).args(args).output().unwrap()
 }
 
 /// A copy of the clean fixture in `SCRATCH/model`.
@@ -694,7 +686,7 @@ fn thread_spawn_failure_is_an_error() {
         // The test-only hook fails the spawn of thread index 480 as the OS would
         // (EAGAIN); an address-space limit (`ulimit -v`) was flaky: the failing
         // allocation may come inside a thread already started, where std aborts.
-        let o = Command::new(BIN)
+        let o = Command::new(memdial_bin!())
             .args(["run", "--model"])
             .arg(&dir)
             .args(["--prompt-ids", PROMPT, "--max-tokens", "1"])
@@ -727,7 +719,7 @@ fn mmap_truncated_during_run_is_an_error() {
         ("touch", "bus error reading the memory-mapped file"),
     ] {
         let (_s, dir) = make(Model::Clean);
-        let o = Command::new(BIN)
+        let o = Command::new(memdial_bin!())
             .env(memdial::io::mmap_guard::TEST_TRUNCATE_ENV, hook)
             .args(["run", "--model"])
             .arg(&dir)
@@ -833,7 +825,7 @@ repeats = 1
     )
     .unwrap();
     let out = s.join("sweep");
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .args(["sweep", "--check", "--bandwidth-probe", "4MiB", "--model"])
         .arg(&dir)
         .arg("--spec")

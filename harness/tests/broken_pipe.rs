@@ -6,26 +6,18 @@
 //! already closed, so its first write to stdout meets a broken pipe.
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
 use memdial_testkit as testkit;
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
+use memdial_testkit::memdial_bin;
 
 fn model() -> &'static Path {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| {
-        let d = testkit::until_exit(testkit::scratch!("broken-pipe")).join("tiny-k3");
-        let o = Command::new(BIN)
-            .args(["fixture", "--preset", "tiny-k3", "--out"])
-            .arg(&d)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", testkit::output_text(&o));
-        d
-    })
+    memdial_testkit::fixtures::preset(
+        memdial_bin!(),
+        "tiny-k3",
+        &memdial_testkit::shared_scratch!("broken-pipe"),
+    )
 }
 
 /// Runs `memdial ARGS` with stdout a broken pipe; returns its stderr after checking it
@@ -33,7 +25,7 @@ fn model() -> &'static Path {
 fn closed_stdout(args: &[&str]) -> String {
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .args(args)
         .stdin(Stdio::null())
         .stdout(writer)

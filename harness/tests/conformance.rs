@@ -25,12 +25,12 @@ use memdial::store::plan::{plan_unchecked, Prefetch, Sequences};
 use memdial::store::resident::ResidentStore;
 use memdial::store::{Bytes, ExpertWeights, WeightStore};
 use memdial::tokenizer::Tokenizer;
+use memdial_testkit::memdial_bin;
 
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 const PROMPT: [u32; 8] = [5, 17, 300, 2047, 9, 1200, 64, 3];
 
 fn memdial(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().unwrap()
+    Command::new(memdial_bin!()).args(args).output().unwrap()
 }
 
 fn text(o: &Output) -> String {

@@ -24,26 +24,18 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output};
-use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use memdial_testkit as testkit;
+use memdial_testkit::fixtures::lock;
+use memdial_testkit::memdial_bin;
 use testkit::output_text as text;
 
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
-
-fn lock() -> MutexGuard<'static, ()> {
-    static L: Mutex<()> = Mutex::new(());
-    L.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn scratch() -> PathBuf {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| testkit::until_exit(testkit::scratch!("engines-tests")))
-        .clone()
+    memdial_testkit::shared_scratch!("engines-tests")
 }
 
 fn model(preset: &str) -> PathBuf {
-    testkit::fixture(BIN, preset, &scratch().join(preset))
+    testkit::fixture(memdial_bin!(), preset, &scratch().join(preset))
 }
 
 fn repo_root() -> PathBuf {
@@ -55,7 +47,7 @@ fn sweep(model: &Path, spec: &str, name: &str, env: &[(&str, &Path)]) -> (Output
     std::fs::write(&spec_path, spec).unwrap();
     let out = scratch().join(name);
     let _ = std::fs::remove_dir_all(&out);
-    let mut c = Command::new(BIN);
+    let mut c = Command::new(memdial_bin!());
     c.arg("sweep")
         .arg("--model")
         .arg(model)
@@ -652,7 +644,7 @@ check = ["sh", "-c", "echo oops >&2; exit 3"]
 "#,
     )
     .unwrap();
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .args(["engines", "check", "--spec"])
         .arg(&spec)
         .output()

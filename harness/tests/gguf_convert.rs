@@ -13,17 +13,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output};
-use std::sync::OnceLock;
 
 use memdial_testkit as testkit;
+use memdial_testkit::memdial_bin;
 use testkit::output_text as text;
 
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
-
 fn scratch() -> PathBuf {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| testkit::until_exit(testkit::scratch!("gguf-tests")))
-        .clone()
+    testkit::shared_scratch!("gguf-tests")
 }
 
 fn repo_root() -> PathBuf {
@@ -31,11 +27,11 @@ fn repo_root() -> PathBuf {
 }
 
 fn model(preset: &str) -> PathBuf {
-    testkit::fixture(BIN, preset, &scratch().join(preset))
+    testkit::fixture(memdial_bin!(), preset, &scratch().join(preset))
 }
 
 fn convert(model: &Path, dtype: &str, out: &Path) -> Output {
-    Command::new(BIN)
+    Command::new(memdial_bin!())
         .args(["convert", "--to", "gguf", "--dtype", dtype, "--model"])
         .arg(model)
         .arg("--out")

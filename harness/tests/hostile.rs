@@ -9,13 +9,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use memdial_testkit as testkit;
+use memdial_testkit::memdial_bin;
 use testkit::output_text as text;
 
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 /// Far more than any case takes on a loaded 2-core machine (each is a second or two).
 const LIMIT: Duration = Duration::from_secs(180);
 
@@ -29,14 +28,11 @@ repeats = 1
 "#;
 
 fn scratch() -> PathBuf {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| testkit::until_exit(testkit::scratch!("hostile")))
-        .clone()
+    memdial_testkit::shared_scratch!("hostile")
 }
 
 fn model() -> &'static Path {
-    static M: OnceLock<PathBuf> = OnceLock::new();
-    M.get_or_init(|| testkit::fixture(BIN, "tiny-k3", &scratch().join("tiny-k3")))
+    memdial_testkit::fixtures::preset(memdial_bin!(), "tiny-k3", &scratch())
 }
 
 fn run(cmd: &mut Command) -> Output {
@@ -52,7 +48,7 @@ fn sweep(name: &str, spec: &str, extra: &[&str]) -> (Output, PathBuf) {
     let p = d.join("spec.toml");
     std::fs::write(&p, spec).unwrap();
     let out = d.join("out");
-    let o = run(Command::new(BIN)
+    let o = run(Command::new(memdial_bin!())
         .args([
             "sweep",
             "--check",
@@ -445,14 +441,14 @@ fn full_disk_is_an_error_that_loses_nothing() -> testkit::Outcome {
         "--max-tokens",
         "3",
     ];
-    let plain = run(Command::new(BIN).args(gen));
+    let plain = run(Command::new(memdial_bin!()).args(gen));
     assert_eq!(plain.status.code(), Some(0), "{}", text(&plain));
     assert!(!plain.stdout.is_empty());
     for flag in ["--metrics-json", "--logits-out"] {
         let p = fs.0.join(format!("out{flag}"));
         std::fs::write(&p, "old").unwrap();
         fs.fill();
-        let o = run(Command::new(BIN).args(gen).arg(flag).arg(&p));
+        let o = run(Command::new(memdial_bin!()).args(gen).arg(flag).arg(&p));
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{flag}: {}", text(&o));
         assert_eq!(
@@ -479,7 +475,7 @@ fn full_disk_is_an_error_that_loses_nothing() -> testkit::Outcome {
     std::fs::write(&spec, format!("{two}prompts = [{{ ids = [1, 2] }}]\n")).unwrap();
     let out = fs.0.join("sweep");
     let sweep_into = || {
-        run(Command::new(BIN)
+        run(Command::new(memdial_bin!())
             .args([
                 "sweep",
                 "--check",

@@ -3,12 +3,12 @@
 //! model is packed once into the cache, both layouts run at equal budgets in direct
 //! and buffered IO, the verdict passes on identical ids, and the report compares them.
 
+// One sweep at a time (`lock`): concurrent sweeps would evict each other's pages.
+use memdial_testkit::fixtures::lock;
+use memdial_testkit::memdial_bin;
 use memdial_testkit::output_text as text;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, MutexGuard, OnceLock};
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
 /// 2 budgets × 3 IO modes × 2 layouts (mmap × lossless n/a) × 2 repeats.
 const SPEC: &str = r#"
@@ -27,30 +27,12 @@ steal_cores = 1024.0
 foreign_read_bytes = 1125899906842624
 "#;
 
-/// One sweep at a time: concurrent sweeps would evict each other's pages.
-fn lock() -> MutexGuard<'static, ()> {
-    static L: Mutex<()> = Mutex::new(());
-    L.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn scratch() -> PathBuf {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| memdial_testkit::until_exit(memdial_testkit::scratch!("layout-sweep")))
-        .clone()
+    memdial_testkit::shared_scratch!("layout-sweep")
 }
 
 fn model() -> &'static Path {
-    static M: OnceLock<PathBuf> = OnceLock::new();
-    M.get_or_init(|| {
-        let out = scratch().join("tiny-k3");
-        let o = Command::new(BIN)
-            .args(["fixture", "--preset", "tiny-k3", "--out"])
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "fixture: {}", text(&o));
-        out
-    })
+    memdial_testkit::fixtures::preset(memdial_bin!(), "tiny-k3", &scratch())
 }
 
 fn cache() -> PathBuf {
@@ -62,7 +44,7 @@ fn sweep(model: &Path, spec: &str, out: &str, extra: &[&str]) -> (Output, PathBu
     std::fs::write(&spec_path, spec).unwrap();
     let out = scratch().join(out);
     let _ = std::fs::remove_dir_all(&out);
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .arg("sweep")
         .arg("--model")
         .arg(model)

@@ -10,9 +10,8 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use memdial_testkit as testkit;
+use memdial_testkit::memdial_bin;
 use testkit::output_text as text;
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
 fn dir() -> &'static Path {
     static D: OnceLock<PathBuf> = OnceLock::new();
@@ -20,12 +19,11 @@ fn dir() -> &'static Path {
 }
 
 fn model() -> &'static Path {
-    static M: OnceLock<PathBuf> = OnceLock::new();
-    M.get_or_init(|| testkit::fixture(BIN, "tiny-k3", &dir().join("tiny-k3")))
+    memdial_testkit::fixtures::preset(memdial_bin!(), "tiny-k3", dir())
 }
 
 fn run(extra: &[&str]) -> Output {
-    Command::new(BIN)
+    Command::new(memdial_bin!())
         .arg("run")
         .arg("--model")
         .arg(model())
@@ -101,7 +99,7 @@ fn a_file_that_cannot_be_written_loses_no_output() {
 fn sweep_out_naming_a_file_is_a_usage_error() {
     let f = dir().join("not-a-dir");
     std::fs::write(&f, "x").unwrap();
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .arg("sweep")
         .arg("--model")
         .arg(model())

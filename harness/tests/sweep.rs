@@ -5,13 +5,13 @@
 //! The tests share one fixture and run one at a time (a global lock): concurrent
 //! sweeps would evict each other's pages and make "cold" unverifiable.
 
+use memdial_testkit::fixtures::lock;
+use memdial_testkit::memdial_bin;
 use memdial_testkit::output_text as text;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
 /// Spec used by most tests: 2 budgets × 2 IO modes × 2 repeats = 8 runs of 4 tokens.
 const SPEC: &str = r#"
@@ -33,36 +33,15 @@ foreign_read_bytes = 1125899906842624
 "#;
 const SPEC_RUNS: usize = 8;
 
-fn lock() -> MutexGuard<'static, ()> {
-    static L: Mutex<()> = Mutex::new(());
-    L.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// This process's scratch directory in the target dir (on disk; unique to this test
 /// binary run, removed at exit). The tests name distinct subdirectories in it.
 fn scratch() -> PathBuf {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| memdial_testkit::until_exit(memdial_testkit::scratch!("sweep-tests")))
-        .clone()
+    memdial_testkit::shared_scratch!("sweep-tests")
 }
 
 /// The tiny-k3 fixture, generated once per test binary.
 fn model() -> &'static Path {
-    static M: OnceLock<PathBuf> = OnceLock::new();
-    M.get_or_init(|| {
-        let out = scratch().join("tiny-k3");
-        let o = Command::new(BIN)
-            .args(["fixture", "--preset", "tiny-k3", "--out"])
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "fixture: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        out
-    })
+    memdial_testkit::fixtures::preset(memdial_bin!(), "tiny-k3", &scratch())
 }
 
 fn spec_file(name: &str, text: &str) -> PathBuf {
@@ -72,7 +51,7 @@ fn spec_file(name: &str, text: &str) -> PathBuf {
 }
 
 fn sweep(spec: &Path, out: &Path, extra: &[&str]) -> Output {
-    Command::new(BIN)
+    Command::new(memdial_bin!())
         .arg("sweep")
         .arg("--model")
         .arg(model())
@@ -94,7 +73,7 @@ fn fresh(name: &str) -> PathBuf {
 
 /// Runs `memdial report merge ARGS…`.
 fn merge(args: &[&Path]) -> Output {
-    Command::new(BIN)
+    Command::new(memdial_bin!())
         .args(["report", "merge"])
         .args(args)
         .output()
@@ -284,7 +263,7 @@ fn killed_sweep_resumes_without_rerunning_finished_runs() {
     let full = full_run();
     let out = fresh("killed");
     let spec = spec_file("killed.toml", SPEC);
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(memdial_bin!())
         .arg("sweep")
         .arg("--model")
         .arg(model())
@@ -514,7 +493,7 @@ fn usage_errors_exit_2() {
     }
     let bad = spec_file("bad.toml", "budgets = [\"lots\"]\n");
     assert_eq!(sweep(&bad, &fresh("usage"), &[]).status.code(), Some(2));
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .args(["sweep", "--model", "/nonexistent/model", "--spec"])
         .arg(&spec)
         .output()
@@ -637,7 +616,7 @@ fn locked_out_dir_and_interrupt_print_the_resume_command() {
     let _g = lock();
     let out = fresh("locked");
     let spec = spec_file("long.toml", LONG_SPEC);
-    let mut a = Command::new(BIN)
+    let mut a = Command::new(memdial_bin!())
         .arg("sweep")
         .arg("--model")
         .arg(model())
@@ -966,7 +945,7 @@ fn auto_repeats_stop_at_the_precision_and_pass_with_fewer_runs() {
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains(" of 4 (±"), "{md}");
     assert!(md.contains(", precision reached)"), "{md}");
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .args(["report", "verify"])
         .arg(&out)
         .output()

@@ -15,8 +15,7 @@ use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::Prefetch;
 use memdial::store::streaming::{StreamOptions, StreamingStore};
 use memdial_testkit as testkit;
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
+use memdial_testkit::memdial_bin;
 
 /// A scratch directory unique to the caller on the tmpfs `/dev/shm`, or why there is none.
 fn shm_scratch(tag: &str) -> Result<testkit::Scratch, String> {
@@ -79,13 +78,13 @@ fn direct_io_on_tmpfs_exits_nonzero_with_hint() -> testkit::Outcome {
         Err(why) => return testkit::skip(why),
     };
     let d = s.join("tiny-k3");
-    let st = Command::new(BIN)
+    let st = Command::new(memdial_bin!())
         .args(["fixture", "--preset", "tiny-k3", "--out"])
         .arg(&d)
         .status()
         .unwrap();
     assert!(st.success());
-    let out = Command::new(BIN)
+    let out = Command::new(memdial_bin!())
         .args([
             "run",
             "--prompt-ids",

@@ -11,12 +11,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, MutexGuard, OnceLock};
 
+use memdial_testkit::fixtures::lock;
+use memdial_testkit::memdial_bin;
 use memdial_testkit::output_text as text;
 use serde_json::{json, Value};
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
 /// 2 budgets × 1 IO mode × 2 repeats = 4 runs of 2 tokens.
 const SPEC: &str = r#"
@@ -31,30 +30,13 @@ max_tokens = 2
 repeats = 2
 "#;
 
-fn lock() -> MutexGuard<'static, ()> {
-    static L: Mutex<()> = Mutex::new(());
-    L.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn scratch() -> PathBuf {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| memdial_testkit::until_exit(memdial_testkit::scratch!("verdict-corpus")))
-        .clone()
+    memdial_testkit::shared_scratch!("verdict-corpus")
 }
 
 /// The tiny-k3 fixture, generated once (read-only: cases that change the model copy it).
 fn model() -> &'static Path {
-    static M: OnceLock<PathBuf> = OnceLock::new();
-    M.get_or_init(|| {
-        let out = scratch().join("tiny-k3");
-        let o = Command::new(BIN)
-            .args(["fixture", "--preset", "tiny-k3", "--out"])
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "fixture: {}", text(&o));
-        out
-    })
+    memdial_testkit::fixtures::preset(memdial_bin!(), "tiny-k3", &scratch())
 }
 
 /// A fresh directory `name` in the scratch directory.
@@ -75,7 +57,7 @@ fn sweep_on(model: &Path, spec: &Path, out: &Path, extra: &[&str], env: &[(&str,
     // Under a time limit: a case that would hang (a chart of far-out timings) fails.
     let limit = std::time::Duration::from_secs(300);
     memdial_testkit::output_within(
-        Command::new(BIN)
+        Command::new(memdial_bin!())
             .args([
                 "sweep",
                 "--check",
@@ -101,7 +83,7 @@ fn sweep(spec: &Path, out: &Path, extra: &[&str]) -> Output {
 }
 
 fn memdial(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().unwrap()
+    Command::new(memdial_bin!()).args(args).output().unwrap()
 }
 
 fn json_of(p: &Path) -> Value {

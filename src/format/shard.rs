@@ -9,9 +9,13 @@
 
 use std::fs::File;
 use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use sha2::{Digest, Sha256};
+
+use crate::util::digest::hex;
 
 /// Location and type of one tensor on disk.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +39,64 @@ pub struct Shard {
     pub size: u64,
     /// Size of the 8-byte length prefix plus JSON header (start of the data region).
     pub data_start: u64,
+}
+
+/// The shard files of a table, open for reading tensors' bytes as they are stored (one
+/// open file per shard). The tensors of a lossless pack's shard are coded blocks at
+/// logical offsets: read them with [`crate::format::lossless::read::read_logical`].
+pub struct ShardFiles<'a> {
+    shards: &'a [Shard],
+    files: Vec<File>,
+}
+
+impl<'a> ShardFiles<'a> {
+    /// Opens every shard of `shards`. Errors: a shard that cannot be opened (named).
+    pub fn open(shards: &'a [Shard]) -> Result<Self> {
+        let files = shards
+            .iter()
+            .map(|s| {
+                File::open(&s.path).with_context(|| format!("cannot open {}", s.path.display()))
+            })
+            .collect::<Result<_>>()?;
+        Ok(ShardFiles { shards, files })
+    }
+
+    /// Fills `buf` with the bytes of tensor `name` (at `t`) from byte `off` of the tensor.
+    ///
+    /// Errors: a failed or short read, naming the tensor and its shard file.
+    pub fn read_at(&self, name: &str, t: &TensorLoc, off: u64, buf: &mut [u8]) -> Result<()> {
+        self.files[t.shard]
+            .read_exact_at(buf, t.offset + off)
+            .with_context(|| {
+                format!(
+                    "reading {name} from {}",
+                    self.shards[t.shard].path.display()
+                )
+            })
+    }
+
+    /// Reads tensor `name` (at `t`) front to back in chunks of at most `buf.len()` bytes,
+    /// handing each to `each`, and returns the tensor's SHA-256 (lower-case hex).
+    ///
+    /// Errors: as [`ShardFiles::read_at`]; `each`'s errors.
+    pub fn read_chunks(
+        &self,
+        name: &str,
+        t: &TensorLoc,
+        buf: &mut [u8],
+        mut each: impl FnMut(&[u8]) -> Result<()>,
+    ) -> Result<String> {
+        let mut h = Sha256::new();
+        let mut off = 0u64;
+        while off < t.len {
+            let k = (t.len - off).min(buf.len() as u64) as usize;
+            self.read_at(name, t, off, &mut buf[..k])?;
+            h.update(&buf[..k]);
+            each(&buf[..k])?;
+            off += k as u64;
+        }
+        Ok(hex(&h.finalize()))
+    }
 }
 
 /// Largest JSON header accepted (the format's own limit is 100 MB).

@@ -12,7 +12,6 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::engine::loader::Checkpointed;
 use crate::format::checkpoint::Checkpoint;
@@ -22,9 +21,9 @@ use crate::format::lossless::pack::{identity_of, PackWriter, BLOCK_BYTES, PACK_F
 use crate::format::lossless::read::StagingPool;
 use crate::format::lossless::stats::{PlaneHist, PlaneStats};
 use crate::format::schema::Role;
-use crate::format::shard::TensorLoc;
+use crate::format::shard::{ShardFiles, TensorLoc};
 use crate::store::plan::is_small_pinned;
-use crate::util::digest::{hex, sha256_hex};
+use crate::util::digest::sha256_hex;
 
 /// Bytes copied per read when copying raw tensors.
 const COPY_CHUNK: usize = 8 << 20;
@@ -94,55 +93,6 @@ fn classify(name: &str, role: Option<Role>, dtype: &str) -> (&'static str, bool)
         Some(Role::Trunk) if name.contains(".mlp.") => ("dense mlp", bf16),
         Some(Role::Trunk) => ("moe trunk", bf16),
         _ => ("small", false),
-    }
-}
-
-/// A checkpoint's shard files, open for reading its tensors.
-struct Shards<'a> {
-    ck: &'a Checkpoint,
-    files: Vec<File>,
-}
-
-impl<'a> Shards<'a> {
-    fn open(ck: &'a Checkpoint) -> Result<Self> {
-        let files = ck
-            .shards
-            .iter()
-            .map(|s| {
-                File::open(&s.path).with_context(|| format!("cannot open {}", s.path.display()))
-            })
-            .collect::<Result<_>>()?;
-        Ok(Shards { ck, files })
-    }
-
-    /// Reads tensor `name` (at `t`) front to back in chunks of at most `buf.len()`
-    /// bytes, handing each to `each`, and returns the tensor's SHA-256 (lower-case hex).
-    ///
-    /// Errors: a failed read (naming the tensor and its shard file); `each`'s errors.
-    fn read_chunks(
-        &self,
-        name: &str,
-        t: &TensorLoc,
-        buf: &mut [u8],
-        mut each: impl FnMut(&[u8]) -> Result<()>,
-    ) -> Result<String> {
-        let mut h = Sha256::new();
-        let mut off = 0u64;
-        while off < t.len {
-            let k = (t.len - off).min(buf.len() as u64) as usize;
-            self.files[t.shard]
-                .read_exact_at(&mut buf[..k], t.offset + off)
-                .with_context(|| {
-                    format!(
-                        "reading {name} from {}",
-                        self.ck.shards[t.shard].path.display()
-                    )
-                })?;
-            h.update(&buf[..k]);
-            each(&buf[..k])?;
-            off += k as u64;
-        }
-        Ok(hex(&h.finalize()))
     }
 }
 
@@ -241,7 +191,7 @@ pub fn pack_checkpoint_with(
         }
         std::fs::create_dir_all(tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
     }
-    let shards = Shards::open(ck)?;
+    let shards = ShardFiles::open(&ck.shards)?;
     let mut acc: BTreeMap<&'static str, ClassAcc> = BTreeMap::new();
     let mut done = 0u64;
 
@@ -435,7 +385,7 @@ fn verify_written(dir: &Path, manifest: &HashMap<String, String>) -> Result<usiz
         n += 1;
     }
     let mut buf = vec![0u8; COPY_CHUNK];
-    let shards = Shards::open(&ck)?;
+    let shards = ShardFiles::open(&ck.shards)?;
     for (name, t) in ck.tensors.iter().filter(|(_, t)| t.shard != packed.shard) {
         let got = shards.read_chunks(name, t, &mut buf, |_| Ok(()))?;
         if manifest.get(name) != Some(&got) {
