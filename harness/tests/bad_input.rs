@@ -13,19 +13,11 @@ use std::sync::OnceLock;
 use memdial::checkpoint::Checkpoint;
 use memdial_testkit as testkit;
 use memdial_testkit::memdial_bin;
+use memdial_testkit::shared_fixture;
 use testkit::output_text as text;
 
 /// The prompt of every run: 3 tokens, so the last prompt position is 2.
 const PROMPT: &str = "1,2,3";
-
-/// The clean tiny-k3 fixture, generated once per test binary (read-only; removed at exit).
-fn clean() -> &'static Path {
-    testkit::fixtures::preset(
-        memdial_bin!(),
-        "tiny-k3",
-        &testkit::shared_scratch!("bad-input-clean"),
-    )
-}
 
 fn memdial(args: &[&str]) -> Output {
     Command::new(memdial_bin!()).args(args).output().unwrap()
@@ -36,7 +28,7 @@ fn copy(tag: &str) -> (testkit::Scratch, PathBuf) {
     let s = testkit::scratch!(tag);
     let d = s.join("model");
     std::fs::create_dir_all(&d).unwrap();
-    for e in std::fs::read_dir(clean()).unwrap() {
+    for e in std::fs::read_dir(shared_fixture!("tiny-k3")).unwrap() {
         let e = e.unwrap();
         std::fs::copy(e.path(), d.join(e.file_name())).unwrap();
     }
@@ -67,7 +59,7 @@ fn used_expert() -> (usize, usize) {
         let o = memdial(&[
             "run",
             "--model",
-            clean().to_str().unwrap(),
+            shared_fixture!("tiny-k3").to_str().unwrap(),
             "--prompt-ids",
             PROMPT,
             "--max-tokens",

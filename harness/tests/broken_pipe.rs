@@ -6,19 +6,11 @@
 //! already closed, so its first write to stdout meets a broken pipe.
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 use memdial_testkit as testkit;
 use memdial_testkit::memdial_bin;
-
-fn model() -> &'static Path {
-    memdial_testkit::fixtures::preset(
-        memdial_bin!(),
-        "tiny-k3",
-        &memdial_testkit::shared_scratch!("broken-pipe"),
-    )
-}
+use memdial_testkit::shared_fixture;
 
 /// Runs `memdial ARGS` with stdout a broken pipe; returns its stderr after checking it
 /// was terminated by SIGPIPE and printed no panic.
@@ -48,7 +40,7 @@ fn closed_stdout(args: &[&str]) -> String {
 
 #[test]
 fn plan_tokenize_inspect_and_help_end_by_sigpipe() {
-    let m = model().to_str().unwrap();
+    let m = shared_fixture!("tiny-k3").to_str().unwrap();
     closed_stdout(&["plan", "--model", m, "--budget", "1GiB"]);
     closed_stdout(&["plan", "--model", m, "--budget", "1GiB", "--json"]);
     closed_stdout(&[
@@ -82,7 +74,7 @@ fn run_keeps_its_metrics_when_stdout_is_closed() {
     closed_stdout(&[
         "run",
         "--model",
-        model().to_str().unwrap(),
+        shared_fixture!("tiny-k3").to_str().unwrap(),
         "--prompt-ids",
         "1,2,3",
         "--max-tokens",
@@ -122,7 +114,7 @@ repeats = 1
     closed_stdout(&[
         "sweep",
         "--model",
-        model().to_str().unwrap(),
+        shared_fixture!("tiny-k3").to_str().unwrap(),
         "--spec",
         spec.to_str().unwrap(),
         "--out",

@@ -8,6 +8,8 @@
 use memdial_testkit::fixtures::lock;
 use memdial_testkit::memdial_bin;
 use memdial_testkit::output_text as text;
+use memdial_testkit::shared_fixture;
+use memdial_testkit::shared_scratch;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -33,19 +35,8 @@ foreign_read_bytes = 1125899906842624
 "#;
 const SPEC_RUNS: usize = 8;
 
-/// This process's scratch directory in the target dir (on disk; unique to this test
-/// binary run, removed at exit). The tests name distinct subdirectories in it.
-fn scratch() -> PathBuf {
-    memdial_testkit::shared_scratch!("sweep-tests")
-}
-
-/// The tiny-k3 fixture, generated once per test binary.
-fn model() -> &'static Path {
-    memdial_testkit::fixtures::preset(memdial_bin!(), "tiny-k3", &scratch())
-}
-
 fn spec_file(name: &str, text: &str) -> PathBuf {
-    let p = scratch().join(name);
+    let p = shared_scratch!().join(name);
     std::fs::write(&p, text).unwrap();
     p
 }
@@ -54,7 +45,7 @@ fn sweep(spec: &Path, out: &Path, extra: &[&str]) -> Output {
     Command::new(memdial_bin!())
         .arg("sweep")
         .arg("--model")
-        .arg(model())
+        .arg(shared_fixture!("tiny-k3"))
         .arg("--spec")
         .arg(spec)
         .arg("--out")
@@ -66,7 +57,7 @@ fn sweep(spec: &Path, out: &Path, extra: &[&str]) -> Output {
 }
 
 fn fresh(name: &str) -> PathBuf {
-    let d = scratch().join(name);
+    let d = shared_scratch!().join(name);
     let _ = std::fs::remove_dir_all(&d);
     d
 }
@@ -266,7 +257,7 @@ fn killed_sweep_resumes_without_rerunning_finished_runs() {
     let mut child = Command::new(memdial_bin!())
         .arg("sweep")
         .arg("--model")
-        .arg(model())
+        .arg(shared_fixture!("tiny-k3"))
         .arg("--spec")
         .arg(&spec)
         .arg("--out")
@@ -619,7 +610,7 @@ fn locked_out_dir_and_interrupt_print_the_resume_command() {
     let mut a = Command::new(memdial_bin!())
         .arg("sweep")
         .arg("--model")
-        .arg(model())
+        .arg(shared_fixture!("tiny-k3"))
         .arg("--spec")
         .arg(&spec)
         .arg("--out")

@@ -15,6 +15,8 @@ use std::process::{Command, Output};
 use memdial_testkit::fixtures::lock;
 use memdial_testkit::memdial_bin;
 use memdial_testkit::output_text as text;
+use memdial_testkit::shared_fixture;
+use memdial_testkit::shared_scratch;
 use serde_json::{json, Value};
 
 /// 2 budgets × 1 IO mode × 2 repeats = 4 runs of 2 tokens.
@@ -30,18 +32,9 @@ max_tokens = 2
 repeats = 2
 "#;
 
-fn scratch() -> PathBuf {
-    memdial_testkit::shared_scratch!("verdict-corpus")
-}
-
-/// The tiny-k3 fixture, generated once (read-only: cases that change the model copy it).
-fn model() -> &'static Path {
-    memdial_testkit::fixtures::preset(memdial_bin!(), "tiny-k3", &scratch())
-}
-
 /// A fresh directory `name` in the scratch directory.
 fn fresh(name: &str) -> PathBuf {
-    let d = scratch().join(name);
+    let d = shared_scratch!().join(name);
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -79,7 +72,7 @@ fn sweep_on(model: &Path, spec: &Path, out: &Path, extra: &[&str], env: &[(&str,
 }
 
 fn sweep(spec: &Path, out: &Path, extra: &[&str]) -> Output {
-    sweep_on(model(), spec, out, extra, &[])
+    sweep_on(shared_fixture!("tiny-k3"), spec, out, extra, &[])
 }
 
 fn memdial(args: &[&str]) -> Output {
@@ -145,7 +138,7 @@ fn hostile_run(name: &str, payload: Value) -> Output {
     let d = fresh(name);
     let bin = stand_in(&d, &payload);
     sweep_on(
-        model(),
+        shared_fixture!("tiny-k3"),
         &write(&d.join("spec.toml"), SPEC),
         &d.join("out"),
         &[],
@@ -409,13 +402,13 @@ fn cases() -> Vec<Case> {
                 let spec = write(&d.join("spec.toml"), SPEC);
                 let env = [("MEMDIAL_SWEEP_RUN_BIN", s(&bin))];
                 sweep_on(
-                    model(),
+                    shared_fixture!("tiny-k3"),
                     &spec,
                     &d.join("out"),
                     &["--test-stop-after", "1"],
                     &env,
                 );
-                sweep_on(model(), &spec, &d.join("out"), &[], &env)
+                sweep_on(shared_fixture!("tiny-k3"), &spec, &d.join("out"), &[], &env)
             },
         ),
         // --- stale engine output
@@ -424,7 +417,7 @@ fn cases() -> Vec<Case> {
             1,
             &["fake wrote no ids file"],
             || {
-                let f = scratch().join("outside-ids.json");
+                let f = shared_scratch!().join("outside-ids.json");
                 write(&f, r#"{"output_ids": [5, 6]}"#);
                 engine_run("stale-outside", "true", s(&f))
             },
@@ -487,7 +480,7 @@ fn cases() -> Vec<Case> {
             &["is in the sweep's directory but outside this run's: not removed"],
             || {
                 let o = engine_run("own-results", "true", "{run_dir}/../../results.json");
-                let out = scratch().join("own-results").join("out");
+                let out = shared_scratch!().join("own-results").join("out");
                 assert!(out.join("results.json").is_file(), "{}", text(&o));
                 o
             },
@@ -504,7 +497,7 @@ fn cases() -> Vec<Case> {
                 let d = fresh("changed-model");
                 let m = d.join("model");
                 std::fs::create_dir_all(&m).unwrap();
-                for e in std::fs::read_dir(model()).unwrap() {
+                for e in std::fs::read_dir(shared_fixture!("tiny-k3")).unwrap() {
                     let e = e.unwrap();
                     std::fs::copy(e.path(), m.join(e.file_name())).unwrap();
                 }

@@ -36,7 +36,8 @@ pub fn lock() -> MutexGuard<'static, ()> {
 
 /// The fixture checkpoint `preset` in `dir/PRESET`, written by the `memdial` binary `bin`
 /// ([`crate::fixture`]: kept if it is already there) once per test process and shared
-/// read-only by the tests of the binary. `dir` is typically [`crate::shared_scratch!`].
+/// read-only by the tests of the binary ([`crate::shared_fixture!`] passes the binary's
+/// [`crate::shared_scratch!`]).
 ///
 /// Panics (failing the test) if the binary cannot run or exits nonzero.
 pub fn preset(bin: &str, preset: &'static str, dir: &Path) -> &'static Path {
