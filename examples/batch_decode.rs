@@ -20,13 +20,14 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use memdial::batch::Batch;
+use memdial::engine::arena::Scratch;
 use memdial::generate::{generate, ids_sha256, GenerateParams};
 use memdial::io::IoMode;
 use memdial::loader::{Checkpointed, StoreOptions};
 use memdial::model::Model;
 use memdial::sampler::SamplerConfig;
-use memdial::store::cache::CachePolicy;
-use memdial::store::plan::{plan_unchecked_batch, Prefetch, Sequences};
+use memdial::store::eviction::CachePolicy;
+use memdial::store::plan::{plan_unchecked, Prefetch, Sequences};
 use memdial::store::streaming::StreamOptions;
 use memdial::util::budget::parse_size;
 
@@ -99,8 +100,8 @@ fn run() -> Result<()> {
         max_context: a.max_context,
         max_batch: a.max_batch,
     };
-    let floor =
-        plan_unchecked_batch(&c.cfg, &c.ck, 0, a.io, a.prefetch, seqs, a.threads)?.floor_bytes;
+    let act = Scratch::activations(&c.cfg, seqs, a.threads);
+    let floor = plan_unchecked(&c.cfg, &c.ck, 0, a.io, a.prefetch, act)?.floor_bytes;
     let budget = a.budget.unwrap_or(floor);
     let opts = StreamOptions {
         budget,

@@ -29,9 +29,18 @@ pub mod util;
 pub use engine::{arena, batch, generate, loader, metrics, sampler};
 #[doc(hidden)]
 pub use format::{
-    chat, checkpoint, config, config_keys, inspect, integrity, lossless, manifest, schema,
-    tokenizer,
+    chat, checkpoint, config, config_keys, inspect, integrity, manifest, schema, tokenizer,
 };
+/// The old `lossless` path: [`format::lossless`] and packing, [`tools::pack`].
+#[doc(hidden)]
+pub mod lossless {
+    pub use crate::format::lossless::*;
+    pub use crate::tools::pack::{pack_checkpoint, pack_checkpoint_with, PackReport};
+    /// The old `lossless::write` path: [`crate::tools::pack`].
+    pub mod write {
+        pub use crate::tools::pack::*;
+    }
+}
 #[doc(hidden)]
 pub use kernels as ops;
 /// The old `limits` path: [`format::limits`] and [`engine::loader::check_run_memory`].

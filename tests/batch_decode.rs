@@ -15,13 +15,14 @@ use std::path::{Path, PathBuf};
 use memdial::batch::{Batch, Finish};
 use memdial::checkpoint::Checkpoint;
 use memdial::config::{load_config, MlpKind};
+use memdial::engine::arena::Scratch;
 use memdial::generate::{generate, GenerateParams};
 use memdial::io::IoMode;
 use memdial::loader::{Opened, StoreOptions};
 use memdial::model::Model;
 use memdial::sampler::SamplerConfig;
-use memdial::store::cache::CachePolicy;
-use memdial::store::plan::{plan_batch, plan_unchecked_batch, Prefetch, Sequences};
+use memdial::store::eviction::CachePolicy;
+use memdial::store::plan::{plan, plan_unchecked, Prefetch, Sequences};
 use memdial::store::streaming::StreamOptions;
 use memdial_testkit as testkit;
 
@@ -107,9 +108,16 @@ fn streamed(dir: &Path, io: IoMode, prefetch: Prefetch) -> Opened {
         max_context: MAX_CONTEXT,
         max_batch: MAX_BATCH,
     };
-    let floor = plan_unchecked_batch(&cfg, &ck, 0, io, prefetch, seqs, 2)
-        .unwrap()
-        .floor_bytes;
+    let floor = plan_unchecked(
+        &cfg,
+        &ck,
+        0,
+        io,
+        prefetch,
+        Scratch::activations(&cfg, seqs, 2),
+    )
+    .unwrap()
+    .floor_bytes;
     let opts = StreamOptions {
         budget: floor,
         io,
@@ -298,8 +306,12 @@ fn plan_accounts_for_the_batch() {
         max_batch: 8,
     };
     let (io, pf) = (IoMode::Buffered, Prefetch::None);
-    let p1 = plan_unchecked_batch(&cfg, &ck, 0, io, pf, one, 2).unwrap();
-    let p8 = plan_unchecked_batch(&cfg, &ck, 0, io, pf, eight, 2).unwrap();
+    let (one, eight) = (
+        Scratch::activations(&cfg, one, 2),
+        Scratch::activations(&cfg, eight, 2),
+    );
+    let p1 = plan_unchecked(&cfg, &ck, 0, io, pf, one).unwrap();
+    let p8 = plan_unchecked(&cfg, &ck, 0, io, pf, eight).unwrap();
     // tiny-k3 per sequence: 5 KDA layers × (conv 3·4·32·3 + state 4·32·32) f32 and
     // 3 MLA layers × 96 positions × (64 + 16) f32.
     let (kda, mla) = cfg.layer_counts();
@@ -320,7 +332,7 @@ fn plan_accounts_for_the_batch() {
             + (p8.activation_bytes - p1.activation_bytes)
             + (p8.embedding_rows_bytes - p1.embedding_rows_bytes)
     );
-    let e = plan_batch(&cfg, &ck, p8.floor_bytes - 1, io, pf, eight, 2).unwrap_err();
+    let e = plan(&cfg, &ck, p8.floor_bytes - 1, io, pf, eight).unwrap_err();
     let msg = format!("{e:#}");
     assert!(msg.contains("below the floor"), "{msg}");
     assert!(msg.contains("max batch 8"), "{msg}");
@@ -331,5 +343,5 @@ fn plan_accounts_for_the_batch() {
         )),
         "{msg}"
     );
-    assert!(plan_batch(&cfg, &ck, p8.floor_bytes, io, pf, eight, 2).is_ok());
+    assert!(plan(&cfg, &ck, p8.floor_bytes, io, pf, eight).is_ok());
 }

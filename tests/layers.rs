@@ -39,6 +39,7 @@ fn table(doc: &str, heading: &str) -> Vec<Vec<String>> {
         .unwrap_or_else(|| panic!("docs/architecture.md has no heading {heading:?}"));
     doc.lines()
         .skip(at + 1)
+        .take_while(|l| !l.starts_with('#')) // the section's own table only
         .skip_while(|l| !l.starts_with('|'))
         .take_while(|l| l.starts_with('|'))
         .skip(2) // header and separator

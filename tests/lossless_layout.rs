@@ -8,13 +8,14 @@ use std::sync::OnceLock;
 
 use memdial::checkpoint::Checkpoint;
 use memdial::config::load_config;
+use memdial::engine::arena::Scratch;
 use memdial::generate::{generate, GenerateParams};
 use memdial::io::IoMode;
 use memdial::loader::StoreOptions;
 use memdial::model::Model;
 use memdial::sampler::SamplerConfig;
-use memdial::store::cache::CachePolicy;
-use memdial::store::plan::{plan_unchecked, Prefetch};
+use memdial::store::eviction::CachePolicy;
+use memdial::store::plan::{plan_unchecked, Prefetch, Sequences};
 use memdial::store::streaming::StreamOptions;
 use memdial_testkit as testkit;
 
@@ -31,7 +32,7 @@ fn pair(preset: &'static str) -> (PathBuf, PathBuf) {
         let src = base.join(preset);
         memdial::fixture::generate(preset, 0, &src, false, None, &mut |_, _| {}).unwrap();
         let out = base.join(format!("{preset}-lossless"));
-        let r = memdial::lossless::pack_checkpoint(&src, Some(&out), &mut |_, _| {}).unwrap();
+        let r = memdial::tools::pack::pack_checkpoint(&src, Some(&out), &mut |_, _| {}).unwrap();
         assert!(r.packed_tensors > 0 && r.verified_tensors == r.packed_tensors);
         (src, out)
     })
@@ -99,10 +100,15 @@ fn same(a: &Out, b: &Out) -> bool {
             .all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
+/// The activation arena of one sequence of `MAX_CONTEXT` positions on one thread.
+fn one(cfg: &memdial::config::ModelConfig) -> memdial::store::plan::Activations {
+    Scratch::activations(cfg, Sequences::single(MAX_CONTEXT), 1)
+}
+
 fn floor(dir: &Path, io: IoMode, prefetch: Prefetch) -> u64 {
     let cfg = load_config(dir).unwrap();
     let ck = Checkpoint::open(dir).unwrap();
-    plan_unchecked(&cfg, &ck, 0, io, prefetch, MAX_CONTEXT, 1)
+    plan_unchecked(&cfg, &ck, 0, io, prefetch, one(&cfg))
         .unwrap()
         .floor_bytes
 }
@@ -163,7 +169,7 @@ fn dict15_codec_is_bit_identical() {
     // The faster, larger kind only (the default packs mostly 3-bit planes).
     let (src, _) = pair("tiny-k3");
     let out = src.parent().unwrap().join("tiny-k3-dict15");
-    memdial::lossless::pack_checkpoint_with(
+    memdial::tools::pack::pack_checkpoint_with(
         &src,
         Some(&out),
         memdial::lossless::codec::Codec::Dict15,
@@ -191,8 +197,7 @@ fn packed_floor_adds_exactly_the_staging_buffers() {
         0,
         IoMode::Buffered,
         Prefetch::NextLayer,
-        MAX_CONTEXT,
-        1,
+        one(&cfg),
     )
     .unwrap();
     let pack = ck.lossless.as_ref().unwrap();
@@ -206,8 +211,7 @@ fn packed_floor_adds_exactly_the_staging_buffers() {
         0,
         IoMode::Buffered,
         Prefetch::NextLayer,
-        MAX_CONTEXT,
-        1,
+        one(&cfg),
     )
     .unwrap();
     assert_eq!(s.staging_bytes, 0);

@@ -7,11 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use memdial::checkpoint::Checkpoint;
-use memdial::config::{load_config, MlpKind};
+use memdial::config::{load_config, MlpKind, ModelConfig};
+use memdial::engine::arena::Scratch;
 use memdial::io::IoMode;
 use memdial::schema::{expected_tensors, Role};
-use memdial::store::cache::CachePolicy;
-use memdial::store::plan::{plan_unchecked, Prefetch};
+use memdial::store::eviction::CachePolicy;
+use memdial::store::plan::{plan_unchecked, Activations, Prefetch, Sequences};
 use memdial::store::resident::ResidentStore;
 use memdial::store::streaming::{StreamOptions, StreamingStore};
 use memdial::store::{ExpertMat, WeightStore};
@@ -34,6 +35,12 @@ fn tiny() -> &'static Path {
         .unwrap();
         d
     })
+}
+
+/// The activation arena of one sequence of `max_context` positions on `threads`
+/// kernel threads (what the plan is given).
+fn arena(cfg: &ModelConfig, max_context: usize, threads: usize) -> Activations {
+    Scratch::activations(cfg, Sequences::single(max_context), threads)
 }
 
 fn opts(budget: u64, io: IoMode, prefetch: Prefetch, cache: CachePolicy) -> StreamOptions {
@@ -147,14 +154,19 @@ fn bytes_equal_resident_store_at_every_setting() {
     let mut checked = 0;
     for io in [IoMode::Direct, IoMode::Buffered, IoMode::Mmap] {
         for prefetch in [Prefetch::None, Prefetch::NextLayer] {
-            let floor = plan_unchecked(&cfg, &ck, 0, io, prefetch, 256, 1)
+            let floor = plan_unchecked(&cfg, &ck, 0, io, prefetch, arena(&cfg, 256, 1))
                 .unwrap()
                 .floor_bytes;
             let model = ck.total_bytes();
             for budget in [floor, 2 * floor, floor + model / 4, floor + model] {
                 for cache in [CachePolicy::Lru, CachePolicy::Lfru] {
-                    let s = StreamingStore::open(&cfg, &ck, opts(budget, io, prefetch, cache), 1)
-                        .unwrap();
+                    let s = StreamingStore::open(
+                        &cfg,
+                        &ck,
+                        opts(budget, io, prefetch, cache),
+                        arena(&cfg, 256, 1),
+                    )
+                    .unwrap();
                     walk_and_compare(&s, &r, dir);
                     walk_chunk_and_compare(&s, &r, dir);
                     let m = s.metrics();
@@ -181,14 +193,21 @@ fn floor_budget_streams_and_full_budget_does_not() {
     let cfg = load_config(dir).unwrap();
     let ck = Checkpoint::open(dir).unwrap();
     let r = ResidentStore::open(&cfg, &ck).unwrap();
-    let floor = plan_unchecked(&cfg, &ck, 0, IoMode::Buffered, Prefetch::None, 256, 1)
-        .unwrap()
-        .floor_bytes;
+    let floor = plan_unchecked(
+        &cfg,
+        &ck,
+        0,
+        IoMode::Buffered,
+        Prefetch::None,
+        arena(&cfg, 256, 1),
+    )
+    .unwrap()
+    .floor_bytes;
     let s = StreamingStore::open(
         &cfg,
         &ck,
         opts(floor, IoMode::Buffered, Prefetch::None, CachePolicy::Lru),
-        1,
+        arena(&cfg, 256, 1),
     )
     .unwrap();
     walk_and_compare(&s, &r, dir);
@@ -204,7 +223,7 @@ fn floor_budget_streams_and_full_budget_does_not() {
             Prefetch::None,
             CachePolicy::Lru,
         ),
-        1,
+        arena(&cfg, 256, 1),
     )
     .unwrap();
     walk_and_compare(&s, &r, dir);
@@ -225,7 +244,7 @@ fn budget_under_floor_is_refused_with_the_floor() {
         &cfg,
         &ck,
         opts(1 << 20, IoMode::Direct, Prefetch::None, CachePolicy::Lru),
-        1,
+        arena(&cfg, 256, 1),
     )
     .err()
     .unwrap();
@@ -259,14 +278,21 @@ fn corrupted_bytes_are_caught_by_verify_reads_and_truncation_names_file_and_offs
     bytes[loc.offset as usize + 5] ^= 0xFF;
     fs::write(&path, &bytes).unwrap();
     let ck = Checkpoint::open(&d).unwrap();
-    let floor = plan_unchecked(&cfg, &ck, 0, IoMode::Buffered, Prefetch::None, 256, 1)
-        .unwrap()
-        .floor_bytes;
+    let floor = plan_unchecked(
+        &cfg,
+        &ck,
+        0,
+        IoMode::Buffered,
+        Prefetch::None,
+        arena(&cfg, 256, 1),
+    )
+    .unwrap()
+    .floor_bytes;
     let s = StreamingStore::open(
         &cfg,
         &ck,
         opts(floor, IoMode::Buffered, Prefetch::None, CachePolicy::Lru),
-        1,
+        arena(&cfg, 256, 1),
     )
     .unwrap();
     s.begin_token(0);
@@ -291,7 +317,7 @@ fn corrupted_bytes_are_caught_by_verify_reads_and_truncation_names_file_and_offs
         &cfg,
         &ck,
         opts(floor, IoMode::Buffered, Prefetch::None, CachePolicy::Lru),
-        1,
+        arena(&cfg, 256, 1),
     )
     .unwrap();
     fs::OpenOptions::new()
@@ -329,9 +355,16 @@ fn streaming_run_accounts_exactly_the_plans_activation_bytes() {
     let ck = Checkpoint::open(dir).unwrap();
     let max_context = 64;
     for prefetch in [Prefetch::None, Prefetch::NextLayer] {
-        let floor = plan_unchecked(&cfg, &ck, 0, IoMode::Buffered, prefetch, max_context, 2)
-            .unwrap()
-            .floor_bytes;
+        let floor = plan_unchecked(
+            &cfg,
+            &ck,
+            0,
+            IoMode::Buffered,
+            prefetch,
+            arena(&cfg, max_context, 2),
+        )
+        .unwrap()
+        .floor_bytes;
         let mut o = opts(
             floor + ck.total_bytes(),
             IoMode::Buffered,
@@ -384,7 +417,7 @@ fn warm_start_fills_caches_within_budget_and_changes_no_byte() {
         .collect();
     let all_experts = moe.num_experts * moe_layers.len();
     for io in [IoMode::Direct, IoMode::Buffered, IoMode::Mmap] {
-        let floor = plan_unchecked(&cfg, &ck, 0, io, Prefetch::NextLayer, 256, 1)
+        let floor = plan_unchecked(&cfg, &ck, 0, io, Prefetch::NextLayer, arena(&cfg, 256, 1))
             .unwrap()
             .floor_bytes;
         let model = ck.total_bytes();
@@ -393,7 +426,7 @@ fn warm_start_fills_caches_within_budget_and_changes_no_byte() {
                 &cfg,
                 &ck,
                 opts(budget, io, Prefetch::NextLayer, CachePolicy::Lru),
-                1,
+                arena(&cfg, 256, 1),
             )
             .unwrap();
             let cap = s.plan().expert_cache_experts;

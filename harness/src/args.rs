@@ -8,7 +8,7 @@
 
 use memdial::error::UsageError;
 use memdial::io::IoMode;
-use memdial::store::cache::CachePolicy;
+use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::Prefetch;
 
 /// Declares `$wrap($lib)`: a [`clap::ValueEnum`] over `$lib::ALL`, named by `as_str`.

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use memdial::lossless::codec::Codec;
-use memdial::lossless::{pack_checkpoint_with, PackReport};
+use memdial::tools::pack::{pack_checkpoint_with, PackReport};
 use memdial::units::fmt_bytes;
 
 /// Arguments of `memdial pack`.

@@ -8,11 +8,12 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use memdial::checkpoint::Checkpoint;
 use memdial::config::{AttnKind, ModelConfig};
+use memdial::engine::arena::Scratch;
 use memdial::error::UsageError;
 use memdial::io::IoMode;
 use memdial::loader::Checkpointed;
 use memdial::store::paper::paper_checkpoint;
-use memdial::store::plan::{plan_unchecked_batch, Plan, Prefetch, Sequences};
+use memdial::store::plan::{plan_unchecked, Plan, Prefetch, Sequences};
 use memdial::store::rank::ranking;
 use memdial::units::fmt_bytes;
 use memdial::util::budget::parse_size;
@@ -208,7 +209,8 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
         max_context: a.max_context.unwrap_or(DEFAULT_MAX_CONTEXT),
         max_batch: a.max_batch as usize,
     };
-    let p0 = plan_unchecked_batch(cfg, ck, 0, io, prefetch, seqs, a.threads)?;
+    let act = Scratch::activations(cfg, seqs, a.threads);
+    let p0 = plan_unchecked(cfg, ck, 0, io, prefetch, act)?;
     let budget = a.budget.unwrap_or(p0.floor_bytes);
     let p = p0.with_budget(cfg, budget);
     let below = budget < p.floor_bytes;
@@ -254,7 +256,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
     }
     if below {
         // Same refusal as `memdial run` (a usage error: exit 2).
-        memdial::store::plan::plan_batch(cfg, ck, budget, io, prefetch, seqs, a.threads)
+        memdial::store::plan::plan(cfg, ck, budget, io, prefetch, act)
             .context("planning the budget")?;
     }
     Ok(ExitCode::SUCCESS)

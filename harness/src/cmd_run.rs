@@ -14,7 +14,7 @@ use memdial::loader::{Opened, StoreOptions};
 use memdial::metrics::{MetricsFile, RunMetrics, Source, SCHEMA_VERSION};
 use memdial::model::Model;
 use memdial::sampler::SamplerConfig;
-use memdial::store::cache::CachePolicy;
+use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::Prefetch;
 use memdial::store::streaming::StreamOptions;
 use memdial::sysmem::PeakTracker;

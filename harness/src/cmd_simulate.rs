@@ -18,8 +18,9 @@ use crate::args::{usage, IoArg, PrefetchArg};
 use crate::cmd_plan::{iobench_gbps, source_of};
 use crate::sweep::start::StartMode;
 use crate::sweep::write::chart_parts::{fmt_tick_bytes, legend, pe, COLORS};
+use memdial::engine::arena::Scratch;
 use memdial::io::IoMode;
-use memdial::store::plan::{plan_unchecked, Plan, Prefetch};
+use memdial::store::plan::{plan_unchecked, Plan, Prefetch, Sequences};
 use memdial::store::sim::pool::SimPolicy;
 use memdial::store::sim::{replay, EmbeddingRows, Replayable, SimOptions, SimReport};
 use memdial::store::trace;
@@ -285,7 +286,8 @@ pub fn run(a: &SimulateArgs) -> Result<ExitCode> {
         .or(rec_plan.map(|p| p.max_context))
         .unwrap_or(r.header.prompt_tokens + r.decode_tokens() + 1);
     let threads = a.threads.or(rec_plan.map(|p| p.threads)).unwrap_or(1);
-    let p0 = plan_unchecked(cfg, ck, 0, io, prefetch, max_context, threads)?;
+    let act = Scratch::activations(cfg, Sequences::single(max_context), threads);
+    let p0 = plan_unchecked(cfg, ck, 0, io, prefetch, act)?;
     let emb_name = format!("{}{}", cfg.weight_prefix, p0.embedding_key);
     let loc = ck
         .get(&emb_name)

@@ -12,31 +12,15 @@ use std::sync::OnceLock;
 
 use memdial::checkpoint::Checkpoint;
 use memdial_testkit as testkit;
+use memdial_testkit::memdial_bin;
+use memdial_testkit::shared_fixture;
 use testkit::output_text as text;
 
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 /// The prompt of every run: 3 tokens, so the last prompt position is 2.
 const PROMPT: &str = "1,2,3";
 
-/// The clean tiny-k3 fixture, generated once per test binary (read-only; removed at exit).
-fn clean() -> &'static Path {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| {
-        let d = testkit::until_exit(testkit::scratch!("bad-input-clean")).join("tiny-k3");
-        let o = memdial(&[
-            "fixture",
-            "--preset",
-            "tiny-k3",
-            "--out",
-            d.to_str().unwrap(),
-        ]);
-        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-        d
-    })
-}
-
 fn memdial(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().unwrap()
+    Command::new(memdial_bin!()).args(args).output().unwrap()
 }
 
 /// A copy of the clean fixture in `SCRATCH/model`.
@@ -44,7 +28,7 @@ fn copy(tag: &str) -> (testkit::Scratch, PathBuf) {
     let s = testkit::scratch!(tag);
     let d = s.join("model");
     std::fs::create_dir_all(&d).unwrap();
-    for e in std::fs::read_dir(clean()).unwrap() {
+    for e in std::fs::read_dir(shared_fixture!("tiny-k3")).unwrap() {
         let e = e.unwrap();
         std::fs::copy(e.path(), d.join(e.file_name())).unwrap();
     }
@@ -75,7 +59,7 @@ fn used_expert() -> (usize, usize) {
         let o = memdial(&[
             "run",
             "--model",
-            clean().to_str().unwrap(),
+            shared_fixture!("tiny-k3").to_str().unwrap(),
             "--prompt-ids",
             PROMPT,
             "--max-tokens",
@@ -694,7 +678,7 @@ fn thread_spawn_failure_is_an_error() {
         // The test-only hook fails the spawn of thread index 480 as the OS would
         // (EAGAIN); an address-space limit (`ulimit -v`) was flaky: the failing
         // allocation may come inside a thread already started, where std aborts.
-        let o = Command::new(BIN)
+        let o = Command::new(memdial_bin!())
             .args(["run", "--model"])
             .arg(&dir)
             .args(["--prompt-ids", PROMPT, "--max-tokens", "1"])
@@ -727,7 +711,7 @@ fn mmap_truncated_during_run_is_an_error() {
         ("touch", "bus error reading the memory-mapped file"),
     ] {
         let (_s, dir) = make(Model::Clean);
-        let o = Command::new(BIN)
+        let o = Command::new(memdial_bin!())
             .env(memdial::io::mmap_guard::TEST_TRUNCATE_ENV, hook)
             .args(["run", "--model"])
             .arg(&dir)
@@ -833,7 +817,7 @@ repeats = 1
     )
     .unwrap();
     let out = s.join("sweep");
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .args(["sweep", "--check", "--bandwidth-probe", "4MiB", "--model"])
         .arg(&dir)
         .arg("--spec")

@@ -6,34 +6,18 @@
 //! already closed, so its first write to stdout meets a broken pipe.
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
 use memdial_testkit as testkit;
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
-
-fn model() -> &'static Path {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| {
-        let d = testkit::until_exit(testkit::scratch!("broken-pipe")).join("tiny-k3");
-        let o = Command::new(BIN)
-            .args(["fixture", "--preset", "tiny-k3", "--out"])
-            .arg(&d)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", testkit::output_text(&o));
-        d
-    })
-}
+use memdial_testkit::memdial_bin;
+use memdial_testkit::shared_fixture;
 
 /// Runs `memdial ARGS` with stdout a broken pipe; returns its stderr after checking it
 /// was terminated by SIGPIPE and printed no panic.
 fn closed_stdout(args: &[&str]) -> String {
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .args(args)
         .stdin(Stdio::null())
         .stdout(writer)
@@ -56,7 +40,7 @@ fn closed_stdout(args: &[&str]) -> String {
 
 #[test]
 fn plan_tokenize_inspect_and_help_end_by_sigpipe() {
-    let m = model().to_str().unwrap();
+    let m = shared_fixture!("tiny-k3").to_str().unwrap();
     closed_stdout(&["plan", "--model", m, "--budget", "1GiB"]);
     closed_stdout(&["plan", "--model", m, "--budget", "1GiB", "--json"]);
     closed_stdout(&[
@@ -90,7 +74,7 @@ fn run_keeps_its_metrics_when_stdout_is_closed() {
     closed_stdout(&[
         "run",
         "--model",
-        model().to_str().unwrap(),
+        shared_fixture!("tiny-k3").to_str().unwrap(),
         "--prompt-ids",
         "1,2,3",
         "--max-tokens",
@@ -130,7 +114,7 @@ repeats = 1
     closed_stdout(&[
         "sweep",
         "--model",
-        model().to_str().unwrap(),
+        shared_fixture!("tiny-k3").to_str().unwrap(),
         "--spec",
         spec.to_str().unwrap(),
         "--out",

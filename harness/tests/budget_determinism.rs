@@ -6,13 +6,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use memdial_testkit as testkit;
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
+use memdial_testkit::memdial_bin;
 
 /// The fixture `preset`, generated for the calling test alone into `SCRATCH/PRESET`
 /// (SCRATCH is removed when the returned guard drops).
 fn fixture(preset: &str) -> (testkit::Scratch, PathBuf) {
-    testkit::fixtures::by_binary(BIN, preset, testkit::scratch!(&format!("det-{preset}")))
+    testkit::fixtures::by_binary(
+        memdial_bin!(),
+        preset,
+        testkit::scratch!(&format!("det-{preset}")),
+    )
 }
 
 fn plan_json(
@@ -23,7 +26,7 @@ fn plan_json(
     max_context: usize,
     threads: &str,
 ) -> serde_json::Value {
-    let out = Command::new(BIN)
+    let out = Command::new(memdial_bin!())
         .args([
             "plan",
             "--json",
@@ -55,7 +58,7 @@ struct RunOut {
 fn run(model: &Path, extra: &[&str]) -> RunOut {
     let scratch = testkit::scratch!("metrics");
     let mj = scratch.join("metrics.json");
-    let out = Command::new(BIN)
+    let out = Command::new(memdial_bin!())
         .args([
             "run",
             "--prompt-ids",
@@ -186,7 +189,7 @@ fn tiny_k3_ids_identical_across_the_full_grid() {
 #[test]
 fn under_floor_budget_exits_2_with_one_line() {
     let (_scratch, m) = fixture("tiny-k3");
-    let out = Command::new(BIN)
+    let out = Command::new(memdial_bin!())
         .args([
             "run",
             "--prompt-ids",

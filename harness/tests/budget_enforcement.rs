@@ -9,17 +9,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output};
-use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use memdial_testkit as testkit;
+use memdial_testkit::fixtures::lock;
+use memdial_testkit::memdial_bin;
 use testkit::output_text as text;
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
-
-fn lock() -> MutexGuard<'static, ()> {
-    static L: Mutex<()> = Mutex::new(());
-    L.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn scratch() -> PathBuf {
     let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("budget-enforcement");
@@ -29,19 +23,7 @@ fn scratch() -> PathBuf {
 
 /// The tiny-k3 fixture on disk (page cache behaves as for a real model).
 fn model() -> &'static Path {
-    static M: OnceLock<PathBuf> = OnceLock::new();
-    M.get_or_init(|| {
-        let out = scratch().join("tiny-k3");
-        if !out.join("config.json").exists() {
-            let o = Command::new(BIN)
-                .args(["fixture", "--preset", "tiny-k3", "--out"])
-                .arg(&out)
-                .output()
-                .unwrap();
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        }
-        out
-    })
+    memdial_testkit::fixtures::preset(memdial_bin!(), "tiny-k3", &scratch())
 }
 
 fn spec(name: &str, io: &str, slack: &str) -> PathBuf {
@@ -61,7 +43,7 @@ fn spec(name: &str, io: &str, slack: &str) -> PathBuf {
 fn sweep(spec: &Path, name: &str, extra: &[&str]) -> (Output, PathBuf) {
     let out = scratch().join(name);
     let _ = std::fs::remove_dir_all(&out);
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .arg("sweep")
         .arg("--model")
         .arg(model())
@@ -220,7 +202,7 @@ fn setup_step_dies_with_a_killed_sweep() {
     .unwrap();
     let out = scratch().join("setup-kill");
     let _ = std::fs::remove_dir_all(&out);
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(memdial_bin!())
         .arg("sweep")
         .arg("--model")
         .arg(model())
@@ -325,7 +307,7 @@ fn direct_run_leaves_no_shard_pages_in_the_page_cache() -> testkit::Outcome {
             "{cold} bytes of the shards stay cached after eviction (tmpfs?)"
         ));
     }
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .args(["run", "--model"])
         .arg(m)
         .args(["--prompt", "The capital of France is", "--max-tokens", "3"])

@@ -11,9 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output};
 
 use memdial_testkit as testkit;
+use memdial_testkit::memdial_bin;
 use testkit::output_text as text;
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -26,7 +25,7 @@ fn scratch() -> PathBuf {
 }
 
 fn model() -> PathBuf {
-    testkit::fixture(BIN, "tiny-k3", &scratch().join("tiny-k3"))
+    testkit::fixture(memdial_bin!(), "tiny-k3", &scratch().join("tiny-k3"))
 }
 
 /// Validates `xml` against the JUnit schema; `Err(message)` when it does not.
@@ -58,7 +57,7 @@ fn sweep(out: &Path, extra: &[&str], envs: &[(&str, &Path)]) -> Output {
     let spec = scratch().join("ci.toml");
     std::fs::write(&spec, SPEC).unwrap();
     let _ = std::fs::remove_dir_all(out);
-    let mut c = Command::new(BIN);
+    let mut c = Command::new(memdial_bin!());
     c.arg("sweep")
         .arg("--model")
         .arg(model())
@@ -148,7 +147,7 @@ fn junit_names_every_point_and_validates() -> testkit::Outcome {
     );
     let merged_xml = d.join("merged.xml");
     let _ = std::fs::remove_dir_all(d.join("merged"));
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .args(["report", "merge"])
         .arg(d.join("passing"))
         .arg("--out")

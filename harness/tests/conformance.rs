@@ -15,21 +15,22 @@ use anyhow::Result;
 use fixture_edit::*;
 use memdial::checkpoint::Checkpoint;
 use memdial::config::{load_config, MoeConfig};
+use memdial::engine::arena::Scratch;
 use memdial::generate::{generate as gen_ids, GenerateParams};
 use memdial::io::IoMode;
 use memdial::model::moe::route;
 use memdial::model::Model;
 use memdial::sampler::SamplerConfig;
-use memdial::store::plan::{plan_unchecked, Prefetch};
+use memdial::store::plan::{plan_unchecked, Prefetch, Sequences};
 use memdial::store::resident::ResidentStore;
 use memdial::store::{Bytes, ExpertWeights, WeightStore};
 use memdial::tokenizer::Tokenizer;
+use memdial_testkit::memdial_bin;
 
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 const PROMPT: [u32; 8] = [5, 17, 300, 2047, 9, 1200, 64, 3];
 
 fn memdial(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().unwrap()
+    Command::new(memdial_bin!()).args(args).output().unwrap()
 }
 
 fn text(o: &Output) -> String {
@@ -298,7 +299,8 @@ fn mtp_layers_are_present_and_unused() {
         ck_b.total_bytes()
     );
     let plan = |cfg, ck| {
-        plan_unchecked(cfg, ck, u64::MAX / 4, IoMode::Direct, Prefetch::None, 64, 1).unwrap()
+        let act = Scratch::activations(cfg, Sequences::single(64), 1);
+        plan_unchecked(cfg, ck, u64::MAX / 4, IoMode::Direct, Prefetch::None, act).unwrap()
     };
     let (pm, pb) = (plan(&cfg_m, &ck_m), plan(&cfg, &ck_b));
     assert_eq!(pm.model_bytes, pb.model_bytes);

@@ -32,26 +32,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output};
-use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use memdial_testkit as testkit;
+use memdial_testkit::fixtures::lock;
+use memdial_testkit::memdial_bin;
+use memdial_testkit::shared_scratch;
 use testkit::output_text as text;
 
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
-
-fn lock() -> MutexGuard<'static, ()> {
-    static L: Mutex<()> = Mutex::new(());
-    L.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn scratch() -> PathBuf {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| testkit::until_exit(testkit::scratch!("engines-tests")))
-        .clone()
-}
-
 fn model(preset: &str) -> PathBuf {
-    testkit::fixture(BIN, preset, &scratch().join(preset))
+    testkit::fixture(memdial_bin!(), preset, &shared_scratch!().join(preset))
 }
 
 fn repo_root() -> PathBuf {
@@ -59,11 +48,11 @@ fn repo_root() -> PathBuf {
 }
 
 fn sweep(model: &Path, spec: &str, name: &str, env: &[(&str, &Path)]) -> (Output, PathBuf) {
-    let spec_path = scratch().join(format!("{name}.toml"));
+    let spec_path = shared_scratch!().join(format!("{name}.toml"));
     std::fs::write(&spec_path, spec).unwrap();
-    let out = scratch().join(name);
+    let out = shared_scratch!().join(name);
     let _ = std::fs::remove_dir_all(&out);
-    let mut c = Command::new(BIN);
+    let mut c = Command::new(memdial_bin!());
     c.arg("sweep")
         .arg("--model")
         .arg(model)
@@ -436,7 +425,7 @@ fn llama_cpp_f32_agrees_with_memdial_on_tiny_fixtures() -> testkit::Outcome {
         );
     };
     let bin = PathBuf::from(bin);
-    let cache = scratch().join("engine-cache");
+    let cache = shared_scratch!().join("engine-cache");
     let _g = lock();
     for preset in ["tiny-k3", "tiny-linear"] {
         let spec = r#"
@@ -511,7 +500,7 @@ fn llama_cpp_alone_on_a_random_llama_gguf() -> testkit::Outcome {
     };
     let bin = PathBuf::from(bin);
     let _g = lock();
-    let dir = scratch().join("tiny-llama");
+    let dir = shared_scratch!().join("tiny-llama");
     std::fs::create_dir_all(&dir).unwrap();
     let gguf = dir.join("tiny-llama.gguf");
     let py = |script: &str, args: &[&str]| {
@@ -939,7 +928,7 @@ foreign_read_bytes = 1125899906842624
 /// `memdial engines check` runs each engine's check command: one that exits 0 is `ok`
 /// with its first line, one that exits 3 is `broken` with its exit and stderr (exit 1).
 fn engines_check_runs_each_engine() {
-    let spec = scratch().join("check.toml");
+    let spec = shared_scratch!().join("check.toml");
     std::fs::write(
         &spec,
         r#"
@@ -956,7 +945,7 @@ check = ["sh", "-c", "echo oops >&2; exit 3"]
 "#,
     )
     .unwrap();
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .args(["engines", "check", "--spec"])
         .arg(&spec)
         .output()

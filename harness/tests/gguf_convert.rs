@@ -13,29 +13,22 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output};
-use std::sync::OnceLock;
 
 use memdial_testkit as testkit;
+use memdial_testkit::memdial_bin;
+use memdial_testkit::shared_scratch;
 use testkit::output_text as text;
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
-
-fn scratch() -> PathBuf {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| testkit::until_exit(testkit::scratch!("gguf-tests")))
-        .clone()
-}
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn model(preset: &str) -> PathBuf {
-    testkit::fixture(BIN, preset, &scratch().join(preset))
+    testkit::fixture(memdial_bin!(), preset, &shared_scratch!().join(preset))
 }
 
 fn convert(model: &Path, dtype: &str, out: &Path) -> Output {
-    Command::new(BIN)
+    Command::new(memdial_bin!())
         .args(["convert", "--to", "gguf", "--dtype", dtype, "--model"])
         .arg(model)
         .arg("--out")
@@ -53,7 +46,7 @@ fn tiny_fixtures_read_back_by_the_gguf_package() -> testkit::Outcome {
     for preset in ["tiny-k3", "tiny-linear"] {
         let m = model(preset);
         for dtype in ["native", "f32"] {
-            let out = scratch().join(format!("{preset}-{dtype}.gguf"));
+            let out = shared_scratch!().join(format!("{preset}-{dtype}.gguf"));
             let o = convert(&m, dtype, &out);
             assert_eq!(o.status.code(), Some(0), "{preset} {dtype}: {}", text(&o));
             let r = Command::new(&python)
@@ -84,9 +77,9 @@ fn no_files(out: &Path) {
 }
 
 fn bad_input_fails_cleanly_and_leaves_no_file() {
-    let out = scratch().join("bad.gguf");
+    let out = shared_scratch!().join("bad.gguf");
     // not a checkpoint: usage error
-    let empty = scratch().join("empty-dir");
+    let empty = shared_scratch!().join("empty-dir");
     std::fs::create_dir_all(&empty).unwrap();
     let o = convert(&empty, "native", &out);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -98,7 +91,7 @@ fn bad_input_fails_cleanly_and_leaves_no_file() {
     no_files(&out);
     // a model type llama.cpp's kimi loaders do not read
     let src = model("tiny-linear");
-    let other = scratch().join("other-type");
+    let other = shared_scratch!().join("other-type");
     std::fs::create_dir_all(&other).unwrap();
     for e in std::fs::read_dir(&src).unwrap() {
         let e = e.unwrap();

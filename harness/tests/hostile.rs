@@ -9,13 +9,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Output};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use memdial_testkit as testkit;
+use memdial_testkit::memdial_bin;
+use memdial_testkit::shared_fixture;
+use memdial_testkit::shared_scratch;
 use testkit::output_text as text;
 
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 /// Far more than any case takes on a loaded 2-core machine (each is a second or two).
 const LIMIT: Duration = Duration::from_secs(180);
 
@@ -28,17 +29,6 @@ max_tokens = 2
 repeats = 1
 "#;
 
-fn scratch() -> PathBuf {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| testkit::until_exit(testkit::scratch!("hostile")))
-        .clone()
-}
-
-fn model() -> &'static Path {
-    static M: OnceLock<PathBuf> = OnceLock::new();
-    M.get_or_init(|| testkit::fixture(BIN, "tiny-k3", &scratch().join("tiny-k3")))
-}
-
 fn run(cmd: &mut Command) -> Output {
     testkit::output_within(cmd, LIMIT).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -46,13 +36,13 @@ fn run(cmd: &mut Command) -> Output {
 /// `memdial sweep --no-cgroup` of spec text `spec` into `DIR/out` (`DIR` a fresh
 /// directory `name` holding the spec).
 fn sweep(name: &str, spec: &str, extra: &[&str]) -> (Output, PathBuf) {
-    let d = scratch().join(name);
+    let d = shared_scratch!().join(name);
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     let p = d.join("spec.toml");
     std::fs::write(&p, spec).unwrap();
     let out = d.join("out");
-    let o = run(Command::new(BIN)
+    let o = run(Command::new(memdial_bin!())
         .args([
             "sweep",
             "--check",
@@ -61,7 +51,7 @@ fn sweep(name: &str, spec: &str, extra: &[&str]) -> (Output, PathBuf) {
             "4MiB",
         ])
         .arg("--model")
-        .arg(model())
+        .arg(shared_fixture!("tiny-k3"))
         .arg("--spec")
         .arg(&p)
         .arg("--out")
@@ -82,7 +72,7 @@ fn engine(command: &str, extra: &str) -> String {
 /// A file `name` in the scratch directory with `text` and `mode`; its path.
 fn file(name: &str, text: &str, mode: u32) -> String {
     use std::os::unix::fs::PermissionsExt;
-    let p = scratch().join(name);
+    let p = shared_scratch!().join(name);
     std::fs::write(&p, text).unwrap();
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
     p.display().to_string()
@@ -90,7 +80,7 @@ fn file(name: &str, text: &str, mode: u32) -> String {
 
 /// A FIFO in the scratch directory; its path.
 fn fifo() -> String {
-    let p = scratch().join("prompt.fifo");
+    let p = shared_scratch!().join("prompt.fifo");
     if !p.exists() {
         let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
         // SAFETY: mkfifo reads the NUL-terminated path we own.
@@ -230,7 +220,7 @@ fn refused_cases() -> Vec<(&'static str, String, Vec<String>)> {
             "a directory as prompt file",
             prompts(&format!(
                 "{{ file = {:?} }}",
-                scratch().display().to_string()
+                shared_scratch!().display().to_string()
             )),
             s(&["is a directory, not a text file"]),
         ),
@@ -374,7 +364,7 @@ impl Tmpfs {
                 "not root: cannot mount a size-limited tmpfs for the full-disk checks".into(),
             );
         }
-        let d = scratch().join(tag);
+        let d = shared_scratch!().join(tag);
         std::fs::create_dir_all(&d).unwrap();
         let o = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
@@ -435,7 +425,7 @@ fn full_disk_is_an_error_that_loses_nothing() -> testkit::Outcome {
         Ok(f) => f,
         Err(why) => return testkit::skip(why),
     };
-    let m = model().to_str().unwrap().to_string();
+    let m = shared_fixture!("tiny-k3").to_str().unwrap().to_string();
     let gen = [
         "run",
         "--model",
@@ -445,14 +435,14 @@ fn full_disk_is_an_error_that_loses_nothing() -> testkit::Outcome {
         "--max-tokens",
         "3",
     ];
-    let plain = run(Command::new(BIN).args(gen));
+    let plain = run(Command::new(memdial_bin!()).args(gen));
     assert_eq!(plain.status.code(), Some(0), "{}", text(&plain));
     assert!(!plain.stdout.is_empty());
     for flag in ["--metrics-json", "--logits-out"] {
         let p = fs.0.join(format!("out{flag}"));
         std::fs::write(&p, "old").unwrap();
         fs.fill();
-        let o = run(Command::new(BIN).args(gen).arg(flag).arg(&p));
+        let o = run(Command::new(memdial_bin!()).args(gen).arg(flag).arg(&p));
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{flag}: {}", text(&o));
         assert_eq!(
@@ -471,7 +461,7 @@ fn full_disk_is_an_error_that_loses_nothing() -> testkit::Outcome {
     }
     // A sweep whose --out fills up after its first run (256 KiB hold the run and
     // results.json, not the reports beside them).
-    let spec = scratch().join("full-sweep.toml");
+    let spec = shared_scratch!().join("full-sweep.toml");
     let two = BASE.replace(
         "budgets = [\"floor\"]",
         "budgets = [\"floor\", \"3x floor\"]",
@@ -479,7 +469,7 @@ fn full_disk_is_an_error_that_loses_nothing() -> testkit::Outcome {
     std::fs::write(&spec, format!("{two}prompts = [{{ ids = [1, 2] }}]\n")).unwrap();
     let out = fs.0.join("sweep");
     let sweep_into = || {
-        run(Command::new(BIN)
+        run(Command::new(memdial_bin!())
             .args([
                 "sweep",
                 "--check",

@@ -13,14 +13,13 @@ use std::process::Command;
 use memdial::io::pagecache::residency;
 use memdial::io::IoMode;
 use memdial::iobench::{preload, run_cell, CacheState, CellSpec, Pattern, Workload, DEFAULT_SEED};
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
+use memdial_testkit::memdial_bin;
 
 /// A fresh `tiny-k3` fixture in `SCRATCH/tiny-k3`, where SCRATCH is a directory
 /// unique to the caller under `CARGO_TARGET_TMPDIR` (removed when the guard drops).
 fn fixture(name: &str) -> (memdial_testkit::Scratch, PathBuf) {
     memdial_testkit::fixtures::by_binary(
-        BIN,
+        memdial_bin!(),
         "tiny-k3",
         memdial_testkit::scratch!(&format!("iobench-{name}")),
     )
@@ -138,7 +137,7 @@ fn csv_rows(path: &Path) -> Vec<std::collections::HashMap<String, String>> {
 fn cli_writes_the_report_and_replays_a_trace() {
     let (_scratch, dir) = fixture("cli");
     let trace = dir.join("trace.jsonl");
-    let st = Command::new(BIN)
+    let st = Command::new(memdial_bin!())
         .args(["run", "--prompt-ids", "1,2,3,4", "--max-tokens", "3"])
         .args(["--budget", "64MiB", "--io", "buffered", "--record-trace"])
         .arg(&trace)
@@ -152,7 +151,7 @@ fn cli_writes_the_report_and_replays_a_trace() {
         String::from_utf8_lossy(&st.stderr)
     );
     let out = dir.join("report");
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .args(["iobench", "--modes", "direct,buffered,mmap", "--qd", "1,2"])
         .args(["--seconds", "0.2", "--pattern"])
         .arg(format!("trunk,trace:{}", trace.display()))
@@ -220,7 +219,7 @@ fn bad_arguments_exit_2() {
         ["--seconds", "-1"],
         ["--cache", "lukewarm"],
     ] {
-        let o = Command::new(BIN)
+        let o = Command::new(memdial_bin!())
             .args(["iobench", "--model"])
             .arg(dir.path())
             .args(bad)

@@ -3,12 +3,14 @@
 //! model is packed once into the cache, both layouts run at equal budgets in direct
 //! and buffered IO, the verdict passes on identical ids, and the report compares them.
 
+// One sweep at a time (`lock`): concurrent sweeps would evict each other's pages.
+use memdial_testkit::fixtures::lock;
+use memdial_testkit::memdial_bin;
 use memdial_testkit::output_text as text;
+use memdial_testkit::shared_fixture;
+use memdial_testkit::shared_scratch;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, MutexGuard, OnceLock};
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
 /// 2 budgets × 3 IO modes × 2 layouts (mmap × lossless n/a) × 2 repeats.
 const SPEC: &str = r#"
@@ -27,42 +29,16 @@ steal_cores = 1024.0
 foreign_read_bytes = 1125899906842624
 "#;
 
-/// One sweep at a time: concurrent sweeps would evict each other's pages.
-fn lock() -> MutexGuard<'static, ()> {
-    static L: Mutex<()> = Mutex::new(());
-    L.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn scratch() -> PathBuf {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| memdial_testkit::until_exit(memdial_testkit::scratch!("layout-sweep")))
-        .clone()
-}
-
-fn model() -> &'static Path {
-    static M: OnceLock<PathBuf> = OnceLock::new();
-    M.get_or_init(|| {
-        let out = scratch().join("tiny-k3");
-        let o = Command::new(BIN)
-            .args(["fixture", "--preset", "tiny-k3", "--out"])
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "fixture: {}", text(&o));
-        out
-    })
-}
-
 fn cache() -> PathBuf {
-    scratch().join("cache")
+    shared_scratch!().join("cache")
 }
 
 fn sweep(model: &Path, spec: &str, out: &str, extra: &[&str]) -> (Output, PathBuf) {
-    let spec_path = scratch().join(format!("{out}.toml"));
+    let spec_path = shared_scratch!().join(format!("{out}.toml"));
     std::fs::write(&spec_path, spec).unwrap();
-    let out = scratch().join(out);
+    let out = shared_scratch!().join(out);
     let _ = std::fs::remove_dir_all(&out);
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .arg("sweep")
         .arg("--model")
         .arg(model)
@@ -86,7 +62,7 @@ fn rows(dir: &Path) -> Vec<serde_json::Value> {
 #[test]
 fn both_layouts_run_at_equal_budgets_with_identical_ids() {
     let _g = lock();
-    let (o, out) = sweep(model(), SPEC, "both", &["--check"]);
+    let (o, out) = sweep(shared_fixture!("tiny-k3"), SPEC, "both", &["--check"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
     assert!(line.starts_with("PASS: "), "{line}");
@@ -103,7 +79,7 @@ fn both_layouts_run_at_equal_budgets_with_identical_ids() {
         .find(|p| p.is_dir())
         .expect("the packed layout is in the cache");
     assert!(packed_dir.join("lossless.pack").is_file());
-    assert!(!model().join("lossless.pack").exists());
+    assert!(!shared_fixture!("tiny-k3").join("lossless.pack").exists());
     for r in &ok {
         let key = r["point_key"].as_str().unwrap();
         match r["layout"].as_str().unwrap() {
@@ -172,7 +148,7 @@ fn both_layouts_run_at_equal_budgets_with_identical_ids() {
         .replace("[\"floor\", \"2x floor\"]", "[\"floor\"]")
         .replace(", \"mmap\"", "")
         .replace("repeats = 2", "repeats = 1");
-    let (o, _) = sweep(model(), &one, "again", &[]);
+    let (o, _) = sweep(shared_fixture!("tiny-k3"), &one, "again", &[]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("(cached; packed tensors at"),
@@ -187,23 +163,28 @@ fn a_layout_sweep_refuses_what_it_cannot_pack_or_read() {
     let one = SPEC.replace("[\"floor\", \"2x floor\"]", "[\"floor\"]");
     // --packed must be a packed layout of this model.
     let (o, _) = sweep(
-        model(),
+        shared_fixture!("tiny-k3"),
         &one,
         "not-packed",
-        &["--packed", model().to_str().unwrap()],
+        &["--packed", shared_fixture!("tiny-k3").to_str().unwrap()],
     );
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("is not a packed layout"), "{}", text(&o));
     // --packed without a lossless layout in the spec.
     let plain = one.replace("layout = [\"safetensors\", \"lossless\"]", "");
-    let (o, _) = sweep(model(), &plain, "no-layout", &["--packed", "/nonexistent"]);
+    let (o, _) = sweep(
+        shared_fixture!("tiny-k3"),
+        &plain,
+        "no-layout",
+        &["--packed", "/nonexistent"],
+    );
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("--packed is read by the spec's `lossless` layout"));
     // Packing verifies every tensor against tensors.sha256: a model without it is refused.
-    let bare = scratch().join("tiny-k3-no-manifest");
+    let bare = shared_scratch!().join("tiny-k3-no-manifest");
     let _ = std::fs::remove_dir_all(&bare);
     std::fs::create_dir_all(&bare).unwrap();
-    for e in std::fs::read_dir(model()).unwrap() {
+    for e in std::fs::read_dir(shared_fixture!("tiny-k3")).unwrap() {
         let p = e.unwrap().path();
         if p.file_name().unwrap() != "tensors.sha256" {
             std::fs::copy(&p, bare.join(p.file_name().unwrap())).unwrap();

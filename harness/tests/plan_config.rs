@@ -5,11 +5,14 @@
 use std::process::{Command, Output};
 
 use memdial_testkit as testkit;
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
+use memdial_testkit::memdial_bin;
 
 fn plan(args: &[&str]) -> Output {
-    Command::new(BIN).arg("plan").args(args).output().unwrap()
+    Command::new(memdial_bin!())
+        .arg("plan")
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 fn json(args: &[&str]) -> serde_json::Value {
@@ -157,7 +160,7 @@ fn configs_that_cannot_be_planned_exit_2() {
         &["plan", "--model", "/nonexistent/model"][..],
         &["run", "--model", "/nonexistent/model", "--prompt-ids", "1"][..],
     ] {
-        let o = Command::new(BIN).args(args).output().unwrap();
+        let o = Command::new(memdial_bin!()).args(args).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(
@@ -166,7 +169,7 @@ fn configs_that_cannot_be_planned_exit_2() {
         );
     }
     // The streaming store's settings without a budget would be silently ignored.
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .args(["run", "--model", "/nonexistent/model", "--prompt-ids", "1"])
         .args(["--io", "mmap"])
         .output()
@@ -185,7 +188,7 @@ fn configs_that_cannot_be_planned_exit_2() {
 #[test]
 fn plan_and_run_give_the_same_floor_for_the_same_settings() {
     let dir = testkit::until_exit(testkit::scratch!("one-floor"));
-    let model = testkit::fixture(BIN, "tiny-k3", &dir.join("tiny-k3"));
+    let model = testkit::fixture(memdial_bin!(), "tiny-k3", &dir.join("tiny-k3"));
     let m = model.to_str().unwrap();
     for (io, prefetch, threads) in [("direct", "none", "1"), ("buffered", "next-layer", "2")] {
         let settings = [
@@ -203,7 +206,7 @@ fn plan_and_run_give_the_same_floor_for_the_same_settings() {
             "floor_bytes",
         );
         let metrics = dir.join(format!("{io}.json"));
-        let o = Command::new(BIN)
+        let o = Command::new(memdial_bin!())
             .args([
                 "run",
                 "--model",
@@ -241,7 +244,7 @@ fn plan_and_run_give_the_same_floor_for_the_same_settings() {
         )
         .unwrap();
         let out = dir.join(format!("sweep-{io}"));
-        let o = Command::new(BIN)
+        let o = Command::new(memdial_bin!())
             .args([
                 "sweep",
                 "--check",

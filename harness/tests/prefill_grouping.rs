@@ -8,17 +8,20 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use memdial_testkit as testkit;
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
+use memdial_testkit::memdial_bin;
 
 /// A fresh fixture in a scratch directory of its own (removed when the guard drops).
 fn fixture(preset: &str) -> (testkit::Scratch, PathBuf) {
-    testkit::fixtures::by_binary(BIN, preset, testkit::scratch!(&format!("grp-{preset}")))
+    testkit::fixtures::by_binary(
+        memdial_bin!(),
+        preset,
+        testkit::scratch!(&format!("grp-{preset}")),
+    )
 }
 
 /// The floor of a 2-kernel-thread run (the runs below use `--threads 2`).
 fn floor(model: &Path, io: &str, max_context: usize) -> u64 {
-    let out = Command::new(BIN)
+    let out = Command::new(memdial_bin!())
         .args([
             "plan",
             "--json",
@@ -45,7 +48,7 @@ fn run(model: &Path, prompt: &str, extra: &[&str]) -> (String, Vec<u8>, serde_js
         dir.join(format!("g-{tag}.json")),
         dir.join(format!("g-{tag}.npy")),
     );
-    let out = Command::new(BIN)
+    let out = Command::new(memdial_bin!())
         .args([
             "run",
             "--prompt-ids",

@@ -5,30 +5,20 @@
 //! usage error.
 
 use std::os::unix::fs::FileTypeExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 use memdial_testkit as testkit;
+use memdial_testkit::memdial_bin;
+use memdial_testkit::shared_fixture;
+use memdial_testkit::shared_scratch;
 use testkit::output_text as text;
 
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
-
-fn dir() -> &'static Path {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| testkit::until_exit(testkit::scratch!("run-outputs")))
-}
-
-fn model() -> &'static Path {
-    static M: OnceLock<PathBuf> = OnceLock::new();
-    M.get_or_init(|| testkit::fixture(BIN, "tiny-k3", &dir().join("tiny-k3")))
-}
-
 fn run(extra: &[&str]) -> Output {
-    Command::new(BIN)
+    Command::new(memdial_bin!())
         .arg("run")
         .arg("--model")
-        .arg(model())
+        .arg(shared_fixture!("tiny-k3"))
         .args([
             "--prompt-ids",
             "1,2,3",
@@ -44,20 +34,20 @@ fn run(extra: &[&str]) -> Output {
 
 #[test]
 fn unwritable_output_paths_are_refused_before_loading() {
-    let missing = dir().join("no-such-dir/m.json");
+    let missing = shared_scratch!().join("no-such-dir/m.json");
     let o = run(&["--metrics-json", missing.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("--metrics-json"), "{}", text(&o));
     assert!(o.stdout.is_empty(), "nothing generated: {}", text(&o));
-    let o = run(&["--logits-out", dir().to_str().unwrap()]);
+    let o = run(&["--logits-out", shared_scratch!().to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("is a directory"), "{}", text(&o));
 }
 
 #[test]
 fn links_and_devices_are_written_through_not_replaced() {
-    let target = dir().join("metrics-target.json");
-    let link = dir().join("metrics-link.json");
+    let target = shared_scratch!().join("metrics-target.json");
+    let link = shared_scratch!().join("metrics-link.json");
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(&target, &link).unwrap();
     let o = run(&["--metrics-json", link.to_str().unwrap()]);
@@ -99,12 +89,12 @@ fn a_file_that_cannot_be_written_loses_no_output() {
 
 #[test]
 fn sweep_out_naming_a_file_is_a_usage_error() {
-    let f = dir().join("not-a-dir");
+    let f = shared_scratch!().join("not-a-dir");
     std::fs::write(&f, "x").unwrap();
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .arg("sweep")
         .arg("--model")
-        .arg(model())
+        .arg(shared_fixture!("tiny-k3"))
         .arg("--out")
         .arg(&f)
         .args(["--no-cgroup", "--check"])

@@ -12,14 +12,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use memdial_testkit as testkit;
+use memdial_testkit::memdial_bin;
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 const PROMPT: &str = "1,2,3,4,5,6,7";
 
 fn fixture(s: &testkit::Scratch) -> PathBuf {
     let d = s.join("tiny-k3");
-    let st = Command::new(BIN)
+    let st = Command::new(memdial_bin!())
         .args(["fixture", "--preset", "tiny-k3", "--out"])
         .arg(&d)
         .status()
@@ -33,7 +33,7 @@ fn run(model: &Path, dir: &Path, tag: &str, args: &[&str]) -> (Value, PathBuf) {
         dir.join(format!("m-{tag}.json")),
         dir.join(format!("t-{tag}.jsonl")),
     );
-    let out = Command::new(BIN)
+    let out = Command::new(memdial_bin!())
         .args(["run", "--prompt-ids", PROMPT, "--prefill-chunk", "4"])
         .args([
             "--max-tokens",
@@ -63,7 +63,7 @@ fn run(model: &Path, dir: &Path, tag: &str, args: &[&str]) -> (Value, PathBuf) {
 }
 
 fn simulate(model: &Path, trace: &Path, args: &[&str]) -> Vec<Value> {
-    let out = Command::new(BIN)
+    let out = Command::new(memdial_bin!())
         .args(["simulate", "--output", "json", "--model"])
         .arg(model)
         .arg("--trace")
@@ -211,7 +211,7 @@ fn headerless_trace_is_refused() {
     let model = fixture(&s);
     let t = s.join("v1.jsonl");
     std::fs::write(&t, "{\"token\":0,\"layer\":1,\"experts\":[0,1,2,3]}\n").unwrap();
-    let out = Command::new(BIN)
+    let out = Command::new(memdial_bin!())
         .args(["simulate", "--budget", "3MB", "--model"])
         .arg(&model)
         .arg("--trace")

@@ -12,9 +12,8 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use memdial_testkit as testkit;
+use memdial_testkit::memdial_bin;
 use testkit::output_text as text;
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
 fn scratch() -> PathBuf {
     let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("slurm");
@@ -188,7 +187,7 @@ fn array_sweep_merges_into_one_verdict() -> testkit::Outcome {
         Err(e) => panic!("could not start a one-node Slurm cluster: {e}"),
     };
     let model = dir.join("tiny-k3");
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .args(["fixture", "--preset", "tiny-k3", "--out"])
         .arg(&model)
         .output()
@@ -214,7 +213,7 @@ fn array_sweep_merges_into_one_verdict() -> testkit::Outcome {
         .arg(&spec)
         .arg(&out)
         .arg("--wait")
-        .env("MEMDIAL", BIN)
+        .env("MEMDIAL", memdial_bin!())
         .env("MEMDIAL_SWEEP_ARGS", "--bandwidth-probe 4MiB")
         .env(
             "PATH",

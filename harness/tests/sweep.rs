@@ -5,13 +5,15 @@
 //! The tests share one fixture and run one at a time (a global lock): concurrent
 //! sweeps would evict each other's pages and make "cold" unverifiable.
 
+use memdial_testkit::fixtures::lock;
+use memdial_testkit::memdial_bin;
 use memdial_testkit::output_text as text;
+use memdial_testkit::shared_fixture;
+use memdial_testkit::shared_scratch;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
 /// Spec used by most tests: 2 budgets × 2 IO modes × 2 repeats = 8 runs of 4 tokens.
 const SPEC: &str = r#"
@@ -33,49 +35,17 @@ foreign_read_bytes = 1125899906842624
 "#;
 const SPEC_RUNS: usize = 8;
 
-fn lock() -> MutexGuard<'static, ()> {
-    static L: Mutex<()> = Mutex::new(());
-    L.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// This process's scratch directory in the target dir (on disk; unique to this test
-/// binary run, removed at exit). The tests name distinct subdirectories in it.
-fn scratch() -> PathBuf {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| memdial_testkit::until_exit(memdial_testkit::scratch!("sweep-tests")))
-        .clone()
-}
-
-/// The tiny-k3 fixture, generated once per test binary.
-fn model() -> &'static Path {
-    static M: OnceLock<PathBuf> = OnceLock::new();
-    M.get_or_init(|| {
-        let out = scratch().join("tiny-k3");
-        let o = Command::new(BIN)
-            .args(["fixture", "--preset", "tiny-k3", "--out"])
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "fixture: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        out
-    })
-}
-
 fn spec_file(name: &str, text: &str) -> PathBuf {
-    let p = scratch().join(name);
+    let p = shared_scratch!().join(name);
     std::fs::write(&p, text).unwrap();
     p
 }
 
 fn sweep(spec: &Path, out: &Path, extra: &[&str]) -> Output {
-    Command::new(BIN)
+    Command::new(memdial_bin!())
         .arg("sweep")
         .arg("--model")
-        .arg(model())
+        .arg(shared_fixture!("tiny-k3"))
         .arg("--spec")
         .arg(spec)
         .arg("--out")
@@ -87,14 +57,14 @@ fn sweep(spec: &Path, out: &Path, extra: &[&str]) -> Output {
 }
 
 fn fresh(name: &str) -> PathBuf {
-    let d = scratch().join(name);
+    let d = shared_scratch!().join(name);
     let _ = std::fs::remove_dir_all(&d);
     d
 }
 
 /// Runs `memdial report merge ARGS…`.
 fn merge(args: &[&Path]) -> Output {
-    Command::new(BIN)
+    Command::new(memdial_bin!())
         .args(["report", "merge"])
         .args(args)
         .output()
@@ -284,10 +254,10 @@ fn killed_sweep_resumes_without_rerunning_finished_runs() {
     let full = full_run();
     let out = fresh("killed");
     let spec = spec_file("killed.toml", SPEC);
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(memdial_bin!())
         .arg("sweep")
         .arg("--model")
-        .arg(model())
+        .arg(shared_fixture!("tiny-k3"))
         .arg("--spec")
         .arg(&spec)
         .arg("--out")
@@ -514,7 +484,7 @@ fn usage_errors_exit_2() {
     }
     let bad = spec_file("bad.toml", "budgets = [\"lots\"]\n");
     assert_eq!(sweep(&bad, &fresh("usage"), &[]).status.code(), Some(2));
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .args(["sweep", "--model", "/nonexistent/model", "--spec"])
         .arg(&spec)
         .output()
@@ -637,10 +607,10 @@ fn locked_out_dir_and_interrupt_print_the_resume_command() {
     let _g = lock();
     let out = fresh("locked");
     let spec = spec_file("long.toml", LONG_SPEC);
-    let mut a = Command::new(BIN)
+    let mut a = Command::new(memdial_bin!())
         .arg("sweep")
         .arg("--model")
-        .arg(model())
+        .arg(shared_fixture!("tiny-k3"))
         .arg("--spec")
         .arg(&spec)
         .arg("--out")
@@ -966,7 +936,7 @@ fn auto_repeats_stop_at_the_precision_and_pass_with_fewer_runs() {
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains(" of 4 (±"), "{md}");
     assert!(md.contains(", precision reached)"), "{md}");
-    let o = Command::new(BIN)
+    let o = Command::new(memdial_bin!())
         .args(["report", "verify"])
         .arg(&out)
         .output()

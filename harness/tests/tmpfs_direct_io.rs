@@ -11,12 +11,11 @@ use std::process::{Command, ExitCode};
 use memdial::checkpoint::Checkpoint;
 use memdial::config::load_config;
 use memdial::io::IoMode;
-use memdial::store::cache::CachePolicy;
+use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::Prefetch;
 use memdial::store::streaming::{StreamOptions, StreamingStore};
 use memdial_testkit as testkit;
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
+use memdial_testkit::memdial_bin;
 
 /// A scratch directory unique to the caller on the tmpfs `/dev/shm`, or why there is none.
 fn shm_scratch(tag: &str) -> Result<testkit::Scratch, String> {
@@ -52,7 +51,11 @@ fn direct_io_on_tmpfs_is_refused_with_a_hint() -> testkit::Outcome {
             trace: None,
             verify_reads: true,
         },
-        1,
+        memdial::engine::arena::Scratch::activations(
+            &cfg,
+            memdial::store::plan::Sequences::single(256),
+            1,
+        ),
     );
     let err = res.expect_err("tmpfs must not pass for direct IO");
     let msg = format!("{err:#}");
@@ -75,13 +78,13 @@ fn direct_io_on_tmpfs_exits_nonzero_with_hint() -> testkit::Outcome {
         Err(why) => return testkit::skip(why),
     };
     let d = s.join("tiny-k3");
-    let st = Command::new(BIN)
+    let st = Command::new(memdial_bin!())
         .args(["fixture", "--preset", "tiny-k3", "--out"])
         .arg(&d)
         .status()
         .unwrap();
     assert!(st.success());
-    let out = Command::new(BIN)
+    let out = Command::new(memdial_bin!())
         .args([
             "run",
             "--prompt-ids",

@@ -11,12 +11,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, MutexGuard, OnceLock};
 
+use memdial_testkit::fixtures::lock;
+use memdial_testkit::memdial_bin;
 use memdial_testkit::output_text as text;
+use memdial_testkit::shared_fixture;
+use memdial_testkit::shared_scratch;
 use serde_json::{json, Value};
-
-const BIN: &str = env!("CARGO_BIN_EXE_memdial");
 
 /// 2 budgets × 1 IO mode × 2 repeats = 4 runs of 2 tokens.
 const SPEC: &str = r#"
@@ -31,35 +32,9 @@ max_tokens = 2
 repeats = 2
 "#;
 
-fn lock() -> MutexGuard<'static, ()> {
-    static L: Mutex<()> = Mutex::new(());
-    L.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn scratch() -> PathBuf {
-    static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| memdial_testkit::until_exit(memdial_testkit::scratch!("verdict-corpus")))
-        .clone()
-}
-
-/// The tiny-k3 fixture, generated once (read-only: cases that change the model copy it).
-fn model() -> &'static Path {
-    static M: OnceLock<PathBuf> = OnceLock::new();
-    M.get_or_init(|| {
-        let out = scratch().join("tiny-k3");
-        let o = Command::new(BIN)
-            .args(["fixture", "--preset", "tiny-k3", "--out"])
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "fixture: {}", text(&o));
-        out
-    })
-}
-
 /// A fresh directory `name` in the scratch directory.
 fn fresh(name: &str) -> PathBuf {
-    let d = scratch().join(name);
+    let d = shared_scratch!().join(name);
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -75,7 +50,7 @@ fn sweep_on(model: &Path, spec: &Path, out: &Path, extra: &[&str], env: &[(&str,
     // Under a time limit: a case that would hang (a chart of far-out timings) fails.
     let limit = std::time::Duration::from_secs(300);
     memdial_testkit::output_within(
-        Command::new(BIN)
+        Command::new(memdial_bin!())
             .args([
                 "sweep",
                 "--check",
@@ -97,11 +72,11 @@ fn sweep_on(model: &Path, spec: &Path, out: &Path, extra: &[&str], env: &[(&str,
 }
 
 fn sweep(spec: &Path, out: &Path, extra: &[&str]) -> Output {
-    sweep_on(model(), spec, out, extra, &[])
+    sweep_on(shared_fixture!("tiny-k3"), spec, out, extra, &[])
 }
 
 fn memdial(args: &[&str]) -> Output {
-    Command::new(BIN).args(args).output().unwrap()
+    Command::new(memdial_bin!()).args(args).output().unwrap()
 }
 
 fn json_of(p: &Path) -> Value {
@@ -163,7 +138,7 @@ fn hostile_run(name: &str, payload: Value) -> Output {
     let d = fresh(name);
     let bin = stand_in(&d, &payload);
     sweep_on(
-        model(),
+        shared_fixture!("tiny-k3"),
         &write(&d.join("spec.toml"), SPEC),
         &d.join("out"),
         &[],
@@ -427,13 +402,13 @@ fn cases() -> Vec<Case> {
                 let spec = write(&d.join("spec.toml"), SPEC);
                 let env = [("MEMDIAL_SWEEP_RUN_BIN", s(&bin))];
                 sweep_on(
-                    model(),
+                    shared_fixture!("tiny-k3"),
                     &spec,
                     &d.join("out"),
                     &["--test-stop-after", "1"],
                     &env,
                 );
-                sweep_on(model(), &spec, &d.join("out"), &[], &env)
+                sweep_on(shared_fixture!("tiny-k3"), &spec, &d.join("out"), &[], &env)
             },
         ),
         // --- stale engine output
@@ -442,7 +417,7 @@ fn cases() -> Vec<Case> {
             1,
             &["fake wrote no ids file"],
             || {
-                let f = scratch().join("outside-ids.json");
+                let f = shared_scratch!().join("outside-ids.json");
                 write(&f, r#"{"output_ids": [5, 6]}"#);
                 engine_run("stale-outside", "true", s(&f))
             },
@@ -505,7 +480,7 @@ fn cases() -> Vec<Case> {
             &["is in the sweep's directory but outside this run's: not removed"],
             || {
                 let o = engine_run("own-results", "true", "{run_dir}/../../results.json");
-                let out = scratch().join("own-results").join("out");
+                let out = shared_scratch!().join("own-results").join("out");
                 assert!(out.join("results.json").is_file(), "{}", text(&o));
                 o
             },
@@ -522,7 +497,7 @@ fn cases() -> Vec<Case> {
                 let d = fresh("changed-model");
                 let m = d.join("model");
                 std::fs::create_dir_all(&m).unwrap();
-                for e in std::fs::read_dir(model()).unwrap() {
+                for e in std::fs::read_dir(shared_fixture!("tiny-k3")).unwrap() {
                     let e = e.unwrap();
                     std::fs::copy(e.path(), m.join(e.file_name())).unwrap();
                 }

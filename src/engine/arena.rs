@@ -28,6 +28,7 @@
 use crate::format::config::{AttnKind, MlpKind, ModelConfig};
 use crate::kernels::workspace::{attend_floats, product_floats};
 use crate::kernels::Workspace;
+use crate::store::plan::{Activations, Sequences};
 
 /// Prefill tokens per forward call the plan reserves activations for, at most:
 /// the plan uses `min(max_context, PLANNED_PREFILL_CHUNK)` ([`planned_prefill_chunk`])
@@ -530,6 +531,23 @@ impl Scratch {
             .iter()
             .map(|b| b.1)
             .sum()
+    }
+
+    /// The arena a plan of `seqs` on `threads` kernel threads counts (what
+    /// [`Scratch::for_batch`] allocates): the memory plan is given this
+    /// ([`crate::store::plan::plan`]). A `max_batch` of 0 counts as 1, as do 0 threads.
+    pub fn activations(cfg: &ModelConfig, seqs: Sequences, threads: usize) -> Activations {
+        let seqs = Sequences {
+            max_batch: seqs.max_batch.max(1),
+            ..seqs
+        };
+        let threads = threads.max(1);
+        Activations {
+            seqs,
+            threads,
+            step_tokens: planned_step_tokens(seqs.max_context, seqs.max_batch),
+            bytes: Scratch::planned_batch_bytes(cfg, seqs.max_batch, threads, seqs.max_context),
+        }
     }
 
     fn planned_buffers_of(d: &Dims) -> Vec<(String, u64)> {

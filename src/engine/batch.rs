@@ -18,7 +18,7 @@
 //! the same prompt and settings, whatever else runs beside it.
 //!
 //! Memory: plan the streaming store for the batch
-//! ([`crate::store::plan::plan_batch`], [`Model::open_batch`]): `max_batch`
+//! ([`crate::store::plan::plan`] given [`Scratch::activations`], [`Model::open_batch`]): `max_batch`
 //! states of `max_context` positions and the arena for
 //! [`planned_step_tokens`]`(max_context, max_batch)` tokens with `max_batch`
 //! rows of logits.

@@ -9,11 +9,13 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 
+use crate::engine::arena::Scratch;
 use crate::format::checkpoint::Checkpoint;
 use crate::format::config::{load_config, ModelConfig};
 use crate::format::schema::{expected_tensors, TensorSpec};
 use crate::kernels::Par;
 use crate::model::Model;
+use crate::store::plan::Sequences;
 use crate::store::resident::ResidentStore;
 use crate::store::streaming::{StreamOptions, StreamingStore};
 use crate::store::WeightStore;
@@ -105,7 +107,7 @@ impl Model {
 
     /// [`Model::open`] for a batch of up to `max_batch` sequences
     /// ([`crate::engine::batch::Batch`]): a streaming store plans their states and the
-    /// shared activation arena ([`StreamingStore::open_batch`]).
+    /// shared activation arena ([`crate::engine::arena::Scratch::activations`]).
     ///
     /// Errors: as [`Model::open`].
     pub fn open_batch(
@@ -122,9 +124,12 @@ impl Model {
                 None,
             ),
             StoreOptions::Streaming(opts) => {
-                let s = Arc::new(StreamingStore::open_batch(
-                    cfg, ck, opts, threads, max_batch,
-                )?);
+                let seqs = Sequences {
+                    max_context: opts.max_context,
+                    max_batch,
+                };
+                let act = Scratch::activations(cfg, seqs, threads);
+                let s = Arc::new(StreamingStore::open(cfg, ck, opts, act)?);
                 (s.clone(), Some(s))
             }
         };
@@ -150,7 +155,7 @@ impl Model {
 /// allocated: the state for `max_context` positions
 /// ([`crate::store::plan::state_estimate`]: KDA states, MLA latent caches) plus the
 /// activation arena for forwards of up to `chunk` tokens on `threads` threads
-/// ([`crate::store::plan::activation_bytes`], which grows with `max_context` through
+/// ([`crate::engine::arena::Scratch::planned_bytes`], which grows with `max_context` through
 /// the MLA attention scores). `available` is normally
 /// [`crate::util::sysmem::mem_available`]; `None` (unknown) passes.
 ///
@@ -166,7 +171,7 @@ pub fn check_run_memory(
 ) -> std::result::Result<u64, crate::util::error::UsageError> {
     use crate::util::units::fmt_bytes;
     let state = crate::store::plan::state_estimate(cfg, max_context);
-    let act = crate::store::plan::activation_bytes(cfg, chunk, threads, max_context);
+    let act = Scratch::planned_bytes(cfg, chunk, threads, max_context);
     let need = state.saturating_add(act);
     match available {
         Some(avail) if need > avail => Err(crate::util::error::UsageError::Invalid(format!(

@@ -8,35 +8,16 @@
 //! (`weight_map`), single-file ones through `model.safetensors`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-/// Location and type of one tensor on disk.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TensorLoc {
-    /// Index into [`Checkpoint::shards`].
-    pub shard: usize,
-    /// Absolute byte offset in the shard file.
-    pub offset: u64,
-    /// Length in bytes.
-    pub len: u64,
-    /// safetensors dtype string (`BF16`, `F32`, `U8`, …).
-    pub dtype: String,
-    pub shape: Vec<usize>,
-}
-
-/// One shard file.
-#[derive(Debug, Clone)]
-pub struct Shard {
-    pub path: PathBuf,
-    /// File size in bytes.
-    pub size: u64,
-    /// Size of the 8-byte length prefix plus JSON header (start of the data region).
-    pub data_start: u64,
-}
+#[cfg(test)]
+use crate::format::shard::first_duplicate_key;
+use crate::format::shard::{drop_header_pages, open_for_header};
+// The shard table's paths before it was a module of its own (kept for one release).
+#[doc(hidden)]
+pub use crate::format::shard::{read_header, Shard, TensorLoc};
 
 /// All tensors of a checkpoint directory.
 #[derive(Debug, Clone)]
@@ -52,94 +33,6 @@ pub struct Checkpoint {
     /// their bytes are read through [`crate::format::lossless::read::read_logical`], never at
     /// `offset` of the file.
     pub lossless: Option<std::sync::Arc<crate::format::lossless::Packed>>,
-}
-
-/// Largest JSON header accepted (the format's own limit is 100 MB).
-const MAX_HEADER: u64 = 100_000_000;
-
-/// Opens a shard for reading its header without read-ahead (`POSIX_FADV_RANDOM`
-/// on this open file), so indexing a checkpoint does not pull megabytes of tensor
-/// data into the page cache behind the budget's back (a device's read-ahead is often
-/// 128 KiB–8 MiB). Pair with [`drop_header_pages`].
-fn open_for_header(path: &Path) -> Result<File> {
-    let f = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::Random);
-    Ok(f)
-}
-
-/// Drops the pages of `[0, len)` (rounded outward to whole pages) that reading a
-/// header put in the page cache (`POSIX_FADV_DONTNEED`; pages another process has
-/// mapped stay). Best effort.
-fn drop_header_pages(f: &File, len: u64) {
-    let ps = rustix::param::page_size() as u64;
-    let end = len.div_ceil(ps) * ps;
-    let _ = rustix::fs::fadvise(
-        f,
-        0,
-        std::num::NonZeroU64::new(end),
-        rustix::fs::Advice::DontNeed,
-    );
-}
-
-/// Reads one shard's header (without read-ahead, and dropping the pages it read
-/// from the page cache afterwards). Errors name the file.
-pub fn read_header(path: &Path) -> Result<(u64, safetensors::tensor::Metadata)> {
-    let mut f = open_for_header(path)?;
-    let size = f.metadata()?.len();
-    let mut len = [0u8; 8];
-    f.read_exact(&mut len).with_context(|| {
-        format!(
-            "{}: file too short for a safetensors header",
-            path.display()
-        )
-    })?;
-    let n = u64::from_le_bytes(len);
-    if n > MAX_HEADER || 8 + n > size {
-        bail!(
-            "{}: header length {n} is invalid for a file of {size} bytes",
-            path.display()
-        );
-    }
-    let mut buf = vec![0u8; n as usize];
-    f.read_exact(&mut buf)
-        .with_context(|| format!("{}: cannot read header", path.display()))?;
-    drop_header_pages(&f, 8 + n);
-    // The crate's map keeps the last of a repeated name and then reports the hole it
-    // leaves as an "invalid offset": name the duplicate instead.
-    if let Ok(Some(dup)) = first_duplicate_key(&buf) {
-        bail!(
-            "{}: malformed safetensors header: tensor name {dup:?} appears more than once",
-            path.display()
-        );
-    }
-    let meta: safetensors::tensor::Metadata = serde_json::from_slice(&buf)
-        .with_context(|| format!("{}: malformed safetensors header", path.display()))?;
-    Ok((8 + n, meta))
-}
-
-/// The first top-level key that a JSON object text repeats, if any (`Err` when the
-/// text is not a JSON object; the caller's real parse reports that).
-fn first_duplicate_key(json: &[u8]) -> serde_json::Result<Option<String>> {
-    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
-    struct Dup;
-    impl<'de> Visitor<'de> for Dup {
-        type Value = Option<String>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a JSON object")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
-            let mut seen = std::collections::HashSet::new();
-            let mut dup = None;
-            while let Some(k) = m.next_key::<String>()? {
-                m.next_value::<IgnoredAny>()?;
-                if dup.is_none() && !seen.insert(k.clone()) {
-                    dup = Some(k);
-                }
-            }
-            Ok(dup)
-        }
-    }
-    serde_json::Deserializer::from_slice(json).deserialize_map(Dup)
 }
 
 impl Checkpoint {
@@ -380,7 +273,7 @@ pub fn model_content_hash(ck: &Checkpoint) -> Result<String> {
         h.update(s.size.to_le_bytes());
         let mut f = open_for_header(&s.path)?;
         let mut head = vec![0u8; s.data_start as usize];
-        f.read_exact(&mut head)
+        std::io::Read::read_exact(&mut f, &mut head)
             .with_context(|| format!("{}: cannot read header", s.path.display()))?;
         drop_header_pages(&f, s.data_start);
         h.update(&head);

@@ -5,7 +5,8 @@
 //! - [`config`]: `config.json` in Moonshot's and transformers' forms;
 //! - [`config_keys`]: key-by-key defaults, null and type rules of the reference config classes;
 //! - [`schema`]: the tensor table a config implies (names, dtypes, shapes);
-//! - [`checkpoint`]: safetensors shard headers and tensor locations;
+//! - [`shard`]: the shard table (tensor locations, shard files) and safetensors shard headers;
+//! - [`checkpoint`]: a directory's tensors and shards (and its lossless pack, if any);
 //! - [`manifest`]: the per-tensor checksum manifest `tensors.sha256`;
 //! - [`limits`]: values refused before work (dimensions against the checkpoint, thread counts; the config's own ranges are [`config::ranges`]);
 //! - [`integrity`]: non-finite values and E8M0 NaN scales are errors, never output;
@@ -24,4 +25,5 @@ pub mod limits;
 pub mod lossless;
 pub mod manifest;
 pub mod schema;
+pub mod shard;
 pub mod tokenizer;

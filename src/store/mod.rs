@@ -9,7 +9,7 @@
 //! Returned [`Bytes`] are cheap reference-counted views; a streaming store may
 //! recycle a buffer only after every view of it has been dropped.
 
-pub mod cache;
+pub mod eviction;
 pub mod groups;
 pub mod metrics;
 pub mod paper;
@@ -19,6 +19,12 @@ pub mod resident;
 pub mod sim;
 pub mod streaming;
 pub mod trace;
+
+/// The old `cache` path of the expert cache's replacement policy: [`eviction`].
+#[doc(hidden)]
+pub mod cache {
+    pub use super::eviction::*;
+}
 
 use std::ops::Deref;
 use std::sync::Arc;

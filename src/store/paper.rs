@@ -14,9 +14,10 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use crate::format::checkpoint::{Checkpoint, Shard, TensorLoc};
+use crate::format::checkpoint::Checkpoint;
 use crate::format::config::ModelConfig;
 use crate::format::schema::expected_tensors;
+use crate::format::shard::{Shard, TensorLoc};
 use crate::util::error::UsageError;
 
 /// Virtual shard size of a paper checkpoint (published K3 shards are a few GB).

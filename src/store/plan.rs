@@ -8,7 +8,8 @@
 //! each dense MLP matrix, the MoE trunk, `lm_head` row blocks), the expert cache,
 //! embedding rows read on demand for a prefill chunk, KDA states and the MLA latent
 //! cache for `max_context` positions, IO alignment slack and the model's activation
-//! arena (exact: the same table the model allocates from, [`crate::engine::arena`]).
+//! arena ([`Activations`]: given by the engine, which reads it off the table the model
+//! allocates from, so it is exact).
 //!
 //! Trunk bytes are pinned first (they are read for every token; a cyclic scan of
 //! groups through an LRU would hit 0%), then the rest of the budget becomes expert
@@ -20,7 +21,6 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::engine::arena::planned_step_tokens;
 use crate::format::checkpoint::Checkpoint;
 use crate::format::config::ModelConfig;
 use crate::format::schema::{expected_tensors, Role, TensorSpec};
@@ -237,7 +237,7 @@ pub struct Plan {
     /// The state of one sequence ([`state_estimate`]).
     pub state_bytes_per_sequence: u64,
     /// The model's scratch arena for forwards of [`Plan::step_tokens`] tokens
-    /// (exact: [`activation_bytes`]; a batch's shared arena: [`batch_activation_bytes`]).
+    /// (as given: [`Activations::bytes`]; a batch's arena is shared by its sequences).
     pub activation_bytes: u64,
     /// The embedding table `[vocab, hidden]` in bytes, and whether it is pinned (only
     /// when the budget has room after everything that saves more per byte).
@@ -265,6 +265,9 @@ pub struct Plan {
     pub predicted_bytes_per_token: u64,
     /// Budget left unallocated (< one expert buffer).
     pub unused_bytes: u64,
+    /// Tokens per forward of the activation arena ([`Activations::step_tokens`]).
+    #[serde(skip)]
+    step_tokens: usize,
     /// Trunk groups in forward order (layers, then `lm_head` blocks); the first
     /// `pinned_groups` are pinned.
     #[serde(skip)]
@@ -299,12 +302,29 @@ impl Sequences {
     }
 }
 
+/// The model's activation arena as a plan counts it: what it is sized for and its
+/// bytes. The plan is given it, never computes it: the engine reads it off the table
+/// the model allocates from (`memdial::engine::arena::Scratch::activations(cfg, seqs,
+/// threads)`), so the plan counts exactly what the model allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Activations {
+    /// The sequences the arena (and the plan's state) is for.
+    pub seqs: Sequences,
+    /// Kernel threads the arena holds a workspace region for (≥ 1).
+    pub threads: usize,
+    /// Tokens per forward the arena holds (the planned prefill chunk, or one token per
+    /// sequence of a batch when that is more); the plan reserves as many embedding rows.
+    pub step_tokens: usize,
+    /// Bytes of the arena.
+    pub bytes: u64,
+}
+
 impl Plan {
     /// Tokens per forward the activation arena and the embedding-row reserve
-    /// hold: [`planned_step_tokens`] (the prefill chunk, or one token per sequence
-    /// of a batch when that is more).
+    /// hold ([`Activations::step_tokens`]: the prefill chunk, or one token per
+    /// sequence of a batch when that is more).
     pub fn step_tokens(&self) -> usize {
-        planned_step_tokens(self.max_context, self.max_batch)
+        self.step_tokens
     }
 
     /// Keys of every tensor the plan reads (pinned, in groups, experts), each once.
@@ -327,31 +347,6 @@ impl Plan {
     }
 }
 
-/// Activation memory of forwards of up to `chunk` tokens (bytes, exact): the
-/// model's scratch arena, [`crate::engine::arena::Scratch::planned_bytes`] — the same
-/// table the model allocates from (every buffer listed by
-/// [`crate::engine::arena::Scratch::planned_buffers`]).
-pub fn activation_bytes(
-    cfg: &ModelConfig,
-    chunk: usize,
-    threads: usize,
-    max_context: usize,
-) -> u64 {
-    crate::engine::arena::Scratch::planned_bytes(cfg, chunk, threads, max_context)
-}
-
-/// The shared activation arena of a batch of up to `max_batch` sequences with
-/// `max_context` positions each (bytes, exact: [`crate::engine::arena::Scratch::planned_batch_bytes`];
-/// [`activation_bytes`] at the planned prefill chunk for `max_batch` 1).
-pub fn batch_activation_bytes(
-    cfg: &ModelConfig,
-    max_batch: usize,
-    threads: usize,
-    max_context: usize,
-) -> u64 {
-    crate::engine::arena::Scratch::planned_batch_bytes(cfg, max_batch, threads, max_context)
-}
-
 /// State bytes for `max_context` positions: KDA states of every KDA layer and the
 /// MLA latent cache (f32) of every MLA layer. (AttnRes block vectors live only
 /// within a forward call and are counted in the activation arena.)
@@ -361,45 +356,21 @@ pub fn state_estimate(cfg: &ModelConfig, max_context: usize) -> u64 {
         + mla as u64 * max_context as u64 * cfg.mla_cache_bytes_per_position() as u64
 }
 
-/// Builds the plan for `budget` bytes for one sequence of `max_context` positions.
+/// Builds the plan for `budget` bytes for `act.seqs` on `act.threads` kernel threads
+/// (their states and the activation arena `act` are part of the floor).
 ///
-/// Errors: as [`plan_batch`].
+/// Errors: [`UsageError::BelowFloor`] (with the floor and what makes it up, the
+/// state as sequences × bytes each) when `budget` is below the floor;
+/// checkpoint/config mismatches from [`plan_unchecked`].
 pub fn plan(
     cfg: &ModelConfig,
     ck: &Checkpoint,
     budget: u64,
     io: IoMode,
     prefetch: Prefetch,
-    max_context: usize,
-    threads: usize,
+    act: Activations,
 ) -> Result<Plan> {
-    plan_batch(
-        cfg,
-        ck,
-        budget,
-        io,
-        prefetch,
-        Sequences::single(max_context),
-        threads,
-    )
-}
-
-/// Builds the plan for `budget` bytes for `seqs` (their states and the shared
-/// activation arena are part of the floor).
-///
-/// Errors: [`UsageError::BelowFloor`] (with the floor and what makes it up, the
-/// state as sequences × bytes each) when `budget` is below the floor;
-/// checkpoint/config mismatches from [`plan_unchecked`].
-pub fn plan_batch(
-    cfg: &ModelConfig,
-    ck: &Checkpoint,
-    budget: u64,
-    io: IoMode,
-    prefetch: Prefetch,
-    seqs: Sequences,
-    threads: usize,
-) -> Result<Plan> {
-    let p = plan_unchecked_batch(cfg, ck, budget, io, prefetch, seqs, threads)?;
+    let p = plan_unchecked(cfg, ck, budget, io, prefetch, act)?;
     if budget < p.floor_bytes {
         let batch = if p.max_batch > 1 {
             format!("max batch {}, ", p.max_batch)
@@ -481,37 +452,12 @@ pub fn plan_unchecked(
     budget: u64,
     io: IoMode,
     prefetch: Prefetch,
-    max_context: usize,
-    threads: usize,
-) -> Result<Plan> {
-    plan_unchecked_batch(
-        cfg,
-        ck,
-        budget,
-        io,
-        prefetch,
-        Sequences::single(max_context),
-        threads,
-    )
-}
-
-/// [`plan_unchecked`] for `seqs`: the state of `seqs.max_batch` sequences and
-/// the batch's shared activation arena ([`batch_activation_bytes`]).
-///
-/// Errors: as [`plan_unchecked`].
-pub fn plan_unchecked_batch(
-    cfg: &ModelConfig,
-    ck: &Checkpoint,
-    budget: u64,
-    io: IoMode,
-    prefetch: Prefetch,
-    seqs: Sequences,
-    threads: usize,
+    act: Activations,
 ) -> Result<Plan> {
     let Sequences {
         max_context,
         max_batch,
-    } = seqs;
+    } = act.seqs;
     let max_batch = max_batch.max(1);
     crate::format::limits::check_dimensions(cfg, ck)?;
     let specs = expected_tensors(cfg);
@@ -614,9 +560,8 @@ pub fn plan_unchecked_batch(
     };
     let state_each = state_estimate(cfg, max_context);
     let state = state_each * max_batch as u64;
-    let chunk = planned_step_tokens(max_context, max_batch);
-    let threads = threads.max(1);
-    let act = batch_activation_bytes(cfg, max_batch, threads, max_context);
+    let chunk = act.step_tokens;
+    let threads = act.threads.max(1);
     let row_buffer = match io {
         IoMode::Direct => emb_row.div_ceil(align) * align + align,
         _ => emb_row,
@@ -626,7 +571,7 @@ pub fn plan_unchecked_batch(
     let staging = ck.lossless.as_ref().map_or(0, |p| {
         crate::format::lossless::read::staging_bytes(&p.index)
     });
-    let base = global + small + state + act + rows_reserve + staging;
+    let base = global + small + state + act.bytes + rows_reserve + staging;
     let floor = base + min_slots as u64 * slot_bytes + min_exp as u64 * expert_buffer_bytes;
     // Tensors the model uses (present-and-unused MTP layers excluded).
     let model_bytes = crate::format::inspect::model_bytes(cfg, ck);
@@ -652,7 +597,7 @@ pub fn plan_unchecked_batch(
         total_experts,
         state_bytes: state,
         state_bytes_per_sequence: state_each,
-        activation_bytes: act,
+        activation_bytes: act.bytes,
         embedding_bytes: emb_loc.len,
         embedding_pinned: false,
         embedding_row_buffer_bytes: row_buffer,
@@ -665,6 +610,7 @@ pub fn plan_unchecked_batch(
         predicted_expert_hit_rate_uniform: 0.0,
         predicted_bytes_per_token: 0,
         unused_bytes: 0,
+        step_tokens: chunk,
         groups,
         expert_groups,
         pinned_keys,

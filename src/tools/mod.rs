@@ -2,6 +2,7 @@
 //! that describe a run's inputs and surroundings (the top layer of the library).
 //!
 //! - [`fixture`]: deterministic fixture checkpoints in the published layout;
+//! - [`pack`]: packing a checkpoint into the lossless layout (`memdial pack --lossless`);
 //! - [`iobench`]: the IO benchmark (the engine's read requests, each IO mode, fio beside);
 //! - [`noise`]: the noise sentinel (other processes' CPU, steal, pressure, foreign reads on the model's disk around a run);
 //! - [`identity`]: the identity of a sweep's inputs over files (models of any format, prompts).
@@ -10,3 +11,4 @@ pub mod fixture;
 pub mod identity;
 pub mod iobench;
 pub mod noise;
+pub mod pack;

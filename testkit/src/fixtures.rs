@@ -2,9 +2,9 @@
 //! per test made by the `memdial` binary.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use crate::Scratch;
 
@@ -26,9 +26,36 @@ pub fn shared(key: &'static str, make: impl FnOnce() -> PathBuf) -> PathBuf {
     p
 }
 
+/// Serializes the tests of one test binary that must not overlap (a sweep measures the
+/// machine it runs on; tests that write beside a shared fixture). One lock per test
+/// process; a test that failed holding it does not fail the others (poisoning is ignored).
+pub fn lock() -> MutexGuard<'static, ()> {
+    static L: Mutex<()> = Mutex::new(());
+    L.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The fixture checkpoint `preset` in `dir/PRESET`, written by the `memdial` binary `bin`
+/// ([`crate::fixture`]: kept if it is already there) once per test process and shared
+/// read-only by the tests of the binary ([`crate::shared_fixture!`] passes the binary's
+/// [`crate::shared_scratch!`]).
+///
+/// Panics (failing the test) if the binary cannot run or exits nonzero.
+pub fn preset(bin: &str, preset: &'static str, dir: &Path) -> &'static Path {
+    static DIRS: OnceLock<Mutex<HashMap<&'static str, &'static Path>>> = OnceLock::new();
+    let m = DIRS.get_or_init(Default::default);
+    let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = g.get(preset) {
+        return p;
+    }
+    let p: &'static Path =
+        Box::leak(crate::fixture(bin, preset, &dir.join(preset)).into_boxed_path());
+    g.insert(preset, p);
+    p
+}
+
 /// `BIN fixture --preset PRESET --out SCRATCH/PRESET`: a fresh fixture for the calling
 /// test alone, in `scratch` (removed when the returned guard drops). `bin` is the
-/// `memdial` binary (`env!("CARGO_BIN_EXE_memdial")` in the harness's tests).
+/// `memdial` binary ([`crate::memdial_bin!`] in the harness's tests).
 ///
 /// Panics (failing the test) if the binary cannot run or exits nonzero.
 pub fn by_binary(bin: &str, preset: &str, scratch: Scratch) -> (Scratch, PathBuf) {

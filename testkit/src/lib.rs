@@ -14,7 +14,9 @@
 //!   variant this CPU cannot run (an instruction set it lacks), likewise.
 //! - [`oracle`]: the Python oracle venv, created on first use under a file lock.
 //! - [`fixtures`]: a fixture model shared by the tests of a binary, or made for one test
-//!   by the `memdial` binary.
+//!   by the `memdial` binary; the lock that serializes a binary's tests; with
+//!   [`shared_scratch!`] (a scratch directory for a whole test binary), [`shared_fixture!`]
+//!   (a fixture in it) and [`memdial_bin!`] (the `memdial` binary under test).
 //! - [`source`], [`modgraph`]: a crate's own sources as code (comments and literals
 //!   blanked) and its module graph (circles, layers).
 
@@ -84,6 +86,38 @@ pub fn try_scratch_in(base: impl AsRef<Path>, tag: &str) -> std::io::Result<Scra
 macro_rules! scratch {
     ($tag:expr) => {
         $crate::scratch_in(env!("CARGO_TARGET_TMPDIR"), $tag)
+    };
+}
+
+/// `shared_scratch!()`: one scratch directory for all the tests of the calling test
+/// binary (its name, `CARGO_CRATE_NAME`, is the tag), made by the first caller and kept
+/// until the process exits ([`scratch!`] kept by [`until_exit`]); its path.
+#[macro_export]
+macro_rules! shared_scratch {
+    () => {
+        $crate::fixtures::shared(concat!("scratch ", env!("CARGO_CRATE_NAME")), || {
+            $crate::until_exit($crate::scratch!(env!("CARGO_CRATE_NAME")))
+        })
+    };
+}
+
+/// `shared_fixture!("PRESET")`: the fixture checkpoint PRESET, made once per test binary
+/// by the `memdial` binary under test in [`shared_scratch!`] and shared read-only by the
+/// binary's tests ([`fixtures::preset`]); a `&'static Path`.
+#[macro_export]
+macro_rules! shared_fixture {
+    ($preset:literal) => {
+        $crate::fixtures::preset($crate::memdial_bin!(), $preset, &$crate::shared_scratch!())
+    };
+}
+
+/// `memdial_bin!()`: the path of the `memdial` binary built for the calling crate's
+/// tests, `env!("CARGO_BIN_EXE_memdial")` expanded at the call site (cargo sets it only
+/// for the tests of the crate that builds the binary).
+#[macro_export]
+macro_rules! memdial_bin {
+    () => {
+        env!("CARGO_BIN_EXE_memdial")
     };
 }
 

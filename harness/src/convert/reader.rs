@@ -1,11 +1,9 @@
 //! The bytes of each planned GGUF tensor, read from the checkpoint's shards and
 //! transformed as [`super::kimi`] planned them.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
-
 use anyhow::{bail, Context, Result};
-use memdial::checkpoint::Checkpoint;
+use memdial::format::checkpoint::Checkpoint;
+use memdial::format::shard::ShardFiles;
 use memdial::kernels::bf16_le;
 
 use super::gguf::GgmlType;
@@ -14,20 +12,16 @@ use super::kimi::{Planned, Src};
 /// Reads tensors of a checkpoint (one open file per shard).
 pub struct Reader<'a> {
     ck: &'a Checkpoint,
-    files: Vec<File>,
+    files: ShardFiles<'a>,
 }
 
 impl<'a> Reader<'a> {
     /// Opens every shard of `ck`.
     pub fn new(ck: &'a Checkpoint) -> Result<Self> {
-        let files = ck
-            .shards
-            .iter()
-            .map(|s| {
-                File::open(&s.path).with_context(|| format!("cannot open {}", s.path.display()))
-            })
-            .collect::<Result<_>>()?;
-        Ok(Reader { ck, files })
+        Ok(Reader {
+            ck,
+            files: ShardFiles::open(&ck.shards)?,
+        })
     }
 
     /// Raw bytes of tensor `name`.
@@ -38,9 +32,7 @@ impl<'a> Reader<'a> {
             .get(name)
             .with_context(|| format!("tensor {name} missing"))?;
         let mut b = vec![0u8; t.len as usize];
-        self.files[t.shard]
-            .read_exact_at(&mut b, t.offset)
-            .with_context(|| format!("reading tensor {name}"))?;
+        self.files.read_at(name, t, 0, &mut b)?;
         Ok(b)
     }
 

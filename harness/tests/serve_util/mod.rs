@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_memdial");
+pub const BIN: &str = memdial_testkit::memdial_bin!();
 
 /// A running server; killed (SIGKILL) when dropped unless stopped first.
 pub struct Server {

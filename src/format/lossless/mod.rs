@@ -12,13 +12,13 @@
 //!
 //! Files: `codec.rs` codes one block; `pack.rs` is the file format (spec in
 //! `docs/lossless.md`); `read.rs` reads logical ranges through staging buffers;
-//! `stats.rs` measures byte-plane entropy.
+//! `stats.rs` measures byte-plane entropy. Writing a pack from a checkpoint is a tool
+//! over this layout: `crate::tools::pack`.
 
 pub mod codec;
 pub mod pack;
 pub mod read;
 pub mod stats;
-pub mod write;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -26,9 +26,8 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 
 pub use pack::{PackIndex, PACK_FILE};
-pub use write::{pack_checkpoint, pack_checkpoint_with, PackReport};
 
-use crate::format::checkpoint::{Shard, TensorLoc};
+use crate::format::shard::{Shard, TensorLoc};
 use crate::io::{IoMode, ShardFile};
 
 /// A pack attached to a checkpoint: its index and the checkpoint shard it occupies.

@@ -162,7 +162,7 @@ pub fn identity_of(dir: &Path) -> Result<Identity> {
     for n in &names {
         let p = dir.join(n);
         let size = std::fs::metadata(&p)?.len();
-        let (start, _) = crate::format::checkpoint::read_header(&p)?;
+        let (start, _) = crate::format::shard::read_header(&p)?;
         let f = File::open(&p)?;
         let mut head = vec![0u8; start as usize];
         f.read_exact_at(&mut head, 0)

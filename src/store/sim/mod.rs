@@ -11,7 +11,7 @@
 //! several: `chunk_experts_selected` then one fetch per distinct expert in first-use
 //! order, reading ahead two with a prefetch policy), then `lm_head`'s row blocks when
 //! the forward computes logits. Trunk slots rotate oldest-first; the expert cache
-//! evicts by the store's [`crate::store::cache::CachePolicy`] keys, or a static hot
+//! evicts by the store's [`crate::store::eviction::CachePolicy`] keys, or a static hot
 //! set, or Belady's optimum ([`pool::SimPolicy`]).
 //!
 //! Exact (equal to the engine's counters, tested) for `direct` and `buffered` IO

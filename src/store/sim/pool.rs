@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
-use crate::store::cache::CachePolicy;
+use crate::store::eviction::CachePolicy;
 
 /// (layer, expert).
 pub type Id = (usize, usize);

@@ -36,7 +36,7 @@ use anyhow::{bail, Context, Result};
 
 use self::caches::{Entry, ExpertMeta, Inner, Key, Req};
 use self::io::{lock, Loaded, Shared};
-use super::cache::CachePolicy;
+use super::eviction::CachePolicy;
 use super::metrics::StoreMetrics;
 use super::plan::{Plan, Prefetch};
 use super::trace::{self, TraceRecord};

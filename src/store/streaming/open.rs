@@ -15,36 +15,25 @@ use super::{StreamOptions, StreamingStore};
 use crate::format::checkpoint::Checkpoint;
 use crate::format::config::ModelConfig;
 use crate::io::{AlignedBuf, IoMode, ShardFile};
-use crate::store::plan::{plan_batch, Prefetch, Sequences};
+use crate::store::plan::{plan, Activations, Prefetch};
 use crate::store::trace;
 use crate::store::Bytes;
 use crate::util::digest::sha256_hex;
 
 impl StreamingStore {
-    /// Plans the budget for a model computing on `threads` kernel threads (refusing
-    /// one under the floor), opens the shards in the chosen IO mode, reads the
-    /// pinned set and starts the IO threads.
+    /// Plans the budget for `act.seqs` (up to `max_batch` sequences of
+    /// `opts.max_context` positions each) with the activation arena `act`
+    /// ([`crate::store::plan::plan`], refusing a budget under the floor), opens the
+    /// shards in the chosen IO mode, reads the pinned set and starts the IO threads.
+    ///
+    /// Errors: the plan's (the floor names the state as sequences × bytes each);
+    /// `act` planned for another context than `opts.max_context`; mmap on a packed
+    /// checkpoint; `--prefetch oracle` without a trace; IO and manifest errors.
     pub fn open(
         cfg: &ModelConfig,
         ck: &Checkpoint,
         opts: StreamOptions,
-        threads: usize,
-    ) -> Result<Self> {
-        Self::open_batch(cfg, ck, opts, threads, 1)
-    }
-
-    /// [`StreamingStore::open`] for a batch of up to `max_batch` sequences of
-    /// `opts.max_context` positions each: the plan holds their states and the
-    /// batch's shared activation arena ([`crate::store::plan::plan_batch`]).
-    ///
-    /// Errors: as [`StreamingStore::open`]; the floor names the state as
-    /// sequences × bytes each.
-    pub fn open_batch(
-        cfg: &ModelConfig,
-        ck: &Checkpoint,
-        opts: StreamOptions,
-        threads: usize,
-        max_batch: usize,
+        act: Activations,
     ) -> Result<Self> {
         let t0 = Instant::now();
         if opts.io == IoMode::Mmap && ck.lossless.is_some() {
@@ -56,11 +45,15 @@ impl StreamingStore {
             ))
             .into());
         }
-        let seqs = Sequences {
-            max_context: opts.max_context,
-            max_batch,
-        };
-        let plan = plan_batch(cfg, ck, opts.budget, opts.io, opts.prefetch, seqs, threads)?;
+        if act.seqs.max_context != opts.max_context {
+            bail!(
+                "the activation arena is planned for a context of {} positions, the store for {}",
+                act.seqs.max_context,
+                opts.max_context
+            );
+        }
+        let threads = act.threads;
+        let plan = plan(cfg, ck, opts.budget, opts.io, opts.prefetch, act)?;
         if opts.prefetch == Prefetch::Oracle && opts.trace.is_none() {
             return Err(crate::util::error::UsageError::OracleNeedsTrace.into());
         }

@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::engine::arena::Scratch;
 use crate::format::checkpoint::Checkpoint;
 use crate::format::config::load_config;
 use crate::io::IoMode;
-use crate::store::plan::{plan_unchecked, Prefetch, ReadGroup};
+use crate::store::plan::{plan_unchecked, Prefetch, ReadGroup, Sequences};
 
 /// Default seed of the random expert order.
 pub const DEFAULT_SEED: u64 = 0x6d65_6d64_6961_6c31;
@@ -149,8 +150,7 @@ impl Workload {
             u64::MAX / 4,
             IoMode::Buffered,
             Prefetch::None,
-            1,
-            1,
+            Scratch::activations(&cfg, Sequences::single(1), 1),
         )?;
         let files: Vec<PathBuf> = ck.shards.iter().map(|s| s.path.clone()).collect();
         let (requests, sequence, sequential) = match pattern {

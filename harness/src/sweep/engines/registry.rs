@@ -338,8 +338,11 @@ impl Registry {
                 u64::MAX / 4,
                 memdial::io::IoMode::Direct,
                 memdial::store::plan::Prefetch::None,
-                1,
-                1,
+                memdial::engine::arena::Scratch::activations(
+                    &cfg,
+                    memdial::store::plan::Sequences::single(1),
+                    1,
+                ),
             )?;
             self.k3c_min_cache_bytes =
                 (cfg.moe.as_ref().map_or(0, |m| m.num_experts_per_token) as u64 + 2)

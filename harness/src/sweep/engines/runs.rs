@@ -208,10 +208,10 @@ pub fn trunk_share(
     }
     let cfg = memdial::config::load_config(model).ok()?;
     let ck = memdial::checkpoint::Checkpoint::open(model).ok()?;
-    let plan = memdial::store::plan::plan_unchecked(
-        &cfg, &ck, budget, p.io, p.prefetch, context, p.threads,
-    )
-    .ok()?;
+    let seqs = memdial::store::plan::Sequences::single(context);
+    let act = memdial::engine::arena::Scratch::activations(&cfg, seqs, p.threads);
+    let plan =
+        memdial::store::plan::plan_unchecked(&cfg, &ck, budget, p.io, p.prefetch, act).ok()?;
     Some(plan.pinned_trunk_bytes + plan.trunk_slots as u64 * plan.slot_bytes)
 }
 

@@ -10,7 +10,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use memdial::io::IoMode;
 use memdial::metrics::{MetricsFile, RunMetrics, Source};
-use memdial::store::cache::CachePolicy;
+use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::Prefetch;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -115,7 +115,7 @@ pub fn prepare(model: &Path, given: Option<&Path>, quiet: bool) -> Result<Packed
             dir.display()
         );
     }
-    memdial::lossless::pack_checkpoint(model, Some(&dir), &mut |_, _| {})
+    memdial::tools::pack::pack_checkpoint(model, Some(&dir), &mut |_, _| {})
         .with_context(|| format!("packing {} for the `lossless` layout", model.display()))?;
     open_checked(&dir, &source)
 }

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use memdial::checkpoint::Checkpoint;
+use memdial::engine::arena::Scratch;
 use memdial::io::IoMode;
-use memdial::store::plan::{plan_unchecked, Prefetch};
+use memdial::store::plan::{plan_unchecked, Prefetch, Sequences};
 
 use crate::args::as_usage;
 
@@ -114,15 +115,17 @@ impl Points {
                     "the spec's `lossless` layout needs the packed model (internal: none was prepared)",
                 )?,
             };
-            let plan = plan_unchecked(&cfg, ck, u64::MAX / 4, p.io, p.prefetch, ctx, p.threads)
-                .with_context(|| {
+            let act = Scratch::activations(&cfg, Sequences::single(ctx), p.threads);
+            let plan = plan_unchecked(&cfg, ck, u64::MAX / 4, p.io, p.prefetch, act).with_context(
+                || {
                     format!(
                         "planning {} / {} ({})",
                         p.io.as_str(),
                         p.prefetch.as_str(),
                         layout.as_str()
                     )
-                })?;
+                },
+            )?;
             Ok(*floors
                 .entry(key)
                 .or_insert((plan.floor_bytes, plan.model_bytes)))

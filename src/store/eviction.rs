@@ -1,4 +1,5 @@
-//! Expert-cache replacement policies.
+//! Expert-cache replacement policies: which expert a full cache evicts (the
+//! streaming store's cache, `streaming::caches`, and the simulator's, `sim`).
 //!
 //! - `lru`: evict the least recently used expert (the reference engine's choice);
 //! - `lfru`: evict the least frequently used, recency breaking ties (WASTE's LFRU,

@@ -1,5 +1,7 @@
-//! Packing a checkpoint directory (`memdial pack --lossless`), or only measuring what
-//! packing it would save.
+//! Packing a checkpoint directory into the lossless layout (`memdial pack --lossless`,
+//! [`crate::format::lossless`]), or only measuring what packing it would save. A tool
+//! over the format: it reads the source as a run would ([`Checkpointed`]) and keeps the
+//! tensors the plan pins small in the plain layout ([`is_small_pinned`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -10,16 +12,18 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
-use super::codec::{self, Codec, Kind};
-use super::pack::{identity_of, PackWriter, BLOCK_BYTES, PACK_FILE, PAGE};
-use super::stats::{PlaneHist, PlaneStats};
 use crate::engine::loader::Checkpointed;
-use crate::format::checkpoint::{Checkpoint, TensorLoc};
+use crate::format::checkpoint::Checkpoint;
+use crate::format::lossless::codec::{self, Codec, Kind};
+use crate::format::lossless::decode_tensor;
+use crate::format::lossless::pack::{identity_of, PackWriter, BLOCK_BYTES, PACK_FILE, PAGE};
+use crate::format::lossless::read::StagingPool;
+use crate::format::lossless::stats::{PlaneHist, PlaneStats};
 use crate::format::schema::Role;
+use crate::format::shard::{ShardFiles, TensorLoc};
 use crate::store::plan::is_small_pinned;
-use crate::util::digest::{hex, sha256_hex};
+use crate::util::digest::sha256_hex;
 
 /// Bytes copied per read when copying raw tensors.
 const COPY_CHUNK: usize = 8 << 20;
@@ -187,11 +191,7 @@ pub fn pack_checkpoint_with(
         }
         std::fs::create_dir_all(tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
     }
-    let files: Vec<File> = ck
-        .shards
-        .iter()
-        .map(|s| File::open(&s.path).with_context(|| format!("cannot open {}", s.path.display())))
-        .collect::<Result<_>>()?;
+    let shards = ShardFiles::open(&ck.shards)?;
     let mut acc: BTreeMap<&'static str, ClassAcc> = BTreeMap::new();
     let mut done = 0u64;
 
@@ -228,28 +228,19 @@ pub fn pack_checkpoint_with(
     for (n, t) in &raw {
         let (class, _) = class_of(n, t);
         let a = acc.entry(class).or_default();
-        let mut h = Sha256::new();
-        let mut off = 0u64;
-        while off < t.len {
-            let k = (t.len - off).min(COPY_CHUNK as u64) as usize;
-            files[t.shard]
-                .read_exact_at(&mut buf[..k], t.offset + off)
-                .with_context(|| {
-                    format!("reading {n} from {}", ck.shards[t.shard].path.display())
-                })?;
-            h.update(&buf[..k]);
+        let sha = shards.read_chunks(n, t, &mut buf, |chunk| {
             if t.dtype == "BF16" {
-                a.hist.add_bf16(&buf[..k]);
+                a.hist.add_bf16(chunk);
             } else {
-                a.hist.add_bytes(&buf[..k]);
+                a.hist.add_bytes(chunk);
             }
             if let Some(f) = &st {
-                f.write_all_at(&buf[..k], wpos)?;
+                f.write_all_at(chunk, wpos)?;
             }
-            wpos += k as u64;
-            off += k as u64;
-        }
-        check_source(n, &hex(&h.finalize()), &manifest)?;
+            wpos += chunk.len() as u64;
+            Ok(())
+        })?;
+        check_source(n, &sha, &manifest)?;
         a.tensors += 1;
         a.bytes += t.len;
         a.stored += t.len;
@@ -275,29 +266,19 @@ pub fn pack_checkpoint_with(
         if let Some(w) = &mut writer {
             w.begin_tensor(n, &t.dtype, &t.shape, t.len);
         }
-        let mut h = Sha256::new();
-        let mut off = 0u64;
-        while off < t.len {
-            let k = (t.len - off).min(BLOCK_BYTES as u64) as usize;
-            files[t.shard]
-                .read_exact_at(&mut buf[..k], t.offset + off)
-                .with_context(|| {
-                    format!("reading {n} from {}", ck.shards[t.shard].path.display())
-                })?;
-            h.update(&buf[..k]);
-            a.hist.add_bf16(&buf[..k]);
-            let kind = codec::encode_as(codec, &buf[..k], PAGE as usize, &mut coded);
+        let sha = shards.read_chunks(n, t, &mut buf[..BLOCK_BYTES], |block| {
+            a.hist.add_bf16(block);
+            let kind = codec::encode_as(codec, block, PAGE as usize, &mut coded);
             a.blocks += 1;
             if kind == Kind::Raw {
                 a.raw_blocks += 1;
             }
             a.stored += (coded.len() as u64).div_ceil(PAGE) * PAGE;
             if let Some(w) = &mut writer {
-                w.block(kind, &coded, k)?;
+                w.block(kind, &coded, block.len())?;
             }
-            off += k as u64;
-        }
-        let sha = hex(&h.finalize());
+            Ok(())
+        })?;
         check_source(n, &sha, &manifest)?;
         if let Some(w) = &mut writer {
             w.end_tensor(sha);
@@ -384,11 +365,11 @@ fn verify_written(dir: &Path, manifest: &HashMap<String, String>) -> Result<usiz
         .lossless
         .clone()
         .context("internal: the written directory has no pack")?;
-    let pool = super::read::StagingPool::new(&packed.index);
+    let pool = StagingPool::new(&packed.index);
     let path = ck.shards[packed.shard].path.clone();
     let mut n = 0;
     for t in &packed.index.header.tensors {
-        let bytes = super::decode_tensor(&packed, &path, &t.name, &pool)?;
+        let bytes = decode_tensor(&packed, &path, &t.name, &pool)?;
         let got = sha256_hex(&bytes);
         if manifest.get(&t.name) != Some(&got) || t.sha256 != got {
             bail!(
@@ -404,17 +385,9 @@ fn verify_written(dir: &Path, manifest: &HashMap<String, String>) -> Result<usiz
         n += 1;
     }
     let mut buf = vec![0u8; COPY_CHUNK];
+    let shards = ShardFiles::open(&ck.shards)?;
     for (name, t) in ck.tensors.iter().filter(|(_, t)| t.shard != packed.shard) {
-        let f = File::open(&ck.shards[t.shard].path)?;
-        let mut h = Sha256::new();
-        let mut off = 0u64;
-        while off < t.len {
-            let k = (t.len - off).min(COPY_CHUNK as u64) as usize;
-            f.read_exact_at(&mut buf[..k], t.offset + off)?;
-            h.update(&buf[..k]);
-            off += k as u64;
-        }
-        let got = hex(&h.finalize());
+        let got = shards.read_chunks(name, t, &mut buf, |_| Ok(()))?;
         if manifest.get(name) != Some(&got) {
             bail!("packing failed: kept tensor {name} reads back with sha256 {got}");
         }
