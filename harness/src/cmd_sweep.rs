@@ -372,6 +372,8 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         &engines,
     )?;
     let points_total = points.resolved.len();
+    // A trace that does not fit the sweep is refused before anything runs.
+    let predictions = crate::sweep::predict::prepare(spec, &inp.model, &prompt_ids, &points)?;
     let sel = points.select(spec, inp.shard, &engines);
     if let Some(p) = a.test_perturb_point {
         if p >= points_total {
@@ -393,7 +395,12 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     if stale > 0 && !a.check {
         eprintln!("note: removed {stale} stale temporary file(s) of an interrupted sweep");
     }
-    let (meta, mut rows) = open_run_dir(a, &inp, &points, &sel, &mut engines, &out)?;
+    let (mut meta, mut rows) = open_run_dir(a, &inp, &points, &sel, &mut engines, &out)?;
+    if let Some(mut p) = predictions {
+        p.set_probe(meta.host.direct_cold_gbps);
+        meta.predictions = Some(p);
+        meta.save(&out)?;
+    }
     let (cg_mode, no_cg_reason) = cgroup_mode(a, &inp.cg_support);
     let env = RunEnv {
         spec,

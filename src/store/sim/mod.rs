@@ -22,6 +22,7 @@
 //! with the plan's 4096-byte direct-IO alignment.
 
 pub mod pool;
+pub mod predict;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 

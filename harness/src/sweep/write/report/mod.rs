@@ -27,6 +27,8 @@ use crate::sweep::record::rundir::Meta;
 use crate::sweep::record::status::RunStatus;
 use crate::sweep::util::utc_now_rfc3339;
 
+mod predicted;
+
 fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
     v.map(f).unwrap_or_else(|| "–".into())
 }
@@ -325,8 +327,17 @@ pub fn write_all(
     rows: &[Row],
     baseline: Option<&Baseline>,
 ) -> Result<(SweepVerdict, Option<Comparison>)> {
-    crate::sweep::record::row::save(dir, rows)?;
     let stats = per_point(rows);
+    // With a trace, the rows carry the predictions of their points.
+    let filled;
+    let rows = match &meta.predictions {
+        Some(p) => {
+            filled = p.fill(rows, &stats);
+            &filled[..]
+        }
+        None => rows,
+    };
+    crate::sweep::record::row::save(dir, rows)?;
     let cmp = baseline.map(|b| {
         crate::sweep::record::baseline::compare(&b.path, &b.runs, &b.unreadable, rows, b.tolerance)
     });
@@ -344,6 +355,10 @@ pub fn write_all(
         &title,
         &v.anomalies,
     )
+    .and_then(|_| match &meta.predictions {
+        Some(p) => crate::sweep::write::predicted_chart::write_predicted_chart(dir, &stats, p, &title),
+        None => Ok(()),
+    })
     .and_then(|_| {
         crate::sweep::write::ttft_chart::write_ttft_chart(
             dir,
@@ -424,6 +439,7 @@ pub fn markdown(
         baseline_md,
         same_budget_md,
         layouts_md,
+        predicted::predicted_md,
         charts_md,
     ] {
         section(&mut s, &c);
@@ -1013,6 +1029,15 @@ fn charts_md(s: &mut String, c: &Sections) {
          Top: bytes read from disk per decoded token (falls as more of the model stays resident). \
          Bottom: share of generation time (prefill + decode) spent waiting for IO (what prefetch tries to hide).\n"
     );
+    if c.meta.predictions.is_some() {
+        let _ = writeln!(
+            s,
+            "![predicted vs measured decode time](predicted.svg)\n\n\
+             The spec's trace replayed at every point: one panel per start, one colour per IO mode and prefetch policy; \
+             the dashed line is the predicted s/token, a marker the measured median with its 95 % interval (section \
+             \"Predicted vs measured\").\n"
+        );
+    }
     let long = !super::ttft_chart::long_prompt_points(stats, rows).is_empty();
     if long {
         let _ = writeln!(
