@@ -29,7 +29,14 @@ fn fixture(s: &testkit::Scratch) -> PathBuf {
 fn record(model: &Path, trace: &Path, prompt: &str, max_tokens: &str) {
     let out = Command::new(BIN)
         .args(["run", "--prompt", prompt, "--max-tokens", max_tokens])
-        .args(["--ignore-eos", "--budget", "4MiB", "--output", "ids", "--model"])
+        .args([
+            "--ignore-eos",
+            "--budget",
+            "4MiB",
+            "--output",
+            "ids",
+            "--model",
+        ])
         .arg(model)
         .arg("--record-trace")
         .arg(trace)
@@ -151,7 +158,10 @@ fn a_sweep_with_a_trace_predicts_every_point_and_refuses_a_foreign_trace() {
         );
         let s_pred = mine[0]["predicted_s_per_token"].as_f64().unwrap();
         let err = mine[0]["prediction_error"].as_f64().unwrap();
-        assert!((err - (s_pred / m - 1.0)).abs() < 1e-9, "{err} vs {s_pred}/{m}");
+        assert!(
+            (err - (s_pred / m - 1.0)).abs() < 1e-9,
+            "{err} vs {s_pred}/{m}"
+        );
     }
 
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
@@ -171,7 +181,10 @@ fn a_sweep_with_a_trace_predicts_every_point_and_refuses_a_foreign_trace() {
     let o = sweep(&model, &spec(&s, &other), &bad);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("does not match the sweep") && err.contains("prompt"), "{err}");
+    assert!(
+        err.contains("does not match the sweep") && err.contains("prompt"),
+        "{err}"
+    );
     assert!(!bad.join("results.csv").exists());
 
     // Another token count: refused, naming the --max-tokens to record with.

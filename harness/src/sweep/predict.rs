@@ -84,8 +84,7 @@ fn caveat(io: IoMode, prefetch: Prefetch) -> Option<String> {
             io.as_str()
         )),
         (_, Prefetch::Lookahead) => Some(
-            "lookahead: a wrong guess still in flight is evictable here, not in the engine"
-                .into(),
+            "lookahead: a wrong guess still in flight is evictable here, not in the engine".into(),
         ),
         _ => None,
     }

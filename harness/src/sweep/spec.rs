@@ -673,7 +673,10 @@ impl Spec {
             return Ok(());
         };
         if !t.is_file() {
-            bail!("trace {} is not a file (record one with `memdial run … --record-trace FILE`)", t.display());
+            bail!(
+                "trace {} is not a file (record one with `memdial run … --record-trace FILE`)",
+                t.display()
+            );
         }
         if self.device_gbps.is_some() && self.iobench.is_some() {
             bail!("give device_gbps or iobench, not both");

@@ -77,9 +77,9 @@ impl DecodeBytes {
 /// The prediction for `b` under `prefetch`. `None` when the model's figures are not
 /// finite and positive (bandwidth) or non-negative (compute).
 pub fn predict(b: &DecodeBytes, prefetch: Prefetch, m: &TimeModel) -> Option<Predicted> {
-    if !(m.bytes_per_s.is_finite() && m.bytes_per_s > 0.0)
-        || !(m.compute_s_per_token.is_finite() && m.compute_s_per_token >= 0.0)
-    {
+    let bw_ok = m.bytes_per_s.is_finite() && m.bytes_per_s > 0.0;
+    let compute_ok = m.compute_s_per_token.is_finite() && m.compute_s_per_token >= 0.0;
+    if !(bw_ok && compute_ok) {
         return None;
     }
     let per = |x: f64| x / m.bytes_per_s;

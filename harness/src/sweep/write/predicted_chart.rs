@@ -69,7 +69,11 @@ impl crate::export::Chart for PredictedChart<'_> {
             .collect();
         let xs = all.iter().map(|p| p.1);
         let (lo, hi) = xs.fold((f64::MAX, 0.0f64), |(a, b), x| (a.min(x), b.max(x)));
-        let (x0, x1) = if hi > lo { (lo / 1.25, hi * 1.25) } else { (lo / 2.0, lo * 2.0) };
+        let (x0, x1) = if hi > lo {
+            (lo / 1.25, hi * 1.25)
+        } else {
+            (lo / 2.0, lo * 2.0)
+        };
         let y1 = all
             .iter()
             .flat_map(|p| [p.2, p.3, p.4.map(|w| w.1)])

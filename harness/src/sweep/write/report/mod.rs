@@ -356,7 +356,9 @@ pub fn write_all(
         &v.anomalies,
     )
     .and_then(|_| match &meta.predictions {
-        Some(p) => crate::sweep::write::predicted_chart::write_predicted_chart(dir, &stats, p, &title),
+        Some(p) => {
+            crate::sweep::write::predicted_chart::write_predicted_chart(dir, &stats, p, &title)
+        }
         None => Ok(()),
     })
     .and_then(|_| {
@@ -1052,7 +1054,8 @@ fn charts_md(s: &mut String, c: &Sections) {
     let _ = writeln!(
         s,
         "Files: `results.csv` / `results.json` (one row per run, schema in docs/results.md), `verdict.json`, \
-         `curve.svg`/`curve.png`, `io.svg`/`io.png`{}, `runs/<point>-<repeat>/` (metrics.json, stdout, stderr of each run).",
-        if long { ", `ttft.svg`/`ttft.png`" } else { "" }
+         `curve.svg`/`curve.png`, `io.svg`/`io.png`{}{}, `runs/<point>-<repeat>/` (metrics.json, stdout, stderr of each run).",
+        if long { ", `ttft.svg`/`ttft.png`" } else { "" },
+        if c.meta.predictions.is_some() { ", `predicted.svg`/`predicted.png`" } else { "" }
     );
 }

@@ -34,7 +34,10 @@ pub(super) fn predicted_md(s: &mut String, c: &Sections) {
     );
     let rows = p.compare(c.stats);
     if rows.is_empty() {
-        let _ = writeln!(s, "No point has both a prediction and a measured run yet.\n");
+        let _ = writeln!(
+            s,
+            "No point has both a prediction and a measured run yet.\n"
+        );
         return;
     }
     let _ = writeln!(
