@@ -194,4 +194,17 @@ fn a_sweep_with_a_trace_predicts_every_point_and_refuses_a_foreign_trace() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--max-tokens 4"), "{err}");
+
+    // The prediction settings without a trace, and a trace that is not a file.
+    for (text, says) in [
+        ("device_gbps = 1.0\n", "add trace ="),
+        ("trace = \"missing.jsonl\"\n", "is not a file"),
+    ] {
+        let p = s.join("lone.toml");
+        std::fs::write(&p, format!("budgets = [\"floor\"]\nmax_tokens = 4\n{text}")).unwrap();
+        let o = sweep(&model, &p, &s.join("bad3"));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(says), "{err}");
+    }
 }

@@ -441,7 +441,7 @@ pub fn markdown(
         baseline_md,
         same_budget_md,
         layouts_md,
-        predicted::predicted_md,
+        predicted_md,
         charts_md,
     ] {
         section(&mut s, &c);
@@ -471,6 +471,11 @@ pub fn summary_markdown(
         section(&mut s, &c);
     }
     s
+}
+
+/// "Predicted vs measured" (a sweep given a trace).
+fn predicted_md(s: &mut String, c: &Sections) {
+    predicted::predicted_md(s, c.meta, c.rows, c.stats);
 }
 
 /// The title, the model and the time the report was updated; a partial report says how to complete it.

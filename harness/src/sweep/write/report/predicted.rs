@@ -5,16 +5,18 @@ use std::fmt::Write as _;
 
 use memdial::util::units::fmt_bytes;
 
-use super::Sections;
-use crate::sweep::predict::Compared;
+use crate::sweep::analysis::stats::PointStats;
+use crate::sweep::predict::{Compared, Predictions};
+use crate::sweep::record::row::Row;
+use crate::sweep::record::rundir::Meta;
 
 fn pct_signed(v: f64) -> String {
     format!("{:+.1} %", 100.0 * v)
 }
 
 /// The section (nothing without a trace).
-pub(super) fn predicted_md(s: &mut String, c: &Sections) {
-    let Some(p) = &c.meta.predictions else {
+pub(super) fn predicted_md(s: &mut String, meta: &Meta, runs: &[Row], stats: &[PointStats]) {
+    let Some(p) = &meta.predictions else {
         return;
     };
     let _ = writeln!(s, "## Predicted vs measured\n");
@@ -32,7 +34,7 @@ pub(super) fn predicted_md(s: &mut String, c: &Sections) {
         p.compute_s_per_token.map_or("–".into(), |x| format!("{x:.4} s/token")),
         p.compute_source,
     );
-    let rows = p.compare(c.stats);
+    let rows = p.compare(stats);
     if rows.is_empty() {
         let _ = writeln!(
             s,
@@ -46,16 +48,15 @@ pub(super) fn predicted_md(s: &mut String, c: &Sections) {
     );
     let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
-        let _ = writeln!(s, "{}", row_md(c, p, r));
+        let _ = writeln!(s, "{}", row_md(runs, p, r));
     }
     s.push('\n');
     summary_md(s, &rows);
 }
 
-fn row_md(c: &Sections, p: &crate::sweep::predict::Predictions, r: &Compared) -> String {
+fn row_md(runs: &[Row], p: &Predictions, r: &Compared) -> String {
     let st = r.stats;
-    let differs = c
-        .rows
+    let differs = runs
         .iter()
         .filter(|x| x.point_index == st.point_index && x.is_measured_ok())
         .any(|x| !p.same_output(x));
