@@ -396,11 +396,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         eprintln!("note: removed {stale} stale temporary file(s) of an interrupted sweep");
     }
     let (mut meta, mut rows) = open_run_dir(a, &inp, &points, &sel, &mut engines, &out)?;
-    if let Some(mut p) = predictions {
-        p.set_probe(meta.host.direct_cold_gbps);
-        meta.predictions = Some(p);
-        meta.save(&out)?;
-    }
+    attach_predictions(&mut meta, predictions, &out)?;
     let (cg_mode, no_cg_reason) = cgroup_mode(a, &inp.cg_support);
     let env = RunEnv {
         spec,
@@ -457,6 +453,21 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     finish(
         a, &out, &meta, &rows, slots, base, executed, stopped, t_start,
     )
+}
+
+/// Records the spec's trace's predictions in `sweep.json`, timed with the sweep's own
+/// cold direct probe when the spec gives no bandwidth.
+fn attach_predictions(
+    meta: &mut Meta,
+    p: Option<crate::sweep::predict::Predictions>,
+    out: &Path,
+) -> Result<()> {
+    if let Some(mut p) = p {
+        p.set_probe(meta.host.direct_cold_gbps);
+        meta.predictions = Some(p);
+        meta.save(out)?;
+    }
+    Ok(())
 }
 
 /// The packed layout the spec's `lossless` points read (`None` without them).

@@ -142,54 +142,8 @@ pub fn prepare(
     let src = crate::cmd_plan::source_of(Some(model), None, None)?;
     let (cfg, ck) = (&src.cfg, &src.ck);
     let r = Replayable::new(&t, cfg, &what).map_err(|e| bad(format!("{e:#}")))?;
+    let (matching, ctx) = check_fit(spec, &t, &r, prompt_ids, &what)?;
     let p = r.header.prompt_tokens;
-    let trace_prompt: Vec<u32> = t
-        .forwards
-        .iter()
-        .filter(|f| f.forward < p)
-        .flat_map(|f| f.ids.iter().map(|&i| i as u32))
-        .collect();
-    let chunks: Vec<usize> = t
-        .forwards
-        .iter()
-        .filter(|f| f.forward < p)
-        .map(|f| f.ids.len())
-        .collect();
-    let matching: Vec<usize> = (0..prompt_ids.len())
-        .filter(|&i| prompt_ids[i] == trace_prompt)
-        .collect();
-    if matching.is_empty() {
-        return Err(bad(format!(
-            "it was recorded on a {p}-token prompt {trace_prompt:?}, and no prompt of the sweep \
-             tokenizes to those ids ({}): record it with the sweep's prompt",
-            prompt_ids
-                .iter()
-                .map(|v| format!("{} tokens", v.len()))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
-    }
-    let decode = r.decode_tokens();
-    let sweep_decode = spec.max_tokens.saturating_sub(1);
-    let ignore_eos = spec.extra_args.iter().any(|a| a == "--ignore-eos");
-    if decode > sweep_decode || (ignore_eos && decode != sweep_decode) {
-        return Err(bad(format!(
-            "it decodes {decode} tokens after the prompt's (recorded with --max-tokens {}), \
-             the sweep's runs {sweep_decode} (max_tokens = {}): record it with --max-tokens {}{}",
-            decode + 1,
-            spec.max_tokens,
-            spec.max_tokens,
-            if ignore_eos { " --ignore-eos" } else { "" }
-        )));
-    }
-    let ctx = spec.max_context.unwrap_or(0).max(p + spec.max_tokens);
-    let want = expected_chunks(spec, p, ctx);
-    if chunks != want {
-        return Err(bad(format!(
-            "it ran the prompt in forwards of {chunks:?} tokens, the sweep's runs in {want:?} \
-             (--prefill-chunk and max_context decide it): record it with the sweep's settings"
-        )));
-    }
     let device = match (spec.device_gbps, &spec.iobench) {
         (Some(g), _) => Some((g, "the spec's device_gbps".to_string())),
         (None, Some(dir)) => Some(crate::cmd_plan::iobench_gbps(dir, IoMode::Direct)?),
@@ -251,6 +205,70 @@ pub fn prepare(
     }
     out.retime();
     Ok(Some(out))
+}
+
+/// Checks that the trace `t` (checked as `r`) fits the sweep: a prompt of the sweep
+/// (returns the matching prompt indices), the same prefill forwards and token count.
+/// Also returns the context the sweep's runs are planned for.
+///
+/// Errors (usage): what differs, and how to record a trace that fits.
+fn check_fit(
+    spec: &Spec,
+    t: &trace::Trace,
+    r: &Replayable<'_>,
+    prompt_ids: &[Vec<u32>],
+    what: &str,
+) -> Result<(Vec<usize>, usize)> {
+    let bad = |m: String| usage(format!("{what} does not match the sweep: {m}"));
+    let p = r.header.prompt_tokens;
+    let trace_prompt: Vec<u32> = t
+        .forwards
+        .iter()
+        .filter(|f| f.forward < p)
+        .flat_map(|f| f.ids.iter().map(|&i| i as u32))
+        .collect();
+    let chunks: Vec<usize> = t
+        .forwards
+        .iter()
+        .filter(|f| f.forward < p)
+        .map(|f| f.ids.len())
+        .collect();
+    let matching: Vec<usize> = (0..prompt_ids.len())
+        .filter(|&i| prompt_ids[i] == trace_prompt)
+        .collect();
+    if matching.is_empty() {
+        return Err(bad(format!(
+            "it was recorded on a {p}-token prompt {trace_prompt:?}, and no prompt of the sweep \
+             tokenizes to those ids ({}): record it with the sweep's prompt",
+            prompt_ids
+                .iter()
+                .map(|v| format!("{} tokens", v.len()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let decode = r.decode_tokens();
+    let sweep_decode = spec.max_tokens.saturating_sub(1);
+    let ignore_eos = spec.extra_args.iter().any(|a| a == "--ignore-eos");
+    if decode > sweep_decode || (ignore_eos && decode != sweep_decode) {
+        return Err(bad(format!(
+            "it decodes {decode} tokens after the prompt's (recorded with --max-tokens {}), \
+             the sweep's runs {sweep_decode} (max_tokens = {}): record it with --max-tokens {}{}",
+            decode + 1,
+            spec.max_tokens,
+            spec.max_tokens,
+            if ignore_eos { " --ignore-eos" } else { "" }
+        )));
+    }
+    let ctx = spec.max_context.unwrap_or(0).max(p + spec.max_tokens);
+    let want = expected_chunks(spec, p, ctx);
+    if chunks != want {
+        return Err(bad(format!(
+            "it ran the prompt in forwards of {chunks:?} tokens, the sweep's runs in {want:?} \
+             (--prefill-chunk and max_context decide it): record it with the sweep's settings"
+        )));
+    }
+    Ok((matching, ctx))
 }
 
 fn point_prediction(
