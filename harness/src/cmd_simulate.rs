@@ -22,6 +22,7 @@ use memdial::engine::arena::Scratch;
 use memdial::io::IoMode;
 use memdial::store::plan::{plan_unchecked, Plan, Prefetch, Sequences};
 use memdial::store::sim::pool::SimPolicy;
+use memdial::store::sim::predict::{predict, DecodeBytes, TimeModel};
 use memdial::store::sim::{replay, EmbeddingRows, Replayable, SimOptions, SimReport};
 use memdial::store::trace;
 use memdial::util::budget::parse_size;
@@ -208,15 +209,20 @@ pub fn parse_budgets(single: &[u64], list: Option<&str>) -> Result<Vec<u64>> {
     Ok(v)
 }
 
-/// Compute seconds per token from `--compute-s-per-token` or a resident run's metrics.
-fn compute_time(a: &SimulateArgs) -> Result<Option<f64>> {
-    if let Some(s) = a.compute_s_per_token {
+/// Compute seconds per token: `given` (`--compute-s-per-token`), else the median
+/// decode s/token of `resident`, a `memdial run --metrics-json` file of a run without
+/// `--budget`; `None` when neither is given.
+///
+/// Errors (usage): a negative or non-finite `given`; an unreadable file, a streamed
+/// run's, or one without `decode_s_per_token_median`.
+pub fn compute_time(given: Option<f64>, resident: Option<&std::path::Path>) -> Result<Option<f64>> {
+    if let Some(s) = given {
         if !(s.is_finite() && s >= 0.0) {
-            return Err(usage(format!("--compute-s-per-token {s} is not ≥ 0")));
+            return Err(usage(format!("compute time {s} s/token is not ≥ 0")));
         }
         return Ok(Some(s));
     }
-    let Some(p) = &a.resident_metrics else {
+    let Some(p) = resident else {
         return Ok(None);
     };
     let text = std::fs::read_to_string(p)
@@ -261,7 +267,7 @@ pub fn run(a: &SimulateArgs) -> Result<ExitCode> {
         (None, Some(dir)) => Some(iobench_gbps(dir, a.io.0)?.0),
         (None, None) => None,
     };
-    let compute = compute_time(a)?;
+    let compute = compute_time(a.compute_s_per_token, a.resident_metrics.as_deref())?;
     let src = source_of(a.model.as_deref(), a.config.as_deref(), a.preset.as_deref())?;
     let (cfg, ck) = (&src.cfg, &src.ck);
     if ck.lossless.is_some() {
@@ -288,14 +294,7 @@ pub fn run(a: &SimulateArgs) -> Result<ExitCode> {
     let threads = a.threads.or(rec_plan.map(|p| p.threads)).unwrap_or(1);
     let act = Scratch::activations(cfg, Sequences::single(max_context), threads);
     let p0 = plan_unchecked(cfg, ck, 0, io, prefetch, act)?;
-    let emb_name = format!("{}{}", cfg.weight_prefix, p0.embedding_key);
-    let loc = ck
-        .get(&emb_name)
-        .ok_or_else(|| anyhow::anyhow!("tensor {emb_name} is missing"))?;
-    let emb = EmbeddingRows {
-        offset: loc.offset,
-        row_bytes: loc.len / cfg.vocab_size.max(1) as u64,
-    };
+    let emb = embedding_rows(cfg, ck, &p0)?;
     let hot_prefix = a.hot_prefix_tokens.unwrap_or(r.header.prompt_tokens);
     let warm = a.start == StartMode::Warm;
     let mut rows = Vec::new();
@@ -346,6 +345,24 @@ pub fn run(a: &SimulateArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Where `plan`'s embedding table sits in `ck`, for the replay's row reads.
+///
+/// Errors: the checkpoint lacks the table.
+pub fn embedding_rows(
+    cfg: &memdial::config::ModelConfig,
+    ck: &memdial::checkpoint::Checkpoint,
+    plan: &Plan,
+) -> Result<EmbeddingRows> {
+    let emb_name = format!("{}{}", cfg.weight_prefix, plan.embedding_key);
+    let loc = ck
+        .get(&emb_name)
+        .ok_or_else(|| anyhow::anyhow!("tensor {emb_name} is missing"))?;
+    Ok(EmbeddingRows {
+        offset: loc.offset,
+        row_bytes: loc.len / cfg.vocab_size.max(1) as u64,
+    })
+}
+
 fn per_token(v: u64, n: usize) -> Option<f64> {
     (n > 0).then(|| v as f64 / n as f64)
 }
@@ -362,6 +379,13 @@ fn row(
     let d = rep.map(|r| &r.decode);
     let bpt = d.and_then(|d| per_token(d.bytes_read, n));
     let io_s = bpt.zip(bw).map(|(b, g)| b / (g * 1e9));
+    let predicted = d.zip(bw).zip(compute).and_then(|((d, g), c)| {
+        let m = TimeModel {
+            bytes_per_s: g * 1e9,
+            compute_s_per_token: c,
+        };
+        DecodeBytes::per_token(d, n).and_then(|b| predict(&b, a.prefetch.0, &m))
+    });
     SimRow {
         budget_bytes: plan.budget_bytes,
         below_floor: rep.is_none(),
@@ -392,7 +416,7 @@ fn row(
         hot_set_bytes: rep.map(|r| r.hot_set_bytes),
         budget_overflows: rep.map(|r| r.total.budget_overflows),
         predicted_io_s_per_token: io_s,
-        predicted_s_per_token: io_s.zip(compute).map(|(i, c)| i + c),
+        predicted_s_per_token: predicted.map(|p| p.s_per_token),
     }
 }
 

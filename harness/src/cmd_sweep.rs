@@ -372,6 +372,8 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         &engines,
     )?;
     let points_total = points.resolved.len();
+    // A trace that does not fit the sweep is refused before anything runs.
+    let predictions = crate::sweep::predict::prepare(spec, &inp.model, &prompt_ids, &points)?;
     let sel = points.select(spec, inp.shard, &engines);
     if let Some(p) = a.test_perturb_point {
         if p >= points_total {
@@ -393,7 +395,8 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     if stale > 0 && !a.check {
         eprintln!("note: removed {stale} stale temporary file(s) of an interrupted sweep");
     }
-    let (meta, mut rows) = open_run_dir(a, &inp, &points, &sel, &mut engines, &out)?;
+    let (mut meta, mut rows) = open_run_dir(a, &inp, &points, &sel, &mut engines, &out)?;
+    attach_predictions(&mut meta, predictions, &out)?;
     let (cg_mode, no_cg_reason) = cgroup_mode(a, &inp.cg_support);
     let env = RunEnv {
         spec,
@@ -450,6 +453,21 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     finish(
         a, &out, &meta, &rows, slots, base, executed, stopped, t_start,
     )
+}
+
+/// Records the spec's trace's predictions in `sweep.json`, timed with the sweep's own
+/// cold direct probe when the spec gives no bandwidth.
+fn attach_predictions(
+    meta: &mut Meta,
+    p: Option<crate::sweep::predict::Predictions>,
+    out: &Path,
+) -> Result<()> {
+    if let Some(mut p) = p {
+        p.set_probe(meta.host.direct_cold_gbps);
+        meta.predictions = Some(p);
+        meta.save(out)?;
+    }
+    Ok(())
 }
 
 /// The packed layout the spec's `lossless` points read (`None` without them).

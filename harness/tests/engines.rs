@@ -647,7 +647,7 @@ fn hf_tokenizer_json_tokenizes_text_prompts() -> testkit::Outcome {
         "  two  spaces,\ttabs and\n\nnew lines   ",
         "東京 🙂 café naïve 12345<|im_end|>",
     ];
-    let dir = scratch().join("hf-tok");
+    let dir = shared_scratch!().join("hf-tok");
     let _ = std::fs::remove_dir_all(&dir);
     let o = Command::new(&python)
         .arg(repo_root().join("fixtures/oracle/hf_tokenizer.py"))
@@ -658,7 +658,7 @@ fn hf_tokenizer_json_tokenizes_text_prompts() -> testkit::Outcome {
     assert!(o.status.success(), "hf_tokenizer.py: {}", text(&o));
     let want: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let tokenize = |args: &[&str]| {
-        let o = Command::new(BIN)
+        let o = Command::new(memdial_bin!())
             .arg("tokenize")
             .arg("--model")
             .arg(&dir)
@@ -731,7 +731,7 @@ foreign_read_bytes = 1125899906842624
     };
     let (o, out) = sweep(&dir, &spec(""), "hf-tok-dir", &[]);
     check(&o, &out);
-    let bare = scratch().join("hf-tok-bare");
+    let bare = shared_scratch!().join("hf-tok-bare");
     std::fs::create_dir_all(&bare).unwrap();
     std::fs::write(bare.join("weights.bin"), vec![7u8; 1 << 16]).unwrap();
     let declared = format!(
@@ -758,7 +758,7 @@ foreign_read_bytes = 1125899906842624
 /// ids prompt is `n/a` for it (nothing compared, exit 1).
 fn text_only_engine_is_checked_on_its_output_text() {
     let _g = lock();
-    let model = scratch().join("opaque-text");
+    let model = shared_scratch!().join("opaque-text");
     std::fs::create_dir_all(&model).unwrap();
     std::fs::write(model.join("weights.bin"), vec![3u8; 1 << 16]).unwrap();
     let spec = |prompt: &str, command: &str| {
@@ -857,10 +857,10 @@ foreign_read_bytes = 1125899906842624
 /// made again (its directory removed) is another setup: searched again.
 fn floor_search_runs_the_setup_first() -> testkit::Outcome {
     let _g = lock();
-    let model = scratch().join("opaque-setup");
+    let model = shared_scratch!().join("opaque-setup");
     std::fs::create_dir_all(&model).unwrap();
     std::fs::write(model.join("weights.bin"), vec![5u8; 1 << 16]).unwrap();
-    let cache = scratch().join("setup-engine-cache");
+    let cache = shared_scratch!().join("setup-engine-cache");
     let _ = std::fs::remove_dir_all(&cache);
     let spec = r#"
 budgets = ["floor", "256MiB"]

@@ -54,25 +54,74 @@ pub struct StoreMetrics {
     pub lossless_decode_s: f64,
 }
 
-impl StoreMetrics {
-    /// Fraction of needed trunk bytes served from pinned memory (1.0 when none were needed);
-    /// comparable with the plan's `predicted_trunk_hit_rate`.
+/// The counts behind the store's four ratios, and the ratios: one definition shared
+/// by the store ([`StoreMetrics`]) and its simulator (`store::sim::SimCounts`), so
+/// both report the same figure from the same counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HitCounts {
+    /// Trunk bytes needed, and the part served from pinned memory.
+    pub trunk_request_bytes: u64,
+    pub trunk_hit_bytes: u64,
+    /// Expert requests, and those already resident or in flight.
+    pub expert_requests: u64,
+    pub expert_hits: u64,
+    /// Look-ahead / oracle guesses, those the router then selected, and the experts
+    /// selected in layers where a guess had been made.
+    pub lookahead_guesses: u64,
+    pub lookahead_correct: u64,
+    pub lookahead_actual: u64,
+}
+
+impl HitCounts {
+    /// Fraction of needed trunk bytes served from pinned memory (1.0 when none were
+    /// needed); comparable with the plan's `predicted_trunk_hit_rate`.
     pub fn trunk_hit_rate(&self) -> f64 {
         ratio(self.trunk_hit_bytes, self.trunk_request_bytes)
     }
-    /// Expert-cache hit rate.
+    /// Expert requests served from the cache (1.0 when none).
     pub fn expert_hit_rate(&self) -> f64 {
         ratio(self.expert_hits, self.expert_requests)
     }
-    /// Fraction of guesses the router then selected (NaN when no guesses).
+    /// Fraction of guesses the router then selected (`None` without guesses).
     pub fn lookahead_precision(&self) -> Option<f64> {
         (self.lookahead_guesses > 0)
             .then(|| self.lookahead_correct as f64 / self.lookahead_guesses as f64)
     }
-    /// Fraction of selected experts that had been guessed (NaN when no guesses).
+    /// Fraction of selected experts that had been guessed (`None` without guesses).
     pub fn lookahead_recall(&self) -> Option<f64> {
         (self.lookahead_actual > 0)
             .then(|| self.lookahead_correct as f64 / self.lookahead_actual as f64)
+    }
+}
+
+impl StoreMetrics {
+    /// The counts behind the ratios below.
+    pub fn hits(&self) -> HitCounts {
+        HitCounts {
+            trunk_request_bytes: self.trunk_request_bytes,
+            trunk_hit_bytes: self.trunk_hit_bytes,
+            expert_requests: self.expert_requests,
+            expert_hits: self.expert_hits,
+            lookahead_guesses: self.lookahead_guesses,
+            lookahead_correct: self.lookahead_correct,
+            lookahead_actual: self.lookahead_actual,
+        }
+    }
+    /// [`HitCounts::trunk_hit_rate`].
+    pub fn trunk_hit_rate(&self) -> f64 {
+        self.hits().trunk_hit_rate()
+    }
+    /// [`HitCounts::expert_hit_rate`].
+    pub fn expert_hit_rate(&self) -> f64 {
+        self.hits().expert_hit_rate()
+    }
+    /// [`HitCounts::lookahead_precision`].
+    pub fn lookahead_precision(&self) -> Option<f64> {
+        self.hits().lookahead_precision()
+    }
+    /// [`HitCounts::lookahead_recall`].
+    pub fn lookahead_recall(&self) -> Option<f64> {
+        self.hits().lookahead_recall()
     }
 }
 

@@ -19,7 +19,7 @@ use memdial::config::load_config;
 use memdial::io::IoMode;
 use memdial::loader::StoreOptions;
 use memdial::model::Model;
-use memdial::store::cache::CachePolicy;
+use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::Prefetch;
 use memdial::store::streaming::StreamOptions;
 use memdial::tokenizer::Tokenizer;

@@ -18,6 +18,8 @@
 //!   cross-engine verdict layered over the ids verdict;
 //! - [`start`]: the `start` axis (cold or warm caches); [`layout`]: the `layout`
 //!   axis (safetensors or the lossless streamed layout);
+//! - [`predict`]: the spec's `trace` checked against the sweep and replayed at
+//!   every point (predicted bytes and s/token beside the measured ones);
 //! - [`verify`]: a finished run directory re-checked offline (`memdial report
 //!   verify`), over every stage's output;
 //! - [`util`]: UTC timestamps and SHA-256 hex.
@@ -30,6 +32,7 @@ pub mod engines;
 pub mod layout;
 #[cfg(test)]
 mod layout_tests;
+pub mod predict;
 pub mod record;
 pub mod run;
 pub mod spec;

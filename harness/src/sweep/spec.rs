@@ -199,6 +199,29 @@ pub struct Spec {
     /// [`memdial::noise::Thresholds`], left out of the spec hash).
     #[serde(default, skip_serializing_if = "is_default_noise")]
     pub noise: memdial::noise::Thresholds,
+    /// A routing trace of the same model and prompt (`memdial run --record-trace`,
+    /// docs/simulate.md): each measured point's configuration is replayed by the
+    /// simulator, and the report sets its predicted bytes and s/token beside the
+    /// measured ones (`super::predict`). Relative to the spec file. Absent: left out
+    /// of the spec hash, as are the four settings below.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<PathBuf>,
+    /// With `trace`: device read bandwidth for predicted s/token, GB/s (10⁹ bytes/s)
+    /// (default: `iobench`'s, else the sweep's own cold `direct` probe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_gbps: Option<f64>,
+    /// With `trace`: a `memdial iobench` report directory whose best cold `direct`
+    /// cell is the device bandwidth. Relative to the spec file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iobench: Option<PathBuf>,
+    /// With `trace`: compute seconds per decoded token with every weight resident.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_s_per_token: Option<f64>,
+    /// With `trace`: a `memdial run --metrics-json` file of a resident run (no
+    /// `--budget`) whose median decode s/token is the compute time. Relative to the
+    /// spec file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resident_metrics: Option<PathBuf>,
     /// IO modes (the spec's `io`), set by [`Spec::validate`].
     #[serde(skip)]
     pub io: Vec<IoMode>,
@@ -508,6 +531,14 @@ impl Spec {
                 }
             }
         }
+        for f in [&mut s.trace, &mut s.iobench, &mut s.resident_metrics]
+            .into_iter()
+            .flatten()
+        {
+            if f.is_relative() {
+                *f = base.join(&*f);
+            }
+        }
         s.validate()?;
         Ok(s)
     }
@@ -620,8 +651,47 @@ impl Spec {
                 PromptSpec::Ids { .. } => {}
             }
         }
+        self.check_prediction()?;
         if let Some(a) = self.extra_args.iter().find(|a| a.contains('\0')) {
             bail!("extra_args: {a:?} holds a NUL character, which a command-line argument cannot hold");
+        }
+        Ok(())
+    }
+
+    /// Checks `trace` and the settings of its predictions go together.
+    fn check_prediction(&self) -> Result<()> {
+        let given = [
+            ("device_gbps", self.device_gbps.is_some()),
+            ("iobench", self.iobench.is_some()),
+            ("compute_s_per_token", self.compute_s_per_token.is_some()),
+            ("resident_metrics", self.resident_metrics.is_some()),
+        ];
+        let Some(t) = &self.trace else {
+            if let Some((k, _)) = given.iter().find(|(_, g)| *g) {
+                bail!("{k} sets the predictions of a `trace`: add trace = \"FILE.jsonl\" (a `memdial run --record-trace` of the same prompt)");
+            }
+            return Ok(());
+        };
+        if !t.is_file() {
+            bail!(
+                "trace {} is not a file (record one with `memdial run … --record-trace FILE`)",
+                t.display()
+            );
+        }
+        if self.device_gbps.is_some() && self.iobench.is_some() {
+            bail!("give device_gbps or iobench, not both");
+        }
+        if self.compute_s_per_token.is_some() && self.resident_metrics.is_some() {
+            bail!("give compute_s_per_token or resident_metrics, not both");
+        }
+        if let Some(g) = self.device_gbps.filter(|g| !(g.is_finite() && *g > 0.0)) {
+            bail!("device_gbps = {g} is not a positive bandwidth");
+        }
+        if let Some(c) = self
+            .compute_s_per_token
+            .filter(|c| !(c.is_finite() && *c >= 0.0))
+        {
+            bail!("compute_s_per_token = {c} is not ≥ 0");
         }
         Ok(())
     }

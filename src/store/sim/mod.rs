@@ -22,6 +22,7 @@
 //! with the plan's 4096-byte direct-IO alignment.
 
 pub mod pool;
+pub mod predict;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -30,6 +31,7 @@ use serde::Serialize;
 
 use crate::format::config::{MlpKind, ModelConfig};
 use crate::io::IoMode;
+use crate::store::metrics::HitCounts;
 use crate::store::plan::{Plan, Prefetch};
 use crate::store::trace::{Trace, TraceHeader};
 use pool::{Id, Pool, Req, SimPolicy};
@@ -85,31 +87,33 @@ impl SimCounts {
             budget_overflows: self.budget_overflows - o.budget_overflows,
         }
     }
-    /// Trunk bytes served from pinned memory over trunk bytes needed (1 when none).
+    /// The counts behind the ratios below (the store's own definitions).
+    pub fn hits(&self) -> HitCounts {
+        HitCounts {
+            trunk_request_bytes: self.trunk_request_bytes,
+            trunk_hit_bytes: self.trunk_hit_bytes,
+            expert_requests: self.expert_requests,
+            expert_hits: self.expert_hits,
+            lookahead_guesses: self.lookahead_guesses,
+            lookahead_correct: self.lookahead_correct,
+            lookahead_actual: self.lookahead_actual,
+        }
+    }
+    /// [`HitCounts::trunk_hit_rate`].
     pub fn trunk_hit_rate(&self) -> f64 {
-        ratio(self.trunk_hit_bytes, self.trunk_request_bytes)
+        self.hits().trunk_hit_rate()
     }
-    /// Expert requests served from the cache (1 when none).
+    /// [`HitCounts::expert_hit_rate`].
     pub fn expert_hit_rate(&self) -> f64 {
-        ratio(self.expert_hits, self.expert_requests)
+        self.hits().expert_hit_rate()
     }
-    /// Guesses the router then selected (`None` without guesses).
+    /// [`HitCounts::lookahead_precision`].
     pub fn lookahead_precision(&self) -> Option<f64> {
-        (self.lookahead_guesses > 0)
-            .then(|| self.lookahead_correct as f64 / self.lookahead_guesses as f64)
+        self.hits().lookahead_precision()
     }
-    /// Selected experts that had been guessed (`None` without guesses).
+    /// [`HitCounts::lookahead_recall`].
     pub fn lookahead_recall(&self) -> Option<f64> {
-        (self.lookahead_actual > 0)
-            .then(|| self.lookahead_correct as f64 / self.lookahead_actual as f64)
-    }
-}
-
-fn ratio(a: u64, b: u64) -> f64 {
-    if b == 0 {
-        1.0
-    } else {
-        a as f64 / b as f64
+        self.hits().lookahead_recall()
     }
 }
 

@@ -180,6 +180,19 @@ pub struct Row {
     /// its output ids (appended).
     #[serde(default)]
     pub output_kind: Option<String>,
+    // --- predictions of the spec's `trace` (`sweep::predict`; appended, never renamed)
+    /// The simulator's predicted decode s/token for this point's configuration (the
+    /// same on every run of the point; `None` without a trace, a bandwidth and a
+    /// compute time).
+    #[serde(default)]
+    pub predicted_s_per_token: Option<f64>,
+    /// The simulator's decode bytes read per token for this point's configuration.
+    #[serde(default)]
+    pub predicted_bytes_read_per_token: Option<f64>,
+    /// `predicted_s_per_token / the point's median decode s/token − 1` (negative:
+    /// the prediction is faster than measured).
+    #[serde(default)]
+    pub prediction_error: Option<f64>,
     // --- axes declared after engines (`sweep::axes`): one column each, appended
     /// The point's value on each later axis, by axis name (the point's
     /// [`crate::sweep::axes::Coord`]s); empty for sweeps without one.
@@ -308,6 +321,10 @@ pub const COLUMNS: &[&str] = &[
     "planned_floor_for",
     // Text-only engines (appended).
     "output_kind",
+    // Predictions of the spec's `trace` (appended).
+    "predicted_s_per_token",
+    "predicted_bytes_read_per_token",
+    "prediction_error",
 ];
 
 impl Row {

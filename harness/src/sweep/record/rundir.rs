@@ -276,6 +276,7 @@ pub fn open(
         noise: (spec.noise != memdial::noise::Thresholds::default()).then_some(spec.noise),
         opaque_model: None,
         repeats_auto: spec.auto_repeats(),
+        predictions: None,
     };
     Ok((meta, vec![]))
 }
@@ -345,6 +346,10 @@ pub struct Meta {
     /// point that reached its precision did not need.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repeats_auto: Option<crate::sweep::spec::AutoRepeats>,
+    /// The spec's `trace` replayed at every point (absent without one): what the
+    /// report sets beside the measurements ([`crate::sweep::predict`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predictions: Option<crate::sweep::predict::Predictions>,
 }
 
 impl Meta {

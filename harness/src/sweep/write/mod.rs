@@ -3,6 +3,7 @@
 //!
 //! - [`report`]: `verdict.json` and `report.md`;
 //! - [`charts`], [`metric_chart`], [`ttft_chart`]: `curve.*`, `io.*`, `ttft.*`;
+//!   [`predicted_chart`]: `predicted.*` (a sweep given a trace);
 //! - [`ci`] (over [`junit`] and [`gha`]): the JUnit report and GitHub Actions' job
 //!   summary and annotations.
 
@@ -12,5 +13,6 @@ pub mod ci;
 pub mod gha;
 pub mod junit;
 mod metric_chart;
+pub mod predicted_chart;
 pub mod report;
 pub mod ttft_chart;

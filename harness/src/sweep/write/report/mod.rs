@@ -28,6 +28,7 @@ use crate::sweep::record::status::RunStatus;
 use crate::sweep::util::utc_now_rfc3339;
 
 mod noise;
+mod predicted;
 
 fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
     v.map(f).unwrap_or_else(|| "–".into())
@@ -331,8 +332,17 @@ pub fn write_all(
     rows: &[Row],
     baseline: Option<&Baseline>,
 ) -> Result<(SweepVerdict, Option<Comparison>)> {
-    crate::sweep::record::row::save(dir, rows)?;
     let stats = per_point(rows);
+    // With a trace, the rows carry the predictions of their points.
+    let filled;
+    let rows = match &meta.predictions {
+        Some(p) => {
+            filled = p.fill(rows, &stats);
+            &filled[..]
+        }
+        None => rows,
+    };
+    crate::sweep::record::row::save(dir, rows)?;
     let cmp = baseline.map(|b| {
         crate::sweep::record::baseline::compare(&b.path, &b.runs, &b.unreadable, rows, b.tolerance)
     });
@@ -351,6 +361,12 @@ pub fn write_all(
         &v.anomalies,
         meta.opaque_model.is_some(),
     )
+    .and_then(|_| match &meta.predictions {
+        Some(p) => {
+            crate::sweep::write::predicted_chart::write_predicted_chart(dir, &stats, p, &title)
+        }
+        None => Ok(()),
+    })
     .and_then(|_| {
         crate::sweep::write::ttft_chart::write_ttft_chart(
             dir,
@@ -432,6 +448,7 @@ pub fn markdown(
         baseline_md,
         same_budget_md,
         layouts_md,
+        predicted_md,
         charts_md,
     ] {
         section(&mut s, &c);
@@ -461,6 +478,11 @@ pub fn summary_markdown(
         section(&mut s, &c);
     }
     s
+}
+
+/// "Predicted vs measured" (a sweep given a trace).
+fn predicted_md(s: &mut String, c: &Sections) {
+    predicted::predicted_md(s, c.meta, c.rows, c.stats);
 }
 
 /// The title, the model and the time the report was updated; a partial report says how to complete it.
@@ -1015,6 +1037,15 @@ fn charts_md(s: &mut String, c: &Sections) {
          Top: bytes read from disk per decoded token (falls as more of the model stays resident). \
          Bottom: share of generation time (prefill + decode) spent waiting for IO (what prefetch tries to hide).\n"
     );
+    if c.meta.predictions.is_some() {
+        let _ = writeln!(
+            s,
+            "![predicted vs measured decode time](predicted.svg)\n\n\
+             The spec's trace replayed at every point: one panel per start, one colour per IO mode and prefetch policy; \
+             the dashed line is the predicted s/token, a marker the measured median with its 95 % interval (section \
+             \"Predicted vs measured\").\n"
+        );
+    }
     let long = !super::ttft_chart::long_prompt_points(stats, rows).is_empty();
     if long {
         let _ = writeln!(
@@ -1029,7 +1060,8 @@ fn charts_md(s: &mut String, c: &Sections) {
     let _ = writeln!(
         s,
         "Files: `results.csv` / `results.json` (one row per run, schema in docs/results.md), `verdict.json`, \
-         `curve.svg`/`curve.png`, `io.svg`/`io.png`{}, `runs/<point>-<repeat>/` (metrics.json, stdout, stderr of each run).",
-        if long { ", `ttft.svg`/`ttft.png`" } else { "" }
+         `curve.svg`/`curve.png`, `io.svg`/`io.png`{}{}, `runs/<point>-<repeat>/` (metrics.json, stdout, stderr of each run).",
+        if long { ", `ttft.svg`/`ttft.png`" } else { "" },
+        if c.meta.predictions.is_some() { ", `predicted.svg`/`predicted.png`" } else { "" }
     );
 }

@@ -1,0 +1,389 @@
+//! A sweep's predictions: the spec's `trace` checked against the sweep (same model
+//! shape, prompt ids, prompt chunking and token count, else refused before any run),
+//! then every point's configuration replayed by the simulator
+//! ([`memdial::store::sim`]) and timed by its model
+//! ([`memdial::store::sim::predict`]). Stored in `sweep.json`; the report fills the
+//! rows' `predicted_*` columns from it and sets predicted beside measured
+//! (docs/simulate.md, "Predict, then measure").
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Result;
+use memdial::io::IoMode;
+use memdial::engine::arena::Scratch;
+use memdial::store::plan::{plan_unchecked, Prefetch, Sequences};
+use memdial::store::sim::pool::SimPolicy;
+use memdial::store::sim::predict::{predict, DecodeBytes, TimeModel};
+use memdial::store::sim::{replay, Replayable, SimCounts, SimOptions};
+use memdial::store::trace;
+use serde::{Deserialize, Serialize};
+
+use crate::args::usage;
+use crate::sweep::analysis::stats::PointStats;
+use crate::sweep::layout::LayoutKind;
+use crate::sweep::record::row::Row;
+use crate::sweep::run::points::Points;
+use crate::sweep::spec::Spec;
+use crate::sweep::start::StartMode;
+
+/// The predictions of a sweep given a trace (`sweep.json`'s `predictions`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Predictions {
+    /// The trace, as the spec gives it (absolute).
+    pub trace: String,
+    /// Device read bandwidth, GB/s (`None`: unknown, no predicted s/token).
+    pub device_gbps: Option<f64>,
+    /// Where the bandwidth comes from.
+    pub device_source: String,
+    /// Compute seconds per decoded token (`None`: not given, no predicted s/token).
+    pub compute_s_per_token: Option<f64>,
+    /// Where the compute time comes from.
+    pub compute_source: String,
+    /// Token ids the trace's decode forwards ran (the first generated tokens): a run
+    /// whose output does not begin with them did not route as the trace did.
+    pub decode_ids: Vec<u32>,
+    /// Per point index: the replay of its configuration.
+    pub points: BTreeMap<usize, PointPrediction>,
+}
+
+/// One point's replay.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PointPrediction {
+    /// IO mode, prefetch policy and start of the point (for the chart and report).
+    pub io: IoMode,
+    pub prefetch: Prefetch,
+    pub start: StartMode,
+    pub budget_bytes: u64,
+    /// Decode bytes read per token (the simulator's), by what the time model needs.
+    pub bytes: DecodeBytes,
+    /// Decode expert hit rate, [0, 1].
+    pub expert_hit_rate: f64,
+    /// Predicted decode s/token (`None` without a bandwidth and a compute time).
+    pub s_per_token: Option<f64>,
+    /// What the model leaves out for this point (page cache, timing-dependent guesses).
+    pub caveat: Option<String>,
+}
+
+/// `PointStats` and the point's prediction side by side (the report's table).
+#[derive(Debug, Clone)]
+pub struct Compared<'a> {
+    pub stats: &'a PointStats,
+    pub predicted: &'a PointPrediction,
+    /// `predicted / measured median − 1`.
+    pub error: Option<f64>,
+    /// Inside the measured 95 % interval (or the min–max without one).
+    pub inside: Option<bool>,
+    /// Whether the interval is the bootstrap's (else min–max over too few repeats).
+    pub has_interval: bool,
+}
+
+fn caveat(io: IoMode, prefetch: Prefetch) -> Option<String> {
+    match (io, prefetch) {
+        (IoMode::Buffered | IoMode::Mmap, _) => Some(format!(
+            "{}: page-cache hits and the kernel's copy/fault costs are not modelled",
+            io.as_str()
+        )),
+        (_, Prefetch::Lookahead) => Some(
+            "lookahead: a wrong guess still in flight is evictable here, not in the engine".into(),
+        ),
+        _ => None,
+    }
+}
+
+/// The prompt chunks a budgeted `memdial run` cuts a `prompt`-token prompt into, with
+/// the spec's `--prefill-chunk` (default 256) and `max_context` positions (as
+/// `memdial run` does).
+fn expected_chunks(spec: &Spec, prompt: usize, max_context: usize) -> Vec<usize> {
+    let arg = spec
+        .extra_args
+        .iter()
+        .position(|a| a == "--prefill-chunk")
+        .and_then(|i| spec.extra_args.get(i + 1))
+        .and_then(|v| v.parse::<usize>().ok())
+        .or_else(|| {
+            spec.extra_args
+                .iter()
+                .find_map(|a| a.strip_prefix("--prefill-chunk=")?.parse().ok())
+        })
+        .unwrap_or(256);
+    let want = if arg == 0 { prompt } else { arg };
+    let c = want
+        .min(memdial::engine::arena::planned_prefill_chunk(max_context))
+        .max(1);
+    let mut v = Vec::new();
+    let mut left = prompt;
+    while left > 0 {
+        v.push(left.min(c));
+        left -= left.min(c);
+    }
+    v
+}
+
+/// Checks the spec's trace against the sweep and replays every point's configuration.
+/// `None` when the spec has no trace. Bandwidth from the spec (`device_gbps`,
+/// `iobench`) or, when it gives neither, `probe_gbps` (the sweep's own cold `direct`
+/// probe; `None` before the run directory exists, see [`Predictions::set_probe`]).
+///
+/// Errors (usage, exit 2, before any run): a format-1 trace, another model shape,
+/// prompt, prompt chunking or token count; an unreadable iobench report or resident
+/// metrics file.
+pub fn prepare(
+    spec: &Spec,
+    model: &Path,
+    prompt_ids: &[Vec<u32>],
+    points: &Points,
+) -> Result<Option<Predictions>> {
+    let Some(path) = &spec.trace else {
+        return Ok(None);
+    };
+    let what = format!("trace {}", path.display());
+    let bad = |m: String| usage(format!("{what} does not match the sweep: {m}"));
+    let t = trace::read_full(path).map_err(|e| usage(format!("{e:#}")))?;
+    let src = crate::cmd_plan::source_of(Some(model), None, None)?;
+    let (cfg, ck) = (&src.cfg, &src.ck);
+    let r = Replayable::new(&t, cfg, &what).map_err(|e| bad(format!("{e:#}")))?;
+    let (matching, ctx) = check_fit(spec, &t, &r, prompt_ids, &what)?;
+    let p = r.header.prompt_tokens;
+    let device = match (spec.device_gbps, &spec.iobench) {
+        (Some(g), _) => Some((g, "the spec's device_gbps".to_string())),
+        (None, Some(dir)) => Some(crate::cmd_plan::iobench_gbps(dir, IoMode::Direct)?),
+        (None, None) => None,
+    };
+    let compute = crate::cmd_simulate::compute_time(
+        spec.compute_s_per_token,
+        spec.resident_metrics.as_deref(),
+    )?;
+    let compute_source = match (&spec.compute_s_per_token, &spec.resident_metrics) {
+        (Some(_), _) => "the spec's compute_s_per_token".to_string(),
+        (None, Some(m)) => format!("the resident run {}", m.display()),
+        (None, None) => "not given (compute_s_per_token or resident_metrics)".to_string(),
+    };
+    let mut out = Predictions {
+        trace: path.display().to_string(),
+        device_gbps: device.as_ref().map(|d| d.0),
+        device_source: device
+            .map(|d| d.1)
+            .unwrap_or_else(|| "the sweep's cold direct probe".into()),
+        compute_s_per_token: compute,
+        compute_source,
+        decode_ids: t
+            .forwards
+            .iter()
+            .filter(|f| f.forward >= p)
+            .flat_map(|f| f.ids.iter().map(|&i| i as u32))
+            .collect(),
+        points: BTreeMap::new(),
+    };
+    for res in &points.resolved {
+        let pt = &res.point;
+        let memdial_engine = crate::sweep::engines::def::engine_or_default(&pt.engine)
+            == crate::sweep::engines::def::DEFAULT_ENGINE;
+        if !matching.contains(&pt.prompt_index)
+            || !memdial_engine
+            || LayoutKind::of(&pt.axes) == LayoutKind::Lossless
+            || res.budget_bytes < res.floor_bytes
+        {
+            continue;
+        }
+        let Ok(policy) = SimPolicy::parse(pt.cache.as_str()) else {
+            continue;
+        };
+        let start = StartMode::of(&pt.axes);
+        let act = Scratch::activations(cfg, Sequences::single(ctx), pt.threads);
+        let p0 = plan_unchecked(cfg, ck, 0, pt.io, pt.prefetch, act)?;
+        let plan = p0.with_budget(cfg, res.budget_bytes);
+        let emb = crate::cmd_simulate::embedding_rows(cfg, ck, &p0)?;
+        let opts = SimOptions {
+            policy,
+            warm: start == StartMode::Warm,
+            hot_prefix_tokens: p,
+        };
+        let rep = replay(&plan, cfg, &r, emb, &opts)?;
+        out.points.insert(
+            pt.index,
+            point_prediction(&rep.decode, rep.decode_tokens, pt, start, res.budget_bytes),
+        );
+    }
+    out.retime();
+    Ok(Some(out))
+}
+
+/// Checks that the trace `t` (checked as `r`) fits the sweep: a prompt of the sweep
+/// (returns the matching prompt indices), the same prefill forwards and token count.
+/// Also returns the context the sweep's runs are planned for.
+///
+/// Errors (usage): what differs, and how to record a trace that fits.
+fn check_fit(
+    spec: &Spec,
+    t: &trace::Trace,
+    r: &Replayable<'_>,
+    prompt_ids: &[Vec<u32>],
+    what: &str,
+) -> Result<(Vec<usize>, usize)> {
+    let bad = |m: String| usage(format!("{what} does not match the sweep: {m}"));
+    let p = r.header.prompt_tokens;
+    let trace_prompt: Vec<u32> = t
+        .forwards
+        .iter()
+        .filter(|f| f.forward < p)
+        .flat_map(|f| f.ids.iter().map(|&i| i as u32))
+        .collect();
+    let chunks: Vec<usize> = t
+        .forwards
+        .iter()
+        .filter(|f| f.forward < p)
+        .map(|f| f.ids.len())
+        .collect();
+    let matching: Vec<usize> = (0..prompt_ids.len())
+        .filter(|&i| prompt_ids[i] == trace_prompt)
+        .collect();
+    if matching.is_empty() {
+        return Err(bad(format!(
+            "it was recorded on a {p}-token prompt {trace_prompt:?}, and no prompt of the sweep \
+             tokenizes to those ids ({}): record it with the sweep's prompt",
+            prompt_ids
+                .iter()
+                .map(|v| format!("{} tokens", v.len()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let decode = r.decode_tokens();
+    let sweep_decode = spec.max_tokens.saturating_sub(1);
+    let ignore_eos = spec.extra_args.iter().any(|a| a == "--ignore-eos");
+    if decode > sweep_decode || (ignore_eos && decode != sweep_decode) {
+        return Err(bad(format!(
+            "it decodes {decode} tokens after the prompt's (recorded with --max-tokens {}), \
+             the sweep's runs {sweep_decode} (max_tokens = {}): record it with --max-tokens {}{}",
+            decode + 1,
+            spec.max_tokens,
+            spec.max_tokens,
+            if ignore_eos { " --ignore-eos" } else { "" }
+        )));
+    }
+    let ctx = spec.max_context.unwrap_or(0).max(p + spec.max_tokens);
+    let want = expected_chunks(spec, p, ctx);
+    if chunks != want {
+        return Err(bad(format!(
+            "it ran the prompt in forwards of {chunks:?} tokens, the sweep's runs in {want:?} \
+             (--prefill-chunk and max_context decide it): record it with the sweep's settings"
+        )));
+    }
+    Ok((matching, ctx))
+}
+
+fn point_prediction(
+    d: &SimCounts,
+    n: usize,
+    pt: &crate::sweep::spec::Point,
+    start: StartMode,
+    budget_bytes: u64,
+) -> PointPrediction {
+    let mut bytes = DecodeBytes::per_token(d, n).unwrap_or(DecodeBytes {
+        bytes: 0.0,
+        expert_bytes: 0.0,
+        embedding_bytes: 0.0,
+        lookahead_recall: None,
+    });
+    if pt.prefetch == Prefetch::Oracle {
+        bytes.lookahead_recall = Some(1.0);
+    }
+    PointPrediction {
+        io: pt.io,
+        prefetch: pt.prefetch,
+        start,
+        budget_bytes,
+        bytes,
+        expert_hit_rate: d.expert_hit_rate(),
+        s_per_token: None,
+        caveat: caveat(pt.io, pt.prefetch),
+    }
+}
+
+impl Predictions {
+    /// Uses the sweep's own cold `direct` probe as the bandwidth when the spec gave
+    /// none, and times every point again.
+    pub fn set_probe(&mut self, probe_gbps: Option<f64>) {
+        if self.device_gbps.is_none() {
+            self.device_gbps = probe_gbps.filter(|g| g.is_finite() && *g > 0.0);
+            self.device_source = match self.device_gbps {
+                Some(_) => "the sweep's cold direct probe (sweep.json host.direct_cold_gbps)",
+                None => "unknown (the cold direct probe failed; give device_gbps or iobench)",
+            }
+            .into();
+        }
+        self.retime();
+    }
+
+    /// Predicted s/token of every point from its bytes ([`predict`]).
+    fn retime(&mut self) {
+        let model = self
+            .device_gbps
+            .zip(self.compute_s_per_token)
+            .map(|(g, c)| TimeModel {
+                bytes_per_s: g * 1e9,
+                compute_s_per_token: c,
+            });
+        for p in self.points.values_mut() {
+            p.s_per_token = model
+                .and_then(|m| predict(&p.bytes, p.prefetch, &m))
+                .map(|x| x.s_per_token);
+        }
+    }
+
+    /// Whether a run's output begins with the trace's decode ids (`false`: it routed
+    /// otherwise, and the prediction is not of it).
+    pub fn same_output(&self, r: &Row) -> bool {
+        r.metrics.output_ids.len() >= self.decode_ids.len()
+            && r.metrics.output_ids[..self.decode_ids.len()] == self.decode_ids[..]
+    }
+
+    /// `rows` with the `predicted_*` columns filled from the points' predictions and
+    /// their measured medians.
+    pub fn fill(&self, rows: &[Row], stats: &[PointStats]) -> Vec<Row> {
+        let med: BTreeMap<usize, f64> = stats
+            .iter()
+            .filter_map(|s| s.s_per_token.map(|m| (s.point_index, m)))
+            .collect();
+        rows.iter()
+            .map(|r| {
+                let mut r = r.clone();
+                if let Some(p) = self.points.get(&r.point_index) {
+                    r.predicted_bytes_read_per_token = Some(p.bytes.bytes);
+                    r.predicted_s_per_token = p.s_per_token;
+                    r.prediction_error = p
+                        .s_per_token
+                        .zip(med.get(&r.point_index))
+                        .map(|(p, m)| p / m - 1.0);
+                }
+                r
+            })
+            .collect()
+    }
+
+    /// The points with both a prediction and measured statistics, in point order.
+    pub fn compare<'a>(&'a self, stats: &'a [PointStats]) -> Vec<Compared<'a>> {
+        stats
+            .iter()
+            .filter_map(|s| {
+                let p = self.points.get(&s.point_index)?;
+                let (lo, hi, has) = match (s.s_per_token_lo, s.s_per_token_hi) {
+                    (Some(l), Some(h)) => (Some(l), Some(h), true),
+                    _ => (s.s_per_token_min, s.s_per_token_max, false),
+                };
+                let inside = p
+                    .s_per_token
+                    .zip(lo.zip(hi))
+                    .map(|(v, (l, h))| v >= l && v <= h);
+                Some(Compared {
+                    stats: s,
+                    predicted: p,
+                    error: p.s_per_token.zip(s.s_per_token).map(|(p, m)| p / m - 1.0),
+                    inside,
+                    has_interval: has,
+                })
+            })
+            .collect()
+    }
+}
