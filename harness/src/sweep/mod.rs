@@ -17,7 +17,8 @@
 //! - [`engines`]: other engines on the same points (the `engines` axis), their
 //!   cross-engine verdict layered over the ids verdict;
 //! - [`start`]: the `start` axis (cold or warm caches); [`layout`]: the `layout`
-//!   axis (safetensors or the lossless streamed layout);
+//!   axis (safetensors or the lossless streamed layout); [`concurrency`]: the
+//!   `concurrency` axis (concurrent clients of `memdial serve`);
 //! - [`verify`]: a finished run directory re-checked offline (`memdial report
 //!   verify`), over every stage's output;
 //! - [`util`]: UTC timestamps and SHA-256 hex.
@@ -26,6 +27,7 @@ pub mod analysis;
 pub mod axes;
 #[cfg(test)]
 mod axes_example;
+pub mod concurrency;
 pub mod engines;
 pub mod layout;
 #[cfg(test)]

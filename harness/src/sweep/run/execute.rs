@@ -215,6 +215,34 @@ impl RunEnv<'_> {
                     .map_err(crate::args::as_usage)?,
             )
         };
+        let clients = crate::sweep::concurrency::of(&slot.point.axes);
+        if clients > 1 && engine.is_memdial() {
+            let n = self.prompt_ids.len();
+            let prompts = (0..clients)
+                .map(|i| {
+                    let j = (slot.point.prompt_index + i) % n;
+                    (j, &self.prompt_ids[j][..])
+                })
+                .collect();
+            let served = super::clients::ServeRequest {
+                bin: &self.bin,
+                model,
+                point: &slot.point,
+                budget_bytes: r.budget_bytes,
+                context: r.context,
+                prompts,
+                max_tokens: spec.max_tokens,
+                run_dir: &run_dir,
+                timeout: self.timeout,
+                cgroup: cg.as_ref(),
+                watch_files: &files,
+            };
+            row.started_utc = utc_now_rfc3339();
+            let s = served.execute()?;
+            self.finish_row(&mut row, &s.outcome, cg, r.budget_bytes);
+            super::clients::fill_row(&mut row, &s);
+            return Ok(row);
+        }
         let req = RunRequest {
             bin: &self.bin,
             model,
@@ -243,6 +271,14 @@ impl RunEnv<'_> {
             &mut row,
             cg.is_some(),
         );
+        self.finish_row(&mut row, &o, cg, r.budget_bytes);
+        crate::sweep::concurrency::fill_single(&mut row);
+        Ok(row)
+    }
+
+    /// The row's wall time, exit code, cgroup figures (the cgroup is removed here) and
+    /// status from the child's outcome.
+    fn finish_row(&self, row: &mut Row, o: &RunOutcome, cg: Option<RunCgroup>, budget: u64) {
         row.wall_s = Some(o.wall_s);
         row.exit_code = o.exit_code;
         if let Some(c) = &cg {
@@ -252,8 +288,7 @@ impl RunEnv<'_> {
             row.cgroup_oom_kills = c.oom_kills();
         }
         drop(cg);
-        self.record_outcome(&mut row, &o, r.budget_bytes);
-        Ok(row)
+        self.record_outcome(row, o, budget);
     }
 
     /// The model directory a memdial run of `p` reads and its shard files: the

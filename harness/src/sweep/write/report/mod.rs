@@ -424,6 +424,7 @@ pub fn markdown(
         baseline_md,
         same_budget_md,
         layouts_md,
+        concurrency_md,
         charts_md,
     ] {
         section(&mut s, &c);
@@ -984,6 +985,11 @@ fn layouts_md(s: &mut String, c: &Sections) {
              (noisy runs decide nothing: see Noise).\n\n",
         );
     }
+}
+
+/// Served runs against ordinary ones (sweeps with the `concurrency` axis).
+fn concurrency_md(s: &mut String, c: &Sections) {
+    s.push_str(&crate::sweep::concurrency::markdown(c.rows));
 }
 
 /// The charts and how to read them, and the files of the directory.
