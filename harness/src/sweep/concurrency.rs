@@ -104,9 +104,10 @@ pub fn per_request_rows(rows: &[Row]) -> Vec<Row> {
 /// The concurrency figures of an ordinary run (concurrency 1), from the engine's own
 /// timings: end-to-end tokens/s `generated_tokens / (ttft_s + Σ decode_s_per_token)`,
 /// its TTFT as both quantiles, the decode steps' median and p90 as inter-token
-/// latency. Rows of sweeps without the axis are left alone.
-pub fn fill_single(row: &mut Row) {
-    if !row.axes.contains_key(Concurrency::NAME) || row.status != RunStatus::Ok {
+/// latency. Only when the spec `lists` the axis (more than the default): other
+/// sweeps' rows keep these columns empty.
+pub fn fill_single(row: &mut Row, listed: bool) {
+    if !listed || row.status != RunStatus::Ok {
         return;
     }
     let m = &row.metrics;
@@ -136,9 +137,9 @@ fn cell(v: Option<f64>, digits: usize) -> String {
 /// The report's concurrency section: per point (budget, settings, concurrency), the
 /// medians over its quiet measured runs of aggregate tokens/s, TTFT and
 /// inter-token latency (p50 / p90), and the aggregate against concurrency 1 at the
-/// same point. Empty for sweeps without the axis.
+/// same point. Empty for sweeps without a point above concurrency 1.
 pub fn markdown(rows: &[Row]) -> String {
-    if !rows.iter().any(|r| r.axes.contains_key(Concurrency::NAME)) {
+    if !rows.iter().any(|r| of_row(r) > 1) {
         return String::new();
     }
     let mut s = String::from(
@@ -224,7 +225,7 @@ mod tests {
                 1,
                 "budget=floor;concurrency=3",
                 &[5, 6, 7],
-                &[&[5, 6, 7]; 3],
+                &[&[5, 6, 7][..]; 3],
             ),
         ];
         let v = verdict(&same);
@@ -281,7 +282,10 @@ mod tests {
         one.axes.insert("concurrency".into(), "1".into());
         one.metrics.ttft_s = Some(1.0);
         one.metrics.decode_s_per_token = vec![0.5, 0.5];
-        fill_single(&mut one);
+        let mut unlisted = one.clone();
+        fill_single(&mut unlisted, false);
+        assert_eq!(unlisted.aggregate_tokens_per_s, None);
+        fill_single(&mut one, true);
         // 3 tokens in 1 + 0.5 + 0.5 s.
         assert_eq!(one.aggregate_tokens_per_s, Some(1.5));
         assert_eq!(one.itl_p50_s, Some(0.5));
@@ -289,7 +293,7 @@ mod tests {
             1,
             "budget=floor;concurrency=2",
             &[1, 2, 3],
-            &[&[1, 2, 3]; 2],
+            &[&[1, 2, 3][..]; 2],
         );
         two.axes.insert("concurrency".into(), "2".into());
         two.aggregate_tokens_per_s = Some(2.4);

@@ -272,7 +272,12 @@ impl RunEnv<'_> {
             cg.is_some(),
         );
         self.finish_row(&mut row, &o, cg, r.budget_bytes);
-        crate::sweep::concurrency::fill_single(&mut row);
+        let listed = slot
+            .point
+            .axes
+            .iter()
+            .any(|c| c.name == "concurrency" && c.in_key);
+        crate::sweep::concurrency::fill_single(&mut row, listed);
         Ok(row)
     }
 
