@@ -561,8 +561,8 @@ fn full_queue_gets_429_and_a_disconnect_frees_the_sequence() {
 }
 
 /// A client that closes its connection while its non-streamed request decodes frees
-/// the sequence (with `Connection: close`, as here, hyper itself stops reading the
-/// connection, so the server watches it).
+/// the sequence (hyper reads for end of file while the response is made and drops the
+/// handler, which closes the sequence's events), `Connection: close` or not.
 fn a_non_streamed_disconnect_frees_the_sequence() {
     use std::io::Write;
     let s = Server::start(

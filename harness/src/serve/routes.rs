@@ -26,7 +26,6 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use super::batcher::{Event, Failure, Job, Queue, Refused};
 use super::errors::ApiError;
-use super::listen::Peer;
 use super::metrics::Metrics;
 use super::text::TextStream;
 use super::wire::{self, Endpoint, GenRequest, Head, Prompt, TokenLogprobs};
@@ -203,24 +202,14 @@ async fn model(
     Ok(Json(app.model_object()))
 }
 
-async fn completions(
-    State(app): State<Arc<App>>,
-    peer: Option<axum::Extension<Peer>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    generate(app, Endpoint::Completions, peer.map(|p| p.0), headers, body)
+async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    generate(app, Endpoint::Completions, headers, body)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn chat(
-    State(app): State<Arc<App>>,
-    peer: Option<axum::Extension<Peer>>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    generate(app, Endpoint::Chat, peer.map(|p| p.0), headers, body)
+async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    generate(app, Endpoint::Chat, headers, body)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -340,7 +329,6 @@ fn max_tokens(app: &App, req: &GenRequest, n: usize) -> Result<usize, ApiError> 
 async fn generate(
     app: Arc<App>,
     endpoint: Endpoint,
-    peer: Option<Peer>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -420,7 +408,7 @@ async fn generate(
     if g.req.stream {
         Ok(stream(g))
     } else {
-        collect(g, peer).await
+        collect(g).await
     }
 }
 
@@ -538,28 +526,11 @@ impl Gen {
     }
 }
 
-/// How often a non-streamed request looks whether its client has gone.
-const PEER_CHECK: Duration = Duration::from_millis(100);
-
-/// A non-streamed response: waits for the last token. A client that has closed its
-/// connection (`peer`) ends it: dropping `g` closes its events, which frees the
-/// sequence before the next step (hyper notices only while it still reads the
-/// connection, not after a `Connection: close` request).
-async fn collect(mut g: Gen, peer: Option<Peer>) -> Result<Response, ApiError> {
+/// A non-streamed response: waits for the last token.
+async fn collect(mut g: Gen) -> Result<Response, ApiError> {
     let mut text = String::new();
-    let mut tick = tokio::time::interval(PEER_CHECK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let out = tokio::select! {
-            out = g.next() => out,
-            _ = tick.tick() => {
-                if peer.as_ref().is_some_and(Peer::gone) {
-                    return Err(ApiError::server("the client closed its connection"));
-                }
-                continue;
-            }
-        };
-        match out {
+        match g.next().await {
             Out::Admitted => {}
             Out::Failed(e) => return Err(e),
             Out::Token {

@@ -137,7 +137,9 @@ fn cell(v: Option<f64>, digits: usize) -> String {
 /// The report's concurrency section: per point (budget, settings, concurrency), the
 /// medians over its quiet measured runs of aggregate tokens/s, TTFT and
 /// inter-token latency (p50 / p90), and the aggregate against concurrency 1 at the
-/// same point. Empty for sweeps without a point above concurrency 1.
+/// same point. A point without a quiet run shows its noisy ones, marked so (the
+/// statistics and the recommendation never use them). Empty for sweeps without a
+/// point above concurrency 1.
 pub fn markdown(rows: &[Row]) -> String {
     if !rows.iter().any(|r| of_row(r) > 1) {
         return String::new();
@@ -148,14 +150,24 @@ pub fn markdown(rows: &[Row]) -> String {
          serve --max-batch N` with N concurrent streaming clients on loopback (client-side timings): \
          aggregate tokens/s is every request's generated tokens over the time from the first request \
          sent to the last one finished; TTFT from a request sent to its first token; inter-token \
-         latency between its streamed tokens. Medians over each point's quiet measured runs; every \
-         request's ids are in the verdict.\n\n\
+         latency between its streamed tokens. Medians over each point's quiet measured runs (a point \
+         with none: over its noisy ones, marked *noisy*); every request's ids are in the \
+         verdict.\n\n\
          | budget | io / prefetch | threads | prompt | concurrency | runs | aggregate tokens/s | × concurrency 1 | TTFT p50 / p90 (s) | inter-token p50 / p90 (s) |\n\
          | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     let mut by_point: std::collections::BTreeMap<usize, Vec<&Row>> = Default::default();
-    for r in rows.iter().filter(|r| r.is_measured_quiet()) {
+    for r in rows.iter().filter(|r| r.is_measured_ok()) {
         by_point.entry(r.point_index).or_default().push(r);
+    }
+    // Quiet runs where a point has them, else its noisy ones (marked).
+    let mut noisy = std::collections::BTreeSet::new();
+    for (i, rs) in by_point.iter_mut() {
+        if rs.iter().any(|r| r.is_measured_quiet()) {
+            rs.retain(|r| r.is_measured_quiet());
+        } else {
+            noisy.insert(*i);
+        }
     }
     let key_at_1 = |r: &Row| {
         let c = of_row(r);
@@ -181,7 +193,11 @@ pub fn markdown(rows: &[Row]) -> String {
             r.threads,
             r.prompt_index,
             of_row(r),
-            rs.len(),
+            if noisy.contains(&r.point_index) {
+                format!("{} *noisy*", rs.len())
+            } else {
+                rs.len().to_string()
+            },
             cell(agg(rs), 2),
             ratio.map_or("–".into(), |x| format!("{x:.2}×")),
             cell(median_of(rs, |r| r.ttft_p50_s), 3),
@@ -297,8 +313,16 @@ mod tests {
         );
         two.axes.insert("concurrency".into(), "2".into());
         two.aggregate_tokens_per_s = Some(2.4);
-        let md = markdown(&[one, two]);
+        let md = markdown(&[one.clone(), two.clone()]);
         assert!(md.contains("| 2 | 1 | 2.40 | 1.60× |"), "{md}");
+        // Noisy runs show only where a point has no quiet one, marked.
+        let mut loud = two.clone();
+        loud.noisy = Some("busy".into());
+        loud.aggregate_tokens_per_s = Some(9.0);
+        let md = markdown(&[one.clone(), two, loud.clone()]);
+        assert!(md.contains("| 2 | 1 | 2.40 | 1.60× |"), "{md}");
+        let md = markdown(&[one, loud]);
+        assert!(md.contains("| 2 | 1 *noisy* | 9.00 | 6.00× |"), "{md}");
         assert_eq!(markdown(&[Row::default()]), "");
     }
 }

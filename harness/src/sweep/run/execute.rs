@@ -86,8 +86,19 @@ fn axes_label(p: &Point) -> String {
         .collect()
 }
 
-/// A short outcome for progress lines: `0.0123 s/token`, `ok`, or the status.
+/// A short outcome for progress lines: `0.0123 s/token`, `4 requests, 7.20 tokens/s
+/// aggregate` (a served run), `ok`, or the status.
 pub fn outcome_label(row: &Row) -> String {
+    if let (RunStatus::Ok, Some(a), false) = (
+        row.status,
+        row.aggregate_tokens_per_s,
+        row.requests_output_ids.is_empty(),
+    ) {
+        return format!(
+            "{} requests, {a:.2} tokens/s aggregate",
+            row.requests_output_ids.len()
+        );
+    }
     match (row.status, row.metrics.decode_s_per_token_median) {
         (RunStatus::Ok, Some(s)) => format!("{s:.4} s/token"),
         (st, _) => st.to_string(),
