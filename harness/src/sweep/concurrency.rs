@@ -152,9 +152,7 @@ pub fn markdown(rows: &[Row]) -> String {
          sent to the last one finished; TTFT from a request sent to its first token; inter-token \
          latency between its streamed tokens. Medians over each point's quiet measured runs (a point \
          with none: over its noisy ones, marked *noisy*); every request's ids are in the \
-         verdict.\n\n\
-         | budget | io / prefetch | threads | prompt | concurrency | runs | aggregate tokens/s | × concurrency 1 | TTFT p50 / p90 (s) | inter-token p50 / p90 (s) |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+         verdict.\n\n",
     );
     let mut by_point: std::collections::BTreeMap<usize, Vec<&Row>> = Default::default();
     for r in rows.iter().filter(|r| r.is_measured_ok()) {
@@ -169,6 +167,12 @@ pub fn markdown(rows: &[Row]) -> String {
             noisy.insert(*i);
         }
     }
+    curve_md(&mut s, &by_point, &noisy);
+    s.push_str(
+        "Per point (a served point's clients send every prompt, starting from its own):\n\n\
+         | budget | io / prefetch | threads | prompt | concurrency | runs | aggregate tokens/s | × concurrency 1 | TTFT p50 / p90 (s) | inter-token p50 / p90 (s) |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
     let key_at_1 = |r: &Row| {
         let c = of_row(r);
         r.point_key
@@ -208,6 +212,60 @@ pub fn markdown(rows: &[Row]) -> String {
     }
     s.push('\n');
     s
+}
+
+/// The curve: per budget, settings and concurrency, over every prompt's points, the
+/// median of the runs' aggregate tokens/s (and its ratio to concurrency 1 at the same
+/// budget and settings), TTFT and inter-token latency.
+fn curve_md(
+    s: &mut String,
+    by_point: &std::collections::BTreeMap<usize, Vec<&Row>>,
+    noisy: &std::collections::BTreeSet<usize>,
+) {
+    type Key = (u64, String, String, String, usize);
+    let key = |r: &Row, c: usize| -> Key {
+        (
+            r.budget_bytes,
+            crate::sweep::spec::budget_label(&r.budget_spec, r.budget_bytes),
+            format!("{} / {}", r.io.as_str(), r.prefetch.as_str()),
+            format!("{}", r.threads),
+            c,
+        )
+    };
+    let mut curve: std::collections::BTreeMap<Key, (Vec<&Row>, bool)> = Default::default();
+    for (i, rs) in by_point {
+        let e = curve.entry(key(rs[0], of_row(rs[0]))).or_default();
+        e.0.extend(rs.iter().copied());
+        e.1 |= noisy.contains(i);
+    }
+    s.push_str(
+        "| budget | io / prefetch | threads | concurrency | runs | aggregate tokens/s | × concurrency 1 | TTFT p50 / p90 (s) | inter-token p50 / p90 (s) |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for (k, (rs, loud)) in &curve {
+        let agg = median_of(rs, |r| r.aggregate_tokens_per_s);
+        let base = curve
+            .get(&(k.0, k.1.clone(), k.2.clone(), k.3.clone(), 1))
+            .and_then(|(b, _)| median_of(b, |r| r.aggregate_tokens_per_s));
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {}{} | {} | {} | {} / {} | {} / {} |",
+            k.1,
+            k.2,
+            k.3,
+            k.4,
+            rs.len(),
+            if *loud { " *noisy*" } else { "" },
+            cell(agg, 2),
+            agg.zip(base)
+                .map_or("–".into(), |(a, b)| format!("{:.2}×", a / b)),
+            cell(median_of(rs, |r| r.ttft_p50_s), 3),
+            cell(median_of(rs, |r| r.ttft_p90_s), 3),
+            cell(median_of(rs, |r| r.itl_p50_s), 4),
+            cell(median_of(rs, |r| r.itl_p90_s), 4),
+        );
+    }
+    s.push('\n');
 }
 
 #[cfg(test)]
@@ -315,6 +373,8 @@ mod tests {
         two.aggregate_tokens_per_s = Some(2.4);
         let md = markdown(&[one.clone(), two.clone()]);
         assert!(md.contains("| 2 | 1 | 2.40 | 1.60× |"), "{md}");
+        // The curve's line of concurrency 2 (budget 0 B, direct / none, 0 threads).
+        assert!(md.contains("| 0 | 2 | 1 | 2.40 | 1.60× |"), "{md}");
         // Noisy runs show only where a point has no quiet one, marked.
         let mut loud = two.clone();
         loud.noisy = Some("busy".into());
