@@ -1069,4 +1069,13 @@ fn concurrency_sweep_serves_clients_whose_ids_equal_the_single_runs() {
         serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
     // Two ordinary runs and two served runs of two requests each.
     assert_eq!(v["runs_compared"], 6, "{v}");
+    // Resumed, nothing runs again: each served run left its record (metrics.json,
+    // requests.json) and its row agrees with it.
+    let o = sweep(&spec_file("concurrency.toml", &spec), &out, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("0 runs to do (4 already finished)") && !text(&o).contains("run again"),
+        "{}",
+        text(&o)
+    );
 }

@@ -240,7 +240,9 @@ impl ServeRequest<'_> {
         let after = after.unwrap_or_else(|| sentinel.snapshot(None, wall_s));
         let noise = memdial::noise::Noise::between(&before, &after, sentinel.ticks_per_s());
         mem.sample(None, self.watch_files, None);
-        let _ = crate::export::write_json(&self.run_dir.join("requests.json"), &requests);
+        // The run's record (`sweep::record::proof`): request 0's figures as
+        // `metrics.json` once every request finished, every request in `requests.json`.
+        crate::export::write_json(&self.run_dir.join("requests.json"), &requests)?;
         let mut stderr_tail = stderr_summary(&stderr_head(&err_path));
         let (mut metrics, mut metrics_error) = (None, None);
         use std::os::unix::process::ExitStatusExt;
@@ -268,6 +270,9 @@ impl ServeRequest<'_> {
                 "output_ids": ids,
                 "output_ids_sha256": memdial::generate::ids_sha256(ids),
             }));
+        }
+        if let Some(m) = &metrics {
+            crate::export::write_json(&self.run_dir.join("metrics.json"), m)?;
         }
         if exit_code == Some(0) && metrics.is_none() && metrics_error.is_none() {
             metrics_error = Some(stderr_tail.clone());
