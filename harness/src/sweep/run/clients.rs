@@ -139,20 +139,8 @@ impl ServeRequest<'_> {
         std::fs::create_dir_all(self.run_dir)
             .with_context(|| format!("cannot create {}", self.run_dir.display()))?;
         let _ = std::fs::remove_file(self.run_dir.join("metrics.json"));
-        let args = self.args();
-        let mut cmd = match self.cgroup {
-            Some(cg) => cg.command(self.bin, &args),
-            None => {
-                let mut c = Command::new(self.bin);
-                c.args(&args);
-                c
-            }
-        };
         let err_path = self.run_dir.join("stderr.txt");
-        cmd.stdin(Stdio::null())
-            .stdout(std::fs::File::create(self.run_dir.join("stdout.txt"))?)
-            .stderr(std::fs::File::create(&err_path)?);
-        tie_to_harness(&mut cmd);
+        let mut cmd = self.command(&err_path)?;
         let started = std::time::SystemTime::now();
         let sentinel = memdial::noise::Sentinel::new(Some(self.model));
         let t0 = Instant::now();
@@ -185,17 +173,7 @@ impl ServeRequest<'_> {
         let mut clients_wall_s = None;
         if let Some(a) = addr {
             let left = self.timeout.saturating_sub(t0.elapsed());
-            let bodies: Vec<String> = self
-                .prompts
-                .iter()
-                .map(|(_, ids)| {
-                    json!({
-                        "model": MODEL_ID, "prompt": ids, "max_tokens": self.max_tokens,
-                        "temperature": 0, "stream": true, "return_token_ids": true,
-                    })
-                    .to_string()
-                })
-                .collect();
+            let bodies = self.bodies();
             let driver = std::thread::spawn(move || drive(a, bodies, left));
             while !driver.is_finished() {
                 sample(&mut mem);
@@ -240,18 +218,85 @@ impl ServeRequest<'_> {
         let after = after.unwrap_or_else(|| sentinel.snapshot(None, wall_s));
         let noise = memdial::noise::Noise::between(&before, &after, sentinel.ticks_per_s());
         mem.sample(None, self.watch_files, None);
-        // The run's record (`sweep::record::proof`): request 0's figures as
-        // `metrics.json` once every request finished, every request in `requests.json`.
-        crate::export::write_json(&self.run_dir.join("requests.json"), &requests)?;
-        let mut stderr_tail = stderr_summary(&stderr_head(&err_path));
-        let (mut metrics, mut metrics_error) = (None, None);
-        use std::os::unix::process::ExitStatusExt;
         let exit_code = status.code();
-        if addr.is_none() {
+        let (metrics, metrics_error, stderr_tail) =
+            self.record(&requests, addr.is_some(), timed_out, exit_code, &err_path)?;
+        use std::os::unix::process::ExitStatusExt;
+        Ok(Served {
+            outcome: RunOutcome {
+                // A request that failed fails the run even when the server stopped cleanly.
+                exit_code: match (exit_code, &metrics_error) {
+                    (Some(0), Some(_)) if addr.is_some() => Some(1),
+                    (c, _) => c,
+                },
+                signal: status.signal(),
+                timed_out,
+                wall_s,
+                metrics,
+                metrics_error,
+                stderr_tail,
+                mem,
+                started,
+                noise,
+            },
+            requests,
+            clients_wall_s,
+            prompt_index: self.prompts.iter().map(|(i, _)| *i).collect(),
+        })
+    }
+
+    /// The command of the server, its stdout and stderr (`err_path`) in the run
+    /// directory, tied to the harness.
+    fn command(&self, err_path: &Path) -> Result<Command> {
+        let args = self.args();
+        let mut cmd = match self.cgroup {
+            Some(cg) => cg.command(self.bin, &args),
+            None => {
+                let mut c = Command::new(self.bin);
+                c.args(&args);
+                c
+            }
+        };
+        cmd.stdin(Stdio::null())
+            .stdout(std::fs::File::create(self.run_dir.join("stdout.txt"))?)
+            .stderr(std::fs::File::create(err_path)?);
+        tie_to_harness(&mut cmd);
+        Ok(cmd)
+    }
+
+    /// Each client's request body.
+    fn bodies(&self) -> Vec<String> {
+        self.prompts
+            .iter()
+            .map(|(_, ids)| {
+                json!({
+                    "model": MODEL_ID, "prompt": ids, "max_tokens": self.max_tokens,
+                    "temperature": 0, "stream": true, "return_token_ids": true,
+                })
+                .to_string()
+            })
+            .collect()
+    }
+
+    /// Writes the run's record (`sweep::record::proof`): every request in
+    /// `requests.json`, and request 0's figures as `metrics.json` once every request
+    /// finished. Returns (those metrics, why there are none, the line the row quotes).
+    fn record(
+        &self,
+        requests: &[Request],
+        listened: bool,
+        timed_out: bool,
+        exit_code: Option<i32>,
+        err_path: &Path,
+    ) -> Result<(Option<Value>, Option<String>, String)> {
+        crate::export::write_json(&self.run_dir.join("requests.json"), requests)?;
+        let mut stderr_tail = stderr_summary(&stderr_head(err_path));
+        let (mut metrics, mut metrics_error) = (None, None);
+        if !listened {
             if !timed_out && stderr_tail.is_empty() {
                 stderr_tail = "memdial serve exited before it listened".into();
             }
-        } else if let Some((i, why)) = first_failure(&requests, self.prompts.len()) {
+        } else if let Some((i, why)) = first_failure(requests, self.prompts.len()) {
             metrics_error = Some(format!("request {i} of {}: {why}", self.prompts.len()));
             // The failure, not the server's last line, is what the row says.
             stderr_tail = metrics_error.clone().unwrap_or_default();
@@ -277,27 +322,7 @@ impl ServeRequest<'_> {
         if exit_code == Some(0) && metrics.is_none() && metrics_error.is_none() {
             metrics_error = Some(stderr_tail.clone());
         }
-        Ok(Served {
-            outcome: RunOutcome {
-                // A request that failed fails the run even when the server stopped cleanly.
-                exit_code: match (exit_code, &metrics_error) {
-                    (Some(0), Some(_)) if addr.is_some() => Some(1),
-                    (c, _) => c,
-                },
-                signal: status.signal(),
-                timed_out,
-                wall_s,
-                metrics,
-                metrics_error,
-                stderr_tail,
-                mem,
-                started,
-                noise,
-            },
-            requests,
-            clients_wall_s,
-            prompt_index: self.prompts.iter().map(|(i, _)| *i).collect(),
-        })
+        Ok((metrics, metrics_error, stderr_tail))
     }
 }
 

@@ -228,31 +228,7 @@ impl RunEnv<'_> {
         };
         let clients = crate::sweep::concurrency::of(&slot.point.axes);
         if clients > 1 && engine.is_memdial() {
-            let n = self.prompt_ids.len();
-            let prompts = (0..clients)
-                .map(|i| {
-                    let j = (slot.point.prompt_index + i) % n;
-                    (j, &self.prompt_ids[j][..])
-                })
-                .collect();
-            let served = super::clients::ServeRequest {
-                bin: &self.bin,
-                model,
-                point: &slot.point,
-                budget_bytes: r.budget_bytes,
-                context: r.context,
-                prompts,
-                max_tokens: spec.max_tokens,
-                run_dir: &run_dir,
-                timeout: self.timeout,
-                cgroup: cg.as_ref(),
-                watch_files: &files,
-            };
-            row.started_utc = utc_now_rfc3339();
-            let s = served.execute()?;
-            self.finish_row(&mut row, &s.outcome, cg, r.budget_bytes);
-            super::clients::fill_row(&mut row, &s);
-            return Ok(row);
+            return self.run_served(slot, r, row, (model, &files), cg, clients);
         }
         let req = RunRequest {
             bin: &self.bin,
@@ -289,6 +265,46 @@ impl RunEnv<'_> {
             .iter()
             .any(|c| c.name == "concurrency" && c.in_key);
         crate::sweep::concurrency::fill_single(&mut row, listed);
+        Ok(row)
+    }
+
+    /// A run of a point above concurrency 1 (`memdial serve` and its clients,
+    /// [`super::clients`]) into `row`, after the cold cache and the cgroup are made.
+    ///
+    /// Errors: the server cannot be started or its record cannot be written.
+    fn run_served(
+        &self,
+        slot: &RunSlot,
+        r: &Resolved,
+        mut row: Row,
+        (model, files): (&Path, &[PathBuf]),
+        cg: Option<RunCgroup>,
+        clients: usize,
+    ) -> Result<Row> {
+        let n = self.prompt_ids.len();
+        let prompts = (0..clients)
+            .map(|i| {
+                let j = (slot.point.prompt_index + i) % n;
+                (j, &self.prompt_ids[j][..])
+            })
+            .collect();
+        let served = super::clients::ServeRequest {
+            bin: &self.bin,
+            model,
+            point: &slot.point,
+            budget_bytes: r.budget_bytes,
+            context: r.context,
+            prompts,
+            max_tokens: self.spec.max_tokens,
+            run_dir: &self.out.join("runs").join(slot.dir_name()),
+            timeout: self.timeout,
+            cgroup: cg.as_ref(),
+            watch_files: files,
+        };
+        row.started_utc = utc_now_rfc3339();
+        let s = served.execute()?;
+        self.finish_row(&mut row, &s.outcome, cg, r.budget_bytes);
+        super::clients::fill_row(&mut row, &s);
         Ok(row)
     }
 
