@@ -560,6 +560,78 @@ fn full_queue_gets_429_and_a_disconnect_frees_the_sequence() {
     assert!(metric(&s, "memdial_requests_rejected_total") >= 1.0);
 }
 
+/// A client that closes its connection while its non-streamed request decodes frees
+/// the sequence (hyper reads for end of file while the response is made and drops the
+/// handler, which closes the sequence's events), `Connection: close` or not.
+fn a_non_streamed_disconnect_frees_the_sequence() {
+    use std::io::Write;
+    let s = Server::start(
+        tiny(),
+        &["--max-batch", "1", "--queue", "0", "--max-context", "4100"],
+    );
+    let mut b = long_body(4000);
+    b["stream"] = json!(false);
+    let body = b.to_string();
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    write!(
+        c,
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let t = Instant::now();
+    while metric(&s, "memdial_sequences_running") < 1.0 {
+        assert!(t.elapsed() < Duration::from_secs(30), "never admitted");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(c);
+    let t = Instant::now();
+    while metric(&s, "memdial_requests_cancelled_total") < 1.0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the disconnected non-streamed request's sequence was not freed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = s.post_json(
+        "/v1/completions",
+        &json!({"model": "tiny-k3", "prompt": [5], "max_tokens": 2}),
+    );
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+}
+
+/// A connection that sends part of a request head (or nothing) is closed after
+/// `--header-timeout`; the server goes on serving others.
+fn a_partial_request_head_is_closed_after_the_header_timeout() {
+    use std::io::{Read, Write};
+    let s = Server::start(tiny(), &["--header-timeout", "0.5"]);
+    let mut idle = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let mut part = std::net::TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    part.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    for c in [&mut idle, &mut part] {
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let t = Instant::now();
+        let mut buf = Vec::new();
+        // Ends with EOF (or a reset) when the server closes it; a timeout is the bug.
+        match c.read_to_end(&mut buf) {
+            Ok(_) => {}
+            Err(e) => assert!(
+                e.kind() == std::io::ErrorKind::ConnectionReset,
+                "the connection was not closed: {e} after {:?}",
+                t.elapsed()
+            ),
+        }
+        assert!(t.elapsed() < Duration::from_secs(20));
+    }
+    assert_eq!(s.get("/health").status, 200);
+    assert!(
+        s.log().is_empty() || !s.log().contains("panicked"),
+        "{}",
+        s.log()
+    );
+}
+
 fn requests_past_the_time_limit_end_with_an_error() {
     let s = Server::start(
         tiny(),
@@ -741,6 +813,8 @@ fn main() -> ExitCode {
             stream_format_is_openai_chunks_ending_with_done,
             full_queue_gets_429_and_a_disconnect_frees_the_sequence,
             requests_past_the_time_limit_end_with_an_error,
+            a_non_streamed_disconnect_frees_the_sequence,
+            a_partial_request_head_is_closed_after_the_header_timeout,
             load_test_loses_nothing_and_sigterm_ends_every_stream,
         ],
     )

@@ -949,3 +949,103 @@ fn auto_repeats_stop_at_the_precision_and_pass_with_fewer_runs() {
     let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
     assert!(line.starts_with("INCOMPLETE (5 of 16 runs)"), "{line}");
 }
+
+/// `concurrency = [1, 2]` at two budgets: concurrency 1 is the ordinary run, 2 is
+/// `memdial serve --max-batch 2` with two streaming clients; every request's ids
+/// equal the ordinary run's, both concurrencies of a budget run at the same bytes
+/// (resolved against the two-sequence floor), and the report gives the curve.
+#[test]
+fn concurrency_sweep_serves_clients_whose_ids_equal_the_single_runs() {
+    let _g = lock();
+    let out = fresh("concurrency");
+    let spec = SPEC
+        .replace("repeats = 2", "repeats = 1")
+        .replace("io = [\"direct\", \"buffered\"]", "io = [\"direct\"]")
+        .replace(
+            "budgets = [\"floor\", \"3x floor\"]",
+            "budgets = [\"floor\", \"2x floor\"]",
+        )
+        .replace("[noise]", "concurrency = [1, 2]\n[noise]");
+    let o = sweep(&spec_file("concurrency.toml", &spec), &out, &["--check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    // Each request counts as a run compared: 2 ordinary runs + 2 × 2 requests.
+    assert!(line.starts_with("PASS: 6 runs at 4 points"), "{line}");
+    let js = rows(&out);
+    assert_eq!(js.len(), 4);
+    let ids = |r: &serde_json::Value| -> Vec<u64> {
+        r["output_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect()
+    };
+    for budget in ["floor", "2x floor"] {
+        let at: Vec<&serde_json::Value> =
+            js.iter().filter(|r| r["budget_spec"] == budget).collect();
+        assert_eq!(at.len(), 2, "{budget}");
+        let (one, two) = if at[0]["concurrency"] == "1" {
+            (at[0], at[1])
+        } else {
+            (at[1], at[0])
+        };
+        assert_eq!(two["concurrency"], "2", "{two}");
+        assert_eq!(one["status"], "ok", "{one}");
+        assert_eq!(two["status"], "ok", "{two}");
+        let single = ids(one);
+        assert_eq!(single.len(), 4, "{one}");
+        let requests = two["requests_output_ids"].as_array().unwrap();
+        assert_eq!(requests.len(), 2, "{two}");
+        for q in requests {
+            let q: Vec<u64> = q
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap())
+                .collect();
+            assert_eq!(
+                q, single,
+                "a served request's ids differ from memdial run's"
+            );
+        }
+        assert_eq!(one["budget_bytes"], two["budget_bytes"]);
+        assert!(
+            two["planned_floor_bytes"].as_u64() > one["planned_floor_bytes"].as_u64(),
+            "the two-sequence floor holds a second sequence's state: {one} {two}"
+        );
+        assert!(two["planned_floor_for"]
+            .as_str()
+            .unwrap()
+            .ends_with("× 2 sequences"));
+        for r in [one, two] {
+            assert!(r["aggregate_tokens_per_s"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["ttft_p50_s"].as_f64().unwrap() > 0.0, "{r}");
+            assert!(r["itl_p90_s"].as_f64().unwrap() >= r["itl_p50_s"].as_f64().unwrap());
+        }
+        assert!(one["requests_output_ids"].as_array().unwrap().is_empty());
+    }
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert!(
+        csv.lines().next().unwrap().ends_with(",concurrency"),
+        "{csv}"
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains("## Concurrency: the memory/throughput curve"),
+        "{md}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
+    // Two ordinary runs and two served runs of two requests each.
+    assert_eq!(v["runs_compared"], 6, "{v}");
+    // Resumed, nothing runs again: each served run left its record (metrics.json,
+    // requests.json) and its row agrees with it.
+    let o = sweep(&spec_file("concurrency.toml", &spec), &out, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("0 runs to do (4 already finished)") && !text(&o).contains("run again"),
+        "{}",
+        text(&o)
+    );
+}

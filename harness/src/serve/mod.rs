@@ -30,6 +30,7 @@ use crate::sweep::start::StartMode;
 
 pub mod batcher;
 pub mod errors;
+pub mod listen;
 pub mod metrics;
 pub mod routes;
 pub mod text;
@@ -96,6 +97,10 @@ pub struct ServeArgs {
     /// included); then 408 (body) or 504 / a final error event.
     #[arg(long, default_value_t = 600.0)]
     pub request_timeout: f64,
+    /// Seconds a connection may take to send a complete request head (each one on a
+    /// kept-alive connection); then it is closed.
+    #[arg(long, default_value_t = 10.0)]
+    pub header_timeout: f64,
     /// Seconds running requests may go on after SIGTERM / Ctrl-C before they are
     /// cancelled (with a final error event); waiting ones are cancelled at once.
     #[arg(long, default_value_t = 30.0)]
@@ -111,12 +116,14 @@ fn seconds(flag: &str, v: f64) -> Result<Duration> {
     Ok(Duration::from_secs_f64(v))
 }
 
-/// The flags' checks and the store they ask for: (request timeout, shutdown grace, store).
+/// The flags' checks and the store they ask for: (request timeout, shutdown grace,
+/// header timeout, store).
 ///
 /// Errors: a usage error naming the flag.
-fn checked_options(a: &ServeArgs) -> Result<(Duration, Duration, StoreOptions)> {
+fn checked_options(a: &ServeArgs) -> Result<(Duration, Duration, Duration, StoreOptions)> {
     let timeout = seconds("--request-timeout", a.request_timeout)?;
     let grace = seconds("--shutdown-grace", a.shutdown_grace)?;
+    let head = seconds("--header-timeout", a.header_timeout)?;
     if a.max_context == 0 {
         return Err(usage("--max-context must be ≥ 1"));
     }
@@ -142,12 +149,12 @@ fn checked_options(a: &ServeArgs) -> Result<(Duration, Duration, StoreOptions)> 
         }),
         None => StoreOptions::Resident,
     };
-    Ok((timeout, grace, store))
+    Ok((timeout, grace, head, store))
 }
 
 /// Runs `memdial serve` until SIGTERM / SIGINT, then drains.
 pub fn run(a: &ServeArgs) -> Result<ExitCode> {
-    let (timeout, grace, store) = checked_options(a)?;
+    let (timeout, grace, head, store) = checked_options(a)?;
     let max_batch = a.max_batch as usize;
     let cfg = load_config(&a.model)?;
     let opened = Model::open_batch(&a.model, store, a.threads, max_batch)?;
@@ -229,14 +236,13 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
             }
         );
         let q = queue.clone();
-        axum::serve(listener, routes::router(app))
-            .with_graceful_shutdown(async move {
-                shutdown_signal().await;
-                eprintln!("memdial serve: shutting down (running requests get {grace:?} to finish)");
-                q.drain();
-            })
-            .await
-            .context("the HTTP server failed")
+        listen::serve(listener, routes::router(app), head, async move {
+            shutdown_signal().await;
+            eprintln!("memdial serve: shutting down (running requests get {grace:?} to finish)");
+            q.drain();
+        })
+        .await
+        .context("the HTTP server failed")
     });
     queue.drain();
     queue.close();

@@ -20,7 +20,8 @@
 //!   after every existing column ([`super::record::row::columns`]).
 //!
 //! `Spec::points` expands the declared axes innermost, after engines, in the order
-//! of [`super::spec::Spec::later_axes`]. Declared so far: [`super::start::Start`], [`super::layout::Layout`].
+//! of [`super::spec::Spec::later_axes`]. Declared so far: [`super::start::Start`], [`super::layout::Layout`],
+//! [`super::concurrency::Concurrency`].
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

@@ -17,7 +17,8 @@
 //! - [`engines`]: other engines on the same points (the `engines` axis), their
 //!   cross-engine verdict layered over the ids verdict;
 //! - [`start`]: the `start` axis (cold or warm caches); [`layout`]: the `layout`
-//!   axis (safetensors or the lossless streamed layout);
+//!   axis (safetensors or the lossless streamed layout); [`concurrency`]: the
+//!   `concurrency` axis (concurrent clients of `memdial serve`);
 //! - [`predict`]: the spec's `trace` checked against the sweep and replayed at
 //!   every point (predicted bytes and s/token beside the measured ones);
 //! - [`verify`]: a finished run directory re-checked offline (`memdial report
@@ -28,6 +29,7 @@ pub mod analysis;
 pub mod axes;
 #[cfg(test)]
 mod axes_example;
+pub mod concurrency;
 pub mod engines;
 pub mod layout;
 #[cfg(test)]

@@ -195,6 +195,10 @@ pub struct Spec {
     /// `["lossless"]`, or both.
     #[serde(default, skip_serializing_if = "Values::is_default")]
     pub layout: Values<super::layout::Layout>,
+    /// Concurrent clients (`super::concurrency`): `[1]` (default, the ordinary run),
+    /// or e.g. `[1, 2, 4]`, above 1 served by `memdial serve`.
+    #[serde(default, skip_serializing_if = "Values::is_default")]
+    pub concurrency: Values<super::concurrency::Concurrency>,
     /// When a run counts as `noisy` (the `[noise]` table; absent: the defaults of
     /// [`memdial::noise::Thresholds`], left out of the spec hash).
     #[serde(default, skip_serializing_if = "is_default_noise")]
@@ -569,6 +573,7 @@ impl Spec {
         for b in &self.budgets {
             BudgetExpr::parse(b)?;
         }
+        super::concurrency::check(&self.concurrency.0)?;
         self.io = Vec::new();
         for io in &self.io_names {
             self.io.push(IoMode::parse(io)?);
@@ -811,7 +816,11 @@ impl Spec {
     /// The values of the axes declared after engines ([`super::axes`]), in the
     /// order they are expanded (innermost last): one `self.NAME.coords()` each.
     pub fn later_axes(&self) -> Vec<Vec<Coord>> {
-        vec![self.start.coords(), self.layout.coords()]
+        vec![
+            self.start.coords(),
+            self.layout.coords(),
+            self.concurrency.coords(),
+        ]
     }
 
     /// All points in the fixed order (budgets, io, prefetch, cache, threads, prompts,

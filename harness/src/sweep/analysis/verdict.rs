@@ -123,6 +123,9 @@ pub fn first_difference(a: &[u32], b: &[u32]) -> Option<usize> {
 
 /// Computes the verdict of `rows`.
 pub fn verdict(rows: &[Row]) -> Verdict {
+    let all = rows;
+    // A served run (the `concurrency` axis) is compared request by request.
+    let rows = &crate::sweep::concurrency::per_request_rows(rows)[..];
     let mut groups: BTreeMap<(usize, usize, String), Vec<&Row>> = BTreeMap::new();
     let mut not_applicable = vec![];
     let mut failed = vec![];
@@ -214,7 +217,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
         && unproven.is_empty()
         && runs_compared > 0
         && out.iter().all(|g| g.mismatches.is_empty());
-    let runs_done = rows
+    let runs_done = all
         .iter()
         .map(|r| r.run_id.as_str())
         .collect::<std::collections::BTreeSet<_>>()

@@ -25,6 +25,12 @@ impl Registry {
         if e.is_memdial() {
             return None;
         }
+        if crate::sweep::concurrency::of(&p.axes) > 1 {
+            return Some(format!(
+                "{} is run one request at a time (only memdial is served to concurrent clients)",
+                e.name
+            ));
+        }
         if let Some(why) = &e.not_here {
             return Some(why.clone());
         }

@@ -11,7 +11,8 @@
 //!   `max_tokens` is not the sweep's;
 //! - **disagreeing** when it is `ok` but its run left no `metrics.json`, or the
 //!   metrics read from that file differ from the row's, or the row does not prove its
-//!   output ([`Row::prove`]).
+//!   output ([`Row::prove`]), or (a served run of the `concurrency` axis) its requests'
+//!   ids differ from its `requests.json`.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -150,6 +151,20 @@ fn disagrees(dir: &Path, r: &Row) -> Option<String> {
             .and_then(|(a, b)| a.keys().find(|k| a.get(*k) != b.get(*k)).cloned())
             .unwrap_or_else(|| "metrics".into());
         return Some(format!("{field} differs from {rel}"));
+    }
+    if !r.requests_output_ids.is_empty() {
+        let rel = format!("runs/{}/requests.json", run_dir_name(r));
+        let ids: Option<Vec<Vec<u32>>> = std::fs::read_to_string(dir.join(&rel))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Vec<serde_json::Value>>(&t).ok())
+            .map(|v| {
+                v.iter()
+                    .map(|q| serde_json::from_value(q["ids"].clone()).unwrap_or_default())
+                    .collect()
+            });
+        if ids.as_ref() != Some(&r.requests_output_ids) {
+            return Some(format!("requests_output_ids differs from {rel}"));
+        }
     }
     r.prove().err()
 }

@@ -193,6 +193,34 @@ pub struct Row {
     /// the prediction is faster than measured).
     #[serde(default)]
     pub prediction_error: Option<f64>,
+    // --- the `concurrency` axis (`sweep::concurrency`; appended)
+    /// Generated tokens per second of all the run's requests together: served runs,
+    /// every request's tokens over the time from the first request sent to the last
+    /// finished (client-side); ordinary runs of a sweep with the axis, end to end
+    /// from the engine's timings.
+    #[serde(default)]
+    pub aggregate_tokens_per_s: Option<f64>,
+    /// Median time to first token over the run's requests, seconds.
+    #[serde(default)]
+    pub ttft_p50_s: Option<f64>,
+    /// 90th percentile of the time to first token over the run's requests, seconds.
+    #[serde(default)]
+    pub ttft_p90_s: Option<f64>,
+    /// Median inter-token latency over every request's streamed tokens, seconds.
+    #[serde(default)]
+    pub itl_p50_s: Option<f64>,
+    /// 90th percentile of the inter-token latency, seconds.
+    #[serde(default)]
+    pub itl_p90_s: Option<f64>,
+    /// Each request's generated ids, in request order (served runs; empty otherwise).
+    /// The verdict compares every one.
+    #[serde(default)]
+    pub requests_output_ids: Vec<Vec<u32>>,
+    /// The prompt each request sent (`prompt_index` of the spec's prompts): request
+    /// `i` of a point of prompt `p` sends prompt `(p + i) mod prompts`, so concurrent
+    /// clients of a spec with several prompts decode different sequences.
+    #[serde(default)]
+    pub requests_prompt_index: Vec<usize>,
     // --- axes declared after engines (`sweep::axes`): one column each, appended
     /// The point's value on each later axis, by axis name (the point's
     /// [`crate::sweep::axes::Coord`]s); empty for sweeps without one.
@@ -325,6 +353,14 @@ pub const COLUMNS: &[&str] = &[
     "predicted_s_per_token",
     "predicted_bytes_read_per_token",
     "prediction_error",
+    // The `concurrency` axis (appended).
+    "aggregate_tokens_per_s",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "itl_p50_s",
+    "itl_p90_s",
+    "requests_output_ids",
+    "requests_prompt_index",
 ];
 
 impl Row {

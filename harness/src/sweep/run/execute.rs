@@ -86,8 +86,19 @@ fn axes_label(p: &Point) -> String {
         .collect()
 }
 
-/// A short outcome for progress lines: `0.0123 s/token`, `ok`, or the status.
+/// A short outcome for progress lines: `0.0123 s/token`, `4 requests, 7.20 tokens/s
+/// aggregate` (a served run), `ok`, or the status.
 pub fn outcome_label(row: &Row) -> String {
+    if let (RunStatus::Ok, Some(a), false) = (
+        row.status,
+        row.aggregate_tokens_per_s,
+        row.requests_output_ids.is_empty(),
+    ) {
+        return format!(
+            "{} requests, {a:.2} tokens/s aggregate",
+            row.requests_output_ids.len()
+        );
+    }
     match (row.status, row.metrics.decode_s_per_token_median) {
         (RunStatus::Ok, Some(s)) => format!("{s:.4} s/token"),
         (st, _) => st.to_string(),
@@ -217,6 +228,10 @@ impl RunEnv<'_> {
                     .map_err(crate::args::as_usage)?,
             )
         };
+        let clients = crate::sweep::concurrency::of(&slot.point.axes);
+        if clients > 1 && engine.is_memdial() {
+            return self.run_served(slot, r, row, (model, &files), cg, clients);
+        }
         let req = RunRequest {
             bin: &self.bin,
             model,
@@ -245,6 +260,59 @@ impl RunEnv<'_> {
             &mut row,
             cg.is_some(),
         );
+        self.finish_row(&mut row, &o, cg, r.budget_bytes);
+        let listed = slot
+            .point
+            .axes
+            .iter()
+            .any(|c| c.name == "concurrency" && c.in_key);
+        crate::sweep::concurrency::fill_single(&mut row, listed);
+        Ok(row)
+    }
+
+    /// A run of a point above concurrency 1 (`memdial serve` and its clients,
+    /// [`super::clients`]) into `row`, after the cold cache and the cgroup are made.
+    ///
+    /// Errors: the server cannot be started or its record cannot be written.
+    fn run_served(
+        &self,
+        slot: &RunSlot,
+        r: &Resolved,
+        mut row: Row,
+        (model, files): (&Path, &[PathBuf]),
+        cg: Option<RunCgroup>,
+        clients: usize,
+    ) -> Result<Row> {
+        let n = self.prompt_ids.len();
+        let prompts = (0..clients)
+            .map(|i| {
+                let j = (slot.point.prompt_index + i) % n;
+                (j, &self.prompt_ids[j][..])
+            })
+            .collect();
+        let served = super::clients::ServeRequest {
+            bin: &self.bin,
+            model,
+            point: &slot.point,
+            budget_bytes: r.budget_bytes,
+            context: r.context,
+            prompts,
+            max_tokens: self.spec.max_tokens,
+            run_dir: &self.out.join("runs").join(slot.dir_name()),
+            timeout: self.timeout,
+            cgroup: cg.as_ref(),
+            watch_files: files,
+        };
+        row.started_utc = utc_now_rfc3339();
+        let s = served.execute()?;
+        self.finish_row(&mut row, &s.outcome, cg, r.budget_bytes);
+        super::clients::fill_row(&mut row, &s);
+        Ok(row)
+    }
+
+    /// The row's wall time, exit code, cgroup figures (the cgroup is removed here) and
+    /// status from the child's outcome.
+    fn finish_row(&self, row: &mut Row, o: &RunOutcome, cg: Option<RunCgroup>, budget: u64) {
         row.wall_s = Some(o.wall_s);
         row.exit_code = o.exit_code;
         if let Some(c) = &cg {
@@ -254,8 +322,7 @@ impl RunEnv<'_> {
             row.cgroup_oom_kills = c.oom_kills();
         }
         drop(cg);
-        self.record_outcome(&mut row, &o, r.budget_bytes);
-        Ok(row)
+        self.record_outcome(row, o, budget);
     }
 
     /// The model directory a memdial run of `p` reads and its shard files: the

@@ -5,6 +5,7 @@
 //! - [`points`]: the spec's points with their budgets resolved against the floor;
 //! - [`execute`]: one run slot → one row;
 //! - [`runner`]: one child `memdial run --metrics-json` (or another engine) per run;
+//! - [`clients`]: a run at a concurrency above 1: `memdial serve` and its clients;
 //! - [`coldcache`]: eviction and mincore verification before each run;
 //! - [`cgroup`]: memory-cgroup enforcement of the budget (v1, v2, systemd-run and
 //!   sampling in submodules);
@@ -13,6 +14,7 @@
 //! - [`interrupt`]: SIGINT/SIGTERM print the command that resumes the sweep.
 
 pub mod cgroup;
+pub mod clients;
 pub mod coldcache;
 pub mod execute;
 pub mod interrupt;

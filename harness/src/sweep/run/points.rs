@@ -28,12 +28,16 @@ pub struct Resolved {
     /// The plan's floor for its IO mode, prefetch policy and context, bytes.
     pub floor_bytes: u64,
     /// The settings that floor is for ([`crate::cmd_plan::floor_for`]): IO mode,
-    /// prefetch, kernel threads, positions, one sequence.
+    /// prefetch, kernel threads, positions, sequences.
     pub floor_for: String,
+    /// Positions per sequence the point is planned for (a served point's
+    /// `--max-context`).
+    pub context: usize,
 }
 
-/// A plan's floor is cached per layout, IO mode, prefetch policy, context and threads.
-type FloorKey = (LayoutKind, IoMode, Prefetch, usize, usize);
+/// A plan's floor is cached per layout, IO mode, prefetch policy, context, threads
+/// and sequences.
+type FloorKey = (LayoutKind, IoMode, Prefetch, usize, usize, usize);
 
 /// The context each prompt's runs are planned for: max(`max_context`, prompt +
 /// `max_tokens`), or `max_context` (else [`DEFAULT_PLAN_CONTEXT`]) when the prompt
@@ -104,8 +108,14 @@ impl Points {
         let packed_ck = packed.map(Checkpoint::open).transpose().map_err(as_usage)?;
         let contexts = plan_contexts(spec, model);
         let mut floors: HashMap<FloorKey, (u64, u64)> = HashMap::new();
-        let mut floor_of = |layout: LayoutKind, p: &Point, ctx: usize| -> Result<(u64, u64)> {
-            let key = (layout, p.io, p.prefetch, ctx, p.threads);
+        // Every concurrency of a budget runs at the same bytes: the floor of the largest.
+        let top = spec.concurrency.0.iter().copied().max().unwrap_or(1) as usize;
+        let mut floor_of = |layout: LayoutKind,
+                            p: &Point,
+                            ctx: usize,
+                            seqs: usize|
+         -> Result<(u64, u64)> {
+            let key = (layout, p.io, p.prefetch, ctx, p.threads, seqs);
             if let Some(v) = floors.get(&key) {
                 return Ok(*v);
             }
@@ -115,7 +125,11 @@ impl Points {
                     "the spec's `lossless` layout needs the packed model (internal: none was prepared)",
                 )?,
             };
-            let act = Scratch::activations(&cfg, Sequences::single(ctx), p.threads);
+            let s = Sequences {
+                max_context: ctx,
+                max_batch: seqs,
+            };
+            let act = Scratch::activations(&cfg, s, p.threads);
             let plan = plan_unchecked(&cfg, ck, u64::MAX / 4, p.io, p.prefetch, act).with_context(
                 || {
                     format!(
@@ -134,31 +148,40 @@ impl Points {
         for p in spec.points() {
             let ctx = contexts[p.prompt_index];
             let own = LayoutKind::of(&p.axes);
+            let seqs = crate::sweep::concurrency::of(&p.axes);
+            // A served point's clients send every prompt: planned for the longest.
+            let served_ctx = contexts.iter().copied().max().unwrap_or(ctx);
+            let ctx = if seqs > 1 { served_ctx } else { ctx };
+            let top_ctx = if top > 1 { served_ctx } else { ctx };
             if own == LayoutKind::Lossless && p.io == IoMode::Mmap {
                 // `n/a` (the layout cannot be mapped): its budget is the safetensors one.
-                let (floor, model_bytes) = floor_of(LayoutKind::Safetensors, &p, ctx)?;
-                let budget = BudgetExpr::parse(&p.budget_spec)?.resolve(model_bytes, floor)?;
+                let (floor, model_bytes) = floor_of(LayoutKind::Safetensors, &p, ctx, seqs)?;
+                let top_floor = floor_of(LayoutKind::Safetensors, &p, top_ctx, top)?.0;
+                let budget = BudgetExpr::parse(&p.budget_spec)?
+                    .resolve(model_bytes, floor.max(top_floor))?;
                 out.push(Resolved {
-                    floor_for: crate::cmd_plan::floor_for(p.io, p.prefetch, p.threads, ctx, 1),
+                    floor_for: crate::cmd_plan::floor_for(p.io, p.prefetch, p.threads, ctx, seqs),
                     point: p,
                     budget_bytes: budget,
                     floor_bytes: floor,
+                    context: ctx,
                 });
                 continue;
             }
-            let (floor, model_bytes) = floor_of(own, &p, ctx)?;
-            let mut budget_floor = floor;
+            let (floor, model_bytes) = floor_of(own, &p, ctx, seqs)?;
+            let mut budget_floor = floor.max(floor_of(own, &p, top_ctx, top)?.0);
             for &l in spec.layout.0.iter().filter(|l| **l != own) {
                 if !(l == LayoutKind::Lossless && p.io == IoMode::Mmap) {
-                    budget_floor = budget_floor.max(floor_of(l, &p, ctx)?.0);
+                    budget_floor = budget_floor.max(floor_of(l, &p, top_ctx, top)?.0);
                 }
             }
             let budget = BudgetExpr::parse(&p.budget_spec)?.resolve(model_bytes, budget_floor)?;
             out.push(Resolved {
-                floor_for: crate::cmd_plan::floor_for(p.io, p.prefetch, p.threads, ctx, 1),
+                floor_for: crate::cmd_plan::floor_for(p.io, p.prefetch, p.threads, ctx, seqs),
                 point: p,
                 budget_bytes: budget,
                 floor_bytes: floor,
+                context: ctx,
             });
         }
         Ok(Points {
@@ -204,6 +227,7 @@ impl Points {
                 point: p,
                 budget_bytes: budget,
                 floor_bytes: floor,
+                context: spec.max_context.unwrap_or(DEFAULT_PLAN_CONTEXT),
             });
         }
         Ok(Points {

@@ -161,24 +161,7 @@ impl RunRequest<'_> {
         let out = std::fs::File::create(self.run_dir.join("stdout.txt"))?;
         let err = std::fs::File::create(self.run_dir.join("stderr.txt"))?;
         cmd.stdin(Stdio::null()).stdout(out).stderr(err);
-        // SAFETY: prctl, getppid and _exit are async-signal-safe; the child dies with
-        // the harness, so an interrupted sweep leaves no orphan engine running (and
-        // none writes into a resumed --out). A harness that died between fork and
-        // prctl is caught by the parent-pid check.
-        let parent = std::process::id();
-        // Its own process group, so a timeout (or the end of the run) ends the whole
-        // tree it started: PR_SET_PDEATHSIG reaches only the direct child, and without
-        // a cgroup nothing else finds the grandchildren.
-        cmd.process_group(0);
-        unsafe {
-            cmd.pre_exec(move || {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                if libc::getppid() as u32 != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
+        tie_to_harness(&mut cmd);
         let sentinel = memdial::noise::Sentinel::new(Some(self.model));
         let t0 = Instant::now();
         let before = sentinel.snapshot(None, 0.0);
@@ -299,7 +282,7 @@ impl RunRequest<'_> {
 
 /// The first MiB of a child's stderr file and, when it holds more, its last 64 KiB
 /// (an engine may print gigabytes; the summary needs its first error or last line).
-fn stderr_head(p: &Path) -> String {
+pub(super) fn stderr_head(p: &Path) -> String {
     use std::io::{Read, Seek, SeekFrom};
     const HEAD: u64 = 1 << 20;
     const TAIL: u64 = 64 << 10;
@@ -319,7 +302,7 @@ fn stderr_head(p: &Path) -> String {
 /// The line of a child's stderr that says what went wrong, at most 400 characters: its
 /// first `error:` line (a usage error is quoted whole, not reduced to clap's closing
 /// "For more information, try '--help'."), else its last non-empty line.
-fn stderr_summary(stderr: &str) -> String {
+pub(super) fn stderr_summary(stderr: &str) -> String {
     let line = stderr
         .lines()
         .find(|l| l.trim_start().starts_with("error:"))
@@ -347,8 +330,31 @@ fn read_metrics(attempt: &Path, final_metrics: &Path) -> (Option<Value>, Option<
     }
 }
 
+/// Makes `cmd`'s child die with the harness and lead its own process group (see
+/// [`kill_group`]).
+pub(super) fn tie_to_harness(cmd: &mut Command) {
+    // SAFETY: prctl, getppid and _exit are async-signal-safe; the child dies with
+    // the harness, so an interrupted sweep leaves no orphan engine running (and
+    // none writes into a resumed --out). A harness that died between fork and
+    // prctl is caught by the parent-pid check.
+    let parent = std::process::id();
+    // Its own process group, so a timeout (or the end of the run) ends the whole
+    // tree it started: PR_SET_PDEATHSIG reaches only the direct child, and without
+    // a cgroup nothing else finds the grandchildren.
+    cmd.process_group(0);
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() as u32 != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+}
+
 /// SIGKILL to every process of group `pgid` (a run's child and what it started).
-fn kill_group(pgid: i32) {
+pub(super) fn kill_group(pgid: i32) {
     if pgid > 1 {
         // SAFETY: kill with a negative pid signals that process group only; pgid is
         // our unreaped child's pid (its group leader), never 0, 1 or our own group.
@@ -360,7 +366,7 @@ fn kill_group(pgid: i32) {
 
 /// Whether child `pid` has exited and is waiting to be reaped (`waitid` with
 /// `WNOWAIT`: the zombie, and its `/proc` figures, stay until `wait`).
-fn exited_unreaped(pid: u32) -> bool {
+pub(super) fn exited_unreaped(pid: u32) -> bool {
     // SAFETY: waitid writes only into `info`, a zeroed siginfo_t we own; WNOHANG makes
     // it return at once, WNOWAIT leaves the child waitable.
     unsafe {

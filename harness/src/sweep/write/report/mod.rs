@@ -449,6 +449,7 @@ pub fn markdown(
         same_budget_md,
         layouts_md,
         predicted_md,
+        concurrency_md,
         charts_md,
     ] {
         section(&mut s, &c);
@@ -1008,6 +1009,11 @@ fn layouts_md(s: &mut String, c: &Sections) {
              (noisy runs decide nothing: see Noise).\n\n",
         );
     }
+}
+
+/// Served runs against ordinary ones (sweeps with the `concurrency` axis).
+fn concurrency_md(s: &mut String, c: &Sections) {
+    s.push_str(&crate::sweep::concurrency::markdown(c.rows));
 }
 
 /// The charts and how to read them, and the files of the directory.
