@@ -32,12 +32,13 @@ const PRESETS: [(&str, &str); 2] = [
 
 /// Arguments of `memdial plan`.
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["model", "config", "preset"])))]
 pub struct PlanArgs {
     /// Checkpoint directory.
-    #[arg(long, required_unless_present_any = ["config", "preset"], conflicts_with_all = ["config", "preset"])]
+    #[arg(long)]
     pub model: Option<PathBuf>,
     /// A config.json to plan without weights (sizes derived from the config).
-    #[arg(long, conflicts_with = "preset")]
+    #[arg(long)]
     pub config: Option<PathBuf>,
     /// A shipped config of a published model: k3 | kimi-linear-48b.
     #[arg(long, value_parser = ["k3", "kimi-linear-48b"])]
@@ -214,6 +215,12 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
     let budget = a.budget.unwrap_or(p0.floor_bytes);
     let p = p0.with_budget(cfg, budget);
     let below = budget < p.floor_bytes;
+    if below && !a.json {
+        // The refusal first and alone, as `memdial run` gives it (a usage error: exit 2);
+        // `--json` still prints the plan with `below_floor` for scripts.
+        memdial::store::plan::plan(cfg, ck, budget, io, prefetch, act)
+            .context("planning the budget")?;
+    }
     let bw = match (a.device_gbps, &a.iobench) {
         (Some(g), _) if g.is_finite() && g > 0.0 => Some((g, "--device-gbps".to_string())),
         (Some(g), _) => {

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Result;
-use memdial::io::IoMode;
 use memdial::engine::arena::Scratch;
+use memdial::io::IoMode;
 use memdial::store::plan::{plan_unchecked, Prefetch, Sequences};
 use memdial::store::sim::pool::SimPolicy;
 use memdial::store::sim::predict::{predict, DecodeBytes, TimeModel};
