@@ -19,17 +19,11 @@ impl Registry {
         budget: u64,
         model_bytes: u64,
     ) -> Option<String> {
-        if let Some(why) = crate::sweep::layout::not_applicable(e.is_memdial(), &p.axes, p.io) {
+        if let Some(why) = axes_na(e, p) {
             return Some(why);
         }
         if e.is_memdial() {
             return None;
-        }
-        if crate::sweep::concurrency::of(&p.axes) > 1 {
-            return Some(format!(
-                "{} is run one request at a time (only memdial is served to concurrent clients)",
-                e.name
-            ));
         }
         if let Some(why) = &e.not_here {
             return Some(why.clone());
@@ -156,6 +150,20 @@ fn text_only_na(e: &Engine, spec: &Spec, p: &Point) -> Option<String> {
         format!(
             "{} is text-only (`output = \"text\"`): prompt {} is ids, or a file it cannot read",
             e.name, p.prompt_index
+        )
+    })
+}
+
+/// Why the point's `layout` or `concurrency` coordinate rules engine `e` out (only
+/// memdial reads the lossless layout and is served to concurrent clients).
+fn axes_na(e: &Engine, p: &Point) -> Option<String> {
+    if let Some(why) = crate::sweep::layout::not_applicable(e.is_memdial(), &p.axes, p.io) {
+        return Some(why);
+    }
+    (!e.is_memdial() && crate::sweep::concurrency::of(&p.axes) > 1).then(|| {
+        format!(
+            "{} is run one request at a time (only memdial is served to concurrent clients)",
+            e.name
         )
     })
 }

@@ -27,6 +27,7 @@ use crate::sweep::record::rundir::Meta;
 use crate::sweep::record::status::RunStatus;
 use crate::sweep::util::utc_now_rfc3339;
 
+mod concurrency;
 mod noise;
 mod predicted;
 
@@ -1013,7 +1014,7 @@ fn layouts_md(s: &mut String, c: &Sections) {
 
 /// Served runs against ordinary ones (sweeps with the `concurrency` axis).
 fn concurrency_md(s: &mut String, c: &Sections) {
-    s.push_str(&crate::sweep::concurrency::markdown(c.rows));
+    s.push_str(&concurrency::markdown(c.rows));
 }
 
 /// The charts and how to read them, and the files of the directory.
