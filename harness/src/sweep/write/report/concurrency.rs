@@ -154,7 +154,7 @@ fn curve_md(
 mod tests {
     use super::*;
     use crate::sweep::analysis::verdict::verdict;
-    use crate::sweep::concurrency::per_request_rows;
+    use crate::sweep::concurrency::{fill_single, of};
     use crate::sweep::record::status::RunStatus;
     use crate::sweep::spec::Spec;
     use std::path::Path;
