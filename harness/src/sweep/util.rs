@@ -19,6 +19,14 @@ pub const MAX_OUTPUT_BYTES: u64 = 64 << 20;
 /// replaced). Errors: it is not a regular file (a FIFO would block, a device never
 /// end), cannot be read, or holds more than `max` bytes — each naming the path.
 pub fn read_output(p: &std::path::Path, max: u64) -> anyhow::Result<String> {
+    read_output_bytes(p, max).map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+/// The bytes of output file `p`, as they are (what a text-only engine's output is
+/// hashed over: no UTF-8 decoding, so outputs that differ in invalid bytes differ).
+///
+/// Errors: as [`read_output`].
+pub fn read_output_bytes(p: &std::path::Path, max: u64) -> anyhow::Result<Vec<u8>> {
     use std::io::Read;
     let shown = p.display();
     let m = std::fs::metadata(p).map_err(|e| anyhow::anyhow!("{shown}: {e}"))?;
@@ -38,7 +46,7 @@ pub fn read_output(p: &std::path::Path, max: u64) -> anyhow::Result<String> {
     if buf.len() as u64 > max {
         anyhow::bail!("{shown} grew past the {max} bytes the harness reads");
     }
-    Ok(String::from_utf8_lossy(&buf).into_owned())
+    Ok(buf)
 }
 
 /// Civil date (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's algorithm).

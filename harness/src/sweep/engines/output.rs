@@ -115,9 +115,9 @@ pub fn read_metrics(
     };
     let text_hash = if text_only {
         sources.insert("output_text_sha256".into(), json!("harness"));
-        Some(crate::sweep::util::sha256_hex(
-            output_text(e, vars, run_dir, started)?.as_bytes(),
-        ))
+        Some(crate::sweep::util::sha256_hex(&output_text(
+            e, vars, run_dir, started,
+        )?))
     } else {
         sources.insert("output_ids".into(), json!("engine"));
         None
@@ -233,18 +233,22 @@ fn read_ids(e: &Engine, doc: Option<&Value>, run_dir: &Path) -> Result<Vec<u32>>
     })
 }
 
-/// A text-only engine's output text: its `text_file` (written during this attempt),
-/// else its whole stdout.
+/// A text-only engine's output text, as bytes: its `text_file` (written during this
+/// attempt), else its whole stdout. Hashed as it is (no UTF-8 decoding).
 ///
-/// Errors: the file is missing, older than `started`, unreadable or not UTF-8.
+/// Errors: the file is missing, older than `started`, unreadable or too large.
 fn output_text(
     e: &Engine,
     vars: &Vars,
     run_dir: &Path,
     started: std::time::SystemTime,
-) -> Result<String> {
+) -> Result<Vec<u8>> {
     let Some(t) = &e.def.text_file else {
-        return stdout_of(e, run_dir);
+        return crate::sweep::util::read_output_bytes(
+            &run_dir.join("stdout.txt"),
+            MAX_OUTPUT_BYTES,
+        )
+        .with_context(|| format!("{}: its stdout", e.name));
     };
     let p = vars.expand(t)?;
     let modified = std::fs::metadata(&p)
@@ -256,7 +260,7 @@ fn output_text(
             e.name
         );
     }
-    read_output(Path::new(&p), MAX_OUTPUT_BYTES)
+    crate::sweep::util::read_output_bytes(Path::new(&p), MAX_OUTPUT_BYTES)
         .with_context(|| format!("{}: its text file", e.name))
 }
 
