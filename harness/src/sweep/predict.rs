@@ -295,7 +295,7 @@ fn point_prediction(
         start,
         budget_bytes,
         bytes,
-        expert_hit_rate: d.expert_hit_rate(),
+        expert_hit_rate: d.hits().expert_hit_rate(),
         s_per_token: None,
         caveat: caveat(pt.io, pt.prefetch),
     }

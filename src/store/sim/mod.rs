@@ -87,7 +87,8 @@ impl SimCounts {
             budget_overflows: self.budget_overflows - o.budget_overflows,
         }
     }
-    /// The counts behind the ratios below (the store's own definitions).
+    /// The counts behind the hit rates and look-ahead ratios ([`HitCounts`]: the
+    /// store's own definitions, so the two cannot drift apart).
     pub fn hits(&self) -> HitCounts {
         HitCounts {
             trunk_request_bytes: self.trunk_request_bytes,
@@ -98,22 +99,6 @@ impl SimCounts {
             lookahead_correct: self.lookahead_correct,
             lookahead_actual: self.lookahead_actual,
         }
-    }
-    /// [`HitCounts::trunk_hit_rate`].
-    pub fn trunk_hit_rate(&self) -> f64 {
-        self.hits().trunk_hit_rate()
-    }
-    /// [`HitCounts::expert_hit_rate`].
-    pub fn expert_hit_rate(&self) -> f64 {
-        self.hits().expert_hit_rate()
-    }
-    /// [`HitCounts::lookahead_precision`].
-    pub fn lookahead_precision(&self) -> Option<f64> {
-        self.hits().lookahead_precision()
-    }
-    /// [`HitCounts::lookahead_recall`].
-    pub fn lookahead_recall(&self) -> Option<f64> {
-        self.hits().lookahead_recall()
     }
 }
 

@@ -69,7 +69,7 @@ impl DecodeBytes {
             bytes: decode.bytes_read as f64 / n,
             expert_bytes: decode.expert_bytes_read as f64 / n,
             embedding_bytes: decode.embedding_bytes_read as f64 / n,
-            lookahead_recall: decode.lookahead_recall(),
+            lookahead_recall: decode.hits().lookahead_recall(),
         })
     }
 }
