@@ -34,7 +34,7 @@ use memdial::kernels::{
 const GIB: usize = 1 << 30;
 
 /// Test data from the project's one deterministic generator.
-struct Rng(memdial::rng::SplitMix64);
+struct Rng(memdial::util::rng::SplitMix64);
 impl Rng {
     fn next_u64(&mut self) -> u64 {
         self.0.next_u64()
@@ -110,7 +110,7 @@ fn overhead(c: &mut Criterion) {
         })
     });
     // Small matvecs around the single-thread cut-off (PAR_MIN_ELEMS = 65536).
-    let mut rng = Rng(memdial::rng::SplitMix64::new(7));
+    let mut rng = Rng(memdial::util::rng::SplitMix64::new(7));
     for &(rows, cols) in &[(128usize, 256usize), (256, 256), (1024, 256), (2048, 2048)] {
         let w = bf16_matrix(&mut rng, rows * cols);
         let x: Vec<f32> = (0..cols).map(|_| rng.f32()).collect();
@@ -128,7 +128,7 @@ fn overhead(c: &mut Criterion) {
 }
 
 fn bf16_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &[usize]) {
-    let mut rng = Rng(memdial::rng::SplitMix64::new(1));
+    let mut rng = Rng(memdial::util::rng::SplitMix64::new(1));
     let mut g = c.benchmark_group(format!("{prefix}/matvec_bf16_cold"));
     for &(rows, cols) in &[(12288usize, 7168usize), (3584, 7168)] {
         let one = bf16_matrix(&mut rng, rows * cols);
@@ -167,7 +167,7 @@ fn mxfp4_data(rng: &mut Rng, rows: usize, cols: usize) -> (Vec<u8>, Vec<u8>) {
 }
 
 fn mxfp4_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &[usize]) {
-    let mut rng = Rng(memdial::rng::SplitMix64::new(2));
+    let mut rng = Rng(memdial::util::rng::SplitMix64::new(2));
     // K3 routed expert shapes: w1/w3 [3072 out, 3584 in], w2 [3584 out, 3072 in].
     for &(rows, cols) in &[(3072usize, 3584usize), (3584, 3072)] {
         let (p, s) = mxfp4_data(&mut rng, rows, cols);
@@ -210,7 +210,7 @@ fn mxfp4_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &[
 /// add per weight and token), so `Gelem/s` reads as GFLOP/s; compare with
 /// the f32 peak printed by `probes`.
 fn matmul_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &[usize]) {
-    let mut rng = Rng(memdial::rng::SplitMix64::new(3));
+    let mut rng = Rng(memdial::util::rng::SplitMix64::new(3));
     let (rows, cols) = (3584usize, 7168usize);
     let w = bf16_matrix(&mut rng, rows * cols);
     // K3 routed expert w1/w3 shape.

@@ -18,13 +18,13 @@ mod thread_cpu;
 use thread_cpu::ThreadCpu;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use memdial::lossless::codec::{decode_with, encode_as, Codec, DecodeIsa, Kind};
+use memdial::format::lossless::codec::{decode_with, encode_as, Codec, DecodeIsa, Kind};
 
 const TOTAL: usize = 64 << 20;
-const BLOCK: usize = memdial::lossless::pack::BLOCK_BYTES;
+const BLOCK: usize = memdial::format::lossless::pack::BLOCK_BYTES;
 
 fn blocks(codec: Codec) -> Vec<(Kind, Vec<u8>)> {
-    let s = memdial::fixture::rng::Stream::new(0, "bench.lossless");
+    let s = memdial::tools::fixture::rng::Stream::new(0, "bench.lossless");
     let sd = 1.0 / 1024f32.sqrt();
     let data: Vec<u8> = (0..TOTAL as u64 / 2)
         .flat_map(|i| {

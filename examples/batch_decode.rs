@@ -1,4 +1,4 @@
-//! Aggregate decode throughput of a [`memdial::batch::Batch`] on a streamed
+//! Aggregate decode throughput of a [`memdial::engine::batch::Batch`] on a streamed
 //! budget: N sequences decoded together, each weight read once per step.
 //!
 //! ```text
@@ -19,13 +19,13 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use memdial::batch::Batch;
 use memdial::engine::arena::Scratch;
-use memdial::generate::{generate, ids_sha256, GenerateParams};
+use memdial::engine::batch::Batch;
+use memdial::engine::generate::{generate, ids_sha256, GenerateParams};
+use memdial::engine::loader::{Checkpointed, StoreOptions};
+use memdial::engine::sampler::SamplerConfig;
 use memdial::io::IoMode;
-use memdial::loader::{Checkpointed, StoreOptions};
 use memdial::model::Model;
-use memdial::sampler::SamplerConfig;
 use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::{plan_unchecked, Prefetch, Sequences};
 use memdial::store::streaming::StreamOptions;

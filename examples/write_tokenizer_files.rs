@@ -9,7 +9,7 @@ fn main() -> anyhow::Result<()> {
         anyhow::bail!("usage: {} DIR N_BASE", args[0]);
     }
     let n_base: u32 = args[2].parse()?;
-    memdial::fixture::vocab::write_tokenizer_files(std::path::Path::new(&args[1]), n_base)?;
+    memdial::tools::fixture::vocab::write_tokenizer_files(std::path::Path::new(&args[1]), n_base)?;
     println!(
         "wrote {}/tiktoken.model and tokenizer_config.json (n_base = {n_base})",
         args[1]

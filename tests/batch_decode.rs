@@ -12,15 +12,15 @@
 
 use std::path::{Path, PathBuf};
 
-use memdial::batch::{Batch, Finish};
-use memdial::checkpoint::Checkpoint;
-use memdial::config::{load_config, MlpKind};
 use memdial::engine::arena::Scratch;
-use memdial::generate::{generate, GenerateParams};
+use memdial::engine::batch::{Batch, Finish};
+use memdial::engine::generate::{generate, GenerateParams};
+use memdial::engine::loader::{Opened, StoreOptions};
+use memdial::engine::sampler::SamplerConfig;
+use memdial::format::checkpoint::Checkpoint;
+use memdial::format::config::{load_config, MlpKind};
 use memdial::io::IoMode;
-use memdial::loader::{Opened, StoreOptions};
 use memdial::model::Model;
-use memdial::sampler::SamplerConfig;
 use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::{plan, plan_unchecked, Prefetch, Sequences};
 use memdial::store::streaming::StreamOptions;
@@ -33,7 +33,7 @@ const MAX_BATCH: usize = 8;
 fn fixture(name: &'static str) -> PathBuf {
     testkit::fixtures::shared(name, || {
         let d = testkit::until_exit(testkit::scratch!("batch")).join(name);
-        memdial::fixture::generate(name, 0, &d, false, None, &mut |_, _| {}).unwrap();
+        memdial::tools::fixture::generate(name, 0, &d, false, None, &mut |_, _| {}).unwrap();
         d
     })
 }
@@ -339,7 +339,7 @@ fn plan_accounts_for_the_batch() {
     assert!(
         msg.contains(&format!(
             "8 sequences × {}",
-            memdial::units::fmt_bytes(each)
+            memdial::util::units::fmt_bytes(each)
         )),
         "{msg}"
     );

@@ -7,7 +7,7 @@
 use std::fs;
 use std::path::PathBuf;
 
-use memdial::checkpoint::Checkpoint;
+use memdial::format::checkpoint::Checkpoint;
 use memdial::model::{LogitsMode, Model};
 use memdial_testkit as testkit;
 use safetensors::tensor::TensorView;
@@ -24,7 +24,7 @@ fn tmp(tag: &str) -> (testkit::Scratch, PathBuf) {
 #[test]
 fn transformers_saved_form_gives_identical_logits() {
     let (_src_scratch, src) = tmp("src");
-    memdial::fixture::generate("tiny-linear", 0, &src, false, None, &mut |_, _| {}).unwrap();
+    memdial::tools::fixture::generate("tiny-linear", 0, &src, false, None, &mut |_, _| {}).unwrap();
     let (_dst_scratch, dst) = tmp("hf");
     fs::create_dir_all(&dst).unwrap();
 

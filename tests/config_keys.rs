@@ -4,7 +4,7 @@
 //! `k3` = tiny-k3's text_config, `hf` = tiny-linear in transformers' saved form).
 //! The defaults in the table come from the reference sources it cites (line numbers).
 
-use memdial::config::ModelConfig;
+use memdial::format::config::ModelConfig;
 use serde_json::{json, Value};
 
 #[derive(Debug)]
@@ -53,7 +53,7 @@ fn rows() -> Vec<Row> {
 }
 
 fn base(form: &str) -> Value {
-    let preset = |n| memdial::fixture::preset(n).unwrap().config;
+    let preset = |n| memdial::tools::fixture::preset(n).unwrap().config;
     match form {
         "linear" => preset("tiny-linear"),
         "k3" => preset("tiny-k3"),
@@ -197,7 +197,7 @@ fn every_documented_key_behaves_as_the_table_says() {
 #[test]
 fn the_table_lists_every_key_read() {
     let doc: Vec<String> = rows().into_iter().map(|r| r.key).collect();
-    let code: Vec<String> = memdial::config_keys::KEYS
+    let code: Vec<String> = memdial::format::config_keys::KEYS
         .iter()
         .map(|k| k.name.to_string())
         .collect();
@@ -210,7 +210,10 @@ fn refusals_name_key_and_file() {
     let d = memdial_testkit::scratch!("config-keys-refusals");
     let cfg = with(&base("linear"), "topk_group", Some(json!("2")));
     std::fs::write(d.join("config.json"), cfg.to_string()).unwrap();
-    let e = format!("{:#}", memdial::config::load_config(d.path()).unwrap_err());
+    let e = format!(
+        "{:#}",
+        memdial::format::config::load_config(d.path()).unwrap_err()
+    );
     assert!(e.contains("config.json") && e.contains("topk_group"), "{e}");
 }
 
@@ -219,7 +222,7 @@ fn refusals_name_key_and_file() {
 /// file is refused, naming it. Expected ids are the ones written in the files.
 #[test]
 fn generation_config_eos_ids_take_priority() {
-    use memdial::config::{load_config, EosSource};
+    use memdial::format::config::{load_config, EosSource};
     let cfg = base("linear");
     let cfg_eos = cfg["eos_token_id"].as_u64().unwrap() as u32;
     let vocab = cfg["vocab_size"].as_u64().unwrap();

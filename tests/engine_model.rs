@@ -8,10 +8,10 @@ mod isa_util;
 use std::sync::{Arc, Mutex};
 
 use engine_util::*;
-use memdial::config::load_config;
+use memdial::format::config::load_config;
 use memdial::kernels::Isa;
+use memdial::kernels::Par;
 use memdial::model::{LogitsMode, Model};
-use memdial::ops::Par;
 use memdial_testkit as testkit;
 
 const PROMPT: [u32; 12] = [5, 17, 300, 2047, 0, 9, 9, 1200, 64, 3, 1999, 42];
@@ -34,7 +34,7 @@ fn threads_1_and_2_are_bit_identical() {
 /// reference) and the kernels of ISA `only` on 1 and 2 threads (heads batched per
 /// position) give bit-identical logits over a 12-token prefill and 4 decode steps.
 fn scalar_and_simd_kernels_are_bit_identical(only: Isa) {
-    use memdial::checkpoint::Checkpoint;
+    use memdial::format::checkpoint::Checkpoint;
     use memdial::store::resident::ResidentStore;
     for name in ["tiny-k3", "tiny-linear"] {
         let dir = fixture(name);
@@ -86,12 +86,12 @@ fn prefill_then_decode_equals_one_by_one() {
             bits_eq(&last, &single[(PROMPT.len() - 1) * v..]),
             "{name}: chunked prefill"
         );
-        let mut tok = memdial::sampler::argmax(&last);
+        let mut tok = memdial::engine::sampler::argmax(&last);
         for _ in 0..6 {
             let a = model.forward(&mut st, &[tok], LogitsMode::Last).unwrap();
             let b = model.forward(&mut st2, &[tok], LogitsMode::Last).unwrap();
             assert!(bits_eq(&a, &b), "{name}: decode after chunked prefill");
-            tok = memdial::sampler::argmax(&a);
+            tok = memdial::engine::sampler::argmax(&a);
         }
         assert_eq!(st.pos, PROMPT.len() + 6);
     }
@@ -153,7 +153,7 @@ fn decode_stays_finite(model: &Model, steps: usize) {
             l.iter().all(|x| x.is_finite()),
             "non-finite logits at step {i}"
         );
-        let tok = memdial::sampler::argmax(&l) % v as u32;
+        let tok = memdial::engine::sampler::argmax(&l) % v as u32;
         l = model.forward(&mut st, &[tok], LogitsMode::Last).unwrap();
     }
     assert!(l.iter().all(|x| x.is_finite()));
@@ -223,7 +223,7 @@ fn bad_inputs_are_errors() {
 }
 
 fn generate_is_chunking_invariant_and_stops_on_eos() {
-    use memdial::generate::{generate, GenerateParams};
+    use memdial::engine::generate::{generate, GenerateParams};
     let model = Model::load(&fixture("tiny-k3"), 1).unwrap();
     let run = |chunk: usize, stop: Vec<u32>| {
         let mut st = model.new_state(64);
@@ -250,7 +250,7 @@ fn generate_is_chunking_invariant_and_stops_on_eos() {
     let l = a.logits.as_ref().unwrap();
     for (j, &t) in a.output_ids.iter().enumerate() {
         let r = PROMPT.len() - 1 + j;
-        assert_eq!(memdial::sampler::argmax(&l[r * v..(r + 1) * v]), t);
+        assert_eq!(memdial::engine::sampler::argmax(&l[r * v..(r + 1) * v]), t);
     }
     // Stopping on the third generated token.
     let c = run(0, vec![a.output_ids[2]]);
@@ -325,7 +325,7 @@ fn grouped_prefill_fetches_each_expert_once_and_is_bit_identical() {
     let hints = grouped.hints.lock().unwrap().clone();
     let fetches = grouped.fetches.lock().unwrap().clone();
     let moe_layers: Vec<usize> = (0..cfg.num_hidden_layers)
-        .filter(|&l| cfg.mlp_kinds[l] == memdial::config::MlpKind::Moe)
+        .filter(|&l| cfg.mlp_kinds[l] == memdial::format::config::MlpKind::Moe)
         .collect();
     assert_eq!(
         hints.iter().map(|h| h.0).collect::<Vec<_>>(),

@@ -39,10 +39,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use memdial::config::{load_config, MlpKind};
-use memdial::generate::{generate, GenerateParams};
+use memdial::engine::generate::{generate, GenerateParams};
+use memdial::engine::sampler::SamplerConfig;
+use memdial::format::config::{load_config, MlpKind};
 use memdial::model::{LogitsMode, Model};
-use memdial::sampler::SamplerConfig;
 use memdial_testkit as testkit;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -98,12 +98,12 @@ impl TmpFixture {
     fn new(preset: &str, tag: &str) -> TmpFixture {
         let scratch = testkit::scratch!(&format!("oracle-{tag}-{preset}"));
         let dir = scratch.path().join(preset);
-        memdial::fixture::generate(
+        memdial::tools::fixture::generate(
             preset,
             0,
             &dir,
             false,
-            Some(memdial::fixture::write_tokenizer),
+            Some(memdial::tools::fixture::write_tokenizer),
             &mut |_, _| {},
         )
         .unwrap_or_else(|e| panic!("generate {preset}: {e:#}"));
@@ -129,7 +129,7 @@ fn venv_python() -> Result<PathBuf, String> {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    memdial::fixture::hex(&Sha256::digest(bytes))
+    memdial::util::digest::hex(&Sha256::digest(bytes))
 }
 
 /// `(sha256(config.json), sha256 over "name sha256(file)\n" of the sorted *.safetensors)`,
@@ -609,7 +609,7 @@ fn independent_mxfp4_decoder_is_the_spec() {
 }
 
 fn mxfp4_dequant_bit_identical_for_every_routed_expert() {
-    use memdial::ops::{dequant_mxfp4, matvec_mxfp4, Par};
+    use memdial::kernels::{dequant_mxfp4, matvec_mxfp4, Par};
     use safetensors::SafeTensors;
 
     let fx = TmpFixture::new("tiny-k3", "mxfp4");

@@ -1,7 +1,9 @@
 //! Hand-derived unit checks of the model math (SiTU, router, AttnRes, delta rule,
 //! KDA gates/conv, MLA single position, MXFP4 ops, sampler).
 
-use memdial::config::{Activation, ExpertFormat, ModelConfig, MoeConfig};
+use memdial::engine::sampler::{argmax, Sampler, SamplerConfig};
+use memdial::format::config::{Activation, ExpertFormat, ModelConfig, MoeConfig};
+use memdial::kernels::{dequant_mxfp4, matvec_mxfp4, Par};
 use memdial::model::attn_res::{mix, mix_weights, Blocks};
 use memdial::model::kda::{decay, delta_rule_step, l2norm_scaled, short_conv_step};
 use memdial::model::mla::{mla_forward, MlaWeights, QProj};
@@ -10,8 +12,6 @@ use memdial::model::moe::route;
 use memdial::model::norm::{sigmoid, silu, softplus};
 use memdial::model::weights::{Elem, Mat};
 use memdial::model::MlaCache;
-use memdial::ops::{dequant_mxfp4, matvec_mxfp4, Par};
-use memdial::sampler::{argmax, Sampler, SamplerConfig};
 use memdial::store::Bytes;
 
 fn close(a: f32, b: f32, tol: f32) -> bool {

@@ -3,10 +3,11 @@
 use std::fs;
 use std::path::Path;
 
-use memdial::checkpoint::Checkpoint;
-use memdial::config::load_config;
-use memdial::fixture::{self, hex};
-use memdial::inspect::{inspect_dir, validate};
+use memdial::format::checkpoint::Checkpoint;
+use memdial::format::config::load_config;
+use memdial::format::inspect::{inspect_dir, validate};
+use memdial::tools::fixture;
+use memdial::util::digest::hex;
 use memdial_testkit as testkit;
 use sha2::{Digest, Sha256};
 

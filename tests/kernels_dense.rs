@@ -83,7 +83,7 @@ fn bf16_known_values() {
 }
 
 fn bf16_matvec_matches_f64_reference(only: Isa) {
-    let mut rng = Rng(memdial::rng::SplitMix64::new(1));
+    let mut rng = Rng(memdial::util::rng::SplitMix64::new(1));
     for &(rows, cols) in SHAPES {
         let (wb, wf) = rand_bf16(&mut rng, rows * cols);
         let x = rand_vec(&mut rng, cols);
@@ -104,7 +104,7 @@ fn bf16_matvec_matches_f64_reference(only: Isa) {
 }
 
 fn f32_matvec_matches_f64_reference(only: Isa) {
-    let mut rng = Rng(memdial::rng::SplitMix64::new(2));
+    let mut rng = Rng(memdial::util::rng::SplitMix64::new(2));
     for &(rows, cols) in SHAPES {
         let wf = rand_vec(&mut rng, rows * cols);
         let wb: Vec<u8> = wf.iter().flat_map(|f| f.to_le_bytes()).collect();
@@ -126,7 +126,7 @@ fn f32_matvec_matches_f64_reference(only: Isa) {
 }
 
 fn bit_identical_across_threads_isas_and_alignment(only: Isa) {
-    let mut rng = Rng(memdial::rng::SplitMix64::new(3));
+    let mut rng = Rng(memdial::util::rng::SplitMix64::new(3));
     for &(rows, cols) in &[(300usize, 515usize), (1000, 96), (37, 7168), (2, 3)] {
         let (wb, _) = rand_bf16(&mut rng, rows * cols);
         let wf32: Vec<u8> = (0..rows * cols)
@@ -171,7 +171,7 @@ fn bit_identical_across_threads_isas_and_alignment(only: Isa) {
 }
 
 fn matmul_equals_repeated_matvec_bitwise(only: Isa) {
-    let mut rng = Rng(memdial::rng::SplitMix64::new(4));
+    let mut rng = Rng(memdial::util::rng::SplitMix64::new(4));
     for &(rows, cols) in &[(300usize, 515usize), (64, 7168), (9, 40), (37, 96)] {
         let (wb, _) = rand_bf16(&mut rng, rows * cols);
         let wf32: Vec<u8> = (0..rows * cols)

@@ -9,7 +9,7 @@ use memdial::kernels::{dequant_mxfp4, matmul_mxfp4, matvec_mxfp4, Isa, Par};
 use memdial_testkit as testkit;
 
 /// Test data from the project's one deterministic generator.
-struct Rng(memdial::rng::SplitMix64);
+struct Rng(memdial::util::rng::SplitMix64);
 impl Rng {
     fn next_u64(&mut self) -> u64 {
         self.0.next_u64()
@@ -54,7 +54,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 }
 
 fn dequant_matches_independent_decoder_bitwise() {
-    let mut rng = Rng(memdial::rng::SplitMix64::new(10));
+    let mut rng = Rng(memdial::util::rng::SplitMix64::new(10));
     for &(rows, cols, smin, smax) in &[
         (7usize, 64usize, 120u8, 134u8),
         (33, 3584, 100, 150),
@@ -101,7 +101,7 @@ fn hand_derived_cases() {
 }
 
 fn nan_scale_poisons_only_its_row(only: Isa) {
-    let mut rng = Rng(memdial::rng::SplitMix64::new(11));
+    let mut rng = Rng(memdial::util::rng::SplitMix64::new(11));
     let (p, mut s) = rand_mx(&mut rng, 4, 64, 120, 130);
     s[2 * 2 + 1] = 0xFF; // row 2, block 1
     let d = dequant_mxfp4(&p, &s, 4, 64);
@@ -117,7 +117,7 @@ fn nan_scale_poisons_only_its_row(only: Isa) {
 }
 
 fn matvec_matches_f64_reference(only: Isa) {
-    let mut rng = Rng(memdial::rng::SplitMix64::new(12));
+    let mut rng = Rng(memdial::util::rng::SplitMix64::new(12));
     for &(rows, cols) in &[(5usize, 32usize), (64, 3584), (96, 3072), (300, 256)] {
         let (p, s) = rand_mx(&mut rng, rows, cols, 118, 136);
         let w = naive_dequant(&p, &s, rows, cols);
@@ -145,7 +145,7 @@ fn matvec_matches_f64_reference(only: Isa) {
 }
 
 fn bit_identical_across_threads_isas_and_prefill(only: Isa) {
-    let mut rng = Rng(memdial::rng::SplitMix64::new(13));
+    let mut rng = Rng(memdial::util::rng::SplitMix64::new(13));
     // (rows, cols, tokens, scale byte range); the last covers the whole E8M0
     // range (subnormal and overflowing products, NaN excluded).
     for &(rows, cols, n, smin, smax) in &[
@@ -226,7 +226,7 @@ fn rand_pow_range(rng: &mut Rng, len: usize, emin: i32, emax: i32) -> Vec<f32> {
 /// `x_min·S_min = 2^-102` (folded), below it (not folded: products would be
 /// subnormal), near the overflow bound, and with tiny and huge inputs mixed.
 fn matmul_equals_matvec_at_the_edges_of_the_normal_range(only: Isa) {
-    let mut rng = Rng(memdial::rng::SplitMix64::new(29));
+    let mut rng = Rng(memdial::util::rng::SplitMix64::new(29));
     let (rows, cols, n) = (24usize, 256usize, 9usize);
     // (input exponent range, scale byte range): S = 2^(s - 128).
     for &(emin, emax, smin, smax) in &[

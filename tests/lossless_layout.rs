@@ -6,14 +6,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use memdial::checkpoint::Checkpoint;
-use memdial::config::load_config;
 use memdial::engine::arena::Scratch;
-use memdial::generate::{generate, GenerateParams};
+use memdial::engine::generate::{generate, GenerateParams};
+use memdial::engine::loader::StoreOptions;
+use memdial::engine::sampler::SamplerConfig;
+use memdial::format::checkpoint::Checkpoint;
+use memdial::format::config::load_config;
 use memdial::io::IoMode;
-use memdial::loader::StoreOptions;
 use memdial::model::Model;
-use memdial::sampler::SamplerConfig;
 use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::{plan_unchecked, Prefetch, Sequences};
 use memdial::store::streaming::StreamOptions;
@@ -30,7 +30,7 @@ fn pair(preset: &'static str) -> (PathBuf, PathBuf) {
     cell.get_or_init(|| {
         let base = testkit::until_exit(testkit::scratch!("lossless"));
         let src = base.join(preset);
-        memdial::fixture::generate(preset, 0, &src, false, None, &mut |_, _| {}).unwrap();
+        memdial::tools::fixture::generate(preset, 0, &src, false, None, &mut |_, _| {}).unwrap();
         let out = base.join(format!("{preset}-lossless"));
         let r = memdial::tools::pack::pack_checkpoint(&src, Some(&out), &mut |_, _| {}).unwrap();
         assert!(r.packed_tensors > 0 && r.verified_tensors == r.packed_tensors);
@@ -101,7 +101,7 @@ fn same(a: &Out, b: &Out) -> bool {
 }
 
 /// The activation arena of one sequence of `MAX_CONTEXT` positions on one thread.
-fn one(cfg: &memdial::config::ModelConfig) -> memdial::store::plan::Activations {
+fn one(cfg: &memdial::format::config::ModelConfig) -> memdial::store::plan::Activations {
     Scratch::activations(cfg, Sequences::single(MAX_CONTEXT), 1)
 }
 
@@ -172,7 +172,7 @@ fn dict15_codec_is_bit_identical() {
     memdial::tools::pack::pack_checkpoint_with(
         &src,
         Some(&out),
-        memdial::lossless::codec::Codec::Dict15,
+        memdial::format::lossless::codec::Codec::Dict15,
         &mut |_, _| {},
     )
     .unwrap();
@@ -203,7 +203,7 @@ fn packed_floor_adds_exactly_the_staging_buffers() {
     let pack = ck.lossless.as_ref().unwrap();
     assert_eq!(
         p.staging_bytes,
-        3 * memdial::lossless::read::staging_buffer_bytes(&pack.index)
+        3 * memdial::format::lossless::read::staging_buffer_bytes(&pack.index)
     );
     let s = plan_unchecked(
         &cfg,
@@ -239,7 +239,7 @@ fn mmap_on_a_packed_layout_is_refused() {
     .unwrap();
     let msg = format!("{e:#}");
     assert!(msg.contains("mmap is n/a on a packed"), "{msg}");
-    assert!(memdial::error::usage_error(&e).is_some());
+    assert!(memdial::util::error::usage_error(&e).is_some());
 }
 
 /// A copy of the packed directory of tiny-k3 in a fresh scratch dir.
@@ -268,7 +268,7 @@ fn a_corrupt_block_is_detected() {
         .find(|t| t.name.contains("layers.0.self_attn"))
         .unwrap();
     let b = pack.index.blocks[t.first_block];
-    let path = d.join(memdial::lossless::PACK_FILE);
+    let path = d.join(memdial::format::lossless::PACK_FILE);
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[b.offset as usize + 40] ^= 0x10;
     std::fs::write(&path, bytes).unwrap();

@@ -27,12 +27,12 @@ fn has_torch(py: &Path) -> bool {
 fn load_check(py: &Path, preset: &str, transformers: bool) {
     let scratch = testkit::scratch!(&format!("oracle-load-{preset}"));
     let d = scratch.path().join(preset);
-    memdial::fixture::generate(
+    memdial::tools::fixture::generate(
         preset,
         0,
         &d,
         false,
-        Some(memdial::fixture::write_tokenizer),
+        Some(memdial::tools::fixture::write_tokenizer),
         &mut |_, _| {},
     )
     .unwrap();

@@ -6,11 +6,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use memdial::checkpoint::Checkpoint;
-use memdial::config::{load_config, MlpKind, ModelConfig};
 use memdial::engine::arena::Scratch;
+use memdial::format::checkpoint::Checkpoint;
+use memdial::format::config::{load_config, MlpKind, ModelConfig};
+use memdial::format::schema::{expected_tensors, Role};
 use memdial::io::IoMode;
-use memdial::schema::{expected_tensors, Role};
 use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::{plan_unchecked, Activations, Prefetch, Sequences};
 use memdial::store::resident::ResidentStore;
@@ -24,12 +24,12 @@ fn tiny() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let d = testkit::until_exit(testkit::scratch!("stream")).join("tiny-k3");
-        memdial::fixture::generate(
+        memdial::tools::fixture::generate(
             "tiny-k3",
             0,
             &d,
             false,
-            Some(memdial::fixture::write_tokenizer),
+            Some(memdial::tools::fixture::write_tokenizer),
             &mut |_, _| {},
         )
         .unwrap();
@@ -253,8 +253,8 @@ fn budget_under_floor_is_refused_with_the_floor() {
     assert!(msg.contains("trunk slot"), "{msg}");
     assert!(
         matches!(
-            memdial::error::usage_error(&err),
-            Some(memdial::error::UsageError::BelowFloor { .. })
+            memdial::util::error::usage_error(&err),
+            Some(memdial::util::error::UsageError::BelowFloor { .. })
         ),
         "{msg}"
     );
@@ -346,10 +346,10 @@ fn corrupted_bytes_are_caught_by_verify_reads_and_truncation_names_file_and_offs
 /// it and the plan's `activation_bytes` are the same number, before and after.
 #[test]
 fn streaming_run_accounts_exactly_the_plans_activation_bytes() {
-    use memdial::generate::{generate, GenerateParams};
-    use memdial::loader::StoreOptions;
+    use memdial::engine::generate::{generate, GenerateParams};
+    use memdial::engine::loader::StoreOptions;
+    use memdial::engine::sampler::SamplerConfig;
     use memdial::model::Model;
-    use memdial::sampler::SamplerConfig;
     let dir = tiny();
     let cfg = load_config(dir).unwrap();
     let ck = Checkpoint::open(dir).unwrap();
@@ -377,7 +377,7 @@ fn streaming_run_accounts_exactly_the_plans_activation_bytes() {
         let planned = s.plan().activation_bytes;
         assert_eq!(
             planned,
-            memdial::arena::Scratch::planned_bytes(&cfg, 64, 2, max_context)
+            memdial::engine::arena::Scratch::planned_bytes(&cfg, 64, 2, max_context)
         );
         let mut st = opened.model.new_state(max_context);
         assert_eq!(st.scratch_bytes(), planned, "arena as allocated");

@@ -1,11 +1,11 @@
-//! Parity of `memdial::tokenizer::Tokenizer` with Python tiktoken (Kimi's TikTokenTokenizer
+//! Parity of `memdial::format::tokenizer::Tokenizer` with Python tiktoken (Kimi's TikTokenTokenizer
 //! semantics) on the committed cases in `fixtures/tokenizer/cases.json` (regenerate with
 //! `fixtures/tokenizer/regen.sh`). The vocabulary is the `mini` one: o200k ranks 0..32768.
 
 use std::path::{Path, PathBuf};
 
-use memdial::fixture::vocab::write_tokenizer_files;
-use memdial::tokenizer::{Tokenizer, KIMI_PAT_STR};
+use memdial::format::tokenizer::{Tokenizer, KIMI_PAT_STR};
+use memdial::tools::fixture::vocab::write_tokenizer_files;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 

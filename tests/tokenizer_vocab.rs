@@ -3,11 +3,11 @@
 use memdial_testkit as testkit;
 use std::time::Instant;
 
-use memdial::fixture::vocab::write_tokenizer_files;
-use memdial::tokenizer::{
+use memdial::format::tokenizer::{
     check_bpe_prefix, check_bpe_vocab, o200k_token_bytes, special_token_names, BpeDefect,
     Tokenizer, KIMI_N_BASE, NUM_SPECIAL_TOKENS, O200K_BASE_LEN,
 };
+use memdial::tools::fixture::vocab::write_tokenizer_files;
 
 /// An empty scratch directory unique to the caller, removed when the guard drops.
 fn scratch(name: &str) -> testkit::Scratch {

@@ -6,10 +6,10 @@
 //! [`clap::ValueEnum`] newtype, so clap lists the accepted values in `--help` and
 //! refuses others with exit 2.
 
-use memdial::error::UsageError;
 use memdial::io::IoMode;
 use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::Prefetch;
+use memdial::util::error::UsageError;
 
 /// Declares `$wrap($lib)`: a [`clap::ValueEnum`] over `$lib::ALL`, named by `as_str`.
 macro_rules! value_enum {
@@ -96,10 +96,10 @@ pub fn as_usage(e: anyhow::Error) -> anyhow::Error {
     usage(format!("{e:#}"))
 }
 
-/// `--threads` / `--io-threads`: an integer in `1..=`[`memdial::limits::MAX_THREADS`]
+/// `--threads` / `--io-threads`: an integer in `1..=`[`memdial::format::limits::MAX_THREADS`]
 /// (clap reports anything else as a usage error, exit 2).
 pub fn thread_count(s: &str) -> Result<usize, String> {
-    let max = memdial::limits::MAX_THREADS;
+    let max = memdial::format::limits::MAX_THREADS;
     match s.trim().parse::<usize>() {
         Ok(n) if (1..=max).contains(&n) => Ok(n),
         _ => Err(format!("must be an integer in 1..={max}")),

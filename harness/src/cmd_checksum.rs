@@ -14,7 +14,7 @@ pub struct ChecksumArgs {
 }
 
 pub fn run(a: &ChecksumArgs) -> Result<ExitCode> {
-    let n = memdial::manifest::write_checksum_manifest(&a.model)?;
+    let n = memdial::format::manifest::write_checksum_manifest(&a.model)?;
     println!(
         "wrote {} ({n} tensors)",
         a.model.join("tensors.sha256").display()

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
-use memdial::error::UsageError;
-use memdial::fixture::{self, PRESET_NAMES};
+use memdial::tools::fixture::{self, PRESET_NAMES};
+use memdial::util::error::UsageError;
 
 /// Arguments of `memdial fixture`.
 #[derive(clap::Args)]
@@ -64,7 +64,7 @@ pub fn generate_with_progress(
     seed: u64,
     out: &std::path::Path,
     force: bool,
-) -> Result<memdial::fixture::Generated> {
+) -> Result<memdial::tools::fixture::Generated> {
     generate_inner(preset, seed, out, force, None)
 }
 
@@ -74,7 +74,7 @@ fn generate_inner(
     out: &std::path::Path,
     force: bool,
     routing: Option<fixture::Routing>,
-) -> Result<memdial::fixture::Generated> {
+) -> Result<memdial::tools::fixture::Generated> {
     let pb = ProgressBar::new(0);
     pb.set_style(
         ProgressStyle::with_template(

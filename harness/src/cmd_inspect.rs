@@ -4,8 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use memdial::inspect::{findings, inspect_read, layer_pattern};
-use memdial::loader::Checkpointed;
+use memdial::engine::loader::Checkpointed;
+use memdial::format::inspect::{findings, inspect_read, layer_pattern};
 
 /// Arguments of `memdial inspect`.
 #[derive(clap::Args)]

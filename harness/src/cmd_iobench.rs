@@ -1,7 +1,7 @@
 //! `memdial iobench`: direct vs buffered vs mmap on the model's own read requests,
 //! cold and warm, at several queue depths, with the equivalent fio job beside.
 //!
-//! The measuring is [`memdial::iobench`]; this module parses the command line and
+//! The measuring is [`memdial::tools::iobench`]; this module parses the command line and
 //! runs the matrix; [`crate::iobench`] writes the run directory (through
 //! [`crate::export`]): `results.csv`, `results.json` (one row per cell and tool),
 //! `iobench.json` (environment and settings), `report.md`, `chart.svg` and
@@ -16,10 +16,10 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use memdial::io::IoMode;
-use memdial::iobench::{
+use memdial::tools::iobench::{
     fio_job, fio_version, run_matrix, CacheState, Matrix, Pattern, Row, Workload, DEFAULT_SEED,
 };
-use memdial::units::fmt_bytes;
+use memdial::util::units::fmt_bytes;
 
 use crate::export;
 use crate::iobench::charts::write_chart;
@@ -256,7 +256,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
         };
         run_matrix(w, &matrix, &mut on_row);
     }
-    memdial::iobench::mark_knees(&mut rows);
+    memdial::tools::iobench::mark_knees(&mut rows);
     save_rows(&out, &rows)?;
     meta.wall_s = t_start.elapsed().as_secs_f64();
     export::write_json(&out.join("iobench.json"), &meta)?;

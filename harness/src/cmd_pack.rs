@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use memdial::lossless::codec::Codec;
+use memdial::format::lossless::codec::Codec;
 use memdial::tools::pack::{pack_checkpoint_with, PackReport};
-use memdial::units::fmt_bytes;
+use memdial::util::units::fmt_bytes;
 
 /// Arguments of `memdial pack`.
 #[derive(clap::Args)]

@@ -6,17 +6,17 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use memdial::checkpoint::Checkpoint;
-use memdial::config::{AttnKind, ModelConfig};
 use memdial::engine::arena::Scratch;
-use memdial::error::UsageError;
+use memdial::engine::loader::Checkpointed;
+use memdial::format::checkpoint::Checkpoint;
+use memdial::format::config::{AttnKind, ModelConfig};
 use memdial::io::IoMode;
-use memdial::loader::Checkpointed;
 use memdial::store::paper::paper_checkpoint;
 use memdial::store::plan::{plan_unchecked, Plan, Prefetch, Sequences};
 use memdial::store::rank::ranking;
-use memdial::units::fmt_bytes;
 use memdial::util::budget::parse_size;
+use memdial::util::error::UsageError;
+use memdial::util::units::fmt_bytes;
 
 use crate::args::{IoArg, PrefetchArg};
 
@@ -138,7 +138,7 @@ pub(crate) fn source_of(
                 t.to_string(),
                 format!("preset {p} (fixtures/configs/{p}.json)"),
             ),
-            None => match memdial::fixture::presets::preset(p) {
+            None => match memdial::tools::fixture::presets::preset(p) {
                 Some(f) => (
                     f.config.to_string(),
                     format!("fixture preset {p} (memdial fixture --preset {p})"),
@@ -146,7 +146,7 @@ pub(crate) fn source_of(
                 None => {
                     return Err(UsageError::Invalid(format!(
                         "unknown preset {p:?}: k3, kimi-linear-48b or a fixture preset ({})",
-                        memdial::fixture::presets::PRESET_NAMES.join(", ")
+                        memdial::tools::fixture::presets::PRESET_NAMES.join(", ")
                     ))
                     .into())
                 }

@@ -6,21 +6,21 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use memdial::config::{load_config, ModelConfig};
-use memdial::error::UsageError;
-use memdial::generate::{generate, GenerateParams};
+use memdial::engine::generate::{generate, GenerateParams};
+use memdial::engine::loader::{Opened, StoreOptions};
+use memdial::engine::metrics::{MetricsFile, RunMetrics, Source, SCHEMA_VERSION};
+use memdial::engine::sampler::SamplerConfig;
+use memdial::format::config::{load_config, ModelConfig};
+use memdial::format::tokenizer::Tokenizer;
 use memdial::io::IoMode;
-use memdial::loader::{Opened, StoreOptions};
-use memdial::metrics::{MetricsFile, RunMetrics, Source, SCHEMA_VERSION};
 use memdial::model::Model;
-use memdial::sampler::SamplerConfig;
 use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::Prefetch;
 use memdial::store::streaming::StreamOptions;
-use memdial::sysmem::PeakTracker;
-use memdial::tokenizer::Tokenizer;
 use memdial::util::budget::parse_size;
 use memdial::util::digest::hex;
+use memdial::util::error::UsageError;
+use memdial::util::sysmem::PeakTracker;
 use sha2::{Digest, Sha256};
 
 use crate::args::{usage, CacheArg, IoArg, PrefetchArg};
@@ -163,7 +163,7 @@ fn encode_prompt(dir: &Path, text: &str, chat: bool, system: Option<&str>) -> Re
     let tok = Tokenizer::from_dir(dir)
         .context("text prompts need the tokenizer (or pass --prompt-ids)")?;
     if chat {
-        memdial::chat::chat_prompt_ids(dir, &tok, text, system)
+        memdial::format::chat::chat_prompt_ids(dir, &tok, text, system)
     } else {
         Ok(tok.encode(text, true))
     }
@@ -222,7 +222,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         chunks.1,
         a.threads,
         max_context,
-        memdial::sysmem::mem_available(),
+        memdial::util::sysmem::mem_available(),
     )
     .map_err(|e| usage(format!("--max-context {max_context}: {e}")))?;
     let opened = open_model(a, max_context)?;
@@ -380,7 +380,7 @@ fn warm_start(a: &RunArgs, opened: &Opened) -> Result<Option<Warm>> {
 
 /// What generation produced, with the counters taken when the first token was chosen.
 struct Generated {
-    out: memdial::generate::GenerateOutput,
+    out: memdial::engine::generate::GenerateOutput,
     /// Store counters when the first token was chosen (decode figures start there).
     at_first: Option<memdial::store::metrics::StoreMetrics>,
     /// Device read bytes at the first token (when the OS reports them).
@@ -449,13 +449,13 @@ fn generate_ids(
     let mut at_first: Option<memdial::store::metrics::StoreMetrics> = None;
     let mut device_at_first: Option<u64> = None;
     let t_gen = Instant::now();
-    memdial::profile::enable(a.profile_ops);
+    memdial::util::profile::enable(a.profile_ops);
     let out = generate(model, &mut state, prompt, &params, &mut |_| {
         mem.sample();
         if at_first.is_none() {
             at_first = Some(streaming.as_ref().map(|s| s.metrics()).unwrap_or_default());
             // Profile decode only: drop what prefill added.
-            memdial::profile::reset();
+            memdial::util::profile::reset();
             device_at_first = memdial::io::accounting::device_read_bytes();
         }
     })?;
@@ -464,7 +464,7 @@ fn generate_ids(
         eprintln!(
             "per-op profile of {steps} decode steps ({:.4} s/token measured by generate):\n{}",
             out.decode_median_s(),
-            memdial::profile::report(steps, "token")
+            memdial::util::profile::report(steps, "token")
         );
     }
     let gen_wall = t_gen.elapsed().as_secs_f64();
@@ -555,7 +555,7 @@ impl RunFacts<'_> {
         let device_end = memdial::io::accounting::device_read_bytes()
             .map(|d| d.saturating_sub(self.g.warm.and_then(|w| w.device_bytes).unwrap_or(0)));
         let read_busy_decode = m.read_busy_s - first_m.read_busy_s;
-        let model_bytes = memdial::inspect::model_bytes(self.cfg, ck);
+        let model_bytes = memdial::format::inspect::model_bytes(self.cfg, ck);
         let page_cache = match streaming {
             Some(s) => s.page_cache_resident_bytes(),
             None => ck
@@ -685,7 +685,7 @@ fn write_metrics_json(path: &Path, a: &RunArgs, rm: &RunMetrics) -> Result<()> {
 /// Prints the output: text, ids, or the JSON object of `--output json`.
 fn print_output(
     a: &RunArgs,
-    out: &memdial::generate::GenerateOutput,
+    out: &memdial::engine::generate::GenerateOutput,
     text: Option<&str>,
     load_s: f64,
 ) -> Result<()> {

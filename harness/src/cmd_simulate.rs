@@ -349,8 +349,8 @@ pub fn run(a: &SimulateArgs) -> Result<ExitCode> {
 ///
 /// Errors: the checkpoint lacks the table.
 pub fn embedding_rows(
-    cfg: &memdial::config::ModelConfig,
-    ck: &memdial::checkpoint::Checkpoint,
+    cfg: &memdial::format::config::ModelConfig,
+    ck: &memdial::format::checkpoint::Checkpoint,
     plan: &Plan,
 ) -> Result<EmbeddingRows> {
     let emb_name = format!("{}{}", cfg.weight_prefix, plan.embedding_key);
@@ -465,7 +465,7 @@ fn csv_bytes(rows: &[SimRow]) -> Result<Vec<u8>> {
 
 fn text_table(
     rows: &[SimRow],
-    cfg: &memdial::config::ModelConfig,
+    cfg: &memdial::format::config::ModelConfig,
     paper: &Option<String>,
     what: &str,
     elapsed: f64,

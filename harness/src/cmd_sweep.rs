@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
-use memdial::checkpoint::Checkpoint;
-use memdial::identity::Identity as InputIdentity;
+use memdial::format::checkpoint::Checkpoint;
+use memdial::tools::identity::Identity as InputIdentity;
 use memdial::util::budget::parse_size;
 
 use crate::args::{as_usage, usage};
@@ -175,7 +175,7 @@ struct Inputs {
 }
 
 /// The identities of the model and of the spec's prompt files (see
-/// [`memdial::identity`]). Errors (usage): one cannot be read.
+/// [`memdial::tools::identity`]). Errors (usage): one cannot be read.
 fn input_identities(
     spec: &Spec,
     model: &Path,
@@ -257,7 +257,7 @@ fn read_inputs(a: &SweepArgs) -> Result<Inputs> {
     let content_hash = match &opaque {
         Some(_) => model_identity.digest.clone(),
         None => Checkpoint::open(&model)
-            .and_then(|ck| memdial::checkpoint::model_content_hash(&ck))
+            .and_then(|ck| memdial::format::checkpoint::model_content_hash(&ck))
             .map_err(|e| usage(format!("{e:#}")))?,
     };
     let base = match &a.baseline {

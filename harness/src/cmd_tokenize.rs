@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use memdial::tokenizer::Tokenizer;
+use memdial::format::tokenizer::Tokenizer;
 
 /// Arguments of `memdial tokenize`.
 #[derive(clap::Args, Debug, Clone)]
@@ -43,7 +43,7 @@ pub fn run(args: &TokenizeArgs) -> Result<()> {
     let tok = Tokenizer::from_dir(&args.model)?;
     if let Some(ids) = &args.decode {
         let vocab_size = if args.model.join("config.json").exists() {
-            memdial::config::load_config(&args.model)?.vocab_size
+            memdial::format::config::load_config(&args.model)?.vocab_size
         } else {
             tok.n_vocab() as usize
         };

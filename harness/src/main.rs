@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use memdial::error::{usage_error, UsageError};
+use memdial::util::error::{usage_error, UsageError};
 
 mod args;
 mod cmd_checksum;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use memdial::checkpoint::Checkpoint;
+use memdial::format::checkpoint::Checkpoint;
 use memdial_testkit as testkit;
 use memdial_testkit::memdial_bin;
 use memdial_testkit::shared_fixture;

@@ -13,18 +13,18 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
 use fixture_edit::*;
-use memdial::checkpoint::Checkpoint;
-use memdial::config::{load_config, MoeConfig};
 use memdial::engine::arena::Scratch;
-use memdial::generate::{generate as gen_ids, GenerateParams};
+use memdial::engine::generate::{generate as gen_ids, GenerateParams};
+use memdial::engine::sampler::SamplerConfig;
+use memdial::format::checkpoint::Checkpoint;
+use memdial::format::config::{load_config, MoeConfig};
+use memdial::format::tokenizer::Tokenizer;
 use memdial::io::IoMode;
 use memdial::model::moe::route;
 use memdial::model::Model;
-use memdial::sampler::SamplerConfig;
 use memdial::store::plan::{plan_unchecked, Prefetch, Sequences};
 use memdial::store::resident::ResidentStore;
 use memdial::store::{Bytes, ExpertWeights, WeightStore};
-use memdial::tokenizer::Tokenizer;
 use memdial_testkit::memdial_bin;
 
 const PROMPT: [u32; 8] = [5, 17, 300, 2047, 9, 1200, 64, 3];
@@ -76,13 +76,13 @@ impl WeightStore for Selections {
 fn greedy_with_picks(dir: &Path, n: usize) -> (Vec<u32>, Vec<(usize, Vec<usize>)>) {
     let cfg = load_config(dir).unwrap();
     let ck = Checkpoint::open(dir).unwrap();
-    assert!(memdial::inspect::validate(&cfg, &ck).is_empty());
+    assert!(memdial::format::inspect::validate(&cfg, &ck).is_empty());
     let store = Arc::new(Selections {
         inner: ResidentStore::open(&cfg, &ck).unwrap(),
         picks: Mutex::new(vec![]),
     });
     let hints = Model::dtype_hints(&cfg, &ck);
-    let model = Model::new(cfg, store.clone(), memdial::ops::Par::new(2))
+    let model = Model::new(cfg, store.clone(), memdial::kernels::Par::new(2))
         .unwrap()
         .with_dtype_hints(hints);
     let ids = greedy(&model, n);
@@ -125,7 +125,7 @@ fn grouped(k: usize, ng: usize, tg: usize) -> MoeConfig {
         topk_group: tg,
         routed_expert_hidden_size: None,
         latent_moe_use_norm: false,
-        expert_format: memdial::config::ExpertFormat::Bf16,
+        expert_format: memdial::format::config::ExpertFormat::Bf16,
     }
 }
 
@@ -289,13 +289,13 @@ fn mtp_layers_are_present_and_unused() {
     let cfg_m = load_config(&mtp).unwrap();
     let ck_m = Checkpoint::open(&mtp).unwrap();
     let ck_b = Checkpoint::open(&base).unwrap();
-    assert!(memdial::inspect::validate(&cfg_m, &ck_m).is_empty());
+    assert!(memdial::format::inspect::validate(&cfg_m, &ck_m).is_empty());
     assert_eq!(ck_m.total_bytes(), ck_b.total_bytes() + added);
-    let f = memdial::inspect::findings(&mtp, &cfg_m, &ck_m);
+    let f = memdial::format::inspect::findings(&mtp, &cfg_m, &ck_m);
     assert_eq!(f.mtp_layers, [n]);
     assert_eq!(f.unused_bytes, added);
     assert_eq!(
-        memdial::inspect::model_bytes(&cfg_m, &ck_m),
+        memdial::format::inspect::model_bytes(&cfg_m, &ck_m),
         ck_b.total_bytes()
     );
     let plan = |cfg, ck| {

@@ -12,7 +12,9 @@ use std::process::Command;
 
 use memdial::io::pagecache::residency;
 use memdial::io::IoMode;
-use memdial::iobench::{preload, run_cell, CacheState, CellSpec, Pattern, Workload, DEFAULT_SEED};
+use memdial::tools::iobench::{
+    preload, run_cell, CacheState, CellSpec, Pattern, Workload, DEFAULT_SEED,
+};
 use memdial_testkit::memdial_bin;
 
 /// A fresh `tiny-k3` fixture in `SCRATCH/tiny-k3`, where SCRATCH is a directory
@@ -31,7 +33,7 @@ fn resident_pages(w: &Workload) -> u64 {
 }
 
 fn assert_evictable(w: &Workload) {
-    let left = memdial::iobench::evict_all(&w.files).unwrap();
+    let left = memdial::tools::iobench::evict_all(&w.files).unwrap();
     assert_eq!(
         left,
         0,
@@ -193,7 +195,7 @@ fn cli_writes_the_report_and_replays_a_trace() {
     }
     assert!(ours.iter().any(|r| r["pattern"] == "trace:trace.jsonl"));
     let fio = rows.iter().filter(|r| r["tool"] == "fio").count();
-    if memdial::iobench::fio_version().is_some() {
+    if memdial::tools::iobench::fio_version().is_some() {
         assert_eq!(fio, 24, "one fio row per cell when fio is installed");
     } else {
         assert_eq!(fio, 0);

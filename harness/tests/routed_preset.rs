@@ -84,7 +84,7 @@ fn mini_routed_routing_looks_real() {
     let model = s.join("mini-routed");
     memdial(&["fixture", "--preset", "mini-routed", "--out"], &[&model]);
     let sums = std::fs::read(model.join("checksums.sha256")).unwrap();
-    let got = memdial::fixture::hex(&Sha256::digest(&sums));
+    let got = memdial::util::digest::hex(&Sha256::digest(&sums));
     assert_eq!(
         got,
         PINNED,

@@ -799,7 +799,7 @@ fn merge_proves_its_inputs() {
         .unwrap();
     }
     let other_ids: Vec<u32> = vec![9; rs[0]["output_ids"].as_array().unwrap().len()];
-    let other_hash = memdial::generate::ids_sha256(&other_ids);
+    let other_hash = memdial::engine::generate::ids_sha256(&other_ids);
     rs[0]["output_ids"] = serde_json::json!(other_ids);
     rs[0]["output_ids_sha256"] = serde_json::json!(other_hash);
     let run0 = bad.join("runs").join(format!(

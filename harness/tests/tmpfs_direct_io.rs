@@ -8,8 +8,8 @@
 use std::path::Path;
 use std::process::{Command, ExitCode};
 
-use memdial::checkpoint::Checkpoint;
-use memdial::config::load_config;
+use memdial::format::checkpoint::Checkpoint;
+use memdial::format::config::load_config;
 use memdial::io::IoMode;
 use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::Prefetch;
@@ -34,7 +34,7 @@ fn direct_io_on_tmpfs_is_refused_with_a_hint() -> testkit::Outcome {
         Err(why) => return testkit::skip(why),
     };
     let d = s.join("tiny-k3");
-    memdial::fixture::generate("tiny-k3", 0, &d, false, None, &mut |_, _| {}).unwrap();
+    memdial::tools::fixture::generate("tiny-k3", 0, &d, false, None, &mut |_, _| {}).unwrap();
     let cfg = load_config(&d).unwrap();
     let ck = Checkpoint::open(&d).unwrap();
     let res = StreamingStore::open(
@@ -63,8 +63,8 @@ fn direct_io_on_tmpfs_is_refused_with_a_hint() -> testkit::Outcome {
     // checked below).
     assert!(
         matches!(
-            memdial::error::usage_error(&err),
-            Some(memdial::error::UsageError::DirectIoRefused { .. })
+            memdial::util::error::usage_error(&err),
+            Some(memdial::util::error::UsageError::DirectIoRefused { .. })
         ),
         "{msg}"
     );

@@ -127,7 +127,7 @@ fn proving(ids: &[u32]) -> Value {
         "schema_version": 1,
         "output_ids": ids,
         "generated_tokens": ids.len(),
-        "output_ids_sha256": memdial::generate::ids_sha256(ids),
+        "output_ids_sha256": memdial::engine::generate::ids_sha256(ids),
         "decode_s_per_token": [0.01, 0.01],
         "ttft_s": 0.02,
     })
@@ -315,7 +315,7 @@ fn cases() -> Vec<Case> {
             &["does not prove its output: output_ids: the run reported no ids"],
             || {
                 let mut p = proving(&[]);
-                p["output_ids_sha256"] = json!(memdial::generate::ids_sha256(&[5, 6]));
+                p["output_ids_sha256"] = json!(memdial::engine::generate::ids_sha256(&[5, 6]));
                 hostile_run("no-ids", p)
             },
         ),

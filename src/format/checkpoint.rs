@@ -15,10 +15,7 @@ use anyhow::{bail, Context, Result};
 #[cfg(test)]
 use crate::format::shard::first_duplicate_key;
 use crate::format::shard::{drop_header_pages, open_for_header};
-// The shard table's paths before it was a module of its own (kept for one release).
-#[doc(hidden)]
-pub use crate::format::shard::{read_header, Shard, TensorLoc};
-
+use crate::format::shard::{read_header, Shard, TensorLoc};
 /// All tensors of a checkpoint directory.
 #[derive(Debug, Clone)]
 pub struct Checkpoint {

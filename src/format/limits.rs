@@ -18,8 +18,6 @@
 use anyhow::{bail, Result};
 
 use crate::format::checkpoint::Checkpoint;
-#[doc(hidden)]
-pub use crate::format::config::ranges::{check_config, check_layer_lists, MAX_LAYERS};
 use crate::format::config::{MlpKind, ModelConfig};
 
 /// Most kernel threads (and, separately, IO threads) a run may ask for. Far above

@@ -20,12 +20,6 @@ pub mod sim;
 pub mod streaming;
 pub mod trace;
 
-/// The old `cache` path of the expert cache's replacement policy: [`eviction`].
-#[doc(hidden)]
-pub mod cache {
-    pub use super::eviction::*;
-}
-
 use std::ops::Deref;
 use std::sync::Arc;
 

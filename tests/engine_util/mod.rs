@@ -8,17 +8,18 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
-use memdial::config::{ExpertFormat, ModelConfig};
-use memdial::fixture::rng::Stream;
-use memdial::schema::{expected_tensors, layer_name, Dtype};
+use memdial::format::config::{ExpertFormat, ModelConfig};
+use memdial::format::schema::{expected_tensors, layer_name, Dtype};
 use memdial::store::{Bytes, ExpertMat, ExpertWeights, WeightStore};
+use memdial::tools::fixture::rng::Stream;
 
 /// Generates fixture preset `name` once per test process (shared read-only by the tests of
 /// the binary; removed at exit); returns its directory.
 pub fn fixture(name: &'static str) -> PathBuf {
     memdial_testkit::fixtures::shared(name, || {
         let dir = memdial_testkit::until_exit(memdial_testkit::scratch!("engine-test")).join(name);
-        memdial::fixture::generate(name, 0, &dir, true, None, &mut |_, _| {}).expect("fixture");
+        memdial::tools::fixture::generate(name, 0, &dir, true, None, &mut |_, _| {})
+            .expect("fixture");
         dir
     })
 }
@@ -49,7 +50,9 @@ impl MemStore {
                 let st = Stream::new(seed, &base);
                 let sd = 1.0 / (cols as f32).sqrt();
                 let (packed, scale) =
-                    memdial::fixture::mxfp4::quantize_matrix(rows, cols, |j| st.normal(j) * sd);
+                    memdial::tools::fixture::mxfp4::quantize_matrix(rows, cols, |j| {
+                        st.normal(j) * sd
+                    });
                 tensors.insert(format!("{base}.weight_packed"), Bytes::from_vec(packed));
                 tensors.insert(format!("{base}.weight_scale"), Bytes::from_vec(scale));
                 i += 2;

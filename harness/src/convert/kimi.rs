@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use memdial::checkpoint::Checkpoint;
+use memdial::format::checkpoint::Checkpoint;
 use serde_json::Value as Json;
 
 use super::gguf::{GgmlType, TensorInfo};

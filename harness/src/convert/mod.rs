@@ -81,7 +81,7 @@ pub fn run(a: &ConvertArgs) -> Result<ExitCode> {
 pub fn write(a: &ConvertArgs) -> Result<usize> {
     let arch = kimi::arch_of(&a.model)?;
     let c = kimi::text_config(&a.model)?;
-    let ck = memdial::checkpoint::Checkpoint::open(&a.model)?;
+    let ck = memdial::format::checkpoint::Checkpoint::open(&a.model)?;
     let planned = kimi::plan(&ck, &c, arch, a.dtype)?;
     let has_mxfp4 = planned.iter().any(|p| p.info.ty == gguf::GgmlType::Mxfp4);
     let name = a
@@ -101,7 +101,7 @@ pub fn write(a: &ConvertArgs) -> Result<usize> {
     };
     let eos = match eos {
         Some(e) => e,
-        None => memdial::tokenizer::Tokenizer::from_dir(&a.model)?.eos_id(),
+        None => memdial::format::tokenizer::Tokenizer::from_dir(&a.model)?.eos_id(),
     };
     kvs.extend(vocab::tokenizer_kvs(&a.model, vocab_size, eos)?);
     let infos: Vec<gguf::TensorInfo> = planned.iter().map(|p| p.info.clone()).collect();

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use memdial::tokenizer::Tokenizer;
+use memdial::format::tokenizer::Tokenizer;
 
 use super::gguf::Value;
 
@@ -75,7 +75,8 @@ pub fn tokenizer_kvs(dir: &Path, vocab_size: usize, eos: u32) -> Result<Vec<(Str
     let path = dir.join("tiktoken.model");
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let bytes = memdial::tokenizer::parse_tiktoken_model(&text, &path.display().to_string())?;
+    let bytes =
+        memdial::format::tokenizer::parse_tiktoken_model(&text, &path.display().to_string())?;
     let map = byte_to_char();
     let ranks: HashMap<&[u8], usize> = bytes
         .iter()

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
-use memdial::iobench::Row;
+use memdial::tools::iobench::Row;
 use plotters::prelude::*;
 
 use super::report::twin;

@@ -5,8 +5,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
-use memdial::iobench::{fio_job, fio_replay, CellSpec, Matrix, Row, Workload, KNEE_TOLERANCE};
-use memdial::units::fmt_bytes;
+use memdial::tools::iobench::{
+    fio_job, fio_replay, CellSpec, Matrix, Row, Workload, KNEE_TOLERANCE,
+};
+use memdial::util::units::fmt_bytes;
 use serde::Serialize;
 
 use crate::export;

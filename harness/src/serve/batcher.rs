@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use memdial::batch::{Batch, Finish, SeqId};
-use memdial::generate::GenerateParams;
+use memdial::engine::batch::{Batch, Finish, SeqId};
+use memdial::engine::generate::GenerateParams;
 use memdial::model::Model;
 use memdial::store::streaming::StreamingStore;
 use tokio::sync::mpsc::UnboundedSender;

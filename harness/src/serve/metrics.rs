@@ -195,7 +195,7 @@ impl Metrics {
             "Bytes the streaming store read (0 when resident).",
             get(&self.store_bytes_read),
         );
-        let mem = memdial::sysmem::read();
+        let mem = memdial::util::sysmem::read();
         c(
             &mut out,
             "memdial_rss_anon_bytes",

@@ -1,7 +1,7 @@
 //! `memdial serve`: an OpenAI-compatible HTTP server over continuous batching.
 //!
 //! The model runs on its own thread ([`batcher::run`]) over one
-//! [`memdial::batch::Batch`]; the HTTP side (axum on a small tokio runtime)
+//! [`memdial::engine::batch::Batch`]; the HTTP side (axum on a small tokio runtime)
 //! parses and validates requests ([`wire`]), tokenizes them off the async workers,
 //! queues them ([`batcher::Queue`]) and turns the tokens it gets back into
 //! responses or server-sent events ([`routes`]). See docs/serve.md.
@@ -14,15 +14,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use memdial::batch::Batch;
-use memdial::config::load_config;
+use memdial::engine::batch::Batch;
+use memdial::engine::loader::StoreOptions;
+use memdial::format::config::load_config;
+use memdial::format::tokenizer::Tokenizer;
 use memdial::io::IoMode;
-use memdial::loader::StoreOptions;
 use memdial::model::Model;
 use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::Prefetch;
 use memdial::store::streaming::StreamOptions;
-use memdial::tokenizer::Tokenizer;
 use memdial::util::budget::parse_size;
 
 use crate::args::{usage, CacheArg, IoArg, PrefetchArg};

@@ -17,10 +17,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::{FutureExt, StreamExt};
-use memdial::batch::Finish;
-use memdial::generate::GenerateParams;
-use memdial::sampler::SamplerConfig;
-use memdial::tokenizer::Tokenizer;
+use memdial::engine::batch::Finish;
+use memdial::engine::generate::GenerateParams;
+use memdial::engine::sampler::SamplerConfig;
+use memdial::format::tokenizer::Tokenizer;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
@@ -259,26 +259,32 @@ fn prompt_ids(app: &App, req: &GenRequest) -> Result<Vec<u32>, ApiError> {
             let bad = |e: anyhow::Error| ApiError::invalid("messages", format!("{e:#}"));
             let roles: Vec<&str> = m.iter().map(|(r, _)| r.as_str()).collect();
             match roles[..] {
-                ["user"] => memdial::chat::chat_prompt_ids(&app.model_dir, tok, &m[0].1, None)
-                    .map_err(bad)?,
-                ["system", "user"] => {
-                    memdial::chat::chat_prompt_ids(&app.model_dir, tok, &m[1].1, Some(&m[0].1))
+                ["user"] => {
+                    memdial::format::chat::chat_prompt_ids(&app.model_dir, tok, &m[0].1, None)
                         .map_err(bad)?
                 }
+                ["system", "user"] => memdial::format::chat::chat_prompt_ids(
+                    &app.model_dir,
+                    tok,
+                    &m[1].1,
+                    Some(&m[0].1),
+                )
+                .map_err(bad)?,
                 _ => {
                     let Some((template, _)) =
-                        memdial::chat::find_template(&app.model_dir).map_err(bad)?
+                        memdial::format::chat::find_template(&app.model_dir).map_err(bad)?
                     else {
                         return Err(ApiError::invalid("messages", "This checkpoint has no chat_template: the built-in Kimi format takes one user message, after an optional system message."));
                     };
-                    let msgs: Vec<memdial::chat::Message> = m
+                    let msgs: Vec<memdial::format::chat::Message> = m
                         .iter()
-                        .map(|(role, content)| memdial::chat::Message {
+                        .map(|(role, content)| memdial::format::chat::Message {
                             role: role.clone(),
                             content: content.clone(),
                         })
                         .collect();
-                    let text = memdial::chat::render(&template, &msgs, true, tok).map_err(bad)?;
+                    let text =
+                        memdial::format::chat::render(&template, &msgs, true, tok).map_err(bad)?;
                     tok.encode(&text, true)
                 }
             }

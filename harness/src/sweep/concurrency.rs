@@ -89,7 +89,7 @@ pub fn per_request_rows(rows: &[Row]) -> Vec<Row> {
                 .copied()
                 .unwrap_or(r.prompt_index);
             one.metrics.generated_tokens = Some(ids.len() as u64);
-            one.metrics.output_ids_sha256 = Some(memdial::generate::ids_sha256(ids));
+            one.metrics.output_ids_sha256 = Some(memdial::engine::generate::ids_sha256(ids));
             one.metrics.output_ids = ids.clone();
             one.requests_output_ids = vec![];
             one.requests_prompt_index = vec![];

@@ -200,9 +200,9 @@ pub struct Spec {
     #[serde(default, skip_serializing_if = "Values::is_default")]
     pub concurrency: Values<super::concurrency::Concurrency>,
     /// When a run counts as `noisy` (the `[noise]` table; absent: the defaults of
-    /// [`memdial::noise::Thresholds`], left out of the spec hash).
+    /// [`memdial::tools::noise::Thresholds`], left out of the spec hash).
     #[serde(default, skip_serializing_if = "is_default_noise")]
-    pub noise: memdial::noise::Thresholds,
+    pub noise: memdial::tools::noise::Thresholds,
     /// A routing trace of the same model and prompt (`memdial run --record-trace`,
     /// docs/simulate.md): each measured point's configuration is replayed by the
     /// simulator, and the report sets its predicted bytes and s/token beside the
@@ -274,8 +274,8 @@ fn is_default_engines(v: &[String]) -> bool {
     v.len() == 1 && v[0] == super::engines::def::DEFAULT_ENGINE
 }
 
-fn is_default_noise(t: &memdial::noise::Thresholds) -> bool {
-    *t == memdial::noise::Thresholds::default()
+fn is_default_noise(t: &memdial::tools::noise::Thresholds) -> bool {
+    *t == memdial::tools::noise::Thresholds::default()
 }
 
 fn d_io() -> Vec<String> {
@@ -402,7 +402,7 @@ pub const DEFAULT_PLAN_CONTEXT: usize = 4096;
 
 /// A budget expression: the library's, bounded (a multiple of at most 1000, a finite
 /// positive number) and resolved without overflow.
-pub use memdial::budget::BudgetExpr;
+pub use memdial::util::budget::BudgetExpr;
 
 /// One point of the sweep (a combination of axis values).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

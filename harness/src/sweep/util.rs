@@ -8,7 +8,7 @@ pub use memdial::util::digest::sha256_hex;
 
 /// The engine's hash of output ids (defined beside the generate output).
 #[cfg(test)]
-pub use memdial::generate::ids_sha256;
+pub use memdial::engine::generate::ids_sha256;
 
 /// Most bytes of a child's output file (its stdout, an engine's ids file, a metrics
 /// file) the harness reads: an engine that writes more is refused, not read into

@@ -96,7 +96,7 @@ pub fn verify(dir: &Path, model: Option<&Path>) -> Result<Report> {
         .unwrap_or_else(|| meta.model_dir.clone().into());
     match (
         &meta.model_identity,
-        memdial::identity::Identity::of_path(&model_dir),
+        memdial::tools::identity::Identity::of_path(&model_dir),
     ) {
         (None, _) => out
             .problems
@@ -116,7 +116,7 @@ pub fn verify(dir: &Path, model: Option<&Path>) -> Result<Report> {
         ),
     }
     for (name, old) in &meta.prompt_identities {
-        match memdial::identity::Identity::of_path(Path::new(name)) {
+        match memdial::tools::identity::Identity::of_path(Path::new(name)) {
             Err(e) => out
                 .problems
                 .push(format!("prompt file {name} cannot be checked: {e:#}")),

@@ -7,7 +7,7 @@
 use std::fs;
 use std::path::Path;
 
-use memdial::checkpoint::Checkpoint;
+use memdial::format::checkpoint::Checkpoint;
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
 use serde_json::Value;
@@ -19,12 +19,12 @@ pub fn scratch(tag: &str) -> memdial_testkit::Scratch {
 
 /// Generates fixture `preset` (seed 0, with tokenizer files) into `out` (must not exist).
 pub fn generate(preset: &str, out: &Path) {
-    memdial::fixture::generate(
+    memdial::tools::fixture::generate(
         preset,
         0,
         out,
         false,
-        Some(memdial::fixture::write_tokenizer),
+        Some(memdial::tools::fixture::write_tokenizer),
         &mut |_, _| {},
     )
     .unwrap();

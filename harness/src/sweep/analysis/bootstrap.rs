@@ -21,7 +21,7 @@
 //! - With fewer than [`MIN_RUNS`] finished runs, or fewer than [`MIN_TOKENS`] decode
 //!   times in a run, the method cannot decide: **insufficient repeats**.
 
-use memdial::rng::SplitMix64;
+use memdial::util::rng::SplitMix64;
 use serde::Serialize;
 
 use crate::stats::{median, percentile};

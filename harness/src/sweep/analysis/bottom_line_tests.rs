@@ -235,7 +235,7 @@ fn warm_points_decide_and_the_cold_start_is_shown_beside() {
 }
 
 /// The busy-machine half of the promise: runs the noise sentinel marked noisy
-/// (`memdial::noise`'s fake-`/proc` tests: two busy loops are 2.00 cores of others')
+/// (`memdial::tools::noise`'s fake-`/proc` tests: two busy loops are 2.00 cores of others')
 /// are left out, and the answer is then the quiet sweep's or "cannot decide" —
 /// never a different confident one. The quiet grid answers c with direct.
 #[test]

@@ -114,7 +114,7 @@ mod tests {
             repeat: rep,
             status: RunStatus::Ok,
             max_tokens: 2,
-            metrics: memdial::metrics::RunMetrics {
+            metrics: memdial::engine::metrics::RunMetrics {
                 output_ids: ids.to_vec(),
                 output_ids_sha256: Some(ids_sha256(&ids)),
                 generated_tokens: Some(2),

@@ -443,7 +443,7 @@ mod tests {
             repeat: rep,
             status: RunStatus::Ok,
             max_tokens: 4,
-            metrics: memdial::metrics::RunMetrics {
+            metrics: memdial::engine::metrics::RunMetrics {
                 output_ids: ids.to_vec(),
                 output_ids_sha256: Some(ids_sha256(ids)),
                 generated_tokens: Some(ids.len() as u64),
@@ -535,7 +535,7 @@ mod tests {
         let text = |point: usize, h: &str| {
             let mut r = row(point, 0, &[]);
             r.engine = "t".into();
-            r.metrics = memdial::metrics::RunMetrics {
+            r.metrics = memdial::engine::metrics::RunMetrics {
                 output_text_sha256: Some(h.into()),
                 ..Default::default()
             };

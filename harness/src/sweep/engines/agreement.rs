@@ -372,7 +372,7 @@ mod tests {
             status: crate::sweep::record::status::RunStatus::Ok,
             max_tokens: 4,
             engine: engine.into(),
-            metrics: memdial::metrics::RunMetrics {
+            metrics: memdial::engine::metrics::RunMetrics {
                 output_ids: ids.to_vec(),
                 output_ids_sha256: Some(ids_sha256(ids)),
                 generated_tokens: Some(ids.len() as u64),
@@ -441,7 +441,7 @@ mod tests {
     fn text_only_engine_is_compared_on_text() {
         let text_row = |engine: &str, point: usize, h: &str| {
             let mut r = row(engine, point, &[]);
-            r.metrics = memdial::metrics::RunMetrics {
+            r.metrics = memdial::engine::metrics::RunMetrics {
                 output_text_sha256: Some(h.repeat(64)),
                 ..Default::default()
             };

@@ -427,7 +427,7 @@ fn probe(
             fmt_bytes(cold.resident_bytes)
         );
     }
-    let limit = memdial::budget::cgroup_limit(budget, c.slack)?;
+    let limit = memdial::util::budget::cgroup_limit(budget, c.slack)?;
     let cg = RunCgroup::create(mode, &format!("floor-{}", budget >> 20), limit)?;
     let prompt = crate::sweep::spec::PromptSpec::Ids { ids: ids.to_vec() };
     let req = crate::sweep::run::runner::RunRequest {

@@ -7,7 +7,7 @@
 //! the bytes of every regular file under it (an engine's setup outputs, e.g. a
 //! converted file, are evicted with it before each run but not counted), budgets are
 //! sizes or percentages of that, eviction and the mincore checks cover those files, and
-//! its identity is [`memdial::identity::Identity`] over them. What needs memdial's
+//! its identity is [`memdial::tools::identity::Identity`] over them. What needs memdial's
 //! plan (its floor, pinned set, predicted reads) is not available; floors come from
 //! the engines instead ([`super::floor`]).
 
@@ -25,7 +25,7 @@ pub struct OpaqueModel {
     /// `--model` (canonical).
     pub path: PathBuf,
     /// Every regular file under it (the file itself for a file), sorted; names
-    /// starting with `.` skipped, as [`memdial::identity`] does.
+    /// starting with `.` skipped, as [`memdial::tools::identity`] does.
     pub files: Vec<PathBuf>,
     /// Sum of the files' sizes, bytes.
     pub bytes: u64,
@@ -142,8 +142,8 @@ pub fn wanted(spec: &Spec, model: &Path) -> bool {
         return false;
     }
     !(model.is_dir()
-        && memdial::config::load_config(model).is_ok()
-        && memdial::checkpoint::Checkpoint::open(model).is_ok())
+        && memdial::format::config::load_config(model).is_ok()
+        && memdial::format::checkpoint::Checkpoint::open(model).is_ok())
 }
 
 fn is_memdial(d: &super::def::EngineDef) -> bool {

@@ -1,7 +1,7 @@
 //! Reading what another engine wrote: its output ids (a JSON file and key, or a
 //! regex over stdout lines) and, when it reports them, its timings. The result is a
 //! metrics object in the schema of `memdial run --metrics-json`
-//! ([`memdial::metrics::MetricsFile`]), with `metric_sources` saying which figures
+//! ([`memdial::engine::metrics::MetricsFile`]), with `metric_sources` saying which figures
 //! are the engine's own and which the harness derived.
 
 use std::path::Path;
@@ -202,7 +202,7 @@ fn output_fields(
     m.insert("generated_tokens".into(), json!(ids.len()));
     m.insert(
         "output_ids_sha256".into(),
-        json!(memdial::generate::ids_sha256(&ids)),
+        json!(memdial::engine::generate::ids_sha256(&ids)),
     );
     m.insert("output_ids".into(), json!(ids));
 }

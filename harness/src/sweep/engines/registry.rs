@@ -326,12 +326,12 @@ impl Registry {
             self.num_layers = 0;
             return Ok(());
         }
-        let cfg = memdial::config::load_config(model)?;
+        let cfg = memdial::format::config::load_config(model)?;
         self.eos_ids = cfg.eos_token_ids.clone();
         self.model_type = cfg.model_type.clone();
         self.num_layers = cfg.num_hidden_layers;
         if self.engines.iter().any(|e| uses(&e.def, "{k3c_")) {
-            let ck = memdial::checkpoint::Checkpoint::open(model)?;
+            let ck = memdial::format::checkpoint::Checkpoint::open(model)?;
             let plan = memdial::store::plan::plan_unchecked(
                 &cfg,
                 &ck,

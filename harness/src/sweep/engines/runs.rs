@@ -38,7 +38,7 @@ pub fn prompt_ids(spec: &Spec, model: &Path, reg: &Registry) -> Result<Vec<Vec<u
         }
         return Ok(out);
     }
-    let tok = memdial::tokenizer::Tokenizer::from_dir(model).ok();
+    let tok = memdial::format::tokenizer::Tokenizer::from_dir(model).ok();
     let mut out = vec![];
     for p in &spec.prompts {
         let text = match p {
@@ -206,8 +206,8 @@ pub fn trunk_share(
     if !uses(&e.def, "{k3c_") {
         return None;
     }
-    let cfg = memdial::config::load_config(model).ok()?;
-    let ck = memdial::checkpoint::Checkpoint::open(model).ok()?;
+    let cfg = memdial::format::config::load_config(model).ok()?;
+    let ck = memdial::format::checkpoint::Checkpoint::open(model).ok()?;
     let seqs = memdial::store::plan::Sequences::single(context);
     let act = memdial::engine::arena::Scratch::activations(&cfg, seqs, p.threads);
     let plan =

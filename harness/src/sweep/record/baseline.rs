@@ -60,12 +60,12 @@ pub struct Identity<'a> {
     pub spec_name: Option<&'a str>,
     /// SHA-256 of the canonical spec.
     pub spec_sha256: &'a str,
-    /// [`memdial::checkpoint::model_content_hash`] of the model.
+    /// [`memdial::format::checkpoint::model_content_hash`] of the model.
     pub model_content_hash: &'a str,
     /// The model's identity over its files.
-    pub model_identity: &'a memdial::identity::Identity,
+    pub model_identity: &'a memdial::tools::identity::Identity,
     /// The prompt files' identities, by path as written in the spec.
-    pub prompt_identities: &'a BTreeMap<String, memdial::identity::Identity>,
+    pub prompt_identities: &'a BTreeMap<String, memdial::tools::identity::Identity>,
 }
 
 /// Per-token decode times of the baseline's measured finished runs, by match key.
@@ -96,7 +96,7 @@ pub fn load(path: &Path, me: &Identity) -> Result<(Runs, Vec<Unreadable>)> {
 /// Refuses a baseline whose results schema, spec or model differ from `me`.
 ///
 /// The model and prompt files are compared by their identities
-/// ([`memdial::identity`]) when the baseline recorded them: a baseline written with
+/// ([`memdial::tools::identity`]) when the baseline recorded them: a baseline written with
 /// another model or prompt file content is refused, naming what changed. A baseline
 /// written before identities were recorded is accepted on its model content hash,
 /// with a note on stderr that its model files could not be compared.

@@ -145,7 +145,7 @@ impl Host {
 
     /// Measures cold direct and buffered read bandwidth on `file` (up to `max_bytes`).
     pub fn probe_bandwidth(&mut self, file: &Path, max_bytes: u64) {
-        use memdial::iobench::probe as bench;
+        use memdial::tools::iobench::probe as bench;
         self.bandwidth_probe_bytes = std::fs::metadata(file)
             .map(|m| m.len().min(max_bytes))
             .unwrap_or(0);

@@ -5,8 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use memdial::engine::metrics::RunMetrics;
 use memdial::io::IoMode;
-use memdial::metrics::RunMetrics;
 
 /// The llama-bench columns of one run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

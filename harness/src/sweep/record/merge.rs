@@ -10,7 +10,7 @@ use memdial::util::error::UsageError;
 use super::row::Row;
 use super::rundir::Meta;
 
-/// The model identity of a directory: its [`memdial::checkpoint::model_content_hash`]
+/// The model identity of a directory: its [`memdial::format::checkpoint::model_content_hash`]
 /// (recorded in `sweep.json`), or for directories written before it was recorded,
 /// the model's size.
 fn model_id(m: &Meta) -> String {

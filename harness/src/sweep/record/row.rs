@@ -8,8 +8,8 @@
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use memdial::engine::metrics::{MetricsFile, RunMetrics, Source};
 use memdial::io::IoMode;
-use memdial::metrics::{MetricsFile, RunMetrics, Source};
 use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::Prefetch;
 use serde::{Deserialize, Serialize};
@@ -146,7 +146,7 @@ pub struct Row {
     /// `flag+cgroup`, or `none` (neither: see `cgroup_reason`).
     #[serde(default)]
     pub budget_held_by: Option<String>,
-    // --- the noise sentinel (`memdial::noise`; appended, never renamed)
+    // --- the noise sentinel (`memdial::tools::noise`; appended, never renamed)
     /// CPU seconds other processes used while the run lived (`/proc/stat` busy time
     /// minus the run's and the harness's own).
     #[serde(default)]
@@ -455,7 +455,7 @@ impl Row {
     pub fn ids_hash(&self) -> Option<String> {
         self.metrics.output_ids_sha256.clone().or_else(|| {
             (self.status == RunStatus::Ok)
-                .then(|| memdial::generate::ids_sha256(&self.metrics.output_ids))
+                .then(|| memdial::engine::generate::ids_sha256(&self.metrics.output_ids))
         })
     }
 
@@ -507,8 +507,12 @@ impl Row {
     }
 
     /// Records the noise sentinel's figures around the run and whether they exceed
-    /// `t` ([`memdial::noise::Noise::noisy`]).
-    pub fn fill_noise(&mut self, n: &memdial::noise::Noise, t: &memdial::noise::Thresholds) {
+    /// `t` ([`memdial::tools::noise::Noise::noisy`]).
+    pub fn fill_noise(
+        &mut self,
+        n: &memdial::tools::noise::Noise,
+        t: &memdial::tools::noise::Thresholds,
+    ) {
         self.noise_other_cpu_s = Some(n.other_cpu_s);
         self.noise_steal_s = Some(n.steal_s);
         self.noise_psi_cpu_s = n.psi_cpu_some_s;

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
-use memdial::identity::Identity as InputIdentity;
+use memdial::tools::identity::Identity as InputIdentity;
 use serde::{Deserialize, Serialize};
 
 use crate::args::{as_usage, usage};
@@ -120,7 +120,7 @@ pub struct Identity<'a> {
     pub model_bytes: u64,
     /// Points in the whole spec.
     pub points_total: usize,
-    /// The model's identity (over its files' contents, see [`memdial::identity`]).
+    /// The model's identity (over its files' contents, see [`memdial::tools::identity`]).
     pub model_identity: &'a InputIdentity,
     /// The identities of the spec's prompt files, by path as written in the spec.
     pub prompt_identities: &'a BTreeMap<String, InputIdentity>,
@@ -273,7 +273,7 @@ pub fn open(
         model_identity: Some(id.model_identity.clone()),
         prompt_identities: id.prompt_identities.clone(),
         missing_shards: vec![],
-        noise: (spec.noise != memdial::noise::Thresholds::default()).then_some(spec.noise),
+        noise: (spec.noise != memdial::tools::noise::Thresholds::default()).then_some(spec.noise),
         opaque_model: None,
         repeats_auto: spec.auto_repeats(),
         predictions: None,
@@ -318,13 +318,13 @@ pub struct Meta {
     /// [`super::row::RESULTS_SCHEMA`] of the results (absent before version 2).
     #[serde(default)]
     pub results_schema: Option<u32>,
-    /// [`memdial::checkpoint::model_content_hash`] of the model.
+    /// [`memdial::format::checkpoint::model_content_hash`] of the model.
     #[serde(default)]
     pub model_content_hash: Option<String>,
     /// The engines of the sweep (empty for memdial-only sweeps).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub engines: Vec<crate::sweep::engines::registry::EngineMeta>,
-    /// The model's identity over its files ([`memdial::identity::Identity`]): a
+    /// The model's identity over its files ([`memdial::tools::identity::Identity`]): a
     /// resume onto a changed model is refused.
     #[serde(default)]
     pub model_identity: Option<InputIdentity>,
@@ -337,7 +337,7 @@ pub struct Meta {
     pub missing_shards: Vec<String>,
     /// The spec's `[noise]` thresholds when it sets them (absent: the defaults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub noise: Option<memdial::noise::Thresholds>,
+    pub noise: Option<memdial::tools::noise::Thresholds>,
     /// The model when memdial's engine does not read it: its files and the engines'
     /// floors (absent for checkpoints memdial reads).
     #[serde(default, skip_serializing_if = "Option::is_none")]

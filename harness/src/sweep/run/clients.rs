@@ -142,7 +142,7 @@ impl ServeRequest<'_> {
         let err_path = self.run_dir.join("stderr.txt");
         let mut cmd = self.command(&err_path)?;
         let started = std::time::SystemTime::now();
-        let sentinel = memdial::noise::Sentinel::new(Some(self.model));
+        let sentinel = memdial::tools::noise::Sentinel::new(Some(self.model));
         let t0 = Instant::now();
         let before = sentinel.snapshot(None, 0.0);
         let mut child = cmd
@@ -216,7 +216,7 @@ impl ServeRequest<'_> {
         super::interrupt::set_child_group(0);
         let wall_s = t0.elapsed().as_secs_f64();
         let after = after.unwrap_or_else(|| sentinel.snapshot(None, wall_s));
-        let noise = memdial::noise::Noise::between(&before, &after, sentinel.ticks_per_s());
+        let noise = memdial::tools::noise::Noise::between(&before, &after, sentinel.ticks_per_s());
         mem.sample(None, self.watch_files, None);
         let exit_code = status.code();
         let (metrics, metrics_error, stderr_tail) =
@@ -303,7 +303,7 @@ impl ServeRequest<'_> {
         } else {
             let ids = &requests[0].ids;
             metrics = Some(json!({
-                "schema_version": memdial::metrics::SCHEMA_VERSION,
+                "schema_version": memdial::engine::metrics::SCHEMA_VERSION,
                 "budget_bytes": self.budget_bytes,
                 "io": self.point.io.as_str(),
                 "prefetch": self.point.prefetch.as_str(),
@@ -313,7 +313,7 @@ impl ServeRequest<'_> {
                 "prompt_tokens": self.prompts[0].1.len(),
                 "generated_tokens": ids.len(),
                 "output_ids": ids,
-                "output_ids_sha256": memdial::generate::ids_sha256(ids),
+                "output_ids_sha256": memdial::engine::generate::ids_sha256(ids),
             }));
         }
         if let Some(m) = &metrics {

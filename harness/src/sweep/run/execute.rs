@@ -354,7 +354,7 @@ impl RunEnv<'_> {
                 ));
                 None
             }
-            Some(m) => match memdial::budget::cgroup_limit(budget_bytes, self.slack)
+            Some(m) => match memdial::util::budget::cgroup_limit(budget_bytes, self.slack)
                 .map_err(anyhow::Error::from)
                 .and_then(|limit| RunCgroup::create(m, &slot.dir_name(), limit))
             {

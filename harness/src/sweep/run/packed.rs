@@ -12,8 +12,8 @@ use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use memdial::checkpoint::Checkpoint;
-use memdial::lossless::pack::{identity_of, Identity, VERSION};
+use memdial::format::checkpoint::Checkpoint;
+use memdial::format::lossless::pack::{identity_of, Identity, VERSION};
 
 use crate::args::usage;
 

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use memdial::checkpoint::Checkpoint;
 use memdial::engine::arena::Scratch;
+use memdial::format::checkpoint::Checkpoint;
 use memdial::io::IoMode;
 use memdial::store::plan::{plan_unchecked, Prefetch, Sequences};
 
@@ -43,7 +43,7 @@ type FloorKey = (LayoutKind, IoMode, Prefetch, usize, usize, usize);
 /// `max_tokens`), or `max_context` (else [`DEFAULT_PLAN_CONTEXT`]) when the prompt
 /// cannot be tokenized.
 fn plan_contexts(spec: &Spec, model: &Path) -> Vec<usize> {
-    let tok = memdial::tokenizer::Tokenizer::from_dir(model).ok();
+    let tok = memdial::format::tokenizer::Tokenizer::from_dir(model).ok();
     spec.prompts
         .iter()
         .map(|p| {
@@ -104,7 +104,7 @@ impl Points {
             return Self::resolve_opaque(spec, m, engines);
         }
         let ck = Checkpoint::open(model).map_err(as_usage)?;
-        let cfg = memdial::config::load_config(model).map_err(as_usage)?;
+        let cfg = memdial::format::config::load_config(model).map_err(as_usage)?;
         let packed_ck = packed.map(Checkpoint::open).transpose().map_err(as_usage)?;
         let contexts = plan_contexts(spec, model);
         let mut floors: HashMap<FloorKey, (u64, u64)> = HashMap::new();
@@ -186,7 +186,7 @@ impl Points {
         }
         Ok(Points {
             resolved: out,
-            model_bytes: memdial::inspect::model_bytes(&cfg, &ck),
+            model_bytes: memdial::format::inspect::model_bytes(&cfg, &ck),
             shard_files: ck.shards.iter().map(|s| s.path.clone()).collect(),
         })
     }

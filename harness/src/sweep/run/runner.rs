@@ -73,8 +73,8 @@ pub struct RunOutcome {
     /// older than this is not this attempt's.
     pub started: std::time::SystemTime,
     /// What the rest of the machine did while the child lived (the noise sentinel,
-    /// [`memdial::noise`]).
-    pub noise: memdial::noise::Noise,
+    /// [`memdial::tools::noise`]).
+    pub noise: memdial::tools::noise::Noise,
 }
 
 impl RunRequest<'_> {
@@ -162,7 +162,7 @@ impl RunRequest<'_> {
         let err = std::fs::File::create(self.run_dir.join("stderr.txt"))?;
         cmd.stdin(Stdio::null()).stdout(out).stderr(err);
         tie_to_harness(&mut cmd);
-        let sentinel = memdial::noise::Sentinel::new(Some(self.model));
+        let sentinel = memdial::tools::noise::Sentinel::new(Some(self.model));
         let t0 = Instant::now();
         let before = sentinel.snapshot(None, 0.0);
         let mut child = cmd
@@ -201,7 +201,7 @@ impl RunRequest<'_> {
         super::interrupt::set_child_group(0);
         let wall_s = t0.elapsed().as_secs_f64();
         let after = after.unwrap_or_else(|| sentinel.snapshot(None, wall_s));
-        let noise = memdial::noise::Noise::between(&before, &after, sentinel.ticks_per_s());
+        let noise = memdial::tools::noise::Noise::between(&before, &after, sentinel.ticks_per_s());
         // What the run left in the page cache counts too.
         mem.sample(None, self.watch_files, None);
         let stderr_tail = stderr_summary(&stderr_head(&self.run_dir.join("stderr.txt")));

@@ -170,7 +170,7 @@ mod tests {
         };
         r.metrics.output_ids = ids.to_vec();
         r.metrics.generated_tokens = Some(ids.len() as u64);
-        r.metrics.output_ids_sha256 = Some(memdial::generate::ids_sha256(ids));
+        r.metrics.output_ids_sha256 = Some(memdial::engine::generate::ids_sha256(ids));
         r.requests_output_ids = requests.iter().map(|x| x.to_vec()).collect();
         r
     }

@@ -11,7 +11,7 @@ pub const LIST_ALL_UP_TO: usize = 8;
 /// Noisy runs shown by name in a summary.
 pub const WORST_SHOWN: usize = 5;
 
-/// The reasons the noise sentinel writes (`memdial::noise::Noise::noisy`), each told
+/// The reasons the noise sentinel writes (`memdial::tools::noise::Noise::noisy`), each told
 /// by a phrase of its text, with the name the summary gives it.
 const KINDS: [(&str, &str); 4] = [
     ("other processes used", "other processes' CPU time"),
