@@ -8,7 +8,9 @@
 #     llama-cpp-python sdist (PyPI; no git), then memdial's driver tools/llama-ids
 #     against it: DIR/bin/llama_ids;
 #   - kimi-k3-in-c from SRC, a source directory you have (copied to DIR/kimi-k3-in-c,
-#     built with make): DIR/kimi-k3-in-c/bin/k3.
+#     built with make): DIR/kimi-k3-in-c/bin/k3. SRC is never deleted: when SRC is
+#     DIR/kimi-k3-in-c it is built in place; a SRC inside that folder, a DIR inside SRC,
+#     or a DIR/kimi-k3-in-c this script did not copy is refused (exit 2).
 # cmake comes from PATH, else apt-get (as root), else its PyPI wheel in DIR/tools-venv.
 # Prints the `export MEMDIAL_…=…` lines at the end and writes them to DIR/env.sh.
 # Environment: LLAMA_CPP_PYTHON_VERSION (default 0.3.36), PIP (default python3 -m pip).
@@ -44,7 +46,21 @@ log() { echo "build-engines: $*" >&2; }
 
 if [ -n "$K3C_SRC" ]; then
     [ -f "$K3C_SRC/Makefile" ] || { log "$K3C_SRC has no Makefile: not a kimi-k3-in-c source"; exit 2; }
-    K3C_SRC=$(cd "$K3C_SRC" && pwd)
+    K3C_SRC=$(cd "$K3C_SRC" && pwd -P)
+    K3C_DEST=$(cd "$DIR" && pwd -P)/kimi-k3-in-c
+    # The source is never deleted: the destination is rebuilt in place when it is the
+    # source, refused when one holds the other, and replaced only when this script made it.
+    if [ "$K3C_SRC" = "$K3C_DEST" ]; then
+        K3C_IN_PLACE=1
+    else
+        K3C_IN_PLACE=0
+        case "$K3C_SRC/" in "$K3C_DEST"/*) log "refused: SRC $K3C_SRC is inside $K3C_DEST, which this script replaces; pass $K3C_DEST itself to build in place, or keep SRC elsewhere"; exit 2 ;; esac
+        case "$K3C_DEST/" in "$K3C_SRC"/*) log "refused: $K3C_DEST (the copy) would be inside SRC $K3C_SRC; choose a DIR outside SRC"; exit 2 ;; esac
+        if [ -e "$K3C_DEST" ] && [ ! -f "$K3C_DEST/.memdial-build-engines-copy" ]; then
+            log "refused: $K3C_DEST exists and was not copied there by this script; move it away, or pass it as SRC to build it in place"
+            exit 2
+        fi
+    fi
 fi
 
 # cmake: PATH, apt-get, or the PyPI wheel.
@@ -91,8 +107,11 @@ echo "export MEMDIAL_LLAMA_BIN=$DIR/bin/llama_ids" >"$ENV"
 
 if [ -n "$K3C_SRC" ]; then
     log "building kimi-k3-in-c from $K3C_SRC"
-    rm -rf "$DIR/kimi-k3-in-c"
-    cp -r "$K3C_SRC" "$DIR/kimi-k3-in-c"
+    if [ "$K3C_IN_PLACE" = 0 ]; then
+        rm -rf "$K3C_DEST"
+        cp -r "$K3C_SRC" "$K3C_DEST"
+        echo "copied from $K3C_SRC by tools/build-engines.sh; replaced on the next run" >"$K3C_DEST/.memdial-build-engines-copy"
+    fi
     nice -n 5 make -C "$DIR/kimi-k3-in-c" -j"$JOBS" all >&2
     [ -x "$DIR/kimi-k3-in-c/bin/k3" ] || { log "make did not write bin/k3"; exit 1; }
     echo "export MEMDIAL_K3C_BIN=$DIR/kimi-k3-in-c/bin/k3" >>"$ENV"
