@@ -12,6 +12,7 @@ use memdial::util::error::{usage_error, UsageError};
 
 mod args;
 mod cmd_checksum;
+mod cmd_compare;
 mod cmd_fixture;
 mod cmd_inspect;
 mod cmd_iobench;
@@ -66,6 +67,8 @@ enum Command {
     Simulate(cmd_simulate::SimulateArgs),
     /// Work with sweep run directories (merge shards).
     Report(cmd_report::ReportArgs),
+    /// Compare two sweeps point by point: B/A with intervals and a significance test.
+    Compare(cmd_compare::CompareArgs),
     /// Other engines a sweep can run (`engines check`: find binaries, say what is missing).
     Engines(sweep::engines::check::EnginesArgs),
     /// Convert a checkpoint to another engine's format (`--to gguf` for llama.cpp).
@@ -88,6 +91,7 @@ fn main() -> ExitCode {
         Command::Sweep(a) => cmd_sweep::run(a),
         Command::Simulate(a) => cmd_simulate::run(a),
         Command::Report(a) => cmd_report::run(a),
+        Command::Compare(a) => cmd_compare::run(a),
         Command::Engines(a) => sweep::engines::check::run(a),
         Command::Convert(a) => convert::run(a),
     };

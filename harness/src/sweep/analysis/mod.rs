@@ -12,7 +12,8 @@
 //! - [`repeats`]: `repeats = "auto"`: when a point is precise enough, the runs each took;
 //! - [`pick`]: a point as the recommendation names it;
 //! - [`compare`]: IO modes and prefetch policies at the same budget;
-//! - [`layouts`]: the lossless layout against safetensors at the same point.
+//! - [`layouts`]: the lossless layout against safetensors at the same point;
+//! - [`versus`]: two sweeps point by point (`memdial compare A B`).
 
 pub mod anomaly;
 pub mod bootstrap;
@@ -27,3 +28,4 @@ pub mod recommend;
 pub mod repeats;
 pub mod stats;
 pub mod verdict;
+pub mod versus;

@@ -181,6 +181,18 @@ pub struct Unreadable {
 /// text or a non-finite number. An unreadable run is left out of its point, and its
 /// point is undecided.
 pub fn read_csv(path: &Path) -> Result<(Runs, Vec<Unreadable>)> {
+    read_csv_runs(path, false).map(|(runs, bad, _)| (runs, bad))
+}
+
+/// Noisy runs left out by [`read_csv_runs`], by match key.
+pub type NoisyCounts = BTreeMap<Key, usize>;
+
+/// [`read_csv`], leaving out the runs marked noisy (a non-empty `noisy` cell, where the
+/// file has that column) when `skip_noisy`, and counting them per key.
+pub fn read_csv_runs(
+    path: &Path,
+    skip_noisy: bool,
+) -> Result<(Runs, Vec<Unreadable>, NoisyCounts)> {
     let mut rd = csv::Reader::from_path(path)
         .with_context(|| format!("cannot read baseline {}", path.display()))?;
     let h = rd.headers()?.clone();
@@ -200,6 +212,8 @@ pub fn read_csv(path: &Path) -> Result<(Runs, Vec<Unreadable>)> {
         col("max_tokens")?,
     ];
     let run_id_col = h.iter().position(|c| c == "run_id");
+    let noisy_col = h.iter().position(|c| c == "noisy");
+    let mut noisy = NoisyCounts::new();
     let mut by: Runs = BTreeMap::new();
     let mut unreadable = vec![];
     for (n, rec) in rd.records().enumerate() {
@@ -214,6 +228,10 @@ pub fn read_csv(path: &Path) -> Result<(Runs, Vec<Unreadable>)> {
             get(6).parse().ok(),
             get(7).parse().unwrap_or(0),
         );
+        if skip_noisy && noisy_col.is_some_and(|i| !rec.get(i).unwrap_or("").is_empty()) {
+            *noisy.entry(key).or_default() += 1;
+            continue;
+        }
         let finite = |t: &str| t.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0);
         let bad = |col: &str, t: &str| Unreadable {
             key: key.clone(),
@@ -252,7 +270,7 @@ pub fn read_csv(path: &Path) -> Result<(Runs, Vec<Unreadable>)> {
         }
         by.entry(key).or_default().push(run);
     }
-    Ok((by, unreadable))
+    Ok((by, unreadable, noisy))
 }
 
 /// One compared point.

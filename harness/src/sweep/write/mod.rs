@@ -5,7 +5,8 @@
 //! - [`charts`], [`metric_chart`], [`ttft_chart`]: `curve.*`, `io.*`, `ttft.*`;
 //!   [`predicted_chart`]: `predicted.*` (a sweep given a trace);
 //! - [`ci`] (over [`junit`] and [`gha`]): the JUnit report and GitHub Actions' job
-//!   summary and annotations.
+//!   summary and annotations;
+//! - [`versus`]: `memdial compare`'s Markdown, CSV and JSON tables.
 
 pub(crate) mod chart_parts;
 pub mod charts;
@@ -16,3 +17,4 @@ mod metric_chart;
 pub mod predicted_chart;
 pub mod report;
 pub mod ttft_chart;
+pub mod versus;
