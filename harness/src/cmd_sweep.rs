@@ -610,6 +610,9 @@ fn run_todo(
             }
         }
         pb.set_message(format!("{label} | last {last}"));
+        if executed > 0 && env.spec.delay_s > 0.0 {
+            std::thread::sleep(std::time::Duration::from_secs_f64(env.spec.delay_s));
+        }
         let row = env.run_slot(slot, r)?;
         last = outcome_label(&row);
         // One line per finished run on a log (or under --check, where the bar is

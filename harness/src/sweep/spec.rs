@@ -226,6 +226,12 @@ pub struct Spec {
     /// spec file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resident_metrics: Option<PathBuf>,
+    /// Seconds of cool-down before every run after the first one this invocation makes
+    /// (llama-bench's `--delay`): the machine settles (clocks, thermals, writeback)
+    /// before the next cold run. Recorded in `sweep.json`; 0 (the default) is left out of
+    /// the spec hash. At most [`MAX_DELAY_S`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub delay_s: f64,
     /// IO modes (the spec's `io`), set by [`Spec::validate`].
     #[serde(skip)]
     pub io: Vec<IoMode>,
@@ -299,6 +305,9 @@ fn d_max_tokens() -> usize {
 fn d_repeats() -> Repeats {
     Repeats::Count(3)
 }
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
 fn d_timeout() -> f64 {
     600.0
 }
@@ -308,6 +317,8 @@ fn d_slack() -> String {
 
 /// Largest `timeout_s` accepted: 7 days (a finite limit a timer can hold).
 pub const MAX_TIMEOUT_S: f64 = 7.0 * 24.0 * 3600.0;
+/// Largest `delay_s` accepted: one hour between runs.
+pub const MAX_DELAY_S: f64 = 3600.0;
 /// Smallest `timeout_s` accepted: no run of any model finishes faster.
 pub const MIN_TIMEOUT_S: f64 = 0.1;
 /// Largest `max_tokens` and `max_context`: 2^24 positions (16 times the longest
@@ -616,6 +627,12 @@ impl Spec {
                  (a larger context needs more memory than any machine has)",
                 self.max_tokens,
                 self.max_context
+            );
+        }
+        if !(0.0..=MAX_DELAY_S).contains(&self.delay_s) {
+            bail!(
+                "delay_s = {} must be a number of seconds from 0 to {MAX_DELAY_S}",
+                self.delay_s
             );
         }
         if self.timeout_s > MAX_TIMEOUT_S {
@@ -935,6 +952,12 @@ mod tests {
         );
         refused(&format!("{one}timeout_s = 1e300"), "is more than 604800 s");
         refused(
+            &format!("{one}delay_s = -1"),
+            "delay_s = -1 must be a number of seconds from 0 to 3600",
+        );
+        refused(&format!("{one}delay_s = nan"), "delay_s = NaN must be");
+        refused(&format!("{one}delay_s = 7200"), "from 0 to 3600");
+        refused(
             &format!("{one}repeats = 4000000000"),
             "must each be at most 10000",
         );
@@ -1122,6 +1145,21 @@ warmup = 1
             s.hash(),
             "1a53ce6d5d10adcbc0c10dd70e59d1b7d3a3c2b08e8e66a4d294b5ca8fda9553"
         );
+    }
+
+    /// `delay_s`: 0 leaves the hash as without the key (the minimal spec's pinned hash
+    /// above); a cool-down is another sweep.
+    #[test]
+    fn delay_s_is_hashed_only_when_set() {
+        let base = "budgets = [\"floor\"]";
+        let at0 = Spec::parse(&format!("{base}\ndelay_s = 0"), Path::new(".")).unwrap();
+        assert_eq!(
+            at0.hash(),
+            "1a53ce6d5d10adcbc0c10dd70e59d1b7d3a3c2b08e8e66a4d294b5ca8fda9553"
+        );
+        let at2 = Spec::parse(&format!("{base}\ndelay_s = 2.5"), Path::new(".")).unwrap();
+        assert_eq!(at2.delay_s, 2.5);
+        assert_ne!(at2.hash(), at0.hash());
     }
 
     /// `repeats = "auto"`: its settings, defaults and bounds, the planned rounds, and

@@ -277,6 +277,7 @@ pub fn open(
         opaque_model: None,
         repeats_auto: spec.auto_repeats(),
         predictions: None,
+        delay_s: (spec.delay_s > 0.0).then_some(spec.delay_s),
     };
     Ok((meta, vec![]))
 }
@@ -350,6 +351,9 @@ pub struct Meta {
     /// report sets beside the measurements ([`crate::sweep::predict`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predictions: Option<crate::sweep::predict::Predictions>,
+    /// The spec's `delay_s`, the cool-down before every run after the first (absent: 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_s: Option<f64>,
 }
 
 impl Meta {
