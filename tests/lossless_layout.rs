@@ -187,6 +187,43 @@ fn dict15_codec_is_bit_identical() {
 }
 
 #[test]
+fn raw_control_is_bit_identical_and_stores_every_block_raw() {
+    // `memdial pack --raw`: the lossless layout's blocks, every one stored as it is.
+    let (src, _) = pair("tiny-k3");
+    let out = src.parent().unwrap().join("tiny-k3-raw");
+    let r = memdial::tools::pack::pack_checkpoint_with(
+        &src,
+        Some(&out),
+        memdial::format::lossless::codec::Codec::Raw,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(r.codec, "raw");
+    assert!(r.packed_tensors > 0 && r.verified_tensors == r.packed_tensors);
+    for c in r.classes.iter().filter(|c| c.packed) {
+        assert_eq!(
+            c.raw_blocks, c.blocks,
+            "{}: a coded block in the raw control",
+            c.class
+        );
+        // Raw blocks hold the tensor bytes themselves: nothing saved (padding aside).
+        assert!(c.stored_bytes >= c.bytes, "{}", c.class);
+    }
+    let reference = run(&src, StoreOptions::Resident);
+    assert!(
+        same(&run(&out, StoreOptions::Resident), &reference),
+        "raw resident"
+    );
+    for io in [IoMode::Direct, IoMode::Buffered] {
+        for prefetch in [Prefetch::None, Prefetch::NextLayer] {
+            let f = floor(&src, io, prefetch).max(floor(&out, io, prefetch));
+            let o = run(&out, StoreOptions::Streaming(opts(f, io, prefetch, None)));
+            assert!(same(&o, &reference), "raw {io:?} {prefetch:?}");
+        }
+    }
+}
+
+#[test]
 fn packed_floor_adds_exactly_the_staging_buffers() {
     let (src, packed) = pair("tiny-k3");
     let cfg = load_config(&src).unwrap();

@@ -1,5 +1,7 @@
 //! `memdial pack --lossless --model DIR --out PACKED`: write the lossless streamed
 //! layout of a checkpoint (or, with `--stats`, only measure what it would save).
+//! `memdial pack --raw …`: the same block layout, grouping and placement with every
+//! block stored raw, the control for what coding buys (docs/lossless.md).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,11 +13,16 @@ use memdial::util::units::fmt_bytes;
 
 /// Arguments of `memdial pack`.
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("layout").required(true).args(["lossless", "raw"])))]
 pub struct PackArgs {
     /// The lossless layout: BF16 trunk matrices and `lm_head` in coded 4096-aligned
-    /// blocks that decode to the same bits (the only layout so far; required).
-    #[arg(long, required = true)]
+    /// blocks that decode to the same bits.
+    #[arg(long)]
     pub lossless: bool,
+    /// The raw control: the lossless layout's blocks, grouping and file placement with
+    /// every block stored as it is (ratio 1): what the layout buys without coding.
+    #[arg(long)]
+    pub raw: bool,
     /// Source checkpoint directory (with `tensors.sha256`: `memdial checksum`).
     #[arg(long)]
     pub model: PathBuf,
@@ -27,7 +34,7 @@ pub struct PackArgs {
     pub stats: bool,
     /// Block kinds: `smallest` (per block the smaller of 3-bit planes and the
     /// 15-entry nibble dictionary, ≈ 0.70) or `dict15` (nibble dictionary only, ≈ 0.75,
-    /// about twice as fast to decode).
+    /// about twice as fast to decode). With `--lossless` only.
     #[arg(long, default_value = "smallest", value_parser = ["smallest", "dict15"])]
     pub codec: String,
     /// Print the report as JSON.
@@ -39,7 +46,16 @@ pub fn run(a: &PackArgs) -> Result<ExitCode> {
     let out = if a.stats { None } else { a.out.as_deref() };
     let mut last = 0u64;
     let quiet = a.json;
-    let codec = Codec::parse(&a.codec).expect("clap checked the value");
+    let codec = if a.raw {
+        if a.codec != "smallest" {
+            return Err(crate::args::usage(
+                "--codec chooses the coded block kinds of --lossless; --raw stores every block raw",
+            ));
+        }
+        Codec::Raw
+    } else {
+        Codec::parse(&a.codec).expect("clap checked the value")
+    };
     let r = pack_checkpoint_with(&a.model, out, codec, &mut |done, total| {
         // Progress on stderr every ~5 %.
         if !quiet && total > 0 && (done - last) * 20 >= total {

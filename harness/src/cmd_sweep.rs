@@ -364,13 +364,8 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         };
         engines::floor::resolve(&mut engines, spec, &fc)?;
     }
-    let packed = packed_layout(a, &inp)?;
-    let points = Points::resolve(
-        spec,
-        &inp.model,
-        packed.as_ref().map(|p| p.dir.as_path()),
-        &engines,
-    )?;
+    let packed = packed_layouts(a, &inp)?;
+    let points = Points::resolve(spec, &inp.model, &packed, &engines)?;
     let points_total = points.resolved.len();
     // A trace that does not fit the sweep is refused before anything runs.
     let predictions = crate::sweep::predict::prepare(spec, &inp.model, &prompt_ids, &points)?;
@@ -413,7 +408,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         perturb: a.test_perturb_point.map(|p| (p, a.test_perturb_logit)),
         engines: &engines,
         prompt_ids: &prompt_ids,
-        packed: packed.as_ref(),
+        packed: &packed,
     };
     let todo = unrun_rows_and_todo(&env, &sel, &mut rows);
     let base = inp.base.as_ref();
@@ -470,22 +465,23 @@ fn attach_predictions(
     Ok(())
 }
 
-/// The packed layout the spec's `lossless` points read (`None` without them).
+/// The packed layouts the spec's `lossless` and `raw` points read (none without them).
 /// Errors (usage): `--packed` without a `lossless` layout in the spec, or one that
 /// is not a packed layout of the model; packing errors.
-fn packed_layout(a: &SweepArgs, inp: &Inputs) -> Result<Option<PackedLayout>> {
-    let wanted = inp.spec.layout.0.contains(&LayoutKind::Lossless);
-    match (&a.packed, wanted) {
-        (Some(_), false) => Err(usage(
+fn packed_layouts(a: &SweepArgs, inp: &Inputs) -> Result<Vec<PackedLayout>> {
+    if a.packed.is_some() && !inp.spec.layout.0.contains(&LayoutKind::Lossless) {
+        return Err(usage(
             "--packed is read by the spec's `lossless` layout: add layout = [\"safetensors\", \"lossless\"]",
-        )),
-        (given, true) => Ok(Some(crate::sweep::run::packed::prepare(
-            &inp.model,
-            given.as_deref(),
-            a.check,
-        )?)),
-        (None, false) => Ok(None),
+        ));
     }
+    let mut out = vec![];
+    for &kind in inp.spec.layout.0.iter().filter(|k| k.is_packed()) {
+        let given = a.packed.as_deref().filter(|_| kind == LayoutKind::Lossless);
+        out.push(crate::sweep::run::packed::prepare(
+            &inp.model, kind, given, a.check,
+        )?);
+    }
+    Ok(out)
 }
 
 /// Opens (or resumes) the run directory `out`: its metadata completed and saved,

@@ -1,7 +1,8 @@
 //! `memdial sweep` with `layout = ["safetensors", "lossless"]` against the real
 //! `memdial run` on the `tiny-k3` fixture (generated into the target directory): the
 //! model is packed once into the cache, both layouts run at equal budgets in direct
-//! and buffered IO, the verdict passes on identical ids, and the report compares them.
+//! and buffered IO, the verdict passes on identical ids, and the report compares them;
+//! with the `raw` control as a third layout, the same, and both ratios reported.
 
 // One sweep at a time (`lock`): concurrent sweeps would evict each other's pages.
 use memdial_testkit::fixtures::lock;
@@ -34,6 +35,17 @@ fn cache() -> PathBuf {
 }
 
 fn sweep(model: &Path, spec: &str, out: &str, extra: &[&str]) -> (Output, PathBuf) {
+    sweep_in(&cache(), model, spec, out, extra)
+}
+
+/// [`sweep`] with the packed layouts cached in `cache`.
+fn sweep_in(
+    cache: &Path,
+    model: &Path,
+    spec: &str,
+    out: &str,
+    extra: &[&str],
+) -> (Output, PathBuf) {
     let spec_path = shared_scratch!().join(format!("{out}.toml"));
     std::fs::write(&spec_path, spec).unwrap();
     let out = shared_scratch!().join(out);
@@ -48,7 +60,7 @@ fn sweep(model: &Path, spec: &str, out: &str, extra: &[&str]) -> (Output, PathBu
         .arg(&out)
         .args(["--bandwidth-probe", "4MiB"])
         .args(extra)
-        .env("MEMDIAL_CACHE_DIR", cache())
+        .env("MEMDIAL_CACHE_DIR", cache)
         .output()
         .unwrap();
     (o, out)
@@ -200,4 +212,130 @@ fn a_layout_sweep_refuses_what_it_cannot_pack_or_read() {
         "{}",
         text(&o)
     );
+}
+
+#[test]
+fn the_raw_control_runs_beside_both_layouts_with_identical_ids() {
+    let _g = lock();
+    let cache = shared_scratch!().join("cache-raw");
+    let spec = SPEC
+        .replace("[\"floor\", \"2x floor\"]", "[\"floor\"]")
+        .replace(
+            "layout = [\"safetensors\", \"lossless\"]",
+            "layout = [\"safetensors\", \"raw\", \"lossless\"]",
+        );
+    let (o, out) = sweep_in(
+        &cache,
+        shared_fixture!("tiny-k3"),
+        &spec,
+        "raw",
+        &["--check"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    assert!(line.starts_with("PASS: "), "{line}");
+    // mmap on both packed layouts is n/a.
+    assert!(line.contains("2 point(s) n/a"), "{line}");
+    let js = rows(&out);
+    let ok: Vec<&serde_json::Value> = js.iter().filter(|r| r["status"] == "ok").collect();
+    // (direct, buffered) × 3 layouts + mmap × safetensors, 2 repeats.
+    assert_eq!(ok.len(), 14, "{js:?}");
+    let hash = ok[0]["output_ids_sha256"].as_str().unwrap();
+    assert!(ok.iter().all(|r| r["output_ids_sha256"] == hash));
+    // Two cache entries, each read by its own layout's points.
+    let model_of = |layout: &str| -> Vec<String> {
+        let mut m: Vec<String> = ok
+            .iter()
+            .filter(|r| r["layout"] == layout)
+            .map(|r| r["model"].as_str().unwrap().to_string())
+            .collect();
+        m.dedup();
+        m
+    };
+    let (raw, lossless) = (model_of("raw"), model_of("lossless"));
+    assert_eq!((raw.len(), lossless.len()), (1, 1));
+    assert_ne!(raw, lossless);
+    assert!(raw[0].starts_with(cache.to_str().unwrap()), "{raw:?}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
+    let pairs = v["layout_pairs"]
+        .as_array()
+        .expect("layout_pairs in verdict.json");
+    for (layout, reference, buys) in [
+        ("raw", "safetensors", "layout"),
+        ("lossless", "raw", "compression"),
+    ] {
+        assert_eq!(
+            pairs
+                .iter()
+                .filter(|p| p["layout"] == layout
+                    && p["reference"] == reference
+                    && p["buys"] == buys)
+                .count(),
+            2,
+            "{pairs:?}"
+        );
+    }
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("### The raw control: what the layout buys, what coding buys"));
+    // A raw pack given as the lossless layout is refused, naming what it is.
+    let (o, _) = sweep_in(
+        &cache,
+        shared_fixture!("tiny-k3"),
+        &spec,
+        "raw-as-lossless",
+        &["--packed", &raw[0]],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("`memdial pack --raw` output"),
+        "{}",
+        text(&o)
+    );
+    // An unknown layout is a usage error naming the allowed ones.
+    let bad = spec.replace("\"raw\", \"lossless\"", "\"zip\"");
+    let (o, _) = sweep_in(&cache, shared_fixture!("tiny-k3"), &bad, "zip", &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("zip") && text(&o).contains("raw"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn pack_takes_exactly_one_of_lossless_and_raw() {
+    let model = shared_fixture!("tiny-k3");
+    let dir = shared_scratch!().join("pack-cli");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let pack = |args: &[&str]| {
+        Command::new(memdial_bin!())
+            .arg("pack")
+            .arg("--model")
+            .arg(model)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    for (args, want) in [
+        (vec!["--out", &out("none")], "--lossless"),
+        (
+            vec!["--lossless", "--raw", "--out", &out("both")],
+            "cannot be used with",
+        ),
+        (
+            vec!["--raw", "--codec", "dict15", "--out", &out("codec")],
+            "--codec",
+        ),
+    ] {
+        let o = pack(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(want), "{args:?}: {}", text(&o));
+    }
+    let o = pack(&["--raw", "--out", &out("raw")]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("packed tensors") && text(&o).contains("codec raw, ratio 1."));
+    assert!(dir.join("raw/lossless.pack").is_file());
 }

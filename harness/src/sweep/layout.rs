@@ -8,11 +8,15 @@
 //!   decodes to the same bits, so the verdict compares its ids with the safetensors
 //!   runs'.
 //!
-//! Only memdial reads the lossless layout: other engines' `lossless` points are
-//! `n/a`, and so are memdial's `mmap` points on it (a mapping can only hand out the
-//! coded bytes). With both layouts in a spec, a budget written relative to the floor
-//! resolves against the larger of the two floors, so both layouts run at equal
-//! budgets.
+//! - `raw`: the control (`memdial pack --raw`): the lossless layout's blocks,
+//!   grouping and file placement with every block stored as it is, so
+//!   raw / safetensors is what the layout buys and lossless / raw what coding buys.
+//!
+//! Only memdial reads the packed layouts: other engines' `lossless` and `raw` points
+//! are `n/a`, and so are memdial's `mmap` points on them (a mapping can only hand out
+//! the stored blocks). With several layouts in a spec, a budget written relative to
+//! the floor resolves against the largest of their floors, so every layout runs at
+//! equal budgets.
 
 use serde::{Deserialize, Serialize};
 
@@ -26,30 +30,63 @@ pub enum LayoutKind {
     Safetensors,
     /// The lossless streamed layout packed from them.
     Lossless,
+    /// The lossless layout's blocks stored uncoded (the control).
+    Raw,
 }
 
 impl LayoutKind {
-    /// `safetensors` or `lossless`.
+    /// `safetensors`, `lossless` or `raw`.
     pub fn as_str(self) -> &'static str {
         match self {
             LayoutKind::Safetensors => "safetensors",
             LayoutKind::Lossless => "lossless",
+            LayoutKind::Raw => "raw",
         }
     }
 
-    /// The point's layout: its `layout` coordinate (absent: `safetensors`).
+    /// The layout named `s` (`None`: no such layout).
+    pub fn parse(s: &str) -> Option<LayoutKind> {
+        [
+            LayoutKind::Safetensors,
+            LayoutKind::Lossless,
+            LayoutKind::Raw,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+
+    /// A layout packed from the safetensors checkpoint (read by memdial only, never
+    /// mapped).
+    pub fn is_packed(self) -> bool {
+        self != LayoutKind::Safetensors
+    }
+
+    /// The block kinds a packed layout is written with (`None` for safetensors).
+    pub fn codec(self) -> Option<memdial::format::lossless::codec::Codec> {
+        use memdial::format::lossless::codec::Codec;
+        match self {
+            LayoutKind::Safetensors => None,
+            LayoutKind::Lossless => Some(Codec::Smallest),
+            LayoutKind::Raw => Some(Codec::Raw),
+        }
+    }
+
+    /// The point's layout: its `layout` coordinate (absent: `safetensors`). The
+    /// coordinates are written from [`LayoutKind`] values, so any other text is a bug.
     pub fn of(axes: &[Coord]) -> LayoutKind {
         match axes.iter().find(|c| c.name == Layout::NAME) {
-            Some(c) if c.value == "lossless" => LayoutKind::Lossless,
-            _ => LayoutKind::Safetensors,
+            Some(c) => LayoutKind::parse(&c.value)
+                .unwrap_or_else(|| panic!("layout coordinate {:?} is not a layout", c.value)),
+            None => LayoutKind::Safetensors,
         }
     }
 
-    /// The layout of a results row (its `layout` column; absent: `safetensors`).
-    pub fn of_row(r: &crate::sweep::record::row::Row) -> LayoutKind {
+    /// The layout of a results row (its `layout` column; absent or empty:
+    /// `safetensors`; a value no memdial writes: `None`).
+    pub fn of_row(r: &crate::sweep::record::row::Row) -> Option<LayoutKind> {
         match r.axes.get(Layout::NAME).and_then(|v| v.as_str()) {
-            Some("lossless") => LayoutKind::Lossless,
-            _ => LayoutKind::Safetensors,
+            None | Some("") => Some(LayoutKind::Safetensors),
+            Some(v) => LayoutKind::parse(v),
         }
     }
 }
@@ -72,18 +109,27 @@ impl Axis for Layout {
 }
 
 /// Why an engine (`memdial`: whether it is memdial) cannot run a point on the axes
-/// `axes` in IO mode `io` because of its layout, if it cannot: the lossless layout
-/// is memdial's own format, read with direct or buffered IO.
+/// `axes` in IO mode `io` because of its layout, if it cannot: the packed layouts
+/// (`lossless`, `raw`) are memdial's own format, read with direct or buffered IO.
 pub fn not_applicable(memdial: bool, axes: &[Coord], io: memdial::io::IoMode) -> Option<String> {
-    if LayoutKind::of(axes) != LayoutKind::Lossless {
+    let kind = LayoutKind::of(axes);
+    if !kind.is_packed() {
         return None;
     }
     if !memdial {
-        return Some("the lossless layout is memdial's own format (docs/lossless.md)".into());
+        return Some(format!(
+            "the {kind} layout is memdial's own format (docs/lossless.md)"
+        ));
     }
     (io == memdial::io::IoMode::Mmap).then(|| {
-        "the lossless layout is read with direct or buffered IO (a mapping can only hand out \
-         the coded bytes)"
-            .to_string()
+        let blocks = if kind == LayoutKind::Lossless {
+            "the coded bytes"
+        } else {
+            "the stored blocks"
+        };
+        format!(
+            "the {kind} layout is read with direct or buffered IO (a mapping can only hand out \
+             {blocks})"
+        )
     })
 }

@@ -181,7 +181,7 @@ pub fn prepare(
             == crate::sweep::engines::def::DEFAULT_ENGINE;
         if !matching.contains(&pt.prompt_index)
             || !memdial_engine
-            || LayoutKind::of(&pt.axes) == LayoutKind::Lossless
+            || LayoutKind::of(&pt.axes).is_packed()
             || res.budget_bytes < res.floor_bytes
         {
             continue;

@@ -149,14 +149,18 @@ pub enum Codec {
     Smallest,
     /// [`Kind::Dict`] only (≈ 0.75; the fastest decode).
     Dict15,
+    /// [`Kind::Raw`] only: every block stored as it is (ratio 1), the control that
+    /// separates what the layout's grouping and placement buy from what coding buys.
+    Raw,
 }
 
 impl Codec {
-    /// Parses `smallest|dict15`.
+    /// Parses `smallest|dict15|raw`.
     pub fn parse(s: &str) -> Option<Codec> {
         match s {
             "smallest" => Some(Codec::Smallest),
             "dict15" => Some(Codec::Dict15),
+            "raw" => Some(Codec::Raw),
             _ => None,
         }
     }
@@ -165,6 +169,7 @@ impl Codec {
         match self {
             Codec::Smallest => "smallest",
             Codec::Dict15 => "dict15",
+            Codec::Raw => "raw",
         }
     }
 }
@@ -173,6 +178,10 @@ impl Codec {
 pub fn encode_as(codec: Codec, data: &[u8], page: usize, out: &mut Vec<u8>) -> Kind {
     assert!(data.len().is_multiple_of(2), "BF16 block of odd length");
     out.clear();
+    if codec == Codec::Raw {
+        out.extend_from_slice(data);
+        return Kind::Raw;
+    }
     let n = data.len() / 2;
     let (order, hist) = by_frequency(data);
     let (d15, e15) = top(&order, &hist, 15, n);
@@ -181,7 +190,7 @@ pub fn encode_as(codec: Codec, data: &[u8], page: usize, out: &mut Vec<u8>) -> K
     let dict_len = dict_len(n, e15);
     let bits_len = match codec {
         Codec::Smallest => bits3_len(n, e7),
-        Codec::Dict15 => usize::MAX,
+        Codec::Dict15 | Codec::Raw => usize::MAX,
     };
     if n == 0 || round(dict_len.min(bits_len)) >= round(data.len()) {
         out.extend_from_slice(data);

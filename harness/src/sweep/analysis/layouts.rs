@@ -1,10 +1,12 @@
-//! The lossless layout against safetensors at the same point (budget, IO mode,
+//! The packed layouts against safetensors at the same point (budget, IO mode,
 //! prefetch, cache, threads, prompt, engine, start): s/token and bytes read per
 //! token as ratios with their 95 % intervals ([`super::bootstrap`]), and what the
 //! lossless runs decoded. Both layouts of a point run at the same budget (a budget
 //! relative to the floor resolves against the larger floor), so the ratio is the
 //! layout's effect alone. Points with over-budget runs, or only noisy runs, are
-//! left out.
+//! left out. With the `raw` control in the sweep, [`against_raw`] splits the
+//! comparison: raw / safetensors (what the layout buys) and lossless / raw (what
+//! coding buys).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -86,28 +88,7 @@ pub fn against_safetensors(
     let med = |m: &BTreeMap<usize, Vec<f64>>, i: usize| m.get(&i).and_then(|v| median(v));
     let mut out = vec![];
     for a in stats.iter().filter(|p| usable(p) && p.layout == "lossless") {
-        let Some(b) = stats.iter().filter(|p| usable(p)).find(|b| {
-            b.layout == "safetensors"
-                && (
-                    &b.budget_spec,
-                    &b.io,
-                    &b.prefetch,
-                    &b.cache,
-                    b.threads,
-                    b.prompt_index,
-                    &b.engine,
-                    &b.start,
-                ) == (
-                    &a.budget_spec,
-                    &a.io,
-                    &a.prefetch,
-                    &a.cache,
-                    a.threads,
-                    a.prompt_index,
-                    &a.engine,
-                    &a.start,
-                )
-        }) else {
+        let Some(b) = partner(stats, a, "safetensors") else {
             continue;
         };
         let (Some(ra), Some(rb)) = (runs.get(&a.point_index), runs.get(&b.point_index)) else {
@@ -143,6 +124,159 @@ pub fn against_safetensors(
         });
     }
     out
+}
+
+/// The usable point of layout `layout` at the same axes as `a` (budget, IO mode,
+/// prefetch, cache, threads, prompt, engine, start).
+fn partner<'a>(stats: &'a [PointStats], a: &PointStats, layout: &str) -> Option<&'a PointStats> {
+    let axes = |p: &PointStats| {
+        (
+            p.budget_spec.clone(),
+            p.io.clone(),
+            p.prefetch.clone(),
+            p.cache.clone(),
+            p.threads,
+            p.prompt_index,
+            p.engine.clone(),
+            p.start.clone(),
+        )
+    };
+    stats
+        .iter()
+        .filter(|p| usable(p))
+        .find(|b| b.layout == layout && axes(b) == axes(a))
+}
+
+/// One layout against another at the same point: the raw control against safetensors
+/// (what the layout's grouping and placement buy) or lossless against raw (what
+/// coding buys).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LayoutPair {
+    /// The layout compared (`raw` or `lossless`).
+    pub layout: String,
+    /// The layout it is compared with (`safetensors` or `raw`).
+    pub reference: String,
+    /// `layout` (raw / safetensors) or `compression` (lossless / raw).
+    pub buys: String,
+    /// Budget as written.
+    pub budget_spec: String,
+    /// Budget, bytes (the same for both points).
+    pub budget_bytes: u64,
+    /// IO mode.
+    pub io: String,
+    /// Prefetch policy.
+    pub prefetch: String,
+    /// The point of `layout`.
+    pub point: usize,
+    /// The point of `reference`.
+    pub reference_point: usize,
+    /// Median s/token of `point`.
+    pub s_per_token: f64,
+    /// Median s/token of `reference_point`.
+    pub reference_s_per_token: f64,
+    /// s/token layout / reference with its 95 % interval (below 1: `layout` is faster).
+    pub s_per_token_ratio: Ratio,
+    /// Median bytes read per token of `point`.
+    pub bytes_read_per_token: Option<f64>,
+    /// Median bytes read per token of `reference_point`.
+    pub reference_bytes_read_per_token: Option<f64>,
+    /// Bytes read per token layout / reference, over runs (one value each).
+    pub bytes_read_per_token_ratio: Option<Ratio>,
+}
+
+/// With a `raw` layout in the sweep: every raw point against safetensors and every
+/// lossless point against raw, at the same axes (empty without raw points).
+pub fn against_raw(
+    stats: &[PointStats],
+    runs: &BTreeMap<usize, Vec<Run>>,
+    rows: &[Row],
+) -> Vec<LayoutPair> {
+    let bytes = per_run(rows, |r| r.metrics.bytes_read_per_token);
+    let med = |i: usize| bytes.get(&i).and_then(|v| median(v));
+    let mut out = vec![];
+    for (layout, reference, buys) in [
+        ("raw", "safetensors", "layout"),
+        ("lossless", "raw", "compression"),
+    ] {
+        for a in stats.iter().filter(|p| usable(p) && p.layout == layout) {
+            let Some(b) = partner(stats, a, reference) else {
+                continue;
+            };
+            let (i, j) = (a.point_index, b.point_index);
+            let (Some(ra), Some(rb)) = (runs.get(&i), runs.get(&j)) else {
+                continue;
+            };
+            let seed = ((i as u64) << 32) | j as u64;
+            let Some(s_ratio) = ratio(ra, rb, seed) else {
+                continue;
+            };
+            out.push(LayoutPair {
+                layout: layout.into(),
+                reference: reference.into(),
+                buys: buys.into(),
+                budget_spec: a.budget_spec.clone(),
+                budget_bytes: a.budget_bytes,
+                io: a.io.clone(),
+                prefetch: a.prefetch.clone(),
+                point: i,
+                reference_point: j,
+                s_per_token: a.s_per_token.unwrap_or(f64::NAN),
+                reference_s_per_token: b.s_per_token.unwrap_or(f64::NAN),
+                s_per_token_ratio: s_ratio,
+                bytes_read_per_token: med(i),
+                reference_bytes_read_per_token: med(j),
+                bytes_read_per_token_ratio: match (bytes.get(&i), bytes.get(&j)) {
+                    (Some(x), Some(y)) => ratio_of_run_values(x, y, seed ^ 0xb7e5),
+                    _ => None,
+                },
+            });
+        }
+    }
+    out
+}
+
+/// The raw-control table of the `## Layouts` section (empty without raw points).
+pub fn raw_markdown(v: &[LayoutPair]) -> String {
+    let mut s = String::new();
+    if v.is_empty() {
+        return s;
+    }
+    let _ = writeln!(
+        s,
+        "### The raw control: what the layout buys, what coding buys\n\n\
+         `raw` is the lossless layout's blocks, grouping and file placement with every block stored uncoded (`memdial pack --raw`). \
+         raw / safetensors is what the layout buys; lossless / raw is what coding buys. Ratios with their 95 % intervals as above; below 1 the first layout is faster or reads less.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| buys | budget | io / prefetch | layouts | s/token | s/token ratio [95% CI] | read/token | read/token ratio [95% CI] |\n\
+         |---|---|---|---|---|---|---|---|"
+    );
+    for r in v {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} / {} | {} / {} | {:.4} / {:.4} (p{} / p{}) | {} | {} / {} | {} |",
+            r.buys,
+            crate::sweep::spec::budget_label(&r.budget_spec, r.budget_bytes),
+            r.io,
+            r.prefetch,
+            r.layout,
+            r.reference,
+            r.s_per_token,
+            r.reference_s_per_token,
+            r.point,
+            r.reference_point,
+            fmt_ratio(&r.s_per_token_ratio),
+            bytes(r.bytes_read_per_token),
+            bytes(r.reference_bytes_read_per_token),
+            r.bytes_read_per_token_ratio
+                .as_ref()
+                .map(fmt_ratio)
+                .unwrap_or_else(|| "–".into()),
+        );
+    }
+    s.push('\n');
+    s
 }
 
 /// `0.776× [0.741–0.812], significant`: three decimals, the targets' precision.

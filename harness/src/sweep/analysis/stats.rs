@@ -208,7 +208,8 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                 start: crate::sweep::start::StartMode::of_row(first).to_string(),
                 noisy: all.iter().filter(|r| r.is_measured_noisy()).count(),
                 noisy_only,
-                layout: crate::sweep::layout::LayoutKind::of_row(first).to_string(),
+                layout: crate::sweep::layout::LayoutKind::of_row(first)
+                    .map_or_else(|| "unknown".to_string(), |k| k.to_string()),
             }
         })
         .collect()

@@ -53,7 +53,7 @@ pub struct RunEnv<'a> {
     pub prompt_ids: &'a [Vec<u32>],
     /// The packed layout `lossless` points read (the `layout` axis), when the spec
     /// lists it.
-    pub packed: Option<&'a super::packed::PackedLayout>,
+    pub packed: &'a [super::packed::PackedLayout],
 }
 
 /// `p3 25% direct/none lru 2t r0`: the progress label of a run.
@@ -207,8 +207,8 @@ impl RunEnv<'_> {
         let mut evict = files.clone();
         evict.extend(
             self.packed
-                .map(|p| p.shard_files.clone())
-                .unwrap_or_default(),
+                .iter()
+                .flat_map(|p| p.shard_files.iter().cloned()),
         );
         evict.extend(self.shard_files.iter().cloned());
         evict.sort();
@@ -326,13 +326,12 @@ impl RunEnv<'_> {
     }
 
     /// The model directory a memdial run of `p` reads and its shard files: the
-    /// packed layout's for a `lossless` point, else the model's.
+    /// packed layout's for a `lossless` or `raw` point, else the model's.
     fn layout_files(&self, p: &Point) -> (&Path, Vec<PathBuf>) {
-        match (crate::sweep::layout::LayoutKind::of(&p.axes), self.packed) {
-            (crate::sweep::layout::LayoutKind::Lossless, Some(pk)) => {
-                (pk.dir.as_path(), pk.shard_files.clone())
-            }
-            _ => (self.model, self.shard_files.to_vec()),
+        let kind = crate::sweep::layout::LayoutKind::of(&p.axes);
+        match super::packed::find(self.packed, kind) {
+            Some(pk) => (pk.dir.as_path(), pk.shard_files.clone()),
+            None => (self.model, self.shard_files.to_vec()),
         }
     }
 

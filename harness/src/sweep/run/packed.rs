@@ -1,10 +1,11 @@
-//! The lossless layout a sweep's `lossless` points read (the `layout` axis,
-//! [`crate::sweep::layout`]): a directory given with `--packed`, or the model packed
-//! once (`memdial pack --lossless`, default codec) into a cache outside the model
-//! directory, keyed by the source's identity so a changed model is packed again.
+//! The packed layouts a sweep's `lossless` and `raw` points read (the `layout` axis,
+//! [`crate::sweep::layout`]): for `lossless` a directory given with `--packed`, else
+//! the model packed once (`memdial pack --lossless`, default codec, or `memdial pack
+//! --raw`) into a cache outside the model directory, keyed by the source's identity
+//! and the layout so a changed model is packed again.
 //!
 //! The cache is `$MEMDIAL_CACHE_DIR/packed/`, else `$XDG_CACHE_HOME/memdial/packed/`,
-//! else `~/.cache/memdial/packed/`; one entry per source identity,
+//! else `~/.cache/memdial/packed/`; one entry per source identity and layout,
 //! `<model dir name>-<16 hex digits>`. Two sweeps packing the same model wait for
 //! each other (a lock file next to the entry).
 
@@ -16,14 +17,17 @@ use memdial::format::checkpoint::Checkpoint;
 use memdial::format::lossless::pack::{identity_of, Identity, VERSION};
 
 use crate::args::usage;
+use crate::sweep::layout::LayoutKind;
 
 /// Environment variable naming the cache directory (the packed layouts go in its
 /// `packed/`).
 pub const CACHE_ENV: &str = "MEMDIAL_CACHE_DIR";
 
-/// The packed layout of the sweep's model.
+/// A packed layout of the sweep's model.
 #[derive(Debug, Clone)]
 pub struct PackedLayout {
+    /// Which layout (`lossless` or `raw`).
+    pub kind: LayoutKind,
     /// The packed checkpoint directory (canonical).
     pub dir: PathBuf,
     /// Its files the store reads (`model.safetensors`, `lossless.pack`): evicted
@@ -55,20 +59,33 @@ pub fn cache_root() -> Result<PathBuf> {
     }
 }
 
-/// The packed layout of `model`: `given` (checked to be packed from `model`), else
-/// the cached one, packing it first when there is none or it is of another source.
-/// Progress notes go to stderr unless `quiet`.
+/// The layout of `kind` in `packed`, if prepared.
+pub fn find(packed: &[PackedLayout], kind: LayoutKind) -> Option<&PackedLayout> {
+    packed.iter().find(|p| p.kind == kind)
+}
+
+/// The packed layout `kind` (`lossless` or `raw`) of `model`: `given` (checked to be
+/// packed from `model`), else the cached one, packing it first when there is none or
+/// it is of another source. Progress notes go to stderr unless `quiet`.
 ///
 /// Errors (usage): `model` has no `tensors.sha256` (packing verifies against it),
 /// `given` is not a packed layout of `model`; packing errors.
-pub fn prepare(model: &Path, given: Option<&Path>, quiet: bool) -> Result<PackedLayout> {
+pub fn prepare(
+    model: &Path,
+    kind: LayoutKind,
+    given: Option<&Path>,
+    quiet: bool,
+) -> Result<PackedLayout> {
+    let codec = kind
+        .codec()
+        .context("internal: the safetensors layout is not packed")?;
     let source = identity_of(model)?;
     if let Some(d) = given {
-        return open_checked(d, &source).map_err(|e| usage(format!("--packed: {e:#}")));
+        return open_checked(d, kind, &source).map_err(|e| usage(format!("--packed: {e:#}")));
     }
     if source.manifest_sha256 == "none" {
         return Err(usage(format!(
-            "the lossless layout is packed from {m} and every tensor verified against its \
+            "the {kind} layout is packed from {m} and every tensor verified against its \
              tensors.sha256, which it lacks: write it with `memdial checksum --model {m}`, \
              or give --packed DIR",
             m = model.display()
@@ -82,16 +99,16 @@ pub fn prepare(model: &Path, given: Option<&Path>, quiet: bool) -> Result<Packed
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "model".into()),
-        &cache_key(&source)[..16]
+        &cache_key(&source, kind)[..16]
     );
     let dir = root.join(&name);
     let _lock = lock(&root.join(format!("{name}.lock")))?;
     if dir.exists() {
-        match open_checked(&dir, &source) {
+        match open_checked(&dir, kind, &source) {
             Ok(p) => {
                 if !quiet {
                     eprintln!(
-                        "sweep: lossless layout: {} (cached; packed tensors at {:.4} of their bytes)",
+                        "sweep: {kind} layout: {} (cached; packed tensors at {:.4} of their bytes)",
                         p.dir.display(),
                         p.ratio
                     );
@@ -100,7 +117,7 @@ pub fn prepare(model: &Path, given: Option<&Path>, quiet: bool) -> Result<Packed
             }
             Err(e) => {
                 eprintln!(
-                    "note: the cached lossless layout {} is not usable ({e:#}); packing again",
+                    "note: the cached {kind} layout {} is not usable ({e:#}); packing again",
                     dir.display()
                 );
                 std::fs::remove_dir_all(&dir)
@@ -110,22 +127,24 @@ pub fn prepare(model: &Path, given: Option<&Path>, quiet: bool) -> Result<Packed
     }
     if !quiet {
         eprintln!(
-            "sweep: packing the lossless layout of {} into {} (once per model)",
+            "sweep: packing the {kind} layout of {} into {} (once per model)",
             model.display(),
             dir.display()
         );
     }
-    memdial::tools::pack::pack_checkpoint(model, Some(&dir), &mut |_, _| {})
-        .with_context(|| format!("packing {} for the `lossless` layout", model.display()))?;
-    open_checked(&dir, &source)
+    memdial::tools::pack::pack_checkpoint_with(model, Some(&dir), codec, &mut |_, _| {})
+        .with_context(|| format!("packing {} for the `{kind}` layout", model.display()))?;
+    open_checked(&dir, kind, &source)
 }
 
-/// The cache key of a source: SHA-256 (hex) of its identity, the default codec and
-/// the pack format version.
-fn cache_key(source: &Identity) -> String {
+/// The cache key of a source and layout: SHA-256 (hex) of its identity, the layout's
+/// codec and the pack format version (the lossless key is the one caches were made
+/// with before the `raw` layout existed).
+fn cache_key(source: &Identity, kind: LayoutKind) -> String {
+    let codec = kind.codec().map_or("none", |c| c.as_str());
     crate::sweep::util::sha256_hex(
         format!(
-            "{}\n{}\nbf16-planes-smallest\nv{VERSION}",
+            "{}\n{}\nbf16-planes-{codec}\nv{VERSION}",
             source.safetensors_hash, source.manifest_sha256
         )
         .as_bytes(),
@@ -133,8 +152,8 @@ fn cache_key(source: &Identity) -> String {
 }
 
 /// Opens the packed directory `dir` (its pack refused when stale) and checks it was
-/// packed from the checkpoint of identity `source`.
-fn open_checked(dir: &Path, source: &Identity) -> Result<PackedLayout> {
+/// packed from the checkpoint of identity `source` with the codec of `kind`.
+fn open_checked(dir: &Path, kind: LayoutKind, source: &Identity) -> Result<PackedLayout> {
     let ck = Checkpoint::open(dir)?;
     let Some(p) = ck.lossless.as_ref() else {
         bail!(
@@ -149,7 +168,22 @@ fn open_checked(dir: &Path, source: &Identity) -> Result<PackedLayout> {
             p.index.header.source_dir
         );
     }
+    // `raw` must be the raw control; `lossless` any coded pack (a `--packed` dict15 one too).
+    let is_raw = p.index.header.codec == "bf16-planes-raw";
+    if is_raw != (kind == LayoutKind::Raw) {
+        bail!(
+            "{} is packed with {} blocks, which is not the {kind} layout{}",
+            dir.display(),
+            p.index.header.codec,
+            if is_raw {
+                " (it is `memdial pack --raw` output)"
+            } else {
+                ""
+            }
+        );
+    }
     Ok(PackedLayout {
+        kind,
         dir: std::fs::canonicalize(dir)?,
         shard_files: ck.shards.iter().map(|s| s.path.clone()).collect(),
         ratio: p.ratio(),

@@ -87,7 +87,7 @@ pub struct Selection<'a> {
 
 impl Points {
     /// Resolves every point of `spec` against the model in `model` (and, for the
-    /// `lossless` points of a `layout` axis, its packed layout `packed`). With several
+    /// `lossless` and `raw` points of a `layout` axis, its packed layouts `packed`). With several
     /// layouts, a budget relative to the floor resolves against the largest floor of
     /// the layouts the point's IO mode can read, so every layout runs at the same
     /// budget; each point keeps its own floor for the below-floor check.
@@ -97,7 +97,7 @@ impl Points {
     pub fn resolve(
         spec: &Spec,
         model: &Path,
-        packed: Option<&Path>,
+        packed: &[super::packed::PackedLayout],
         engines: &Registry,
     ) -> Result<Points> {
         if let Some(m) = &engines.opaque {
@@ -105,7 +105,11 @@ impl Points {
         }
         let ck = Checkpoint::open(model).map_err(as_usage)?;
         let cfg = memdial::format::config::load_config(model).map_err(as_usage)?;
-        let packed_ck = packed.map(Checkpoint::open).transpose().map_err(as_usage)?;
+        let packed_ck: HashMap<LayoutKind, Checkpoint> = packed
+            .iter()
+            .map(|p| Ok((p.kind, Checkpoint::open(&p.dir)?)))
+            .collect::<Result<_>>()
+            .map_err(as_usage)?;
         let contexts = plan_contexts(spec, model);
         let mut floors: HashMap<FloorKey, (u64, u64)> = HashMap::new();
         // Every concurrency of a budget runs at the same bytes: the floor of the largest.
@@ -121,9 +125,9 @@ impl Points {
             }
             let ck = match layout {
                 LayoutKind::Safetensors => &ck,
-                LayoutKind::Lossless => packed_ck.as_ref().context(
-                    "the spec's `lossless` layout needs the packed model (internal: none was prepared)",
-                )?,
+                packed => packed_ck.get(&packed).with_context(|| {
+                    format!("the spec's `{packed}` layout needs the packed model (internal: none was prepared)")
+                })?,
             };
             let s = Sequences {
                 max_context: ctx,
@@ -153,7 +157,7 @@ impl Points {
             let served_ctx = contexts.iter().copied().max().unwrap_or(ctx);
             let ctx = if seqs > 1 { served_ctx } else { ctx };
             let top_ctx = if top > 1 { served_ctx } else { ctx };
-            if own == LayoutKind::Lossless && p.io == IoMode::Mmap {
+            if own.is_packed() && p.io == IoMode::Mmap {
                 // `n/a` (the layout cannot be mapped): its budget is the safetensors one.
                 let (floor, model_bytes) = floor_of(LayoutKind::Safetensors, &p, ctx, seqs)?;
                 let top_floor = floor_of(LayoutKind::Safetensors, &p, top_ctx, top)?.0;
@@ -171,7 +175,7 @@ impl Points {
             let (floor, model_bytes) = floor_of(own, &p, ctx, seqs)?;
             let mut budget_floor = floor.max(floor_of(own, &p, top_ctx, top)?.0);
             for &l in spec.layout.0.iter().filter(|l| **l != own) {
-                if !(l == LayoutKind::Lossless && p.io == IoMode::Mmap) {
+                if !(l.is_packed() && p.io == IoMode::Mmap) {
                     budget_floor = budget_floor.max(floor_of(l, &p, top_ctx, top)?.0);
                 }
             }

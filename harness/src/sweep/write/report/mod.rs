@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::sweep::analysis::anomaly::{anomalies, Anomaly};
 use crate::sweep::analysis::bootstrap::Run;
-use crate::sweep::analysis::layouts::{against_safetensors, LayoutRatio};
+use crate::sweep::analysis::layouts::{against_raw, against_safetensors, LayoutPair, LayoutRatio};
 use crate::sweep::analysis::outcome::{Facts, Outcome};
 use crate::sweep::analysis::recommend::{recommend_steady, Recommendation};
 use crate::sweep::analysis::repeats::{self, PointRepeats};
@@ -80,6 +80,10 @@ pub struct SweepVerdict {
     /// both on the `layout` axis): s/token and bytes read per token, with intervals.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub layouts: Vec<LayoutRatio>,
+    /// With the `raw` control on the `layout` axis: raw / safetensors (what the layout
+    /// buys) and lossless / raw (what coding buys) at each point, with intervals.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub layout_pairs: Vec<LayoutPair>,
     /// Measured finished runs the noise sentinel marked `noisy` (left out of the
     /// statistics), of `measured_runs`.
     pub noisy_runs: usize,
@@ -191,6 +195,7 @@ impl SweepVerdict {
             recommendation,
             engine_ratios: (!meta.engines.is_empty()).then(|| engine_ratios(stats, &runs, meta)),
             layouts: against_safetensors(stats, &runs, rows),
+            layout_pairs: against_raw(stats, &runs, rows),
             ids,
             engines,
             repeats_auto: reps,
@@ -1002,6 +1007,9 @@ fn same_budget_md(s: &mut String, c: &Sections) {
 /// The lossless layout against safetensors (sweeps with both layouts).
 fn layouts_md(s: &mut String, c: &Sections) {
     s.push_str(&crate::sweep::analysis::layouts::markdown(&c.v.layouts));
+    s.push_str(&crate::sweep::analysis::layouts::raw_markdown(
+        &c.v.layout_pairs,
+    ));
     let lossless = c.stats.iter().any(|p| p.layout == "lossless" && p.n > 0);
     if c.v.layouts.is_empty() && lossless {
         s.push_str(
