@@ -48,20 +48,21 @@ fn absent_layout_keeps_hashes_and_keys_both_layouts_are_innermost() {
 }
 
 #[test]
-fn the_lossless_spec_runs_both_layouts_at_the_floor_and_resident() {
+fn the_lossless_spec_runs_three_layouts_at_the_floor_and_resident() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("sweeps/lossless.toml");
     let s = Spec::load(&path).unwrap();
     let p = s.points();
-    assert_eq!(p.len(), 4);
-    assert_eq!(p[2].budget_spec, "1.5x model");
+    assert_eq!(p.len(), 6);
+    assert_eq!(p[3].budget_spec, "1.5x model");
     assert_eq!(
         p[0].key(),
         "budget=floor;io=direct;prefetch=next-layer;cache=lru;threads=1;prompt=0;layout=safetensors"
     );
-    assert_eq!(LayoutKind::of(&p[1].axes), LayoutKind::Lossless);
+    assert_eq!(LayoutKind::of(&p[1].axes), LayoutKind::Raw);
+    assert_eq!(LayoutKind::of(&p[2].axes), LayoutKind::Lossless);
     assert!(matches!(s.repeats, crate::sweep::spec::Repeats::Count(n) if n >= 3));
-    // Interleaved: each round visits every point, both layouts side by side.
+    // Interleaved: each round visits every point, the layouts side by side.
     let runs = s.runs(&p);
-    let first: Vec<usize> = runs[..5].iter().map(|r| r.point.index).collect();
-    assert_eq!(first, [0, 1, 2, 3, 0]);
+    let first: Vec<usize> = runs[..7].iter().map(|r| r.point.index).collect();
+    assert_eq!(first, [0, 1, 2, 3, 4, 5, 0]);
 }
