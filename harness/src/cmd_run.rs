@@ -579,7 +579,7 @@ impl RunFacts<'_> {
             ttft_s: Some(out.ttft_s),
             decode_s_per_token: out.decode_s.clone(),
             decode_s_per_token_median: (steps > 0).then(|| out.decode_median_s()),
-            decode_s_per_token_p90: crate::stats::percentile(&out.decode_s, 0.9),
+            decode_s_per_token_p90: memdial::util::stats::percentile(&out.decode_s, 0.9),
             tokens_per_s: (decode_total > 0.0).then(|| steps as f64 / decode_total),
             bytes_read_total: Some(if streamed {
                 (m.bytes_read + m.load_bytes_read) as f64

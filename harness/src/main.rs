@@ -30,7 +30,6 @@ mod export;
 mod hf_tokenizer;
 mod iobench;
 mod serve;
-mod stats;
 mod sweep;
 
 /// Run giant MoE models in a memory budget, and measure the trade.

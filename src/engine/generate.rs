@@ -77,17 +77,7 @@ impl GenerateOutput {
     }
     /// Median of `decode_s` (0 when no decode step ran).
     pub fn decode_median_s(&self) -> f64 {
-        if self.decode_s.is_empty() {
-            return 0.0;
-        }
-        let mut v = self.decode_s.clone();
-        v.sort_by(f64::total_cmp);
-        let m = v.len() / 2;
-        if v.len() % 2 == 1 {
-            v[m]
-        } else {
-            0.5 * (v[m - 1] + v[m])
-        }
+        crate::util::stats::median(&self.decode_s).unwrap_or(0.0)
     }
 }
 

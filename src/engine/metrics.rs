@@ -92,7 +92,8 @@ pub struct RunMetrics {
     /// Median of `decode_s_per_token`, seconds.
     #[serde(deserialize_with = "finite_f64")]
     pub decode_s_per_token_median: Option<f64>,
-    /// 90th percentile (nearest rank on `(n−1)·0.9`) of `decode_s_per_token`, seconds.
+    /// 90th percentile of `decode_s_per_token` by linear interpolation between closest
+    /// ranks (rank `0.9 (n − 1)`, NumPy's default; `memdial::util::stats::percentile`), seconds.
     #[serde(deserialize_with = "finite_f64")]
     pub decode_s_per_token_p90: Option<f64>,
     /// Decode steps / decode seconds.

@@ -7,12 +7,14 @@
 //! - [`digest`]: lower-case hex and SHA-256 (checksum files, output ids);
 //! - [`rng`]: SplitMix64, the one seeded generator;
 //! - [`sysmem`]: process memory as `/proc` reports it;
-//! - [`profile`]: the per-op timer behind `run --profile-ops` (off: one atomic load per op).
+//! - [`profile`]: the per-op timer behind `run --profile-ops` (off: one atomic load per op);
+//! - [`stats`]: median, percentile and the bootstrap, one definition each.
 
 pub mod budget;
 pub mod digest;
 pub mod error;
 pub mod profile;
 pub mod rng;
+pub mod stats;
 pub mod sysmem;
 pub mod units;

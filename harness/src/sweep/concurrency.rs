@@ -119,6 +119,6 @@ pub fn fill_single(row: &mut Row, listed: bool) {
         .map(|(n, t)| n as f64 / t);
     row.ttft_p50_s = m.ttft_s;
     row.ttft_p90_s = m.ttft_s;
-    row.itl_p50_s = crate::stats::percentile(&m.decode_s_per_token, 0.5);
-    row.itl_p90_s = crate::stats::percentile(&m.decode_s_per_token, 0.9);
+    row.itl_p50_s = memdial::util::stats::percentile(&m.decode_s_per_token, 0.5);
+    row.itl_p90_s = memdial::util::stats::percentile(&m.decode_s_per_token, 0.9);
 }

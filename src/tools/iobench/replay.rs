@@ -51,9 +51,8 @@ impl FioReplay {
     }
     /// Median read length, bytes.
     pub fn median_read_bytes(&self) -> u64 {
-        let mut v: Vec<u64> = self.reads.iter().map(|r| r.2).collect();
-        v.sort_unstable();
-        v.get(v.len() / 2).copied().unwrap_or(0)
+        let v: Vec<u64> = self.reads.iter().map(|r| r.2).collect();
+        crate::util::stats::median_u64(&v)
     }
     /// The iolog (version 2: `add`/`open` each file, one `read` per entry, `close`).
     ///
@@ -234,7 +233,7 @@ fn iolog_path() -> PathBuf {
 /// Runs the fio replay of a direct or buffered cell (see the module doc): cold, as many
 /// passes as our row made (each from an evicted, verified-cold cache); warm, our row's
 /// request count after the same preload. Sums bytes, time and CPU over the passes; the
-/// latencies are the median pass's p50 and the largest p99 and maximum.
+/// latencies are the median (`util::stats`) of the passes' p50s and the largest p99 and maximum.
 ///
 /// Errors: fio missing or failing, the iolog cannot be written.
 pub fn run_fio_replay(w: &Workload, spec: &CellSpec, ours: Option<&Row>) -> Result<Row> {
@@ -276,8 +275,7 @@ pub fn run_fio_replay(w: &Workload, spec: &CellSpec, ours: Option<&Row>) -> Resu
     let elapsed: f64 = runs.iter().map(|r| r.elapsed_s).sum();
     let cpu: f64 = runs.iter().map(|r| r.cpu_s).sum();
     let n: u64 = runs.iter().map(|r| r.requests).sum();
-    let mut p50: Vec<f64> = runs.iter().map(|r| r.p50_us).collect();
-    p50.sort_by(f64::total_cmp);
+    let p50: Vec<f64> = runs.iter().map(|r| r.p50_us).collect();
     let gb = bytes as f64 / 1e9;
     let mut note = format!(
         "{}: {}{}",
@@ -310,7 +308,7 @@ pub fn run_fio_replay(w: &Workload, spec: &CellSpec, ours: Option<&Row>) -> Resu
         elapsed_s: elapsed,
         gb_per_s: per_second(gb, elapsed),
         requests_per_s: per_second(n as f64, elapsed),
-        latency_p50_us: p50[p50.len() / 2],
+        latency_p50_us: crate::util::stats::median(&p50).unwrap_or(0.0),
         latency_p99_us: runs.iter().map(|r| r.p99_us).fold(0.0, f64::max),
         latency_max_us: runs.iter().map(|r| r.max_us).fold(0.0, f64::max),
         cpu_s: cpu,

@@ -259,25 +259,24 @@ impl Workload {
 
     /// Median size of the distinct requests in the sequence, bytes.
     pub fn median_request_bytes(&self) -> u64 {
-        let mut v: Vec<u64> = self
+        let v: Vec<u64> = self
             .cold_sequence()
             .iter()
             .map(|&i| self.request_bytes(i))
             .collect();
-        v.sort_unstable();
-        v.get(v.len() / 2).copied().unwrap_or(0)
+        crate::util::stats::median_u64(&v)
     }
 
     /// Median number of contiguous ranges per distinct request (a request with
     /// several ranges is read with one `pread` per range, one after another).
     pub fn median_spans_per_request(&self) -> usize {
-        let mut v: Vec<usize> = self
+        let v: Vec<u64> = self
             .cold_sequence()
             .iter()
             .map(|&i| self.requests[i].len())
+            .map(|n| n as u64)
             .collect();
-        v.sort_unstable();
-        v.get(v.len() / 2).copied().unwrap_or(0)
+        crate::util::stats::median_u64(&v) as usize
     }
 
     /// Bytes of one pass that fall in each file.

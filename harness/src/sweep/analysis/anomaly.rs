@@ -12,7 +12,7 @@
 //! - otherwise **unexplained**.
 //!
 //! "Slower" means a larger median s/token whose ratio to the smaller budget's is
-//! significant ([`super::bootstrap`]), or, without enough repeats to decide, a larger
+//! significant ([`memdial::util::stats::bootstrap`]), or, without enough repeats to decide, a larger
 //! median (said so).
 
 use std::collections::BTreeMap;
@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 use memdial::util::units::fmt_bytes;
 use serde::Serialize;
 
-use super::bootstrap::{ratio, Run};
 use super::stats::PointStats;
+use memdial::util::stats::bootstrap::{ratio, Run};
 
 /// Below this expert hit rate a cold-start run is still filling its cache.
 pub const COLD_HIT_RATE: f64 = 0.9;

@@ -19,7 +19,7 @@
 //! 1. *precision*: the interval the answer quotes is no wider than
 //!    ±[`CONFIDENT_HALF_WIDTH`] of its median. For a single point, its own 95 %
 //!    interval; for a group, the pooled interval: the same hierarchical bootstrap
-//!    over the quiet runs of every member together ([`super::bootstrap::interval`]),
+//!    over the quiet runs of every member together ([`memdial::util::stats::bootstrap::interval`]),
 //!    i.e. the speed of a run at this budget with any member, the members'
 //!    differences counted as spread. Pooling is honest only because the members
 //!    are not told apart, and it is never used to decide the budget itself;
@@ -33,7 +33,7 @@
 //!    point, so a busy machine gives "cannot decide", never a different answer.
 //!
 //! Conditions 2–4 decide the budget; condition 1 how precisely its speed is known.
-//! The ±10 % "high variance" flag of a point ([`super::bootstrap::HIGH_VARIANCE`])
+//! The ±10 % "high variance" flag of a point ([`memdial::util::stats::bootstrap::HIGH_VARIANCE`])
 //! only says its interval is wide: a flagged point may still be the answer, as long
 //! as the interval the bottom line quotes is within ±25 % and the others separate.
 //! Runs the noise sentinel marked `noisy` are in no interval ([`super::stats`]).
@@ -51,9 +51,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::bootstrap::{interval, ratio, Ratio, Run, MIN_RUNS};
 use super::pick::{ci, Named, Pick, KNEE_WITHIN};
 use crate::sweep::spec::AutoRepeats;
+use memdial::util::stats::bootstrap::{interval, ratio, Ratio, Run, MIN_RUNS};
 
 /// Largest half-width of the quoted 95 % interval (the recommended point's, or its
 /// group's pooled one), as a fraction of its median, for a confident answer.

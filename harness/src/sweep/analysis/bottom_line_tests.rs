@@ -61,7 +61,7 @@ fn a_clear_answer_with_nothing_within_noise() {
 /// is within noise of direct at c too; a, b are over 1.30× (above 1.10).
 fn alike_at_c() -> (
     Vec<crate::sweep::analysis::stats::PointStats>,
-    BTreeMap<usize, Vec<crate::sweep::analysis::bootstrap::Run>>,
+    BTreeMap<usize, Vec<memdial::util::stats::bootstrap::Run>>,
 ) {
     let mut s = grid();
     s.push(p(5, "mmap", "c", 400, 0.45));

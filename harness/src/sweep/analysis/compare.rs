@@ -1,15 +1,15 @@
 //! Same-budget comparisons: at each budget, every IO mode against `direct` (same
 //! prefetch policy) and every prefetch policy against `none` (same IO mode), as a
 //! ratio of s/token with its 95 % interval and significance under the method of
-//! [`super::bootstrap`]. Points with `over_budget` runs are left out: their speed is
+//! [`memdial::util::stats::bootstrap`]. Points with `over_budget` runs are left out: their speed is
 //! not comparable.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::bootstrap::{ratio, Ratio, Run};
 use super::stats::PointStats;
+use memdial::util::stats::bootstrap::{ratio, Ratio, Run};
 
 /// One comparison A/B at the same budget.
 #[derive(Debug, Clone, Serialize, PartialEq)]

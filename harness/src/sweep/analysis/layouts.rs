@@ -1,6 +1,6 @@
 //! The packed layouts against safetensors at the same point (budget, IO mode,
 //! prefetch, cache, threads, prompt, engine, start): s/token and bytes read per
-//! token as ratios with their 95 % intervals ([`super::bootstrap`]), and what the
+//! token as ratios with their 95 % intervals ([`memdial::util::stats::bootstrap`]), and what the
 //! lossless runs decoded. Both layouts of a point run at the same budget (a budget
 //! relative to the floor resolves against the larger floor), so the ratio is the
 //! layout's effect alone. Points with over-budget runs, or only noisy runs, are
@@ -13,10 +13,10 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::bootstrap::{ratio, ratio_of_run_values, Ratio, Run};
 use super::stats::PointStats;
-use crate::stats::median;
 use crate::sweep::record::row::Row;
+use memdial::util::stats::bootstrap::{ratio, ratio_of_run_values, Ratio, Run};
+use memdial::util::stats::median;
 
 /// One `lossless` point against the `safetensors` point at the same axes.
 #[derive(Debug, Clone, Serialize, PartialEq)]

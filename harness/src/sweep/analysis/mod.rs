@@ -5,7 +5,7 @@
 //! - [`outcome`]: the one outcome of a sweep (pass, fail, incomplete, nothing
 //!   compared, baseline undecided) and its exit code;
 //! - [`stats`]: per-point medians and spreads;
-//! - [`bootstrap`]: intervals and significance (one method for every comparison);
+//! - intervals and significance: `memdial::util::stats::bootstrap` (one method for every comparison);
 //! - [`recommend`]: the smallest budget within reach of a mode's best speed;
 //! - [`bottom_line`]: how sure that answer is (points within noise, undecided);
 //! - [`anomaly`]: points slower than a smaller budget of their mode, and why;
@@ -16,7 +16,6 @@
 //! - [`versus`]: two sweeps point by point (`memdial compare A B`).
 
 pub mod anomaly;
-pub mod bootstrap;
 pub mod bottom_line;
 #[cfg(test)]
 mod bottom_line_tests;

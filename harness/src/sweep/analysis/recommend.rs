@@ -1,6 +1,6 @@
 //! The answer to "which budget, which IO mode?": per IO mode the Pareto frontier of
 //! budget vs s/token and its knee, and per budget the winning mode, by how much and
-//! whether significantly ([`super::bootstrap`]). Points with `over_budget` runs are
+//! whether significantly ([`memdial::util::stats::bootstrap`]). Points with `over_budget` runs are
 //! left out (their speed was bought with memory the budget does not count), and so
 //! are points whose every run was `noisy`. With a `start` axis the answer is made from
 //! the `warm` points (the steady state) and the cold start shown beside it
@@ -17,11 +17,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::bootstrap::{ratio, Ratio, Run};
 pub use super::bottom_line::ColdBeside;
 use super::bottom_line::{decide, BottomLine, Candidates, NoQuiet};
 pub use super::pick::{ci, Pick, KNEE_WITHIN};
 use super::stats::PointStats;
+use memdial::util::stats::bootstrap::{ratio, Ratio, Run};
 
 /// One IO mode's frontier and knee.
 #[derive(Debug, Clone, Serialize, PartialEq)]

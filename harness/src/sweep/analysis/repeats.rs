@@ -2,7 +2,7 @@
 //! many runs each point took.
 //!
 //! A point stops once it has at least `min_repeats` quiet measured runs and the 95 %
-//! interval of its s/token ([`super::bootstrap::interval`], the interval the medians
+//! interval of its s/token ([`memdial::util::stats::bootstrap::interval`], the interval the medians
 //! table shows, same seed) has a half-width of at most `precision` × its median;
 //! otherwise it runs up to `max_repeats`. The decision is a function of the point's
 //! rows alone, so the run loop (which skips the point's remaining slots) and any
@@ -13,11 +13,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use super::bootstrap::{interval, Run};
 use super::stats::point_runs;
 use crate::sweep::record::row::Row;
 use crate::sweep::record::status::RunStatus;
 use crate::sweep::spec::AutoRepeats;
+use memdial::util::stats::bootstrap::{interval, Run};
 
 /// How many measured runs one point took under `repeats = "auto"`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -119,7 +119,7 @@ mod tests {
                 output_ids_sha256: Some(ids_sha256(&ids)),
                 generated_tokens: Some(2),
                 decode_s_per_token: s.to_vec(),
-                decode_s_per_token_median: crate::stats::median(s),
+                decode_s_per_token_median: memdial::util::stats::median(s),
                 ..Default::default()
             },
             ..Default::default()

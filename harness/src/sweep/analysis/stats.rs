@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::bootstrap::{interval, Run};
-use crate::stats::{median, min_max};
 use crate::sweep::record::row::Row;
 use crate::sweep::record::status::RunStatus;
+use memdial::util::stats::bootstrap::{interval, Run};
+use memdial::util::stats::{median, min_max};
 
 /// Medians (and the spread of s/token) of one point.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -72,7 +72,7 @@ pub struct PointStats {
     /// Measured runs marked `over_budget`.
     pub over_budget: usize,
     /// 95 % interval of `s_per_token`, low end (hierarchical bootstrap, see
-    /// [`super::bootstrap`]); `None` when insufficient repeats.
+    /// [`memdial::util::stats::bootstrap`]); `None` when insufficient repeats.
     pub s_per_token_lo: Option<f64>,
     /// 95 % interval of `s_per_token`, high end.
     pub s_per_token_hi: Option<f64>,

@@ -7,7 +7,7 @@
 //!
 //! Per matched point:
 //! - **ratio** B/A of the medians over runs of each run's median s/token, with its 95 %
-//!   interval from the two-level bootstrap of [`super::bootstrap`] (the method of every
+//!   interval from the two-level bootstrap of [`memdial::util::stats::bootstrap`] (the method of every
 //!   other interval memdial reports); **significant** when that interval excludes 1;
 //! - **p (Welch)**: Welch's two-sided t-test on the logarithms of the runs' median s/token
 //!   (runs are the independent units; the log makes a ratio a difference), with the
@@ -20,9 +20,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
-use super::bootstrap::{ratio, Ratio, Run};
-use crate::stats::median;
 use crate::sweep::record::baseline::{Key, Runs};
+use memdial::util::stats::bootstrap::{ratio, Ratio, Run};
+use memdial::util::stats::median;
 
 /// One sweep's side of a comparison: its runs by match key and how many noisy runs were
 /// left out per key.

@@ -1,6 +1,6 @@
 //! Speed of each engine against the reference engine at the same point (budget, IO
 //! mode, prefetch, cache, threads, prompt): the ratio of median s/token with its
-//! 95 % interval, by the two-level bootstrap of [`crate::sweep::analysis::bootstrap`].
+//! 95 % interval, by the two-level bootstrap of [`memdial::util::stats::bootstrap`].
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -8,8 +8,8 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::def::engine_or_default;
-use crate::sweep::analysis::bootstrap::{ratio, Ratio, Run};
 use crate::sweep::analysis::stats::PointStats;
+use memdial::util::stats::bootstrap::{ratio, Ratio, Run};
 
 /// One engine point against the reference engine's point.
 #[derive(Debug, Clone, Serialize, PartialEq)]

@@ -1,6 +1,6 @@
 //! `--baseline OLD/results.csv --max-regression 25%`: fail when a point is slower
 //! than in the baseline by more than the tolerance **and** the slowdown is
-//! significant under the method of [`crate::sweep::analysis::bootstrap`].
+//! significant under the method of [`memdial::util::stats::bootstrap`].
 //!
 //! The baseline's run directory must hold its `sweep.json` next to `results.csv`.
 //! It is refused (usage error, exit 2) when its results schema, spec or model
@@ -23,7 +23,7 @@ use serde::Serialize;
 use super::row::{Row, RESULTS_SCHEMA};
 use super::rundir::Meta;
 use super::status::RunStatus;
-use crate::sweep::analysis::bootstrap::{ratio, Ratio, Run};
+use memdial::util::stats::bootstrap::{ratio, Ratio, Run};
 
 /// Parses a tolerance: `25%` or `0.25` → 0.25.
 pub fn parse_tolerance(s: &str) -> Result<f64> {
@@ -405,16 +405,19 @@ pub fn compare(
                     "insufficient repeats ({} run(s) here, {} in the baseline; the bootstrap needs {} runs of {} decode times on each side)",
                     runs.len(),
                     old.len(),
-                    crate::sweep::analysis::bootstrap::MIN_RUNS,
-                    crate::sweep::analysis::bootstrap::MIN_TOKENS
+                    memdial::util::stats::bootstrap::MIN_RUNS,
+                    memdial::util::stats::bootstrap::MIN_TOKENS
                 ),
             ));
             continue;
         }
         let change = r.ratio - 1.0;
         let meds = |rs: &[Run]| {
-            let m: Vec<f64> = rs.iter().filter_map(|x| crate::stats::median(x)).collect();
-            crate::stats::median(&m).unwrap_or(f64::NAN)
+            let m: Vec<f64> = rs
+                .iter()
+                .filter_map(|x| memdial::util::stats::median(x))
+                .collect();
+            memdial::util::stats::median(&m).unwrap_or(f64::NAN)
         };
         compared.push(Compared {
             point_index: idx,

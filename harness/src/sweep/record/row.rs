@@ -378,7 +378,7 @@ impl Row {
             && !self.metrics.decode_s_per_token.is_empty()
         {
             self.metrics.decode_s_per_token_median =
-                crate::stats::median(&self.metrics.decode_s_per_token);
+                memdial::util::stats::median(&self.metrics.decode_s_per_token);
             self.metrics
                 .metric_sources
                 .insert("decode_s_per_token_median".into(), Source::Harness);

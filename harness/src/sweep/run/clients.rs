@@ -485,10 +485,10 @@ pub fn fill_row(row: &mut crate::sweep::record::row::Row, s: &Served) {
         .map(|w| total as f64 / w);
     let ttft: Vec<f64> = s.requests.iter().filter_map(|r| r.ttft_s).collect();
     let itl: Vec<f64> = s.requests.iter().flat_map(|r| r.itl_s.clone()).collect();
-    row.ttft_p50_s = crate::stats::percentile(&ttft, 0.5);
-    row.ttft_p90_s = crate::stats::percentile(&ttft, 0.9);
-    row.itl_p50_s = crate::stats::percentile(&itl, 0.5);
-    row.itl_p90_s = crate::stats::percentile(&itl, 0.9);
+    row.ttft_p50_s = memdial::util::stats::percentile(&ttft, 0.5);
+    row.ttft_p90_s = memdial::util::stats::percentile(&ttft, 0.9);
+    row.itl_p50_s = memdial::util::stats::percentile(&itl, 0.5);
+    row.itl_p90_s = memdial::util::stats::percentile(&itl, 0.9);
     row.requests_output_ids = s.requests.iter().map(|r| r.ids.clone()).collect();
     row.requests_prompt_index = s.prompt_index.clone();
 }

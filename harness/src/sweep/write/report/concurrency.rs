@@ -9,7 +9,7 @@ use crate::sweep::record::row::Row;
 
 fn median_of(rows: &[&Row], f: impl Fn(&Row) -> Option<f64>) -> Option<f64> {
     let v: Vec<f64> = rows.iter().filter_map(|r| f(r)).collect();
-    crate::stats::median(&v)
+    memdial::util::stats::median(&v)
 }
 
 fn cell(v: Option<f64>, digits: usize) -> String {

@@ -11,7 +11,6 @@ use memdial::util::units::fmt_bytes;
 use serde::Serialize;
 
 use crate::sweep::analysis::anomaly::{anomalies, Anomaly};
-use crate::sweep::analysis::bootstrap::Run;
 use crate::sweep::analysis::layouts::{against_raw, against_safetensors, LayoutPair, LayoutRatio};
 use crate::sweep::analysis::outcome::{Facts, Outcome};
 use crate::sweep::analysis::recommend::{recommend_steady, Recommendation};
@@ -26,6 +25,7 @@ use crate::sweep::record::row::Row;
 use crate::sweep::record::rundir::Meta;
 use crate::sweep::record::status::RunStatus;
 use crate::sweep::util::utc_now_rfc3339;
+use memdial::util::stats::bootstrap::Run;
 
 mod concurrency;
 mod noise;

@@ -21,10 +21,10 @@
 //! - With fewer than [`MIN_RUNS`] finished runs, or fewer than [`MIN_TOKENS`] decode
 //!   times in a run, the method cannot decide: **insufficient repeats**.
 
-use memdial::util::rng::SplitMix64;
 use serde::Serialize;
 
-use crate::stats::{median, percentile};
+use super::{median, percentile};
+use crate::util::rng::SplitMix64;
 
 /// Bootstrap replicates per estimate.
 pub const RESAMPLES: usize = 2000;

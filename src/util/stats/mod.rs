@@ -1,12 +1,16 @@
-//! The statistics every command reports with: median, minimum/maximum and
-//! percentiles, one definition each.
+//! The statistics every command and tool reports with: median, minimum/maximum,
+//! percentiles and the bootstrap ([`bootstrap`]), one definition each.
 //!
 //! **Percentile definition: linear interpolation between closest ranks** (Hyndman &
 //! Fan 1996, definition 7; NumPy's and R's default): the `q`-quantile of `n` sorted
 //! values sits at rank `h = q (n − 1)` and is `(1 − f) x[⌊h⌋] + f x[⌊h⌋+1]` with `f = h − ⌊h⌋`.
 //! The median is the 0.5-quantile under it (the mean of the two middle values for
-//! an even count). Used for `memdial run`'s `decode_s_per_token_p90` and for the
-//! bootstrap intervals of the sweep. NaNs are ignored everywhere.
+//! an even count). Used for `memdial run`'s `decode_s_per_token_p90`, the engine's
+//! median decode time, iobench's medians and the bootstrap intervals of the sweep.
+//! NaNs are ignored everywhere. Integer figures (byte sizes, counts) take
+//! [`median_u64`]: the same median, rounded down to a whole number.
+
+pub mod bootstrap;
 
 /// The finite-or-infinite values of `v` (NaNs dropped), sorted ascending.
 fn sorted(v: &[f64]) -> Vec<f64> {
@@ -51,6 +55,13 @@ pub fn median(v: &[f64]) -> Option<f64> {
     })
 }
 
+/// [`median`] of integer values (byte sizes, counts), rounded down to a whole
+/// number; 0 when empty. Exact for values below 2^53.
+pub fn median_u64(v: &[u64]) -> u64 {
+    let f: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+    median(&f).map_or(0, |m| m.floor() as u64)
+}
+
 /// Minimum and maximum of `v` ignoring NaNs; `None` when empty.
 pub fn min_max(v: &[f64]) -> Option<(f64, f64)> {
     let mut it = v.iter().copied().filter(|x| !x.is_nan());
@@ -68,6 +79,10 @@ mod tests {
         assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
         assert_eq!(min_max(&[2.0, f64::NAN, -1.0]), Some((-1.0, 2.0)));
+        // Mean of the two middle values, rounded down: (4096 + 8192) / 2.
+        assert_eq!(median_u64(&[8192, 4096, 4096, 8192]), 6144);
+        assert_eq!(median_u64(&[3, 1, 2]), 2);
+        assert_eq!(median_u64(&[]), 0);
     }
 
     /// Values by hand, checked against NumPy's default (`numpy.percentile(x, 100 q)`,
