@@ -70,6 +70,16 @@ pub struct Ratio {
 }
 
 impl Ratio {
+    /// The ratio as a person reads it: `("slower", r)` at or above 1, else
+    /// `("faster", 1 / r)`.
+    pub fn in_words(&self) -> (&'static str, f64) {
+        if self.ratio >= 1.0 {
+            ("slower", self.ratio)
+        } else {
+            ("faster", 1.0 / self.ratio)
+        }
+    }
+
     /// `1.23× [1.10–1.40], significant` / `… not significant` / `insufficient repeats`.
     pub fn describe(&self) -> String {
         match (self.lo, self.hi, self.significant) {

@@ -36,11 +36,7 @@ impl SameBudget {
     /// `mmap is 1.32× slower [1.20–1.45], significant` and the like.
     pub fn verdict(&self) -> String {
         let r = &self.ratio;
-        let (word, f) = if r.ratio >= 1.0 {
-            ("slower", r.ratio)
-        } else {
-            ("faster", 1.0 / r.ratio)
-        };
+        let (word, f) = r.in_words();
         match r.significant {
             None => format!("{} {f:.2}× {word}: insufficient repeats", self.a),
             Some(true) => format!("{} {f:.2}× {word} (significant)", self.a),

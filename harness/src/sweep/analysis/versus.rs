@@ -69,11 +69,7 @@ impl PointVersus {
     /// `1.23× slower [1.10–1.40], significant` and the like, B relative to A.
     pub fn verdict(&self) -> String {
         let r = &self.ratio;
-        let (word, f) = if r.ratio >= 1.0 {
-            ("slower", r.ratio)
-        } else {
-            ("faster", 1.0 / r.ratio)
-        };
+        let (word, f) = r.in_words();
         match (r.lo, r.hi, r.significant) {
             (Some(lo), Some(hi), Some(true)) => {
                 format!("{f:.2}× {word} [{lo:.2}–{hi:.2}], significant")
