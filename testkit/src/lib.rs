@@ -303,6 +303,23 @@ pub fn output_within(
 ///
 /// Panics (failing the test) if the binary cannot run or exits nonzero.
 pub fn fixture(bin: &str, preset: &str, out: &Path) -> PathBuf {
+    if out.join("config.json").exists() {
+        return out.to_path_buf();
+    }
+    // Tests of one binary run in parallel and often share a fixture: one generates
+    // it under an exclusive lock, the others wait and then find it written.
+    let parent = out.parent().expect("fixture path has a parent");
+    std::fs::create_dir_all(parent)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", parent.display()));
+    let name = out
+        .file_name()
+        .expect("fixture path has a file name")
+        .to_string_lossy();
+    let lock_path = parent.join(format!(".{name}.lock"));
+    let lock = std::fs::File::create(&lock_path)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", lock_path.display()));
+    lock.lock()
+        .unwrap_or_else(|e| panic!("cannot lock {}: {e}", lock_path.display()));
     if !out.join("config.json").exists() {
         let o = std::process::Command::new(bin)
             .args(["fixture", "--preset", preset, "--out"])
