@@ -647,7 +647,25 @@ impl RunFacts<'_> {
             warm_fill_s: self.g.warm.map(|w| w.fill.seconds),
             warm_fill_bytes: self.g.warm.map(|w| w.fill.bytes),
             metric_sources: Default::default(),
+            ..Default::default()
         };
+        rm.set_sched(&out.decode_s, &out.sched);
+        // The kernel's schedstat and CPU clock measured these, where present.
+        let sched_keys = [
+            "decode_run_queue_wait_s",
+            "run_queue_wait_fraction",
+            "uncontended_s_per_token",
+            "uncontended_s_per_token_median",
+        ];
+        if !rm.decode_run_queue_wait_s.is_empty() {
+            for k in sched_keys {
+                rm.metric_sources.insert(k.into(), Source::Os);
+            }
+        }
+        if rm.cpu_s_per_token.is_some() {
+            rm.metric_sources
+                .insert("cpu_s_per_token".into(), Source::Os);
+        }
         for k in [
             "peak_rss_bytes",
             "peak_rss_anon_bytes",

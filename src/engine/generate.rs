@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 
 use crate::engine::sampler::{Sampler, SamplerConfig};
+use crate::engine::step_clock::{StepClock, StepFigures};
 use crate::model::{LogitsMode, Model, State};
 
 /// Generation settings.
@@ -57,6 +58,9 @@ pub struct GenerateOutput {
     pub decode_s: Vec<f64>,
     /// True when generation ended on a stop id.
     pub stopped: bool,
+    /// Run-queue waits per decode step and the decode loop's CPU time
+    /// ([`crate::engine::step_clock`]).
+    pub sched: StepFigures,
 }
 
 /// SHA-256 (lower-case hex) of token ids encoded as u32 little-endian, concatenated:
@@ -129,14 +133,17 @@ pub fn generate(
     let mut out = vec![tok];
     on_token(tok);
     let mut decode_s = Vec::new();
+    let mut clock = StepClock::new(model.par());
     let mut stopped = params.stop_ids.contains(&tok);
     while !stopped && out.len() < params.max_tokens {
+        clock.start();
         let t = Instant::now();
         // The logits stay in the state's arena: a decode step allocates no activations.
         let l = model.forward_logits(state, &[tok], LogitsMode::Last)?;
         perturb(l, params.perturb_logit);
         tok = sampler.sample(l);
         decode_s.push(t.elapsed().as_secs_f64());
+        clock.stop();
         if let Some(a) = all.as_mut() {
             a.extend_from_slice(l);
         }
@@ -152,5 +159,6 @@ pub fn generate(
         ttft_s,
         decode_s,
         stopped,
+        sched: clock.finish(),
     })
 }

@@ -216,11 +216,49 @@ pub struct RunMetrics {
     /// trunk slots; not part of `bytes_read_total` or `device_read_bytes`.
     #[serde(deserialize_with = "lenient_u64")]
     pub warm_fill_bytes: Option<u64>,
+    /// Per decode step, the largest run-queue wait of any compute thread (the thread
+    /// driving the forward and the kernel pool's workers), seconds, from
+    /// `/proc/self/task/<tid>/schedstat`; empty when unavailable. Time a neighbour (or
+    /// one of the run's own threads) held a core the step wanted.
+    pub decode_run_queue_wait_s: Vec<f64>,
+    /// `Σ decode_run_queue_wait_s / Σ decode_s_per_token`: the share of decode time the
+    /// run waited for a CPU (`None`: unavailable).
+    #[serde(deserialize_with = "finite_f64")]
+    pub run_queue_wait_fraction: Option<f64>,
+    /// Per decode step, wall time minus that step's largest compute-thread run-queue
+    /// wait, seconds: the step's critical path without CPU contention. Empty when the
+    /// waits are unavailable.
+    pub uncontended_s_per_token: Vec<f64>,
+    /// Median of `uncontended_s_per_token`, seconds.
+    #[serde(deserialize_with = "finite_f64")]
+    pub uncontended_s_per_token_median: Option<f64>,
+    /// CPU seconds of the whole process (all threads) over the decode loop ÷ decode
+    /// steps: a measure a neighbour barely moves.
+    #[serde(deserialize_with = "finite_f64")]
+    pub cpu_s_per_token: Option<f64>,
     /// Who measured each figure present (field name → source).
     pub metric_sources: BTreeMap<String, Source>,
 }
 
 impl RunMetrics {
+    /// Fills the scheduler figures (`decode_run_queue_wait_s`, `run_queue_wait_fraction`,
+    /// `uncontended_s_per_token` and its median, `cpu_s_per_token`) from a decode loop's
+    /// per-step seconds `decode_s` and what its [`crate::engine::step_clock::StepClock`]
+    /// measured; figures the machine lacks stay absent.
+    pub fn set_sched(&mut self, decode_s: &[f64], f: &crate::engine::step_clock::StepFigures) {
+        let steps = decode_s.len();
+        let total: f64 = decode_s.iter().sum();
+        if let Some(w) = f.run_queue_wait_s.as_deref().filter(|w| w.len() == steps) {
+            self.decode_run_queue_wait_s = w.to_vec();
+            self.run_queue_wait_fraction = (total > 0.0).then(|| w.iter().sum::<f64>() / total);
+            self.uncontended_s_per_token =
+                crate::engine::step_clock::uncontended_s(decode_s, w).unwrap_or_default();
+            self.uncontended_s_per_token_median =
+                crate::util::stats::median(&self.uncontended_s_per_token);
+        }
+        self.cpu_s_per_token = f.cpu_s.filter(|_| steps > 0).map(|c| c / steps as f64);
+    }
+
     /// Records `source` for every figure that is present (non-null, non-empty) and
     /// has no source yet.
     pub fn fill_sources(&mut self, source: Source) {

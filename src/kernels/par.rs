@@ -61,6 +61,8 @@ struct Shared {
     /// The caller is blocked on `done_cv`.
     caller_sleeping: AtomicBool,
     done_lock: Mutex<()>,
+    /// Kernel thread ids of the workers, each pushed by the worker as it starts.
+    worker_tids: Mutex<Vec<i32>>,
     done_cv: Condvar,
 }
 
@@ -149,6 +151,29 @@ impl Par {
     /// Instruction set the kernels use with this `Par`.
     pub fn isa(&self) -> Isa {
         self.isa
+    }
+
+    /// Kernel thread ids (`gettid`) of the pool's workers that have started, in start
+    /// order (`threads - 1` once the pool is up; the calling thread is not among them).
+    /// Waits up to a second for workers still starting.
+    pub fn worker_tids(&self) -> Vec<i32> {
+        let Some(pool) = &self.pool else {
+            return Vec::new();
+        };
+        let want = self.threads - 1;
+        let t0 = Instant::now();
+        loop {
+            let v = pool
+                .shared
+                .worker_tids
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            if v.len() >= want || t0.elapsed() > Duration::from_secs(1) {
+                return v;
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// Runs `f(i)` exactly once for every part `i in 0..nparts`, spread over
@@ -287,6 +312,7 @@ impl Pool {
             caller_sleeping: AtomicBool::new(false),
             done_lock: Mutex::new(()),
             done_cv: Condvar::new(),
+            worker_tids: Mutex::new(Vec::with_capacity(threads - 1)),
         });
         let mut pool = Pool {
             shared,
@@ -381,6 +407,10 @@ impl Drop for Pool {
 
 /// Worker `tid` (its participant index, 1..threads).
 fn worker(s: Arc<Shared>, tid: usize) {
+    s.worker_tids
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(crate::util::sched::gettid());
     let mut seen = 0u64; // last epoch this worker looked at
     loop {
         // Wait for a new epoch: spin for SPIN_TIME, then block.

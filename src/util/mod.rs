@@ -8,13 +8,15 @@
 //! - [`rng`]: SplitMix64, the one seeded generator;
 //! - [`sysmem`]: process memory as `/proc` reports it;
 //! - [`profile`]: the per-op timer behind `run --profile-ops` (off: one atomic load per op);
-//! - [`stats`]: median, percentile and the bootstrap, one definition each.
+//! - [`stats`]: median, percentile and the bootstrap, one definition each;
+//! - [`sched`]: per-thread run-queue wait and process CPU time (what a neighbour did to a run).
 
 pub mod budget;
 pub mod digest;
 pub mod error;
 pub mod profile;
 pub mod rng;
+pub mod sched;
 pub mod stats;
 pub mod sysmem;
 pub mod units;
