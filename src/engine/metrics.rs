@@ -216,7 +216,7 @@ pub struct RunMetrics {
     /// trunk slots; not part of `bytes_read_total` or `device_read_bytes`.
     #[serde(deserialize_with = "lenient_u64")]
     pub warm_fill_bytes: Option<u64>,
-    /// Per decode step, the largest run-queue wait of any compute thread (the thread
+    /// Per decode step, the mean run-queue wait of the compute threads (the thread
     /// driving the forward and the kernel pool's workers), seconds, from
     /// `/proc/self/task/<tid>/schedstat`; empty when unavailable. Time a neighbour (or
     /// one of the run's own threads) held a core the step wanted.
@@ -225,8 +225,8 @@ pub struct RunMetrics {
     /// run waited for a CPU (`None`: unavailable).
     #[serde(deserialize_with = "finite_f64")]
     pub run_queue_wait_fraction: Option<f64>,
-    /// Per decode step, wall time minus that step's largest compute-thread run-queue
-    /// wait, seconds: the step's critical path without CPU contention. Empty when the
+    /// Per decode step, wall time minus that step's mean compute-thread run-queue
+    /// wait, seconds: the step without CPU contention (`engine::step_clock`). Empty when the
     /// waits are unavailable.
     pub uncontended_s_per_token: Vec<f64>,
     /// Median of `uncontended_s_per_token`, seconds.

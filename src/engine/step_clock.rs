@@ -1,14 +1,14 @@
-//! What the scheduler did to each decode step: the largest run-queue wait of any
-//! compute thread during the step, and the process's CPU time over the decode loop.
+//! What the scheduler did to each decode step: the compute threads' mean run-queue
+//! wait during the step, and the process's CPU time over the decode loop.
 //!
-//! Wall time minus that wait is the step's **uncontended time**: the critical path
-//! the step would have taken had no other thread held a core its compute threads
-//! wanted. The largest wait is taken, not the sum, so two threads waiting at the same
-//! time are not subtracted twice. Threads exit before a parent process could read
-//! them, so the run measures this itself.
+//! Wall time minus that wait is the step's **uncontended time**: the time the step
+//! would have taken had no other thread held a core its compute threads wanted. The
+//! mean over the threads is taken ([`crate::util::sched::mean_wait_ns`] says why not
+//! the sum or the largest). Threads exit before a parent process could read them, so
+//! the run measures this itself.
 
 use crate::kernels::Par;
-use crate::util::sched::{gettid, largest_wait_ns, process_cpu_s, ThreadClocks, ThreadTimes};
+use crate::util::sched::{gettid, mean_wait_ns, process_cpu_s, ThreadClocks, ThreadTimes};
 
 /// Per-step scheduler figures of the decode loop (see the module docs).
 #[derive(Debug)]
@@ -17,7 +17,7 @@ pub struct StepClock {
     at_start: Vec<ThreadTimes>,
     now: Vec<ThreadTimes>,
     cpu_start_s: Option<f64>,
-    /// Largest compute-thread run-queue wait of each finished step, seconds
+    /// Mean compute-thread run-queue wait of each finished step, seconds
     /// (empty when the figures are unavailable).
     waits_s: Vec<f64>,
 }
@@ -25,7 +25,7 @@ pub struct StepClock {
 /// What a [`StepClock`] measured over the decode loop.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StepFigures {
-    /// Largest compute-thread run-queue wait per decode step, seconds; `None` when
+    /// Mean compute-thread run-queue wait per decode step, seconds; `None` when
     /// `/proc/self/task/<tid>/schedstat` is unavailable.
     pub run_queue_wait_s: Option<Vec<f64>>,
     /// CPU seconds of the whole process (every thread, IO threads included) from
@@ -63,7 +63,7 @@ impl StepClock {
     pub fn stop(&mut self) {
         if let Some(c) = self.clocks.as_mut() {
             if c.read(&mut self.now) {
-                let ns = largest_wait_ns(&self.at_start, &self.now);
+                let ns = mean_wait_ns(&self.at_start, &self.now);
                 self.waits_s.push(ns as f64 * 1e-9);
             } else {
                 self.clocks = None;

@@ -5,10 +5,20 @@
 //! (the after one while the child still exists, so its own counters can be read) and
 //! [`Noise::between`] turns the two into figures of *other* activity:
 //!
-//! - other processes' CPU time: the busy time of `/proc/stat` (user, nice, system,
-//!   irq, softirq) minus the run's own (`/proc/<pid>/stat` utime + stime, all its
-//!   threads) and the measuring process's own (`/proc/self/stat`). Not the load
-//!   average, which counts the run's own IO threads waiting on the disk;
+//! - other processes' CPU time, counted from their own `/proc/<pid>/stat`: the sum
+//!   over every user-space process of `utime + stime + cutime + cstime` (a child's
+//!   time moves into its parent's `cutime` when it is reaped, so the sum does not drop
+//!   when a build's compiler processes come and go), kernel threads skipped (their
+//!   work — irqs, the run's own IO completions — is not a neighbour), the run's
+//!   process tree and the measuring process left out. Where the process table cannot
+//!   be read, the busy time of `/proc/stat` minus the run's and the measuring
+//!   process's own. Both count in clock ticks, so a minimum absolute amount
+//!   ([`Thresholds::other_cpu_min_s`]) keeps one stray tick from marking a short run.
+//!   Not the load average, which counts the run's own IO threads waiting on the disk;
+//! - what the run suffered, measured by the run itself where the engine reports it:
+//!   the share of its decode time its compute threads waited on the run queue
+//!   (`run_queue_wait_fraction` of `--metrics-json`, ns resolution; see
+//!   `engine::step_clock`);
 //! - CPU steal (`steal` of `/proc/stat`): time the hypervisor gave to someone else;
 //! - pressure stall time (`/proc/pressure/{cpu,io}` "some" totals) where the kernel
 //!   has PSI — reported, not thresholded by default, because a streaming run stalls on
@@ -43,6 +53,8 @@ pub struct Snapshot {
     pub cpu: CpuTicks,
     /// The measured process's utime + stime, ticks (`None`: not given or gone).
     pub run_ticks: Option<u64>,
+    /// The measured process's pid, when given.
+    pub run_pid: Option<u32>,
     /// The measuring process's own utime + stime, ticks.
     pub self_ticks: u64,
     /// `/proc/pressure/cpu` and `/proc/pressure/io` "some" totals, µs (`None`: no PSI).
@@ -53,6 +65,26 @@ pub struct Snapshot {
     pub run_read_bytes: Option<u64>,
     /// The measuring process's own `read_bytes`.
     pub self_read_bytes: u64,
+    /// Every process of the table (`None`: `/proc/<pid>/stat` files unreadable).
+    pub procs: Option<Vec<ProcEntry>>,
+    /// The measuring process's pid, as the `self` link of the process table names it.
+    pub self_pid: Option<u32>,
+}
+
+/// One process of the table, from `/proc/<pid>/stat`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcEntry {
+    /// Process id.
+    pub pid: u32,
+    /// Parent's pid.
+    pub ppid: u32,
+    /// Process group.
+    pub pgrp: u32,
+    /// `utime + stime + cutime + cstime`, clock ticks: its own CPU time and that of its
+    /// reaped children.
+    pub ticks: u64,
+    /// A kernel thread (`PF_KTHREAD` in its flags).
+    pub kthread: bool,
 }
 
 /// Where the sentinel reads from: `/proc` on a real machine, a directory laid out like
@@ -108,11 +140,18 @@ impl Sentinel {
         let device_read_bytes = self
             .device
             .and_then(|d| read("diskstats").and_then(|s| parse_disk_read_bytes(&s, d)));
+        let procs = read_proc_table(&self.root);
+        let self_pid = std::fs::read_link(self.root.join("self"))
+            .ok()
+            .and_then(|l| l.to_str().and_then(|s| s.parse().ok()));
         let pid = pid.map(|p| p.to_string());
         Snapshot {
+            procs,
+            self_pid,
             at_s,
             cpu,
             run_ticks: pid.as_deref().and_then(proc_ticks),
+            run_pid: pid.as_deref().and_then(|p| p.parse().ok()),
             self_ticks: proc_ticks("self").unwrap_or(0),
             psi_some_us: psi,
             device_read_bytes,
@@ -127,6 +166,71 @@ impl Sentinel {
     }
 }
 
+/// Every `/proc/<pid>/stat` under `root` (processes that vanish while being read are
+/// skipped); `None` when the directory cannot be listed or holds no process.
+fn read_proc_table(root: &Path) -> Option<Vec<ProcEntry>> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(root).ok()?.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Some(p) = std::fs::read_to_string(e.path().join("stat"))
+            .ok()
+            .and_then(|s| parse_proc_entry(pid, &s))
+        {
+            v.push(p);
+        }
+    }
+    (!v.is_empty()).then_some(v)
+}
+
+/// The kernel's `PF_KTHREAD` process flag.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// ppid (field 4), pgrp (5), flags (9), utime..cstime (14–17) of a `/proc/<pid>/stat`.
+fn parse_proc_entry(pid: u32, stat: &str) -> Option<ProcEntry> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After ")": field n is f[n - 3].
+    let num = |n: usize| f.get(n - 3).and_then(|x| x.parse::<u64>().ok());
+    let flags = num(9)?;
+    Some(ProcEntry {
+        pid,
+        ppid: num(4)? as u32,
+        pgrp: num(5)? as u32,
+        ticks: num(14)? + num(15)? + num(16)? + num(17)?,
+        kthread: flags & PF_KTHREAD != 0 || pid == 2 || num(4)? == 2,
+    })
+}
+
+/// Σ ticks of the user-space processes of `t`, leaving out `skip_pid` and, when
+/// `run` is given, the run's process group and every descendant of it.
+fn userspace_ticks(t: &[ProcEntry], skip_pid: Option<u32>, run: Option<u32>) -> u64 {
+    let parent: std::collections::HashMap<u32, u32> = t.iter().map(|p| (p.pid, p.ppid)).collect();
+    let in_run = |p: &ProcEntry| {
+        let Some(r) = run else { return false };
+        if p.pid == r || p.pgrp == r {
+            return true;
+        }
+        let mut at = p.ppid;
+        for _ in 0..64 {
+            if at == r {
+                return true;
+            }
+            match parent.get(&at) {
+                Some(&pp) if pp != at && at > 1 => at = pp,
+                _ => return false,
+            }
+        }
+        false
+    };
+    t.iter()
+        .filter(|p| !p.kthread && Some(p.pid) != skip_pid && !in_run(p))
+        .map(|p| p.ticks)
+        .sum()
+}
+
 /// Other activity between two snapshots (see the module docs).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Noise {
@@ -134,6 +238,11 @@ pub struct Noise {
     pub wall_s: f64,
     /// CPU seconds of other processes (never negative).
     pub other_cpu_s: f64,
+    /// Share of the run's decode time its compute threads waited on the run queue,
+    /// as the run measured it (`None`: not reported; set by the caller from the
+    /// run's metrics, see [`Noise::with_run_queue_wait`]).
+    #[serde(default)]
+    pub run_queue_wait_fraction: Option<f64>,
     /// CPU seconds stolen by the hypervisor.
     pub steal_s: f64,
     /// PSI cpu "some" stall seconds (`None`: no PSI).
@@ -157,7 +266,14 @@ impl Noise {
         };
         let own = d(after.self_ticks, before.self_ticks);
         let busy = d(after.cpu.busy, before.cpu.busy);
-        let other = busy.saturating_sub(run + own);
+        let run_pid = after.run_pid;
+        let other = match (&before.procs, &after.procs) {
+            (Some(b), Some(a)) => d(
+                userspace_ticks(a, after.self_pid, run_pid),
+                userspace_ticks(b, before.self_pid, run_pid),
+            ),
+            _ => busy.saturating_sub(run + own),
+        };
         let psi = after
             .psi_some_us
             .zip(before.psi_some_us)
@@ -179,7 +295,14 @@ impl Noise {
             psi_cpu_some_s: psi.map(|p| p.0),
             psi_io_some_s: psi.map(|p| p.1),
             foreign_read_bytes: foreign,
+            run_queue_wait_fraction: None,
         }
+    }
+
+    /// This noise with the run's own run-queue wait share (from its metrics).
+    pub fn with_run_queue_wait(mut self, fraction: Option<f64>) -> Noise {
+        self.run_queue_wait_fraction = fraction.filter(|f| f.is_finite() && *f >= 0.0);
+        self
     }
 
     /// Why this run is noisy under `t` (every threshold it exceeds, `; `-separated), or
@@ -191,10 +314,20 @@ impl Noise {
         }
         let mut why = Vec::new();
         let cores = self.other_cpu_s / self.wall_s;
-        if cores > t.other_cpu_cores {
+        if cores > t.other_cpu_cores && self.other_cpu_s > t.other_cpu_min_s {
             why.push(format!(
                 "other processes used {cores:.2} cores (threshold {})",
                 t.other_cpu_cores
+            ));
+        }
+        if let Some(w) = self
+            .run_queue_wait_fraction
+            .filter(|&w| w > t.run_queue_wait_fraction)
+        {
+            why.push(format!(
+                "the run waited for a CPU {:.0} % of its decode time (threshold {:.0} %)",
+                w * 100.0,
+                t.run_queue_wait_fraction * 100.0
             ));
         }
         let steal = self.steal_s / self.wall_s;
@@ -236,6 +369,14 @@ pub struct Thresholds {
     /// quarter of a core taken from a run that uses every core slows its compute by
     /// that share on a 2-core machine.
     pub other_cpu_cores: f64,
+    /// Other processes' CPU time must also exceed this many seconds, default 0.05
+    /// (five 10 ms ticks): the counters tick in 1/`CLK_TCK` s, and one stray tick on
+    /// a 0.1 s run would otherwise read as a quarter of a core.
+    pub other_cpu_min_s: f64,
+    /// The run's own measure: the share of its decode time its compute threads waited
+    /// on the run queue (`run_queue_wait_fraction`), default 0.10. Not checked when
+    /// the engine does not report it.
+    pub run_queue_wait_fraction: f64,
     /// Average CPU steal during the run, in cores. Default 0.05.
     pub steal_cores: f64,
     /// PSI cpu "some" stall share of the run's wall time (`None`: not checked, the
@@ -249,6 +390,8 @@ impl Default for Thresholds {
     fn default() -> Self {
         Thresholds {
             other_cpu_cores: 0.25,
+            other_cpu_min_s: 0.05,
+            run_queue_wait_fraction: 0.10,
             steal_cores: 0.05,
             psi_cpu_some_fraction: None,
             foreign_read_bytes: 16 << 20,
@@ -374,11 +517,26 @@ mod tests {
         .unwrap();
     }
 
+    /// Writes `/proc/PID/stat` of a process with parent `ppid`, group `pgrp`, `flags`
+    /// and `utime stime cutime cstime` = `t`.
+    fn fake_pid(root: &Path, pid: u32, ppid: u32, pgrp: u32, flags: u64, t: [u64; 4]) {
+        std::fs::create_dir_all(root.join(pid.to_string())).unwrap();
+        std::fs::write(
+            root.join(format!("{pid}/stat")),
+            format!(
+                "{pid} (cc1 (x)) R {ppid} {pgrp} {pgrp} 0 -1 {flags} 10 0 0 0 {} {} {} {} 20 0 1 0 100 0 0",
+                t[0], t[1], t[2], t[3]
+            ),
+        )
+        .unwrap();
+    }
+
     #[test]
     fn busy_neighbours_and_foreign_reads_make_a_run_noisy() {
         let root = std::env::temp_dir().join(format!("noise-{}", std::process::id()));
         let s = Sentinel::with_root(&root, Some((254, 0)), 100.0);
         fake_proc(&root, 1000, 10, (50, 10), (3, 1), (1_000_000, 0), 2048, 0);
+        fake_pid(&root, 7, 1, 7, 0, [0, 0, 0, 0]);
         let before = s.snapshot(Some(42), 0.0);
         // 10 s later: the machine was busy 1500 ticks more; the run used 1000 (800 + 200),
         // the sentinel's own process 2, so others used 498 ticks = 4.98 s = 0.498 cores.
@@ -394,6 +552,8 @@ mod tests {
             6144,
             1 << 20,
         );
+        // The neighbour's own counters say the same 498 ticks.
+        fake_pid(&root, 7, 1, 7, 0, [400, 98, 0, 0]);
         let after = s.snapshot(Some(42), 10.0);
         let n = Noise::between(&before, &after, s.ticks_per_s());
         assert_eq!(n.wall_s, 10.0);
@@ -427,8 +587,12 @@ mod tests {
         let root = std::env::temp_dir().join(format!("noise-loops-{}", std::process::id()));
         let s = Sentinel::with_root(&root, None, 100.0);
         fake_proc(&root, 1000, 0, (0, 0), (0, 0), (0, 0), 0, 0);
+        fake_pid(&root, 7, 1, 7, 0, [0, 0, 0, 0]);
+        fake_pid(&root, 8, 1, 8, 0, [0, 0, 0, 0]);
         let before = s.snapshot(Some(42), 0.0);
         fake_proc(&root, 2100, 0, (250, 50), (0, 0), (0, 0), 0, 0);
+        fake_pid(&root, 7, 1, 7, 0, [400, 0, 0, 0]);
+        fake_pid(&root, 8, 1, 8, 0, [400, 0, 0, 0]);
         let after = s.snapshot(Some(42), 4.0);
         let n = Noise::between(&before, &after, s.ticks_per_s());
         assert_eq!(n.other_cpu_s, 8.0, "{n:?}");
@@ -437,6 +601,72 @@ mod tests {
             Some("other processes used 2.00 cores (threshold 0.25)")
         );
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// The process table, by hand: over 2 s a compiler (pid 10, child of make 9) used
+    /// 30 ticks and exited, reaped by make (its 30 + 20 earlier ticks move into make's
+    /// cutime); a new compiler 11 used 40; a kernel thread (flag 0x200000) 500; the
+    /// run's helper 43 (child of 42) 70 and a reparented process in the run's group 44
+    /// 10; the measuring process 99 (the `self` link) 15. Others: 30 + 40 = 70 ticks =
+    /// 0.7 s, while `/proc/stat` minus the run would have counted the kernel thread.
+    #[test]
+    fn other_cpu_comes_from_user_space_processes_own_counters() {
+        let root = std::env::temp_dir().join(format!("noise-table-{}", std::process::id()));
+        let s = Sentinel::with_root(&root, None, 100.0);
+        fake_proc(&root, 1000, 0, (0, 0), (0, 0), (0, 0), 0, 0);
+        std::fs::remove_dir_all(root.join("self")).unwrap();
+        std::os::unix::fs::symlink("99", root.join("self")).unwrap();
+        fake_pid(&root, 9, 1, 9, 0, [100, 0, 0, 0]);
+        fake_pid(&root, 10, 9, 9, 0, [20, 0, 0, 0]);
+        fake_pid(&root, 3, 2, 0, 0x0020_0040, [0, 0, 0, 0]);
+        fake_pid(&root, 99, 1, 99, 0, [5, 0, 0, 0]);
+        let before = s.snapshot(Some(42), 0.0);
+        std::fs::remove_dir_all(root.join("10")).unwrap();
+        fake_pid(&root, 9, 1, 9, 0, [100, 0, 50, 0]);
+        fake_pid(&root, 11, 9, 9, 0, [30, 10, 0, 0]);
+        fake_pid(&root, 3, 2, 0, 0x0020_0040, [0, 500, 0, 0]);
+        fake_pid(&root, 43, 42, 42, 0, [60, 10, 0, 0]);
+        fake_pid(&root, 44, 1, 42, 0, [10, 0, 0, 0]);
+        fake_pid(&root, 99, 1, 99, 0, [20, 0, 0, 0]);
+        let after = s.snapshot(Some(42), 2.0);
+        let n = Noise::between(&before, &after, 100.0);
+        assert!((n.other_cpu_s - 0.7).abs() < 1e-12, "{n:?}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// One stray 10 ms tick on a 0.1 s run is 0.1 cores' worth of a neighbour but
+    /// below the 0.05 s minimum; three ticks (0.3 cores) are above the cores threshold
+    /// but still below the minimum; six are noisy.
+    #[test]
+    fn a_stray_tick_never_marks_a_short_run() {
+        let n = |ticks: f64| Noise {
+            wall_s: 0.1,
+            other_cpu_s: ticks * 0.01,
+            ..Noise::default()
+        };
+        let t = Thresholds::default();
+        assert_eq!(n(1.0).noisy(&t), None);
+        assert_eq!(n(3.0).noisy(&t), None);
+        assert_eq!(
+            n(6.0).noisy(&t).as_deref(),
+            Some("other processes used 0.60 cores (threshold 0.25)")
+        );
+    }
+
+    #[test]
+    fn the_runs_own_wait_is_thresholded_only_when_reported() {
+        let t = Thresholds::default();
+        let n = Noise {
+            wall_s: 2.0,
+            ..Noise::default()
+        };
+        assert_eq!(n.noisy(&t), None);
+        assert_eq!(n.with_run_queue_wait(Some(0.04)).noisy(&t), None);
+        assert_eq!(
+            n.with_run_queue_wait(Some(0.25)).noisy(&t).as_deref(),
+            Some("the run waited for a CPU 25 % of its decode time (threshold 10 %)")
+        );
+        assert_eq!(n.with_run_queue_wait(Some(f64::NAN)).run_queue_wait_fraction, None);
     }
 
     #[test]

@@ -361,6 +361,12 @@ pub const COLUMNS: &[&str] = &[
     "itl_p90_s",
     "requests_output_ids",
     "requests_prompt_index",
+    // RunMetrics fields of what the scheduler did to the run (appended).
+    "decode_run_queue_wait_s",
+    "run_queue_wait_fraction",
+    "uncontended_s_per_token",
+    "uncontended_s_per_token_median",
+    "cpu_s_per_token",
 ];
 
 impl Row {

@@ -431,6 +431,10 @@ impl RunEnv<'_> {
             RunStatus::Failed
         };
         row.fill_memory(&o.mem, slack);
-        row.fill_noise(&o.noise, &spec.noise);
+        // What the run measured it suffered counts with what the sentinel saw around it.
+        let noise = o
+            .noise
+            .with_run_queue_wait(row.metrics.run_queue_wait_fraction);
+        row.fill_noise(&noise, &spec.noise);
     }
 }

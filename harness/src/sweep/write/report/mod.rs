@@ -705,9 +705,12 @@ fn noise_md(s: &mut String, c: &Sections) {
     let _ = writeln!(
         s,
         "## Noise\n\nAround every run the harness measured what the rest of the machine did (docs/steady-state.md): other processes' CPU time, CPU steal, \
-         pressure stalls and reads on the model's disk not made by the run (columns `noise_*` of results.csv). A run is noisy above {} cores of other CPU use, \
+         pressure stalls and reads on the model's disk not made by the run (columns `noise_*` of results.csv); memdial runs also measure how long their \
+         compute threads waited for a CPU (`run_queue_wait_fraction`). A run is noisy above {} cores (and {} s) of other CPU use, a {:.0} % wait for a CPU, \
          {} cores of steal{} or {} of foreign reads (`[noise]` in the spec). {} of {} measured runs were noisy.\n",
         t.other_cpu_cores,
+        t.other_cpu_min_s,
+        t.run_queue_wait_fraction * 100.0,
         t.steal_cores,
         t.psi_cpu_some_fraction
             .map(|f| format!(", {:.0} % CPU pressure", f * 100.0))
