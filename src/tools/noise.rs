@@ -666,7 +666,11 @@ mod tests {
             n.with_run_queue_wait(Some(0.25)).noisy(&t).as_deref(),
             Some("the run waited for a CPU 25 % of its decode time (threshold 10 %)")
         );
-        assert_eq!(n.with_run_queue_wait(Some(f64::NAN)).run_queue_wait_fraction, None);
+        assert_eq!(
+            n.with_run_queue_wait(Some(f64::NAN))
+                .run_queue_wait_fraction,
+            None
+        );
     }
 
     #[test]

@@ -138,10 +138,25 @@ pub struct BottomLine {
     pub needs_quiet: bool,
     /// Measured runs of the recommendation's points marked `noisy` and left out.
     pub noisy_runs: usize,
+    /// What the answer rests on: the quiet runs' wall times, or — when those do not
+    /// decide — every run's uncontended times ([`super::uncontended`]).
+    pub decided_on: DecidedOn,
     /// The spec's `repeats = "auto"` settings, when it has them (set by the report:
     /// the hint then names `max_repeats`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto: Option<AutoRepeats>,
+}
+
+/// The measure a bottom line was decided on (`recommendation.bottom_line.decided_on`).
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DecidedOn {
+    /// Decode wall times of the quiet runs.
+    #[default]
+    Wall,
+    /// Uncontended decode times (wall minus the compute threads' run-queue wait) of
+    /// every run not disturbed by what they do not correct.
+    Uncontended,
 }
 
 impl BottomLine {
@@ -273,6 +288,7 @@ pub fn decide(
         runs_to_decide,
         needs_quiet,
         noisy_runs,
+        decided_on: DecidedOn::Wall,
         auto: None,
     }
 }
@@ -539,8 +555,15 @@ pub fn markdown(
                 within_noise_text(&bl.within_noise, label)
             ),
         };
+        let basis = match bl.decided_on {
+            DecidedOn::Wall => "",
+            DecidedOn::Uncontended => {
+                " — decided on **uncontended** times (each step's wall time minus its compute threads' wait for a CPU), \
+                 since the quiet runs' wall times did not decide; the s/token quoted are uncontended"
+            }
+        };
         format!(
-            "**Bottom line:** the smallest budget that decodes within 10 % of the fastest point{start} is {answer}; {fastest}; {within}.\n\n"
+            "**Bottom line:** the smallest budget that decodes within 10 % of the fastest point{start} is {answer}; {fastest}; {within}{basis}.\n\n"
         )
     } else {
         format!(

@@ -13,6 +13,7 @@
 //! - [`pick`]: a point as the recommendation names it;
 //! - [`compare`]: IO modes and prefetch policies at the same budget;
 //! - [`layouts`]: the lossless layout against safetensors at the same point;
+//! - [`uncontended`]: runs' uncontended times, the bottom line's second-best evidence;
 //! - [`versus`]: two sweeps point by point (`memdial compare A B`).
 
 pub mod anomaly;
@@ -26,5 +27,6 @@ pub mod pick;
 pub mod recommend;
 pub mod repeats;
 pub mod stats;
+pub mod uncontended;
 pub mod verdict;
 pub mod versus;

@@ -180,6 +180,9 @@ impl SweepVerdict {
         });
         let runs = point_runs(rows);
         let mut recommendation = recommend_steady(&reference_stats(stats, meta), &runs);
+        if let Some(u) = decide_uncontended(&recommendation, rows, meta) {
+            recommendation = u;
+        }
         if let Some(bl) = recommendation.bottom_line.as_mut() {
             bl.auto = meta.repeats_auto;
         }
@@ -391,6 +394,24 @@ pub fn write_all(
 
 /// The reference engine's points (all points of a memdial-only sweep): what the
 /// budget recommendation is about.
+/// The recommendation decided on uncontended times ([`crate::sweep::analysis::uncontended`]),
+/// when the wall-time one `wall` is not clear and the uncontended one is; `None`
+/// otherwise (the wall-time answer stands, decided or not).
+fn decide_uncontended(wall: &Recommendation, rows: &[Row], meta: &Meta) -> Option<Recommendation> {
+    use crate::sweep::analysis::bottom_line::DecidedOn;
+    if wall.bottom_line.as_ref().is_some_and(|b| b.clear()) {
+        return None;
+    }
+    let urows = crate::sweep::analysis::uncontended::rows(rows, &meta.noise.unwrap_or_default())?;
+    let ustats = crate::sweep::analysis::stats::per_point(&urows);
+    let mut u = recommend_steady(&reference_stats(&ustats, meta), &point_runs(&urows));
+    let bl = u.bottom_line.as_mut().filter(|b| b.clear())?;
+    bl.decided_on = DecidedOn::Uncontended;
+    // The counts keep their meaning: runs the wall-time answer left out as noisy.
+    bl.noisy_runs = wall.bottom_line.as_ref().map_or(0, |b| b.noisy_runs);
+    Some(u)
+}
+
 fn reference_stats(stats: &[PointStats], meta: &Meta) -> Vec<PointStats> {
     match meta.engines.iter().find(|e| e.reference) {
         None => stats.to_vec(),
