@@ -109,6 +109,58 @@ mod tests {
         assert_eq!(uncontended_s(&[0.01], &[]), None);
     }
 
+    /// Pins the calling thread to CPU `cpu`; false where affinity cannot be set.
+    fn pin(cpu: usize) -> bool {
+        // SAFETY: a zeroed cpu_set_t is the empty set; the calls only read it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+        }
+    }
+
+    /// A busy thread pinned to the same CPU as a 1-thread run: the two share the core,
+    /// so the run's steps wait on the run queue for a large share of their time, and
+    /// the clock sees it. The mechanism, not a speed: the share is bounded below only
+    /// (a fair scheduler gives each about half; a loaded CI machine may give less).
+    #[test]
+    fn a_busy_thread_on_the_same_core_shows_as_run_queue_wait() {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s2 = stop.clone();
+        let pinned = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let p2 = pinned.clone();
+        let busy = std::thread::spawn(move || {
+            p2.store(pin(0), std::sync::atomic::Ordering::SeqCst);
+            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let ok = pin(0) && pinned.load(std::sync::atomic::Ordering::SeqCst);
+        let par = Par::new(1);
+        let mut c = StepClock::new(&par);
+        let mut wall = 0.0;
+        for _ in 0..10 {
+            c.start();
+            let t = std::time::Instant::now();
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < std::time::Duration::from_millis(20) {
+                std::hint::black_box(0u64);
+            }
+            wall += t.elapsed().as_secs_f64();
+            c.stop();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        busy.join().unwrap();
+        let f = c.finish();
+        let (true, Some(w)) = (ok, f.run_queue_wait_s) else {
+            eprintln!("no CPU affinity or no schedstat here: skipped");
+            return;
+        };
+        let share = w.iter().sum::<f64>() / wall;
+        assert!(share > 0.2, "waited {share:.3} of {wall:.3} s");
+    }
+
     #[test]
     fn a_step_clock_over_a_pool_measures_every_step() {
         let par = Par::new(2);
