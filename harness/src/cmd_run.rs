@@ -650,35 +650,41 @@ impl RunFacts<'_> {
             ..Default::default()
         };
         rm.set_sched(&out.decode_s, &out.sched);
-        // The kernel's schedstat and CPU clock measured these, where present.
-        let sched_keys = [
-            "decode_run_queue_wait_s",
-            "run_queue_wait_fraction",
-            "uncontended_s_per_token",
-            "uncontended_s_per_token_median",
-        ];
-        if !rm.decode_run_queue_wait_s.is_empty() {
-            for k in sched_keys {
-                rm.metric_sources.insert(k.into(), Source::Os);
-            }
-        }
-        if rm.cpu_s_per_token.is_some() {
-            rm.metric_sources
-                .insert("cpu_s_per_token".into(), Source::Os);
-        }
-        for k in [
-            "peak_rss_bytes",
-            "peak_rss_anon_bytes",
-            "rss_file_bytes",
-            "rss_anon_bytes",
-            "page_cache_resident_bytes_end",
-            "device_read_bytes",
-            "device_read_bytes_per_token",
-        ] {
-            rm.metric_sources.insert(k.into(), Source::Os);
-        }
+        mark_os_sources(&mut rm);
         rm.fill_sources(Source::Engine);
         rm
+    }
+}
+
+/// Marks the figures the kernel measured (memory, device reads, the scheduler's
+/// figures where present) as `Source::Os`.
+fn mark_os_sources(rm: &mut RunMetrics) {
+    // The kernel's schedstat and CPU clock measured these, where present.
+    let sched_keys = [
+        "decode_run_queue_wait_s",
+        "run_queue_wait_fraction",
+        "uncontended_s_per_token",
+        "uncontended_s_per_token_median",
+    ];
+    if !rm.decode_run_queue_wait_s.is_empty() {
+        for k in sched_keys {
+            rm.metric_sources.insert(k.into(), Source::Os);
+        }
+    }
+    if rm.cpu_s_per_token.is_some() {
+        rm.metric_sources
+            .insert("cpu_s_per_token".into(), Source::Os);
+    }
+    for k in [
+        "peak_rss_bytes",
+        "peak_rss_anon_bytes",
+        "rss_file_bytes",
+        "rss_anon_bytes",
+        "page_cache_resident_bytes_end",
+        "device_read_bytes",
+        "device_read_bytes_per_token",
+    ] {
+        rm.metric_sources.insert(k.into(), Source::Os);
     }
 }
 

@@ -98,6 +98,7 @@ engines = ["memdial", "mlx-lm"]
 # What the sweep writes is checked here, on a busy machine too: no run is noisy.
 [noise]
 other_cpu_cores = 1024.0
+run_queue_wait_fraction = 1024.0
 steal_cores = 1024.0
 foreign_read_bytes = 1125899906842624
 "#
@@ -559,6 +560,7 @@ engines = ["llama.cpp"]
 floor_search = { max_run_s = 30, resolution = "4MiB", lowest = "1MiB" }
 [noise]
 other_cpu_cores = 1024.0
+run_queue_wait_fraction = 1024.0
 steal_cores = 1024.0
 foreign_read_bytes = 1125899906842624
 "#;
@@ -708,6 +710,7 @@ budget = "flag"
 {declared}
 [noise]
 other_cpu_cores = 1024.0
+run_queue_wait_fraction = 1024.0
 steal_cores = 1024.0
 foreign_read_bytes = 1125899906842624
 "#,
@@ -775,6 +778,7 @@ output = "text"
 budget = "flag"
 [noise]
 other_cpu_cores = 1024.0
+run_queue_wait_fraction = 1024.0
 steal_cores = 1024.0
 foreign_read_bytes = 1125899906842624
 "#
@@ -877,6 +881,7 @@ budget = "cgroup"
 floor_search = { max_run_s = 20, resolution = "4MiB", lowest = "1MiB", highest = "256MiB" }
 [noise]
 other_cpu_cores = 1024.0
+run_queue_wait_fraction = 1024.0
 steal_cores = 1024.0
 foreign_read_bytes = 1125899906842624
 "#;

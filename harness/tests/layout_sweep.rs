@@ -26,6 +26,7 @@ layout = ["safetensors", "lossless"]
 # What the sweep writes is checked here, on whatever machine runs it: no run is noisy.
 [noise]
 other_cpu_cores = 1024.0
+run_queue_wait_fraction = 1024.0
 steal_cores = 1024.0
 foreign_read_bytes = 1125899906842624
 "#;
@@ -152,8 +153,9 @@ fn both_layouts_run_at_equal_budgets_with_identical_ids() {
             ",lossless_decoded_bytes_per_token,lossless_decode_s_per_token,n_prompt,n_gen,avg_ts,\
              stddev_ts,load_mode,planned_floor_for,output_kind,predicted_s_per_token,\
              predicted_bytes_read_per_token,prediction_error,aggregate_tokens_per_s,ttft_p50_s,\
-             ttft_p90_s,itl_p50_s,itl_p90_s,requests_output_ids,requests_prompt_index,start,layout,\
-             concurrency"
+             ttft_p90_s,itl_p50_s,itl_p90_s,requests_output_ids,requests_prompt_index,\
+             decode_run_queue_wait_s,run_queue_wait_fraction,uncontended_s_per_token,\
+             uncontended_s_per_token_median,cpu_s_per_token,start,layout,concurrency"
         ),
         "{header}"
     );

@@ -30,6 +30,7 @@ repeats = 2
 # CI runner is busy): no run is noisy here. The sentinel's own test has a fake /proc.
 [noise]
 other_cpu_cores = 1024.0
+run_queue_wait_fraction = 1024.0
 steal_cores = 1024.0
 foreign_read_bytes = 1125899906842624
 "#;
@@ -858,7 +859,10 @@ fn noisy_runs_are_said_and_decide_nothing_and_warm_starts_fill_apart() {
     let spec = SPEC
         .replace("repeats = 2", "repeats = 1")
         .replace("[noise]", "start = [\"warm\", \"cold\"]\n[noise]")
-        .replace("other_cpu_cores = 1024.0", "other_cpu_cores = -1.0");
+        .replace(
+            "other_cpu_cores = 1024.0",
+            "other_cpu_cores = -1.0\nother_cpu_min_s = -1.0",
+        );
     let o = sweep(&spec_file("noisy.toml", &spec), &out, &["--check"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let line = String::from_utf8_lossy(&o.stdout).trim().to_string();

@@ -68,6 +68,7 @@ device_gbps = 1.0
 compute_s_per_token = 0.01
 [noise]
 other_cpu_cores = 1024.0
+run_queue_wait_fraction = 1024.0
 steal_cores = 1024.0
 foreign_read_bytes = 1125899906842624
 "#,
