@@ -118,7 +118,9 @@ pub fn anomalies(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Vec<
             .zip(runs.get(&q.point_index))
             .and_then(|(a, b)| ratio(a, b, ((p.point_index as u64) << 32) | q.point_index as u64));
         let significant = r.as_ref().and_then(|r| r.significant);
-        if significant == Some(false) {
+        // Only where the intervals say it: a 1.00–1.01× lead of a smaller budget, or
+        // one that could not be tested, is no anomaly.
+        if significant != Some(true) {
             continue;
         }
         out.push(Anomaly {
@@ -278,10 +280,7 @@ mod tests {
         let runs: BTreeMap<usize, Vec<Run>> =
             [(0, mixed.clone()), (1, mixed), (2, vec![vec![0.5; 3]; 3])].into();
         assert!(anomalies(&s, &runs).is_empty());
-        // Without runs to test it, a larger median is reported, and said so.
-        let a = anomalies(&s[..2], &BTreeMap::new());
-        assert_eq!(a.len(), 1);
-        assert_eq!(a[0].significant, None);
-        assert!(a[0].describe("a").contains("insufficient repeats"));
+        // Without runs to test it, a larger median is no anomaly either.
+        assert!(anomalies(&s[..2], &BTreeMap::new()).is_empty());
     }
 }

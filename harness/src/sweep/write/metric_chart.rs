@@ -343,7 +343,12 @@ fn legend_marks<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, marks: &[&Anomaly
         chart
             .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
             .map_err(pe)?
-            .label(format!("  {why}: {}", named.join(", ")))
+            .label(match why.as_str() {
+                // Only the ringed points are named: say so, so it does not read as
+                // the list of every noisy run.
+                "noisy runs" => format!("  ringed, some runs noisy: {}", named.join(", ")),
+                _ => format!("  {why}: {}", named.join(", ")),
+            })
             .legend(|(x, y)| PathElement::new(vec![(x, y)], WHITE.mix(0.0)));
     }
     Ok(())
