@@ -74,9 +74,11 @@ pub struct Recommendation {
     /// The cold-start figures of the recommended point, when the sweep has warm and
     /// cold points.
     pub cold_beside: Option<ColdBeside>,
-    /// Measured runs of every point considered that were marked `noisy`.
+    /// Measured runs of every point considered (the `start` recommended from) that
+    /// were marked `noisy`.
     pub noisy_runs: usize,
-    /// Measured finished runs of every point considered (quiet and noisy).
+    /// Measured finished runs of every point considered (the `start` recommended
+    /// from; quiet and noisy).
     pub finished_runs: usize,
     /// Some point has finished runs but none has a decode time: every run generated
     /// one token (s/token needs two; the first is the time to first token).
@@ -342,9 +344,9 @@ pub fn recommend_steady(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) 
     }
     let (warm, cold): (Vec<PointStats>, Vec<PointStats>) =
         stats.iter().cloned().partition(|p| p.start == "warm");
+    // `noisy_runs` and `finished_runs` both count the warm runs recommended from;
+    // verdict.json's top-level `noisy_runs` / `measured_runs` count every run.
     let mut r = recommend(&warm, runs);
-    // The cold runs' noise counts too: the report says how many runs were left out.
-    r.noisy_runs = stats.iter().map(|p| p.noisy).sum();
     r.cold_beside = r.overall_knee.as_ref().and_then(|(_, k)| {
         let w = warm.iter().find(|p| p.point_index == k.point_index)?;
         let c = cold.iter().find(|c| {
