@@ -86,6 +86,10 @@ pub struct Recommendation {
     /// The point with the lowest median time to first token (quiet points first),
     /// with its IO mode: what a sweep without decode times can still say.
     pub fastest_ttft: Option<(String, TtftPick)>,
+    /// When the wall times did not decide and the uncontended times were tried and
+    /// did not decide either: why, in words (`None`: not tried, or they decided).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uncontended_undecided: Option<String>,
 }
 
 /// A point's time to first token.
@@ -255,6 +259,7 @@ pub fn recommend(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Reco
         first_token_only: stats.iter().any(|p| p.n > 0)
             && stats.iter().all(|p| p.n == 0 || p.s_per_token.is_none()),
         fastest_ttft: fastest_ttft(stats),
+        uncontended_undecided: None,
     }
 }
 
@@ -425,8 +430,18 @@ impl Recommendation {
     pub fn markdown(&self, label: &dyn Fn(&str, u64) -> String) -> String {
         use std::fmt::Write as _;
         let mut s = String::from("## Recommendation\n\n");
+        let tried = self
+            .uncontended_undecided
+            .as_ref()
+            .map(|w| {
+                format!(
+                    "Uncontended times (CPU contention taken out) did not decide either: {w}.\n\n"
+                )
+            })
+            .unwrap_or_default();
         if self.modes.iter().all(|m| m.best.is_none()) {
             s += &self.no_answer(label);
+            s += &tried;
             return s;
         }
         s += &super::bottom_line::markdown(
@@ -436,6 +451,7 @@ impl Recommendation {
             self.cold_beside.as_ref(),
             label,
         );
+        s += &tried;
         let _ = writeln!(
             s,
             "| IO mode | knee (smallest budget within 10 % of its best) | best | Pareto frontier (budget → s/token) |\n|---|---|---|---|"
