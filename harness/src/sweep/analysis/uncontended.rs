@@ -77,6 +77,40 @@ mod tests {
         r
     }
 
+    /// Two points, three runs each, every run noisy for a neighbour's CPU: the wall
+    /// times give no answer; the uncontended ones (1.0 s at budget 100, 0.5 s at
+    /// 200, every token) decide 200 clearly — the ratio 2 is far above 1.10 and the
+    /// interval of constant runs has no width.
+    #[test]
+    fn all_cpu_noisy_runs_decide_on_their_uncontended_times() {
+        use crate::sweep::analysis::recommend::recommend_steady;
+        use crate::sweep::analysis::stats::{per_point, point_runs};
+        let mut all = vec![];
+        for (i, (bytes, unc)) in [(100u64, 1.0), (200, 0.5)].into_iter().enumerate() {
+            for rep in 0..3 {
+                let mut r = row(Some("other processes used 1.00 cores"), 0, vec![unc; 4]);
+                r.point_index = i;
+                r.repeat = rep;
+                r.budget_spec = format!("b{bytes}");
+                r.budget_bytes = bytes;
+                r.threads = 2;
+                r.metrics.decode_s_per_token = vec![unc * 3.0; 4];
+                r.metrics.decode_s_per_token_median = Some(unc * 3.0);
+                all.push(r);
+            }
+        }
+        let wall = recommend_steady(&per_point(&all), &point_runs(&all));
+        assert!(
+            wall.bottom_line.as_ref().is_none_or(|b| !b.clear()),
+            "{wall:?}"
+        );
+        let u = rows(&all, &Thresholds::default()).unwrap();
+        let rec = recommend_steady(&per_point(&u), &point_runs(&u));
+        let bl = rec.bottom_line.as_ref().unwrap();
+        assert!(bl.clear(), "{bl:?}");
+        assert_eq!(bl.group[0].1.point_index, 1);
+    }
+
     #[test]
     fn cpu_noise_is_corrected_disk_noise_is_not() {
         let t = Thresholds::default();
