@@ -13,7 +13,7 @@
 //! - [`pick`]: a point as the recommendation names it;
 //! - [`compare`]: IO modes and prefetch policies at the same budget;
 //! - [`layouts`]: the lossless layout against safetensors at the same point;
-//! - [`uncontended`]: runs' uncontended times, the bottom line's second-best evidence;
+//! - [`uncontended`]: runs' uncontended times and the bottom line decided on them when the wall times do not decide;
 //! - [`versus`]: two sweeps point by point (`memdial compare A B`).
 
 pub mod anomaly;

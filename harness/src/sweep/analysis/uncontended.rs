@@ -12,13 +12,16 @@
 
 use memdial::tools::noise::{Noise, Thresholds};
 
+use super::bottom_line::DecidedOn;
+use super::recommend::{recommend_steady, Recommendation};
+use super::stats::{per_point, point_runs, PointStats};
 use crate::sweep::record::row::Row;
 
 /// The rows with every memdial run's decode times replaced by its uncontended ones and
 /// its `noisy` mark recomputed without the CPU-contention figures; rows without
 /// uncontended figures (other engines, older sweeps) are kept as they are. `None` when
 /// no measured row has uncontended figures (nothing to decide on).
-pub fn rows(rows: &[Row], t: &Thresholds) -> Option<Vec<Row>> {
+pub fn rows_of(rows: &[Row], t: &Thresholds) -> Option<Vec<Row>> {
     let has = |r: &Row| r.is_measured_ok() && !r.metrics.uncontended_s_per_token.is_empty();
     if !rows.iter().any(has) {
         return None;
@@ -36,6 +39,60 @@ pub fn rows(rows: &[Row], t: &Thresholds) -> Option<Vec<Row>> {
             })
             .collect(),
     )
+}
+
+/// The recommendation decided on uncontended times (`reference` picks the points
+/// recommended from, as for the wall times),
+/// when the wall-time one `wall` is not clear and the uncontended one is (`Ok(Some)`);
+/// `Ok(None)` when the wall-time answer is clear or no run has uncontended figures;
+/// `Err(why)` when they were tried and did not decide either.
+pub fn decide(
+    wall: &Recommendation,
+    rows: &[Row],
+    t: &Thresholds,
+    reference: &dyn Fn(&[PointStats]) -> Vec<PointStats>,
+) -> Result<Option<Recommendation>, String> {
+    if wall.bottom_line.as_ref().is_some_and(|b| b.clear()) {
+        return Ok(None);
+    }
+    let Some(urows) = rows_of(rows, t) else {
+        return Ok(None);
+    };
+    let ustats = per_point(&urows);
+    let mut u = recommend_steady(&reference(&ustats), &point_runs(&urows));
+    match u.bottom_line.as_mut().filter(|b| b.clear()) {
+        Some(bl) => {
+            bl.decided_on = DecidedOn::Uncontended;
+            // The counts keep their meaning: runs the wall-time answer left out as noisy.
+            bl.noisy_runs = wall.bottom_line.as_ref().map_or(0, |b| b.noisy_runs);
+            Ok(Some(u))
+        }
+        None => {
+            let measured: Vec<&Row> = urows.iter().filter(|r| r.is_measured_ok()).collect();
+            let still: Vec<&&Row> = measured.iter().filter(|r| r.noisy.is_some()).collect();
+            let count = |what: &str| {
+                still
+                    .iter()
+                    .filter(|r| r.noisy.as_deref().is_some_and(|n| n.contains(what)))
+                    .count()
+            };
+            let mut why = format!(
+                "{} of {} measured runs stay out, disturbed by what they do not correct",
+                still.len(),
+                measured.len()
+            );
+            let (disk, steal) = (count("read from the model's disk"), count("CPU steal"));
+            if disk + steal > 0 {
+                why += &format!(
+                    " ({disk} by other processes' reads on the model's disk, {steal} by CPU steal)"
+                );
+            }
+            if let Some(bl) = &u.bottom_line {
+                why += &format!("; {}", bl.undecided.join("; "));
+            }
+            Err(why)
+        }
+    }
 }
 
 /// Why `r` is noisy on what the uncontended time does not correct (steal, foreign
@@ -83,8 +140,6 @@ mod tests {
     /// interval of constant runs has no width.
     #[test]
     fn all_cpu_noisy_runs_decide_on_their_uncontended_times() {
-        use crate::sweep::analysis::recommend::recommend_steady;
-        use crate::sweep::analysis::stats::{per_point, point_runs};
         let mut all = vec![];
         for (i, (bytes, unc)) in [(100u64, 1.0), (200, 0.5)].into_iter().enumerate() {
             for rep in 0..3 {
@@ -104,7 +159,7 @@ mod tests {
             wall.bottom_line.as_ref().is_none_or(|b| !b.clear()),
             "{wall:?}"
         );
-        let u = rows(&all, &Thresholds::default()).unwrap();
+        let u = rows_of(&all, &Thresholds::default()).unwrap();
         let rec = recommend_steady(&per_point(&u), &point_runs(&u));
         let bl = rec.bottom_line.as_ref().unwrap();
         assert!(bl.clear(), "{bl:?}");
@@ -121,7 +176,7 @@ mod tests {
         );
         let disk = row(Some("64 MiB read …"), 64 << 20, vec![0.1, 0.1]);
         let other_engine = row(Some("other processes used 1.00 cores"), 0, vec![]);
-        let out = rows(&[cpu, disk, other_engine], &t).unwrap();
+        let out = rows_of(&[cpu, disk, other_engine], &t).unwrap();
         assert_eq!(out[0].metrics.decode_s_per_token, vec![0.1, 0.12]);
         assert_eq!(out[0].metrics.decode_s_per_token_median, Some(0.11));
         assert_eq!(out[0].noisy, None);
@@ -133,6 +188,6 @@ mod tests {
         // Without uncontended figures: untouched.
         assert_eq!(out[2].metrics.decode_s_per_token, vec![0.2, 0.4]);
         assert!(out[2].noisy.is_some());
-        assert!(rows(&out[2..], &t).is_none());
+        assert!(rows_of(&out[2..], &t).is_none());
     }
 }

@@ -180,7 +180,9 @@ impl SweepVerdict {
         });
         let runs = point_runs(rows);
         let mut recommendation = recommend_steady(&reference_stats(stats, meta), &runs);
-        match decide_uncontended(&recommendation, rows, meta) {
+        let reference = |st: &[PointStats]| reference_stats(st, meta);
+        let t = meta.noise.unwrap_or_default();
+        match crate::sweep::analysis::uncontended::decide(&recommendation, rows, &t, &reference) {
             Ok(Some(u)) => recommendation = u,
             Ok(None) => {}
             Err(why) => recommendation.uncontended_undecided = Some(why),
@@ -396,60 +398,6 @@ pub fn write_all(
 
 /// The reference engine's points (all points of a memdial-only sweep): what the
 /// budget recommendation is about.
-/// The recommendation decided on uncontended times ([`crate::sweep::analysis::uncontended`]),
-/// when the wall-time one `wall` is not clear and the uncontended one is (`Ok(Some)`);
-/// `Ok(None)` when the wall-time answer is clear or no run has uncontended figures;
-/// `Err(why)` when they were tried and did not decide either.
-fn decide_uncontended(
-    wall: &Recommendation,
-    rows: &[Row],
-    meta: &Meta,
-) -> Result<Option<Recommendation>, String> {
-    use crate::sweep::analysis::bottom_line::DecidedOn;
-    if wall.bottom_line.as_ref().is_some_and(|b| b.clear()) {
-        return Ok(None);
-    }
-    let t = meta.noise.unwrap_or_default();
-    let Some(urows) = crate::sweep::analysis::uncontended::rows(rows, &t) else {
-        return Ok(None);
-    };
-    let ustats = crate::sweep::analysis::stats::per_point(&urows);
-    let mut u = recommend_steady(&reference_stats(&ustats, meta), &point_runs(&urows));
-    match u.bottom_line.as_mut().filter(|b| b.clear()) {
-        Some(bl) => {
-            bl.decided_on = DecidedOn::Uncontended;
-            // The counts keep their meaning: runs the wall-time answer left out as noisy.
-            bl.noisy_runs = wall.bottom_line.as_ref().map_or(0, |b| b.noisy_runs);
-            Ok(Some(u))
-        }
-        None => {
-            let measured: Vec<&Row> = urows.iter().filter(|r| r.is_measured_ok()).collect();
-            let still: Vec<&&Row> = measured.iter().filter(|r| r.noisy.is_some()).collect();
-            let count = |what: &str| {
-                still
-                    .iter()
-                    .filter(|r| r.noisy.as_deref().is_some_and(|n| n.contains(what)))
-                    .count()
-            };
-            let mut why = format!(
-                "{} of {} measured runs stay out, disturbed by what they do not correct",
-                still.len(),
-                measured.len()
-            );
-            let (disk, steal) = (count("read from the model's disk"), count("CPU steal"));
-            if disk + steal > 0 {
-                why += &format!(
-                    " ({disk} by other processes' reads on the model's disk, {steal} by CPU steal)"
-                );
-            }
-            if let Some(bl) = &u.bottom_line {
-                why += &format!("; {}", bl.undecided.join("; "));
-            }
-            Err(why)
-        }
-    }
-}
-
 fn reference_stats(stats: &[PointStats], meta: &Meta) -> Vec<PointStats> {
     match meta.engines.iter().find(|e| e.reference) {
         None => stats.to_vec(),
