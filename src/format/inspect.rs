@@ -321,13 +321,22 @@ pub fn inspect_read(
     Ok((summary, problems))
 }
 
-/// Human-readable layer pattern, e.g. `KKKM KKKM` with D/E suffix per MLP kind.
+/// Human-readable layer pattern, e.g. `Kd Ke Ke Me`: the attention kind (K KDA, M MLA,
+/// gpt-oss S sliding / F full) with a d/e suffix per MLP kind (dense / experts).
 pub fn layer_pattern(cfg: &ModelConfig) -> String {
     cfg.attn_kinds
         .iter()
         .zip(&cfg.mlp_kinds)
-        .map(|(a, m)| {
-            let a = if *a == AttnKind::Kda { "K" } else { "M" };
+        .enumerate()
+        .map(|(i, (a, m))| {
+            let a = match a {
+                AttnKind::Kda => "K",
+                AttnKind::Mla => "M",
+                AttnKind::Gqa => match cfg.gpt_oss.as_ref().and_then(|g| g.window(i)) {
+                    Some(_) => "S",
+                    None => "F",
+                },
+            };
             let m = if *m == MlpKind::Dense { "d" } else { "e" };
             format!("{a}{m}")
         })
