@@ -243,14 +243,14 @@ pub(super) fn parse(root: &Value, eos: Option<Vec<u32>>) -> Result<ModelConfig> 
     }
     let h = raw.num_attention_heads;
     let kv = raw.num_key_value_heads.unwrap_or(h);
-    if h == 0 || kv == 0 || h % kv != 0 {
+    if h == 0 || kv == 0 || !h.is_multiple_of(kv) {
         bail!("num_attention_heads {h} must be a positive multiple of num_key_value_heads {kv}");
     }
     let head_dim = match raw.head_dim {
         Some(d) => d,
         None => raw.hidden_size / h,
     };
-    if head_dim == 0 || head_dim % 2 != 0 {
+    if head_dim == 0 || !head_dim.is_multiple_of(2) {
         bail!("head_dim {head_dim} must be even and > 0 (RoPE rotates half-split pairs)");
     }
     let sliding = match &raw.layer_types {
@@ -365,8 +365,9 @@ pub(super) fn parse(root: &Value, eos: Option<Vec<u32>>) -> Result<ModelConfig> 
 /// experts to [`GptOssExperts::Mxfp4`]. `modules_to_not_convert` must leave the
 /// experts converted (published: attention, router, embedding and `lm_head` stay BF16).
 ///
-/// Errors: another `quant_method`, or `modules_to_not_convert` naming the experts.
-pub(super) fn apply_quantization(g: &mut GptOssConfig, q: &Value) -> Result<()> {
+/// Errors: another `quant_method`, `modules_to_not_convert` naming the experts, or a
+/// `hidden_size` / `intermediate_size` that is not a multiple of the MXFP4 block (32).
+pub(super) fn apply_quantization(g: &mut GptOssConfig, hidden: usize, q: &Value) -> Result<()> {
     let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("");
     if method != "mxfp4" {
         bail!("unsupported quantization_config quant_method {method:?} for gpt_oss (only mxfp4)");
@@ -381,6 +382,14 @@ pub(super) fn apply_quantization(g: &mut GptOssConfig, q: &Value) -> Result<()> 
                 "quantization_config.modules_to_not_convert lists {m:?}: BF16 experts in an \
                  mxfp4 checkpoint are not supported"
             );
+        }
+    }
+    for (key, v) in [
+        ("hidden_size", hidden),
+        ("intermediate_size", g.intermediate_size),
+    ] {
+        if !v.is_multiple_of(32) {
+            bail!("{key} {v} is not a multiple of 32, the MXFP4 block size of the experts");
         }
     }
     g.experts = GptOssExperts::Mxfp4;
@@ -400,6 +409,15 @@ impl GptOssConfig {
     /// (a ring), `None` (every position) for a full one.
     pub fn window(&self, layer: usize) -> Option<usize> {
         self.sliding[layer].then_some(self.sliding_window)
+    }
+    /// Bytes of every layer's f32 key/value cache for `max_context` positions: per
+    /// layer `min(window, max_context)` (sliding) or `max_context` (full) positions of
+    /// `2 · kv_dim · 4` bytes.
+    pub fn kv_cache_bytes(&self, max_context: usize) -> u64 {
+        let per_pos = 2 * self.kv_dim() as u64 * 4;
+        (0..self.sliding.len())
+            .map(|i| self.window(i).unwrap_or(max_context).min(max_context) as u64 * per_pos)
+            .sum()
     }
 }
 

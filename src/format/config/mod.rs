@@ -269,7 +269,7 @@ impl ModelConfig {
             return Ok(());
         };
         if let Some(g) = self.gpt_oss.as_mut() {
-            return gpt_oss::apply_quantization(g, q);
+            return gpt_oss::apply_quantization(g, self.hidden_size, q);
         }
         let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("");
         let format = q.get("format").and_then(Value::as_str).unwrap_or("");

@@ -7,19 +7,39 @@
 //! gpt-oss). All activations f32; weights upcast in the kernels. Every per-token
 //! operation is the one of a decode step, so prefill and decode give identical
 //! logits, and a batch's sequences the logits they get alone.
+//!
+//! The layer's own buffers (q/k/v, attention output, router logits, one expert's
+//! intermediate) are allocated per call, outside the arena ([`crate::engine::arena`]).
 
 pub mod attention;
 pub mod moe;
 pub mod rope;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use super::norm::rms_norm_into;
 use super::{LayerState, Model, Seg};
 use crate::engine::arena::{zeroed, Scratch};
+use crate::format::config::GptOssConfig;
+use crate::kernels::Workspace;
 use crate::util::profile::{self, Op};
 
+/// RMSNorm of every row of `x: [n, d]` with weight `w: [d]` into `out: [n, d]`.
+fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let d = w.len();
+    for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        rms_norm_into(xr, w, eps, or);
+    }
+}
+
 impl Model {
+    fn gpt_oss(&self) -> Result<&GptOssConfig> {
+        self.cfg
+            .gpt_oss
+            .as_ref()
+            .context("gpt-oss layer without gpt_oss settings")
+    }
+
     /// gpt-oss decoder layer `i` over the `n` tokens of the call (residual stream
     /// `sc.main.hidden: [n, D]`).
     pub(super) fn gpt_oss_layer(
@@ -29,14 +49,8 @@ impl Model {
         sc: &mut Scratch,
         n: usize,
     ) -> Result<()> {
-        let cfg = &self.cfg;
-        let g = cfg
-            .gpt_oss
-            .as_ref()
-            .context("gpt-oss layer without gpt_oss settings")?;
-        let d = cfg.hidden_size;
-        let eps = cfg.rms_norm_eps;
-        let par = &self.par;
+        let d = self.cfg.hidden_size;
+        let eps = self.cfg.rms_norm_eps;
         let l = Some(i);
         let Scratch { main, kern: ws, .. } = sc;
         let prof = profile::scope(Op::Norms);
@@ -45,92 +59,119 @@ impl Model {
         self.w
             .vec_into(l, "post_attention_layernorm.weight", d, &mut main.ln_post)?;
         let xin = zeroed(&mut main.xin, n * d);
-        for t in 0..n {
-            rms_norm_into(
-                &main.hidden[t * d..(t + 1) * d],
-                &main.ln_in,
-                eps,
-                &mut xin[t * d..(t + 1) * d],
-            );
-        }
+        norm_rows(&main.hidden[..n * d], &main.ln_in, eps, xin);
         drop(prof);
+        let a = self.gpt_oss_attention(i, segs, ws, xin, n)?;
+        for (h, v) in main.hidden[..n * d].iter_mut().zip(&a) {
+            *h += v;
+        }
+        let prof = profile::scope(Op::Norms);
+        let xin2 = zeroed(&mut main.xin2, n * d);
+        norm_rows(&main.hidden[..n * d], &main.ln_post, eps, xin2);
+        drop(prof);
+        let m = zeroed(&mut main.mlp_out, n * d);
+        self.gpt_oss_moe(i, ws, xin2, n, m)?;
+        for (h, v) in main.hidden[..n * d].iter_mut().zip(m.iter()) {
+            *h += v;
+        }
+        Ok(())
+    }
 
-        // Attention: projections over all tokens, then per token rotate, cache, attend.
-        let prof = profile::scope(Op::GqaAttend);
-        let (qd, kvd) = (g.q_dim(), g.kv_dim());
-        let proj =
-            |name: &str, rows: usize, cols: usize, x: &[f32], ws: &mut _| -> Result<Vec<f32>> {
-                let mut y = vec![0f32; n * rows];
-                self.mat(l, &format!("self_attn.{name}_proj.weight"), rows, cols)?
-                    .mm_into(par, ws, x, n, &mut y);
-                if g.attention_bias {
-                    let b = self
-                        .w
-                        .vec(l, &format!("self_attn.{name}_proj.bias"), rows)?;
-                    for row in y.chunks_exact_mut(rows) {
-                        for (v, b) in row.iter_mut().zip(&b) {
-                            *v += b;
-                        }
-                    }
+    /// `rows`-wide projection `self_attn.{name}_proj` (+ bias) of `x: [n, cols]`.
+    fn gpt_oss_proj(
+        &self,
+        i: usize,
+        ws: &mut Workspace,
+        name: &str,
+        rows: usize,
+        x: &[f32],
+        n: usize,
+    ) -> Result<Vec<f32>> {
+        let l = Some(i);
+        let cols = x.len() / n;
+        let mut y = vec![0f32; n * rows];
+        self.mat(l, &format!("self_attn.{name}_proj.weight"), rows, cols)?
+            .mm_into(&self.par, ws, x, n, &mut y);
+        if self.gpt_oss()?.attention_bias {
+            let b = self
+                .w
+                .vec(l, &format!("self_attn.{name}_proj.bias"), rows)?;
+            for row in y.chunks_exact_mut(rows) {
+                for (v, b) in row.iter_mut().zip(&b) {
+                    *v += b;
                 }
-                Ok(y)
-            };
-        let mut q = proj("q", qd, d, xin, ws)?;
-        let mut k = proj("k", kvd, d, xin, ws)?;
-        let v = proj("v", kvd, d, xin, ws)?;
-        let sinks = self.w.vec(l, "self_attn.sinks", g.num_attention_heads)?;
+            }
+        }
+        Ok(y)
+    }
+
+    /// Attention of layer `i` over `xin: [n, D]`: projections over all tokens, then
+    /// per sequence and token in order rotate, cache, attend; returns `o_proj` `[n, D]`.
+    fn gpt_oss_attention(
+        &self,
+        i: usize,
+        segs: &mut [Seg<'_>],
+        ws: &mut Workspace,
+        xin: &[f32],
+        n: usize,
+    ) -> Result<Vec<f32>> {
+        let _prof = profile::scope(Op::GqaAttend);
+        let g = self.gpt_oss()?;
+        let d = self.cfg.hidden_size;
+        let (qd, kvd) = (g.q_dim(), g.kv_dim());
+        let mut q = self.gpt_oss_proj(i, ws, "q", qd, xin, n)?;
+        let mut k = self.gpt_oss_proj(i, ws, "k", kvd, xin, n)?;
+        let v = self.gpt_oss_proj(i, ws, "v", kvd, xin, n)?;
+        let sinks = self
+            .w
+            .vec(Some(i), "self_attn.sinks", g.num_attention_heads)?;
         let rope = rope::Rope::new(&g.rope, g.head_dim);
         let mut att = vec![0f32; n * qd];
         let mut scores = Vec::new();
         for s in segs.iter_mut() {
             let LayerState::Kv(cache) = &mut s.layers[i] else {
-                anyhow::bail!("state of layer {i} is not a KV cache");
+                bail!("state of layer {i} is not a KV cache");
             };
             for j in 0..s.tokens.len() {
-                let t = s.start + j;
-                let pos = *s.pos + j;
-                rope.apply(&mut q[t * qd..(t + 1) * qd], pos);
-                rope.apply(&mut k[t * kvd..(t + 1) * kvd], pos);
-                attention::store(
-                    cache,
-                    pos,
-                    &k[t * kvd..(t + 1) * kvd],
-                    &v[t * kvd..(t + 1) * kvd],
-                )?;
+                let (t, pos) = (s.start + j, *s.pos + j);
+                let (qt, kt) = (t * qd..(t + 1) * qd, t * kvd..(t + 1) * kvd);
+                rope.apply(&mut q[qt.clone()], pos);
+                rope.apply(&mut k[kt.clone()], pos);
+                attention::store(cache, pos, &k[kt.clone()], &v[kt])?;
                 attention::attend(
                     g,
                     cache,
                     pos,
-                    &q[t * qd..(t + 1) * qd],
+                    &q[qt.clone()],
                     &sinks,
                     &mut scores,
-                    &mut att[t * qd..(t + 1) * qd],
+                    &mut att[qt],
                 );
             }
         }
-        let a = proj("o", d, qd, &att, ws)?;
-        for (h, v) in main.hidden[..n * d].iter_mut().zip(&a) {
-            *h += v;
-        }
-        drop(prof);
+        self.gpt_oss_proj(i, ws, "o", d, &att, n)
+    }
 
-        // MoE.
-        let prof = profile::scope(Op::Norms);
-        let xin2 = zeroed(&mut main.xin2, n * d);
-        for t in 0..n {
-            rms_norm_into(
-                &main.hidden[t * d..(t + 1) * d],
-                &main.ln_post,
-                eps,
-                &mut xin2[t * d..(t + 1) * d],
-            );
-        }
-        drop(prof);
+    /// The MoE of layer `i` over `x: [n, D]` into `out: [n, D]` (zeroed): router
+    /// logits for all tokens, then per token its top-k experts in rank order, their
+    /// outputs weighted and summed in that order.
+    fn gpt_oss_moe(
+        &self,
+        i: usize,
+        ws: &mut Workspace,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let g = self.gpt_oss()?;
+        let d = self.cfg.hidden_size;
+        let l = Some(i);
+        let par = &self.par;
         let prof = profile::scope(Op::Router);
         let e = g.num_local_experts;
         let mut logits = vec![0f32; n * e];
         self.mat(l, "mlp.router.weight", e, d)?
-            .mm_into(par, ws, xin2, n, &mut logits);
+            .mm_into(par, ws, x, n, &mut logits);
         let rb = self.w.vec(l, "mlp.router.bias", e)?;
         drop(prof);
         let prof = profile::scope(Op::ExpertFetch);
@@ -139,26 +180,22 @@ impl Model {
         let _prof = profile::scope(Op::ExpertMlp);
         let mut routes = Vec::new();
         let mut gu = vec![0f32; 2 * g.intermediate_size];
-        let mut hbuf = vec![0f32; g.intermediate_size];
+        let mut h = vec![0f32; g.intermediate_size];
         let mut y = vec![0f32; d];
-        let m = zeroed(&mut main.mlp_out, n * d);
         for t in 0..n {
             let lg = &mut logits[t * e..(t + 1) * e];
             for (v, b) in lg.iter_mut().zip(&rb) {
                 *v += b;
             }
             moe::route(lg, g.num_experts_per_tok, &mut routes);
-            let x = &xin2[t * d..(t + 1) * d];
-            let out = &mut m[t * d..(t + 1) * d];
+            let xt = &x[t * d..(t + 1) * d];
+            let ot = &mut out[t * d..(t + 1) * d];
             for &(ex, wgt) in &routes {
-                experts.forward(par, ws, g, ex, x, &mut gu, &mut hbuf, &mut y);
-                for (o, v) in out.iter_mut().zip(&y) {
+                experts.forward(par, ws, g, ex, xt, &mut gu, &mut h, &mut y);
+                for (o, v) in ot.iter_mut().zip(&y) {
                     *o += wgt * v;
                 }
             }
-        }
-        for (h, v) in main.hidden[..n * d].iter_mut().zip(m.iter()) {
-            *h += v;
         }
         Ok(())
     }
