@@ -152,8 +152,105 @@ fn streaming_at_the_floor_gives_the_resident_logits() {
     }
 }
 
+/// A batch forward of three sequences (different lengths and positions, past the
+/// sliding window) gives each the logits it gets alone, bit for bit.
+fn batched_sequences_get_their_own_logits() {
+    use memdial::model::{SeqTokens, State};
+    let s = testkit::scratch!("gpt-oss-batch");
+    let dir = tiny(&s);
+    let model = Model::load(&dir, 2).unwrap();
+    let cfg = model.config().clone();
+    let ctx = 32;
+    let prompts: Vec<Vec<u32>> = (0..3u32)
+        .map(|j| {
+            (0..10 + 5 * j)
+                .map(|i| (i * 31 + 7 * j + 3) % 768)
+                .collect()
+        })
+        .collect();
+    // Alone: prefill, then two decode steps feeding fixed ids.
+    let steps = [[5u32, 9, 13], [700, 1, 42]];
+    let mut alone = Vec::new();
+    for (j, p) in prompts.iter().enumerate() {
+        let mut st = model.new_state(ctx);
+        let mut rows = vec![model.forward(&mut st, p, LogitsMode::Last).unwrap()];
+        for step in &steps {
+            rows.push(
+                model
+                    .forward(&mut st, &[step[j]], LogitsMode::Last)
+                    .unwrap(),
+            );
+        }
+        alone.push(rows);
+    }
+    let mut sc = Scratch::for_batch(&cfg, 3, 2, ctx);
+    let mut states: Vec<State> = (0..3).map(|_| State::without_arena(&cfg, ctx)).collect();
+    let v = cfg.vocab_size;
+    let bits = |a: &[f32]| a.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let by_call: Vec<Vec<&Vec<f32>>> = (0..=steps.len())
+        .map(|c| alone.iter().map(|rows| &rows[c]).collect())
+        .collect();
+    for (call, want) in by_call.iter().enumerate() {
+        let toks: Vec<Vec<u32>> = (0..3)
+            .map(|j| match call {
+                0 => prompts[j].clone(),
+                c => vec![steps[c - 1][j]],
+            })
+            .collect();
+        let mut seqs: Vec<SeqTokens<'_>> = states
+            .iter_mut()
+            .zip(&toks)
+            .map(|(state, tokens)| SeqTokens {
+                state,
+                tokens,
+                logits: true,
+            })
+            .collect();
+        let out = model.forward_batch(&mut sc, &mut seqs).unwrap();
+        for j in 0..3 {
+            assert_eq!(
+                bits(&out[j * v..(j + 1) * v]),
+                bits(want[j]),
+                "sequence {j}, call {call}"
+            );
+        }
+    }
+}
+
+/// A prefill and decode steps stay within the arena the plan counts (the gpt-oss
+/// buffers are arena buffers): its bytes after the calls equal the planned figure.
+fn the_forward_stays_in_the_planned_arena() {
+    let s = testkit::scratch!("gpt-oss-arena");
+    let dir = tiny(&s);
+    let model = Model::load(&dir, 2).unwrap();
+    let cfg = model.config().clone();
+    let ctx = 48;
+    let mut st = model.new_state(ctx);
+    let planned = Scratch::planned_bytes(
+        &cfg,
+        memdial::engine::arena::planned_prefill_chunk(ctx),
+        2,
+        ctx,
+    );
+    assert_eq!(st.scratch_bytes(), planned);
+    let ids: Vec<u32> = (0..40).map(|i| (i * 13 + 5) % 768).collect();
+    model.forward(&mut st, &ids, LogitsMode::Last).unwrap();
+    for t in [1u32, 2, 3] {
+        model.forward(&mut st, &[t], LogitsMode::Last).unwrap();
+    }
+    assert_eq!(st.scratch_bytes(), planned, "the forward grew the arena");
+    assert!(
+        Scratch::planned_buffers(&cfg, 1, 2, ctx)
+            .iter()
+            .any(|(n, b)| n == "gqa.q" && *b > 0),
+        "the plan lists the gpt-oss buffers"
+    );
+}
+
 fn main() -> std::process::ExitCode {
     let trials = testkit::trials![
+        the_forward_stays_in_the_planned_arena,
+        batched_sequences_get_their_own_logits,
         gpt_oss_tiny_is_valid_and_problems_are_named_key_by_key,
         bad_gpt_oss_configs_are_refused_with_the_key,
         streaming_at_the_floor_gives_the_resident_logits,

@@ -80,6 +80,8 @@ pub struct Model {
     par: Par,
     /// Debug: check the residual stream after every layer ([`Model::with_hidden_checks`]).
     check_hidden: bool,
+    /// gpt-oss RoPE tables (`None` for the Kimi models, which use NoPE).
+    rope: Option<gpt_oss::rope::Rope>,
 }
 
 impl Model {
@@ -99,6 +101,10 @@ impl Model {
         if cfg.mlp_kinds.contains(&MlpKind::Moe) && cfg.moe.is_none() && cfg.gpt_oss.is_none() {
             bail!("config has MoE layers but no MoE settings");
         }
+        let cfg_rope = cfg
+            .gpt_oss
+            .as_ref()
+            .map(|g| gpt_oss::rope::Rope::new(&g.rope, g.head_dim));
         Ok(Model {
             cfg,
             w: Weights {
@@ -107,6 +113,7 @@ impl Model {
             },
             par,
             check_hidden: false,
+            rope: cfg_rope,
         })
     }
 
@@ -563,6 +570,7 @@ impl Model {
             moe: moe_sc,
             router,
             kern: ws,
+            ..
         } = sc;
         let b = dims.blocks;
         let prof = profile::scope(Op::Norms);

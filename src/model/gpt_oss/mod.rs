@@ -8,8 +8,7 @@
 //! operation is the one of a decode step, so prefill and decode give identical
 //! logits, and a batch's sequences the logits they get alone.
 //!
-//! The layer's own buffers (q/k/v, attention output, router logits, one expert's
-//! intermediate) are allocated per call, outside the arena ([`crate::engine::arena`]).
+//! Its buffers are the arena's `gqa` group ([`crate::engine::arena::Gqa`]).
 
 pub mod attention;
 pub mod moe;
@@ -19,7 +18,7 @@ use anyhow::{bail, Context, Result};
 
 use super::norm::rms_norm_into;
 use super::{LayerState, Model, Seg};
-use crate::engine::arena::{zeroed, Scratch};
+use crate::engine::arena::{zeroed, Gqa, Scratch};
 use crate::format::config::GptOssConfig;
 use crate::kernels::Workspace;
 use crate::util::profile::{self, Op};
@@ -52,7 +51,12 @@ impl Model {
         let d = self.cfg.hidden_size;
         let eps = self.cfg.rms_norm_eps;
         let l = Some(i);
-        let Scratch { main, kern: ws, .. } = sc;
+        let Scratch {
+            main,
+            gqa,
+            kern: ws,
+            ..
+        } = sc;
         let prof = profile::scope(Op::Norms);
         self.w
             .vec_into(l, "input_layernorm.weight", d, &mut main.ln_in)?;
@@ -61,8 +65,9 @@ impl Model {
         let xin = zeroed(&mut main.xin, n * d);
         norm_rows(&main.hidden[..n * d], &main.ln_in, eps, xin);
         drop(prof);
-        let a = self.gpt_oss_attention(i, segs, ws, xin, n)?;
-        for (h, v) in main.hidden[..n * d].iter_mut().zip(&a) {
+        let a = zeroed(&mut main.attn_out, n * d);
+        self.gpt_oss_attention(i, segs, gqa, ws, xin, a)?;
+        for (h, v) in main.hidden[..n * d].iter_mut().zip(a.iter()) {
             *h += v;
         }
         let prof = profile::scope(Op::Norms);
@@ -70,64 +75,72 @@ impl Model {
         norm_rows(&main.hidden[..n * d], &main.ln_post, eps, xin2);
         drop(prof);
         let m = zeroed(&mut main.mlp_out, n * d);
-        self.gpt_oss_moe(i, ws, xin2, n, m)?;
+        self.gpt_oss_moe(i, gqa, ws, xin2, m)?;
         for (h, v) in main.hidden[..n * d].iter_mut().zip(m.iter()) {
             *h += v;
         }
         Ok(())
     }
 
-    /// `rows`-wide projection `self_attn.{name}_proj` (+ bias) of `x: [n, cols]`.
+    /// Projection `self_attn.{name}_proj` (+ bias, decoded into `bias`) of the `n`
+    /// tokens `x: [n, cols]` into `y: [n, rows]`.
     fn gpt_oss_proj(
         &self,
-        i: usize,
+        (i, name): (usize, &str),
         ws: &mut Workspace,
-        name: &str,
-        rows: usize,
+        bias: &mut Vec<f32>,
         x: &[f32],
+        y: &mut [f32],
         n: usize,
-    ) -> Result<Vec<f32>> {
+    ) -> Result<()> {
         let l = Some(i);
-        let cols = x.len() / n;
-        let mut y = vec![0f32; n * rows];
+        let (rows, cols) = (y.len() / n, x.len() / n);
         self.mat(l, &format!("self_attn.{name}_proj.weight"), rows, cols)?
-            .mm_into(&self.par, ws, x, n, &mut y);
+            .mm_into(&self.par, ws, x, n, y);
         if self.gpt_oss()?.attention_bias {
-            let b = self
-                .w
-                .vec(l, &format!("self_attn.{name}_proj.bias"), rows)?;
+            self.w
+                .vec_into(l, &format!("self_attn.{name}_proj.bias"), rows, bias)?;
             for row in y.chunks_exact_mut(rows) {
-                for (v, b) in row.iter_mut().zip(&b) {
+                for (v, b) in row.iter_mut().zip(bias.iter()) {
                     *v += b;
                 }
             }
         }
-        Ok(y)
+        Ok(())
     }
 
-    /// Attention of layer `i` over `xin: [n, D]`: projections over all tokens, then
-    /// per sequence and token in order rotate, cache, attend; returns `o_proj` `[n, D]`.
+    /// Attention of layer `i` over `xin: [n, D]` into `out: [n, D]`: projections over
+    /// all tokens, then per sequence and token in order rotate, cache, attend; `o_proj`.
     fn gpt_oss_attention(
         &self,
         i: usize,
         segs: &mut [Seg<'_>],
+        b: &mut Gqa,
         ws: &mut Workspace,
         xin: &[f32],
-        n: usize,
-    ) -> Result<Vec<f32>> {
+        out: &mut [f32],
+    ) -> Result<()> {
         let _prof = profile::scope(Op::GqaAttend);
         let g = self.gpt_oss()?;
-        let d = self.cfg.hidden_size;
+        let n = xin.len() / self.cfg.hidden_size;
         let (qd, kvd) = (g.q_dim(), g.kv_dim());
-        let mut q = self.gpt_oss_proj(i, ws, "q", qd, xin, n)?;
-        let mut k = self.gpt_oss_proj(i, ws, "k", kvd, xin, n)?;
-        let v = self.gpt_oss_proj(i, ws, "v", kvd, xin, n)?;
-        let sinks = self
-            .w
-            .vec(Some(i), "self_attn.sinks", g.num_attention_heads)?;
-        let rope = rope::Rope::new(&g.rope, g.head_dim);
-        let mut att = vec![0f32; n * qd];
-        let mut scores = Vec::new();
+        let q = zeroed(&mut b.q, n * qd);
+        self.gpt_oss_proj((i, "q"), ws, &mut b.bias, xin, q, n)?;
+        let k = zeroed(&mut b.k, n * kvd);
+        self.gpt_oss_proj((i, "k"), ws, &mut b.bias, xin, k, n)?;
+        let v = zeroed(&mut b.v, n * kvd);
+        self.gpt_oss_proj((i, "v"), ws, &mut b.bias, xin, v, n)?;
+        self.w.vec_into(
+            Some(i),
+            "self_attn.sinks",
+            g.num_attention_heads,
+            &mut b.sinks,
+        )?;
+        let rope = self
+            .rope
+            .as_ref()
+            .context("gpt-oss model without RoPE tables")?;
+        let att = zeroed(&mut b.att, n * qd);
         for s in segs.iter_mut() {
             let LayerState::Kv(cache) = &mut s.layers[i] else {
                 bail!("state of layer {i} is not a KV cache");
@@ -138,18 +151,11 @@ impl Model {
                 rope.apply(&mut q[qt.clone()], pos);
                 rope.apply(&mut k[kt.clone()], pos);
                 attention::store(cache, pos, &k[kt.clone()], &v[kt])?;
-                attention::attend(
-                    g,
-                    cache,
-                    pos,
-                    &q[qt.clone()],
-                    &sinks,
-                    &mut scores,
-                    &mut att[qt],
-                );
+                let (sinks, scores) = (&b.sinks, &mut b.scores);
+                attention::attend(g, cache, pos, &q[qt.clone()], sinks, scores, &mut att[qt]);
             }
         }
-        self.gpt_oss_proj(i, ws, "o", d, &att, n)
+        self.gpt_oss_proj((i, "o"), ws, &mut b.bias, att, out, n)
     }
 
     /// The MoE of layer `i` over `x: [n, D]` into `out: [n, D]` (zeroed): router
@@ -158,41 +164,43 @@ impl Model {
     fn gpt_oss_moe(
         &self,
         i: usize,
+        b: &mut Gqa,
         ws: &mut Workspace,
         x: &[f32],
-        n: usize,
         out: &mut [f32],
     ) -> Result<()> {
         let g = self.gpt_oss()?;
         let d = self.cfg.hidden_size;
+        let n = x.len() / d;
         let l = Some(i);
         let par = &self.par;
         let prof = profile::scope(Op::Router);
         let e = g.num_local_experts;
-        let mut logits = vec![0f32; n * e];
+        let logits = zeroed(&mut b.logits, n * e);
         self.mat(l, "mlp.router.weight", e, d)?
-            .mm_into(par, ws, x, n, &mut logits);
-        let rb = self.w.vec(l, "mlp.router.bias", e)?;
+            .mm_into(par, ws, x, n, logits);
+        self.w
+            .vec_into(l, "mlp.router.bias", e, &mut b.router_bias)?;
         drop(prof);
         let prof = profile::scope(Op::ExpertFetch);
-        let experts = moe::Experts::load(&self.w, g, d, i)?;
+        let biases = (&mut b.gate_up_bias, &mut b.down_bias);
+        let experts = moe::Experts::load(&self.w, g, d, i, biases)?;
         drop(prof);
         let _prof = profile::scope(Op::ExpertMlp);
-        let mut routes = Vec::new();
-        let mut gu = vec![0f32; 2 * g.intermediate_size];
-        let mut h = vec![0f32; g.intermediate_size];
-        let mut y = vec![0f32; d];
+        let gu = zeroed(&mut b.gate_up, 2 * g.intermediate_size);
+        let h = zeroed(&mut b.h, g.intermediate_size);
+        let y = zeroed(&mut b.y, d);
         for t in 0..n {
             let lg = &mut logits[t * e..(t + 1) * e];
-            for (v, b) in lg.iter_mut().zip(&rb) {
-                *v += b;
+            for (v, bias) in lg.iter_mut().zip(&b.router_bias) {
+                *v += bias;
             }
-            moe::route(lg, g.num_experts_per_tok, &mut routes);
+            moe::route(lg, g.num_experts_per_tok, &mut b.order, &mut b.routes);
             let xt = &x[t * d..(t + 1) * d];
             let ot = &mut out[t * d..(t + 1) * d];
-            for &(ex, wgt) in &routes {
-                experts.forward(par, ws, g, ex, xt, &mut gu, &mut h, &mut y);
-                for (o, v) in ot.iter_mut().zip(&y) {
+            for &(ex, wgt) in &b.routes {
+                experts.forward(par, ws, g, ex, xt, gu, h, y);
+                for (o, v) in ot.iter_mut().zip(y.iter()) {
                     *o += wgt * v;
                 }
             }

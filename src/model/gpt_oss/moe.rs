@@ -13,10 +13,11 @@ use crate::model::weights::{Elem, Mat, Weights};
 use crate::store::Bytes;
 
 /// The top-`k` experts of router logits `[E]` (largest first, ties to the lower id)
-/// with their weights, the softmax of their logits; into `out` (cleared).
-pub fn route(logits: &[f32], k: usize, out: &mut Vec<(usize, f32)>) {
+/// with their weights, the softmax of their logits; into `out` (cleared). `ids` is scratch.
+pub fn route(logits: &[f32], k: usize, ids: &mut Vec<usize>, out: &mut Vec<(usize, f32)>) {
     out.clear();
-    let mut ids: Vec<usize> = (0..logits.len()).collect();
+    ids.clear();
+    ids.extend(0..logits.len());
     ids.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
     let m = logits[ids[0]];
     let mut sum = 0f32;
@@ -42,8 +43,8 @@ pub fn swiglu(g: &GptOssConfig, gate_up: &[f32], h: &mut [f32]) {
     }
 }
 
-/// One layer's stacked expert weights as stored.
-pub struct Experts {
+/// One layer's stacked expert weights as stored, and their biases decoded.
+pub struct Experts<'b> {
     layout: GptOssExperts,
     gate_up: Bytes,
     down: Bytes,
@@ -52,15 +53,22 @@ pub struct Experts {
     down_scales: Bytes,
     elem: Elem,
     /// `[E, 2I]` and `[E, D]`.
-    gate_up_bias: Vec<f32>,
-    down_bias: Vec<f32>,
+    gate_up_bias: &'b [f32],
+    down_bias: &'b [f32],
 }
 
-impl Experts {
-    /// Reads layer `layer`'s `mlp.experts.*` tensors.
+impl<'b> Experts<'b> {
+    /// Reads layer `layer`'s `mlp.experts.*` tensors, decoding the biases into
+    /// `gu_bias: [E, 2I]` and `down_bias: [E, D]` (arena buffers).
     ///
     /// Errors: a missing or misshapen tensor (named).
-    pub fn load(w: &Weights, g: &GptOssConfig, d: usize, layer: usize) -> Result<Experts> {
+    pub fn load(
+        w: &Weights,
+        g: &GptOssConfig,
+        d: usize,
+        layer: usize,
+        (gu_bias, down_bias): (&'b mut Vec<f32>, &'b mut Vec<f32>),
+    ) -> Result<Experts<'b>> {
         let (e, i) = (g.num_local_experts, g.intermediate_size);
         let l = Some(layer);
         let raw = |name: &str, len: usize| -> Result<Bytes> {
@@ -73,8 +81,9 @@ impl Experts {
             }
             Ok(b)
         };
-        let gate_up_bias = w.vec(l, "mlp.experts.gate_up_proj_bias", e * 2 * i)?;
-        let down_bias = w.vec(l, "mlp.experts.down_proj_bias", e * d)?;
+        w.vec_into(l, "mlp.experts.gate_up_proj_bias", e * 2 * i, gu_bias)?;
+        w.vec_into(l, "mlp.experts.down_proj_bias", e * d, down_bias)?;
+        let (gate_up_bias, down_bias) = (&gu_bias[..], &down_bias[..]);
         Ok(match g.experts {
             GptOssExperts::Mxfp4 => Experts {
                 layout: g.experts,
