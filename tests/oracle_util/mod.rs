@@ -37,7 +37,8 @@ pub fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+/// Lower-case hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
     memdial::util::digest::hex(&Sha256::digest(bytes))
 }
 
@@ -160,6 +161,11 @@ pub fn check_against_oracle(dir: &Path, prefix: &Path, label: &str) -> f64 {
         "{label}: oracle ids differ from the Rust re-implementation of common.fixed_ids"
     );
     assert_eq!(shape, [N_TEACHER, v], "{label}: oracle logits shape");
+    assert_eq!(
+        j["logits_shape"],
+        serde_json::json!([N_TEACHER, v]),
+        "{label}"
+    );
     let mut st = model.new_state(N_TEACHER);
     let e = model.forward(&mut st, &ids, LogitsMode::All).unwrap();
     assert_eq!(e.len(), N_TEACHER * v);
