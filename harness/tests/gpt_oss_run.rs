@@ -63,6 +63,20 @@ fn prompt_ids_run_resident_and_streamed_with_the_same_ids() {
 }
 
 #[test]
+fn plan_counts_the_key_value_caches() {
+    let dir = shared_fixture!("gpt-oss-tiny").to_str().unwrap();
+    let o = memdial(&["plan", "--model", dir, "--max-context", "64"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // By hand: 2 full layers × 64 positions + 2 sliding layers × 8 positions, each
+    // 2 KV heads × 24 × (key + value) × 4 bytes = 384 bytes: 55296 bytes = 54.00 KiB.
+    assert!(
+        text(&o).contains("54.00 KiB (key/value caches for 64 positions)"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
 fn a_text_prompt_without_tokenizer_is_refused_with_the_way_out() {
     let dir = shared_fixture!("gpt-oss-tiny").to_str().unwrap();
     let o = memdial(&["run", "--model", dir, "--prompt", "hello"]);
