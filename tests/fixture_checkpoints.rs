@@ -55,7 +55,7 @@ fn same_preset_and_seed_give_identical_bytes() {
 /// generator changes on purpose, regenerate with
 /// `cargo run --release -- fixture --preset P --out /tmp/P && sha256sum /tmp/P/checksums.sha256`
 /// and update these (and say so in the commit message: fixture bytes changed).
-const PINNED: [(&str, &str); 2] = [
+const PINNED: [(&str, &str); 3] = [
     (
         "tiny-k3",
         "a664ac9828a275bae2fb31838525f34da3d7e3942a4c6ed1b3475803d1df7d0d",
@@ -63,6 +63,10 @@ const PINNED: [(&str, &str); 2] = [
     (
         "tiny-linear",
         "ebc94508730d7ad90ca1083708a209b1d932f7d6ab11e3d159832b50b441bca6",
+    ),
+    (
+        "gpt-oss-tiny",
+        "bdee95078c2855ae046f6546cc096da178f85c8ddec54b50281fb16ce4072cfa",
     ),
 ];
 

@@ -12,7 +12,7 @@ use memdial::util::error::UsageError;
 /// Arguments of `memdial fixture`.
 #[derive(clap::Args)]
 pub struct FixtureArgs {
-    /// Preset: tiny-k3, tiny-linear, mini, mini-routed, k3-slice.
+    /// Preset: tiny-k3, tiny-linear, mini, mini-routed, k3-slice, gpt-oss-tiny.
     #[arg(long)]
     pub preset: String,
     /// Output checkpoint directory (must not exist unless --force).

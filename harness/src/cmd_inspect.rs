@@ -101,14 +101,29 @@ pub fn run(a: &InspectArgs) -> Result<ExitCode> {
         } else {
             println!("layout       safetensors");
         }
-        println!(
-            "KDA state    {} bytes per layer per sequence",
-            s.kda_state_bytes_per_layer
-        );
-        println!(
-            "MLA cache    {} bytes per position per layer",
-            s.mla_cache_bytes_per_position
-        );
+        if let Some(g) = &cfg.gpt_oss {
+            println!(
+                "KV cache     {} bytes per position per layer (sliding layers keep {} positions)",
+                s.kv_cache_bytes_per_position, g.sliding_window
+            );
+            println!(
+                "expert form  {}",
+                match g.experts {
+                    memdial::format::config::GptOssExperts::Mxfp4 => "MXFP4 (*_blocks / *_scales)",
+                    memdial::format::config::GptOssExperts::Dense =>
+                        "BF16 (gate_up_proj [E, D, 2I], down_proj [E, I, D])",
+                }
+            );
+        } else {
+            println!(
+                "KDA state    {} bytes per layer per sequence",
+                s.kda_state_bytes_per_layer
+            );
+            println!(
+                "MLA cache    {} bytes per position per layer",
+                s.mla_cache_bytes_per_position
+            );
+        }
         for n in &found.notes {
             println!("note         {n}");
         }

@@ -504,12 +504,17 @@ fn describe_streamed(s: &mut String, p: &Plan, cfg: &ModelConfig) {
             )
         },
     );
+    let held = if cfg.gpt_oss.is_some() {
+        "key/value caches"
+    } else {
+        "KDA states + MLA latents"
+    };
     line(
         s,
         "state",
         if p.max_batch > 1 {
             format!(
-                "{} ({} sequences × {}: KDA states + MLA latents for {} positions each)",
+                "{} ({} sequences × {}: {held} for {} positions each)",
                 fmt_bytes(p.state_bytes),
                 p.max_batch,
                 fmt_bytes(p.state_bytes_per_sequence),
@@ -517,7 +522,7 @@ fn describe_streamed(s: &mut String, p: &Plan, cfg: &ModelConfig) {
             )
         } else {
             format!(
-                "{} (KDA states + MLA latents for {} positions)",
+                "{} ({held} for {} positions)",
                 fmt_bytes(p.state_bytes),
                 p.max_context
             )

@@ -105,8 +105,19 @@ pub struct Dims {
     pub cols: usize,
     /// Kernel threads (the kernel workspace holds one region per thread).
     pub threads: usize,
-    /// Positions the MLA attention scores are sized for (`max_context`).
+    /// Positions the MLA attention scores (and gpt-oss's) are sized for (`max_context`).
     pub ctx: usize,
+    /// gpt-oss: whether the config is one, its heads `H`, query width `H·hd`,
+    /// key/value width `KV·hd` and expert width `I` (its experts and top-k are `e`, `topk`).
+    pub gqa: bool,
+    /// See `gqa`.
+    pub gqa_h: usize,
+    /// See `gqa`.
+    pub gqa_q: usize,
+    /// See `gqa`.
+    pub gqa_kv: usize,
+    /// See `gqa`.
+    pub gqa_i: usize,
     /// Rows of logits one forward returns at most (1 for a single sequence; a
     /// batch forward returns one row per sequence that asks for logits).
     pub logit_rows: usize,
@@ -165,6 +176,10 @@ impl Dims {
         if let Some(x) = moe {
             cols = cols.max(x.expert_dim(cfg.hidden_size));
         }
+        let g = cfg.gpt_oss.as_ref();
+        if let Some(g) = g {
+            cols = cols.max(g.q_dim()).max(g.intermediate_size);
+        }
         Dims {
             c: chunk.max(1),
             d: cfg.hidden_size,
@@ -187,8 +202,14 @@ impl Dims {
             r: m.kv_lora_rank,
             q_lora: m.q_lora_rank.unwrap_or(0),
             mla_gate: m.use_output_gate,
-            e: moe.map(|x| x.num_experts).unwrap_or(0),
-            topk: moe.map(|x| x.num_experts_per_token).unwrap_or(0),
+            e: moe
+                .map(|x| x.num_experts)
+                .or(g.map(|g| g.num_local_experts))
+                .unwrap_or(0),
+            topk: moe
+                .map(|x| x.num_experts_per_token)
+                .or(g.map(|g| g.num_experts_per_tok))
+                .unwrap_or(0),
             groups: moe.map(|x| x.num_expert_group.max(1)).unwrap_or(1),
             ed: moe.map(|x| x.expert_dim(cfg.hidden_size)).unwrap_or(0),
             latent_norm: moe
@@ -200,6 +221,11 @@ impl Dims {
             threads: threads.max(1),
             ctx: max_context,
             logit_rows: logit_rows.max(1),
+            gqa: g.is_some(),
+            gqa_h: g.map_or(0, |g| g.num_attention_heads),
+            gqa_q: g.map_or(0, |g| g.q_dim()),
+            gqa_kv: g.map_or(0, |g| g.kv_dim()),
+            gqa_i: g.map_or(0, |g| g.intermediate_size),
         }
     }
 
@@ -412,6 +438,44 @@ buffers! {
     }
 }
 
+buffers! {
+    /// gpt-oss layer buffers (none for the Kimi models; `crate::model::gpt_oss`).
+    Gqa(d) {
+        /// Queries, keys, values `[c, H·hd]`, `[c, KV·hd]`, `[c, KV·hd]`.
+        q: f32 = d.c * d.gqa_q,
+        /// See `q`.
+        k: f32 = d.c * d.gqa_kv,
+        /// See `q`.
+        v: f32 = d.c * d.gqa_kv,
+        /// Attention head outputs `[c, H·hd]`.
+        att: f32 = d.c * d.gqa_q,
+        /// A projection's bias `[max(H·hd, D)]`; the sinks `[H]`.
+        bias: f32 = d.gqa_q.max(d.d),
+        /// See `bias`.
+        sinks: f32 = d.gqa_h,
+        /// One head's scores over the visible positions `[ctx]`.
+        scores: f32 = d.ctx,
+        /// Router logits `[c, E]`, router bias `[E]`, expert ids by logit `[E]`.
+        logits: f32 = d.c * d.e,
+        /// See `logits`.
+        router_bias: f32 = d.e,
+        /// See `logits`.
+        order: usize = d.e,
+        /// One token's `(expert, weight)` in rank order `[k]`.
+        routes: (usize, f32) = d.topk,
+        /// Expert biases `[E, 2I]` and `[E, D]`.
+        gate_up_bias: f32 = d.e * 2 * d.gqa_i,
+        /// See `gate_up_bias`.
+        down_bias: f32 = d.e * d.d,
+        /// One expert's `gate_up` `[2I]`, SwiGLU `[I]` and output `[D]`.
+        gate_up: f32 = 2 * d.gqa_i,
+        /// See `gate_up`.
+        h: f32 = d.gqa_i,
+        /// See `gate_up`.
+        y: f32 = d.d,
+    }
+}
+
 /// Every scratch buffer of the forward pass (see the module docs).
 #[derive(Debug, Default)]
 pub struct Scratch {
@@ -429,6 +493,8 @@ pub struct Scratch {
     pub moe: Moe,
     /// Router buffers.
     pub router: Router,
+    /// gpt-oss buffers.
+    pub gqa: Gqa,
     /// The kernels' workspace ([`Dims::kernel_floats`]; one region per thread).
     pub kern: Workspace,
 }
@@ -488,6 +554,7 @@ impl Scratch {
             } else {
                 Router::default()
             },
+            gqa: if d.gqa { Gqa::new(&d) } else { Gqa::default() },
         }
     }
 
@@ -564,6 +631,7 @@ impl Scratch {
         add("mlp", d.f > 0, Mlp::planned(&d));
         add("moe", d.moe, Moe::planned(&d));
         add("router", d.moe, Router::planned(&d));
+        add("gqa", d.gqa, Gqa::planned(&d));
         let (shared, per) = d.kernel_floats();
         out.push(("kern.shared".into(), shared as u64 * 4));
         out.push(("kern.per_thread".into(), (per * d.threads) as u64 * 4));
@@ -593,6 +661,7 @@ impl Scratch {
             + self.mlp.bytes()
             + self.moe.bytes()
             + self.router.bytes()
+            + self.gqa.bytes()
             + self.kern.bytes()
     }
 }

@@ -39,12 +39,15 @@ pub struct Summary {
     pub kda_state_bytes_per_layer: u64,
     /// MLA latent cache per position per MLA layer (f32).
     pub mla_cache_bytes_per_position: u64,
+    /// gpt-oss: key/value cache per position per full-attention layer (f32 keys and
+    /// values; a sliding layer holds at most `sliding_window` positions). 0 otherwise.
+    pub kv_cache_bytes_per_position: u64,
 }
 
 fn params_of(s: &TensorSpec) -> u64 {
-    if s.name.ends_with("weight_packed") {
+    if s.name.ends_with("weight_packed") || s.name.ends_with("_blocks") {
         s.numel() as u64 * 2
-    } else if s.name.ends_with("weight_scale") {
+    } else if s.name.ends_with("weight_scale") || s.name.ends_with("_scales") {
         0
     } else {
         s.numel() as u64
@@ -67,7 +70,14 @@ pub fn summarize_specs(cfg: &ModelConfig, specs: &[TensorSpec]) -> Summary {
         let b = s.nbytes() as u64;
         let p = params_of(s);
         total_p += p;
-        match s.role {
+        // gpt-oss stacks a layer's experts in trunk tensors (read whole by the store).
+        let stacked_experts = cfg.gpt_oss.is_some() && s.name.contains(".mlp.experts.");
+        let role = if stacked_experts {
+            Role::Expert
+        } else {
+            s.role
+        };
+        match role {
             Role::Embedding => emb += b,
             Role::LmHead => {
                 head += b;
@@ -83,11 +93,11 @@ pub fn summarize_specs(cfg: &ModelConfig, specs: &[TensorSpec]) -> Summary {
             }
         }
     }
-    let (ne, k) = cfg
-        .moe
-        .as_ref()
-        .map(|m| (m.num_experts, m.num_experts_per_token))
-        .unwrap_or((0, 0));
+    let (ne, k) = match (&cfg.moe, &cfg.gpt_oss) {
+        (Some(m), _) => (m.num_experts, m.num_experts_per_token),
+        (None, Some(g)) => (g.num_local_experts, g.num_experts_per_tok),
+        (None, None) => (0, 0),
+    };
     let per_expert = if ne > 0 && moe_layers > 0 {
         experts / (ne * moe_layers) as u64
     } else {
@@ -119,6 +129,10 @@ pub fn summarize_specs(cfg: &ModelConfig, specs: &[TensorSpec]) -> Summary {
         total_bytes: emb + head + trunk + experts,
         kda_state_bytes_per_layer: cfg.kda_state_bytes() as u64,
         mla_cache_bytes_per_position: cfg.mla_cache_bytes_per_position() as u64,
+        kv_cache_bytes_per_position: cfg
+            .gpt_oss
+            .as_ref()
+            .map_or(0, |g| 2 * g.kv_dim() as u64 * 4),
     }
 }
 
@@ -321,13 +335,22 @@ pub fn inspect_read(
     Ok((summary, problems))
 }
 
-/// Human-readable layer pattern, e.g. `KKKM KKKM` with D/E suffix per MLP kind.
+/// Human-readable layer pattern, e.g. `Kd Ke Ke Me`: the attention kind (K KDA, M MLA,
+/// gpt-oss S sliding / F full) with a d/e suffix per MLP kind (dense / experts).
 pub fn layer_pattern(cfg: &ModelConfig) -> String {
     cfg.attn_kinds
         .iter()
         .zip(&cfg.mlp_kinds)
-        .map(|(a, m)| {
-            let a = if *a == AttnKind::Kda { "K" } else { "M" };
+        .enumerate()
+        .map(|(i, (a, m))| {
+            let a = match a {
+                AttnKind::Kda => "K",
+                AttnKind::Mla => "M",
+                AttnKind::Gqa => match cfg.gpt_oss.as_ref().and_then(|g| g.window(i)) {
+                    Some(_) => "S",
+                    None => "F",
+                },
+            };
             let m = if *m == MlpKind::Dense { "d" } else { "e" };
             format!("{a}{m}")
         })

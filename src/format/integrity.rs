@@ -105,7 +105,9 @@ pub fn scan_e8m0(ck: &Checkpoint) -> Result<Vec<String>> {
     let mut names: Vec<&String> = ck
         .tensors
         .iter()
-        .filter(|(n, l)| n.ends_with(".weight_scale") && l.dtype == "U8")
+        .filter(|(n, l)| {
+            (n.ends_with(".weight_scale") || n.ends_with("_scales")) && l.dtype == "U8"
+        })
         .map(|(n, _)| n)
         .collect();
     names.sort();

@@ -8,6 +8,8 @@
 
 use crate::format::config::{AttnKind, ExpertFormat, MlpKind, ModelConfig};
 
+pub mod gpt_oss;
+
 /// Element type of a stored tensor (safetensors dtype names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dtype {
@@ -138,6 +140,9 @@ pub const EXPERT_MATS: [&str; 3] = ["w1", "w2", "w3"];
 /// The full tensor table of a model, in a stable order (globals, then layer by
 /// layer: attention, norms, MLP/MoE trunk, then routed experts by id).
 pub fn expected_tensors(cfg: &ModelConfig) -> Vec<TensorSpec> {
+    if cfg.gpt_oss.is_some() {
+        return gpt_oss::expected_tensors(cfg);
+    }
     let d = cfg.hidden_size;
     let mut b = Builder {
         prefix: &cfg.weight_prefix,
@@ -225,6 +230,7 @@ pub fn expected_tensors(cfg: &ModelConfig) -> Vec<TensorSpec> {
                 b.push(n("self_attn.o_norm.weight"), bf, vec![k], l, Role::Trunk);
                 b.push(n("self_attn.o_proj.weight"), bf, vec![d, p], l, Role::Trunk);
             }
+            AttnKind::Gqa => unreachable!("gpt-oss layers are listed by gpt_oss::expected_tensors"),
             AttnKind::Mla => {
                 let m = &cfg.mla;
                 let qd = m.num_heads * m.q_head_dim();

@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 pub mod attn_res;
+pub mod gpt_oss;
 pub mod kda;
 pub mod mla;
 pub mod mlp;
@@ -38,7 +39,7 @@ use crate::store::WeightStore;
 use crate::engine::arena::{zeroed, Scratch};
 use crate::util::profile::{self, Op};
 use norm::{rms_norm_inplace, rms_norm_into};
-pub use state::{KdaState, LayerState, MlaCache, State};
+pub use state::{KdaState, KvCache, LayerState, MlaCache, State};
 use weights::{Mat, Weights};
 
 /// Which positions' logits [`Model::forward`] returns.
@@ -79,6 +80,8 @@ pub struct Model {
     par: Par,
     /// Debug: check the residual stream after every layer ([`Model::with_hidden_checks`]).
     check_hidden: bool,
+    /// gpt-oss RoPE tables (`None` for the Kimi models, which use NoPE).
+    rope: Option<gpt_oss::rope::Rope>,
 }
 
 impl Model {
@@ -95,9 +98,13 @@ impl Model {
         {
             bail!("per-layer kind lists do not match num_hidden_layers");
         }
-        if cfg.mlp_kinds.contains(&MlpKind::Moe) && cfg.moe.is_none() {
+        if cfg.mlp_kinds.contains(&MlpKind::Moe) && cfg.moe.is_none() && cfg.gpt_oss.is_none() {
             bail!("config has MoE layers but no MoE settings");
         }
+        let cfg_rope = cfg
+            .gpt_oss
+            .as_ref()
+            .map(|g| gpt_oss::rope::Rope::new(&g.rope, g.head_dim));
         Ok(Model {
             cfg,
             w: Weights {
@@ -106,6 +113,7 @@ impl Model {
             },
             par,
             check_hidden: false,
+            rope: cfg_rope,
         })
     }
 
@@ -291,7 +299,9 @@ impl Model {
             && state.layers.iter().zip(&self.cfg.attn_kinds).all(|(l, k)| {
                 matches!(
                     (l, k),
-                    (LayerState::Kda(_), AttnKind::Kda) | (LayerState::Mla(_), AttnKind::Mla)
+                    (LayerState::Kda(_), AttnKind::Kda)
+                        | (LayerState::Mla(_), AttnKind::Mla)
+                        | (LayerState::Kv(_), AttnKind::Gqa)
                 )
             });
         if !kinds_match {
@@ -351,7 +361,11 @@ impl Model {
             if lookahead {
                 self.lookahead(i, sc)?;
             }
-            let r = self.layer(i, segs, sc, n, &mut nb);
+            let r = if cfg.gpt_oss.is_some() {
+                self.gpt_oss_layer(i, segs, sc, n)
+            } else {
+                self.layer(i, segs, sc, n, &mut nb)
+            };
             self.w.store.end_layer(i);
             r.with_context(|| format!("layer {i}"))?;
             if self.check_hidden {
@@ -556,6 +570,7 @@ impl Model {
             moe: moe_sc,
             router,
             kern: ws,
+            ..
         } = sc;
         let b = dims.blocks;
         let prof = profile::scope(Op::Norms);
@@ -621,6 +636,7 @@ impl Model {
                 kda::kda_output(par, ws, &w, n, kda_sc, a);
                 w.recycle(kda_sc);
             }
+            AttnKind::Gqa => bail!("a gpt-oss layer in a Kimi model"),
             AttnKind::Mla => {
                 let w = mla::MlaWeights::load_from(&self.w, cfg, i, mla_sc)?;
                 mla::mla_project(par, ws, cfg, &w, xin, n, mla_sc);

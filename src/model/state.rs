@@ -1,4 +1,5 @@
-//! Per-sequence inference state: KDA recurrent + conv states and MLA latent caches.
+//! Per-sequence inference state: KDA recurrent + conv states, MLA latent caches and
+//! gpt-oss key/value caches.
 
 use anyhow::{bail, Result};
 
@@ -26,6 +27,30 @@ pub struct MlaCache {
     pub len: usize,
 }
 
+/// Key/value cache of one gpt-oss attention layer (f32, keys after RoPE).
+///
+/// A full layer keeps every position (`slots` = positions cached); a sliding layer
+/// keeps the last `window` positions in a ring, position `p` in slot `p % window`.
+#[derive(Debug, Clone, Default)]
+pub struct KvCache {
+    /// Keys `[slots, num_key_value_heads · head_dim]`.
+    pub k: Vec<f32>,
+    /// Values `[slots, num_key_value_heads · head_dim]`.
+    pub v: Vec<f32>,
+    /// Ring length of a sliding layer; `None` for a full layer.
+    pub window: Option<usize>,
+}
+
+impl KvCache {
+    /// The slot position `pos` is stored in.
+    pub fn slot(&self, pos: usize) -> usize {
+        match self.window {
+            Some(w) => pos % w,
+            None => pos,
+        }
+    }
+}
+
 /// State of one decoder layer.
 #[derive(Debug, Clone)]
 pub enum LayerState {
@@ -33,6 +58,8 @@ pub enum LayerState {
     Kda(KdaState),
     /// An MLA layer's latent cache.
     Mla(MlaCache),
+    /// A gpt-oss attention layer's key/value cache.
+    Kv(KvCache),
 }
 
 /// Everything a sequence carries between forward calls.
@@ -91,7 +118,8 @@ impl State {
         let layers = cfg
             .attn_kinds
             .iter()
-            .map(|kind| match kind {
+            .enumerate()
+            .map(|(i, kind)| match kind {
                 AttnKind::Kda => LayerState::Kda(KdaState {
                     conv: vec![0.0; (w - 1) * 3 * p],
                     s: vec![0.0; h * k * k],
@@ -102,6 +130,19 @@ impl State {
                     let mut latents = Vec::new();
                     let _ = latents.try_reserve_exact(max_context.saturating_mul(ld));
                     LayerState::Mla(MlaCache { latents, len: 0 })
+                }
+                AttnKind::Gqa => {
+                    let g = cfg
+                        .gpt_oss
+                        .as_ref()
+                        .expect("gpt-oss layers need gpt_oss settings");
+                    let window = g.window(i);
+                    let slots = window.unwrap_or(max_context).min(max_context);
+                    let mut k = Vec::new();
+                    let _ = k.try_reserve_exact(slots.saturating_mul(g.kv_dim()));
+                    let mut v = Vec::new();
+                    let _ = v.try_reserve_exact(slots.saturating_mul(g.kv_dim()));
+                    LayerState::Kv(KvCache { k, v, window })
                 }
             })
             .collect();
@@ -126,6 +167,10 @@ impl State {
                 LayerState::Mla(c) => {
                     c.latents.clear();
                     c.len = 0;
+                }
+                LayerState::Kv(c) => {
+                    c.k.clear();
+                    c.v.clear();
                 }
             }
         }
@@ -156,6 +201,7 @@ impl State {
             .map(|l| match l {
                 LayerState::Kda(s) => (s.conv.len() + s.s.len()) * 4,
                 LayerState::Mla(c) => c.len * self.latent_dim * 4,
+                LayerState::Kv(c) => (c.k.len() + c.v.len()) * 4,
             })
             .sum()
     }

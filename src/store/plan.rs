@@ -348,12 +348,17 @@ impl Plan {
 }
 
 /// State bytes for `max_context` positions: KDA states of every KDA layer and the
-/// MLA latent cache (f32) of every MLA layer. (AttnRes block vectors live only
-/// within a forward call and are counted in the activation arena.)
+/// MLA latent cache (f32) of every MLA layer, or gpt-oss's key/value caches
+/// ([`crate::format::config::GptOssConfig::kv_cache_bytes`]). (AttnRes block vectors
+/// live only within a forward call and are counted in the activation arena.)
 pub fn state_estimate(cfg: &ModelConfig, max_context: usize) -> u64 {
     let (kda, mla) = cfg.layer_counts();
     kda as u64 * cfg.kda_state_bytes() as u64
         + mla as u64 * max_context as u64 * cfg.mla_cache_bytes_per_position() as u64
+        + cfg
+            .gpt_oss
+            .as_ref()
+            .map_or(0, |g| g.kv_cache_bytes(max_context))
 }
 
 /// Builds the plan for `budget` bytes for `act.seqs` on `act.threads` kernel threads

@@ -50,6 +50,8 @@ pub fn ranking(p: &Plan, cfg: &ModelConfig) -> Vec<Candidate> {
             "lm_head row block"
         } else if g.what == "attn" {
             "attention projections"
+        } else if g.what.starts_with("mlp.experts.") {
+            "stacked experts (gpt-oss, all of a layer)"
         } else if g.what.starts_with("mlp.") {
             "dense MLP matrix"
         } else {

@@ -30,6 +30,8 @@ pub enum Op {
     MlaAttend,
     /// MLA `o_proj`.
     MlaOut,
+    /// gpt-oss attention: projections, RoPE, KV cache, attention with sinks, `o_proj`.
+    GqaAttend,
     /// Dense MLP (gate, up, act, down).
     DenseMlp,
     /// MoE router (gate matvec + selection) and latent down projection.
@@ -45,7 +47,7 @@ pub enum Op {
 }
 
 /// Every op, in report order.
-pub const OPS: [Op; 14] = [
+pub const OPS: [Op; 15] = [
     Op::Embed,
     Op::Norms,
     Op::KdaProj,
@@ -54,6 +56,7 @@ pub const OPS: [Op; 14] = [
     Op::MlaProj,
     Op::MlaAttend,
     Op::MlaOut,
+    Op::GqaAttend,
     Op::DenseMlp,
     Op::Router,
     Op::ExpertFetch,
@@ -74,6 +77,7 @@ impl Op {
             Op::MlaProj => "mla/projections",
             Op::MlaAttend => "mla/attend(latent)",
             Op::MlaOut => "mla/o_proj",
+            Op::GqaAttend => "gqa/attention+sinks",
             Op::DenseMlp => "dense/mlp",
             Op::Router => "moe/router+latent_down",
             Op::ExpertFetch => "moe/expert_fetch",

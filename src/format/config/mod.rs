@@ -19,8 +19,10 @@ use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use serde_json::Value;
 
+pub mod gpt_oss;
 mod parse;
 pub mod ranges;
+pub use gpt_oss::{GptOssConfig, GptOssExperts, GptOssRope, Yarn};
 use parse::RawText;
 
 /// `linear_attn_config` block (Kimi Delta Attention settings).
@@ -58,6 +60,8 @@ pub enum AttnKind {
     Kda,
     /// Multi-head Latent Attention (one latent of `kv_lora_rank + qk_rope_head_dim` per position).
     Mla,
+    /// gpt-oss grouped-query attention with sinks, full or sliding ([`GptOssConfig`]).
+    Gqa,
 }
 
 /// The file a checkpoint's stop ids ([`ModelConfig::eos_token_ids`]) were read from.
@@ -192,6 +196,8 @@ pub struct ModelConfig {
     /// does not use them: they are recognised, never loaded, and not counted in the model
     /// size (as mlx-lm `kimi_k3.py` `sanitize`, vLLM and llama.cpp skip them).
     pub num_nextn_predict_layers: usize,
+    /// gpt-oss settings (`model_type: "gpt_oss"`); `None` for the Kimi models.
+    pub gpt_oss: Option<GptOssConfig>,
 }
 
 impl ModelConfig {
@@ -226,6 +232,9 @@ impl ModelConfig {
             .and_then(Value::as_str)
             .unwrap_or("kimi_linear")
             .to_string();
+        if model_type == "gpt_oss" {
+            return gpt_oss::parse(&root, eos);
+        }
         let (mut text_value, prefix) = match root.get("text_config") {
             Some(tc) => (tc.clone(), "language_model.".to_string()),
             None => (root.clone(), String::new()),
@@ -246,7 +255,9 @@ impl ModelConfig {
             }
         }
         if !matches!(model_type.as_str(), "kimi_k3" | "kimi_linear") {
-            bail!("unsupported model_type {model_type:?} (expected kimi_k3 or kimi_linear)");
+            bail!(
+                "unsupported model_type {model_type:?} (expected kimi_k3, kimi_linear or gpt_oss)"
+            );
         }
         Self::from_raw(model_type, prefix, raw, eos)
     }
@@ -257,6 +268,9 @@ impl ModelConfig {
         let Some(q) = root.get("quantization_config") else {
             return Ok(());
         };
+        if let Some(g) = self.gpt_oss.as_mut() {
+            return gpt_oss::apply_quantization(g, self.hidden_size, q);
+        }
         let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("");
         let format = q.get("format").and_then(Value::as_str).unwrap_or("");
         match (method, format) {
@@ -278,14 +292,10 @@ impl ModelConfig {
         self.kda.num_heads * self.kda.head_dim
     }
 
-    /// Number of layers of each attention kind: (KDA, MLA).
+    /// Number of layers of each Kimi attention kind: (KDA, MLA) (gpt-oss layers are neither).
     pub fn layer_counts(&self) -> (usize, usize) {
-        let kda = self
-            .attn_kinds
-            .iter()
-            .filter(|k| **k == AttnKind::Kda)
-            .count();
-        (kda, self.num_hidden_layers - kda)
+        let count = |k: AttnKind| self.attn_kinds.iter().filter(|x| **x == k).count();
+        (count(AttnKind::Kda), count(AttnKind::Mla))
     }
 
     /// Bytes of one KDA layer's recurrent state per sequence: fp32 H·K·V state plus

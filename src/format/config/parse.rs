@@ -293,6 +293,7 @@ impl ModelConfig {
             attn_kinds,
             mlp_kinds,
             num_nextn_predict_layers: raw.num_nextn_predict_layers,
+            gpt_oss: None,
         };
         super::ranges::check_config(&cfg)?;
         Ok(cfg)

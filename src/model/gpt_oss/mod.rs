@@ -1,0 +1,210 @@
+//! gpt-oss (`model_type: "gpt_oss"`): one decoder layer of transformers
+//! `GptOssDecoderLayer` / mlx-lm `models/gpt_oss.py` over the same
+//! [`crate::store::WeightStore`], embedding, final norm and `lm_head` as the Kimi
+//! models ([`crate::model::Model`] runs them; this module adds the layer).
+//!
+//! `h = x + o_proj(attn(rmsnorm(x)))`, `out = h + moe(rmsnorm(h))` (docs/model.md,
+//! gpt-oss). All activations f32; weights upcast in the kernels. Every per-token
+//! operation is the one of a decode step, so prefill and decode give identical
+//! logits, and a batch's sequences the logits they get alone.
+//!
+//! Its buffers are the arena's `gqa` group ([`crate::engine::arena::Gqa`]).
+
+pub mod attention;
+pub mod moe;
+pub mod rope;
+
+use anyhow::{bail, Context, Result};
+
+use super::norm::rms_norm_into;
+use super::{LayerState, Model, Seg};
+use crate::engine::arena::{zeroed, Gqa, Scratch};
+use crate::format::config::GptOssConfig;
+use crate::kernels::Workspace;
+use crate::util::profile::{self, Op};
+
+/// RMSNorm of every row of `x: [n, d]` with weight `w: [d]` into `out: [n, d]`.
+fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let d = w.len();
+    for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
+        rms_norm_into(xr, w, eps, or);
+    }
+}
+
+impl Model {
+    fn gpt_oss(&self) -> Result<&GptOssConfig> {
+        self.cfg
+            .gpt_oss
+            .as_ref()
+            .context("gpt-oss layer without gpt_oss settings")
+    }
+
+    /// gpt-oss decoder layer `i` over the `n` tokens of the call (residual stream
+    /// `sc.main.hidden: [n, D]`).
+    pub(super) fn gpt_oss_layer(
+        &self,
+        i: usize,
+        segs: &mut [Seg<'_>],
+        sc: &mut Scratch,
+        n: usize,
+    ) -> Result<()> {
+        let d = self.cfg.hidden_size;
+        let eps = self.cfg.rms_norm_eps;
+        let l = Some(i);
+        let Scratch {
+            main,
+            gqa,
+            kern: ws,
+            ..
+        } = sc;
+        let prof = profile::scope(Op::Norms);
+        self.w
+            .vec_into(l, "input_layernorm.weight", d, &mut main.ln_in)?;
+        self.w
+            .vec_into(l, "post_attention_layernorm.weight", d, &mut main.ln_post)?;
+        let xin = zeroed(&mut main.xin, n * d);
+        norm_rows(&main.hidden[..n * d], &main.ln_in, eps, xin);
+        drop(prof);
+        let a = zeroed(&mut main.attn_out, n * d);
+        self.gpt_oss_attention(i, segs, gqa, ws, xin, a)?;
+        for (h, v) in main.hidden[..n * d].iter_mut().zip(a.iter()) {
+            *h += v;
+        }
+        let prof = profile::scope(Op::Norms);
+        let xin2 = zeroed(&mut main.xin2, n * d);
+        norm_rows(&main.hidden[..n * d], &main.ln_post, eps, xin2);
+        drop(prof);
+        let m = zeroed(&mut main.mlp_out, n * d);
+        self.gpt_oss_moe(i, gqa, ws, xin2, m)?;
+        for (h, v) in main.hidden[..n * d].iter_mut().zip(m.iter()) {
+            *h += v;
+        }
+        Ok(())
+    }
+
+    /// Projection `self_attn.{name}_proj` (+ bias, decoded into `bias`) of the `n`
+    /// tokens `x: [n, cols]` into `y: [n, rows]`.
+    fn gpt_oss_proj(
+        &self,
+        (i, name): (usize, &str),
+        ws: &mut Workspace,
+        bias: &mut Vec<f32>,
+        x: &[f32],
+        y: &mut [f32],
+        n: usize,
+    ) -> Result<()> {
+        let l = Some(i);
+        let (rows, cols) = (y.len() / n, x.len() / n);
+        self.mat(l, &format!("self_attn.{name}_proj.weight"), rows, cols)?
+            .mm_into(&self.par, ws, x, n, y);
+        if self.gpt_oss()?.attention_bias {
+            self.w
+                .vec_into(l, &format!("self_attn.{name}_proj.bias"), rows, bias)?;
+            for row in y.chunks_exact_mut(rows) {
+                for (v, b) in row.iter_mut().zip(bias.iter()) {
+                    *v += b;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Attention of layer `i` over `xin: [n, D]` into `out: [n, D]`: projections over
+    /// all tokens, then per sequence and token in order rotate, cache, attend; `o_proj`.
+    fn gpt_oss_attention(
+        &self,
+        i: usize,
+        segs: &mut [Seg<'_>],
+        b: &mut Gqa,
+        ws: &mut Workspace,
+        xin: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
+        let _prof = profile::scope(Op::GqaAttend);
+        let g = self.gpt_oss()?;
+        let n = xin.len() / self.cfg.hidden_size;
+        let (qd, kvd) = (g.q_dim(), g.kv_dim());
+        let q = zeroed(&mut b.q, n * qd);
+        self.gpt_oss_proj((i, "q"), ws, &mut b.bias, xin, q, n)?;
+        let k = zeroed(&mut b.k, n * kvd);
+        self.gpt_oss_proj((i, "k"), ws, &mut b.bias, xin, k, n)?;
+        let v = zeroed(&mut b.v, n * kvd);
+        self.gpt_oss_proj((i, "v"), ws, &mut b.bias, xin, v, n)?;
+        self.w.vec_into(
+            Some(i),
+            "self_attn.sinks",
+            g.num_attention_heads,
+            &mut b.sinks,
+        )?;
+        let rope = self
+            .rope
+            .as_ref()
+            .context("gpt-oss model without RoPE tables")?;
+        let att = zeroed(&mut b.att, n * qd);
+        for s in segs.iter_mut() {
+            let LayerState::Kv(cache) = &mut s.layers[i] else {
+                bail!("state of layer {i} is not a KV cache");
+            };
+            for j in 0..s.tokens.len() {
+                let (t, pos) = (s.start + j, *s.pos + j);
+                let (qt, kt) = (t * qd..(t + 1) * qd, t * kvd..(t + 1) * kvd);
+                rope.apply(&mut q[qt.clone()], pos);
+                rope.apply(&mut k[kt.clone()], pos);
+                attention::store(cache, pos, &k[kt.clone()], &v[kt])?;
+                let (sinks, scores) = (&b.sinks, &mut b.scores);
+                attention::attend(g, cache, pos, &q[qt.clone()], sinks, scores, &mut att[qt]);
+            }
+        }
+        self.gpt_oss_proj((i, "o"), ws, &mut b.bias, att, out, n)
+    }
+
+    /// The MoE of layer `i` over `x: [n, D]` into `out: [n, D]` (zeroed): router
+    /// logits for all tokens, then per token its top-k experts in rank order, their
+    /// outputs weighted and summed in that order.
+    fn gpt_oss_moe(
+        &self,
+        i: usize,
+        b: &mut Gqa,
+        ws: &mut Workspace,
+        x: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
+        let g = self.gpt_oss()?;
+        let d = self.cfg.hidden_size;
+        let n = x.len() / d;
+        let l = Some(i);
+        let par = &self.par;
+        let prof = profile::scope(Op::Router);
+        let e = g.num_local_experts;
+        let logits = zeroed(&mut b.logits, n * e);
+        self.mat(l, "mlp.router.weight", e, d)?
+            .mm_into(par, ws, x, n, logits);
+        self.w
+            .vec_into(l, "mlp.router.bias", e, &mut b.router_bias)?;
+        drop(prof);
+        let prof = profile::scope(Op::ExpertFetch);
+        let biases = (&mut b.gate_up_bias, &mut b.down_bias);
+        let experts = moe::Experts::load(&self.w, g, d, i, biases)?;
+        drop(prof);
+        let _prof = profile::scope(Op::ExpertMlp);
+        let gu = zeroed(&mut b.gate_up, 2 * g.intermediate_size);
+        let h = zeroed(&mut b.h, g.intermediate_size);
+        let y = zeroed(&mut b.y, d);
+        for t in 0..n {
+            let lg = &mut logits[t * e..(t + 1) * e];
+            for (v, bias) in lg.iter_mut().zip(&b.router_bias) {
+                *v += bias;
+            }
+            moe::route(lg, g.num_experts_per_tok, &mut b.order, &mut b.routes);
+            let xt = &x[t * d..(t + 1) * d];
+            let ot = &mut out[t * d..(t + 1) * d];
+            for &(ex, wgt) in &b.routes {
+                experts.forward(par, ws, g, ex, xt, gu, h, y);
+                for (o, v) in ot.iter_mut().zip(y.iter()) {
+                    *o += wgt * v;
+                }
+            }
+        }
+        Ok(())
+    }
+}
