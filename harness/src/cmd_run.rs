@@ -153,6 +153,12 @@ pub struct RunArgs {
     /// layer that produced one (the logits are always checked).
     #[arg(long)]
     pub check_hidden: bool,
+    /// Speculative decoding, exact: `off`, `ngram:K` (prompt lookup over prompt +
+    /// generated ids) or `replay:FILE:K` (the ids of an earlier run as `--output ids`
+    /// prints them). Up to K drafted ids are verified in one forward; the output ids
+    /// are those of `off` (docs/speculation.md).
+    #[arg(long, default_value = "off", value_parser = crate::args::speculate)]
+    pub speculate: memdial::engine::speculate::Speculate,
     /// Test-only: add +1000 to this token's logit at every step (forces a different output).
     #[arg(long, hide = true)]
     pub perturb_logit: Option<u32>,
@@ -389,6 +395,8 @@ struct Generated {
     gen_wall: f64,
     /// The warm start's fill (`None`: cold start).
     warm: Option<Warm>,
+    /// Speculation's counters (`None` with `--speculate off`).
+    spec: Option<memdial::engine::speculate::SpecStats>,
 }
 
 /// Prefill chunk and arena chunk: under a budget the plan reserves activations for at
@@ -450,7 +458,8 @@ fn generate_ids(
     let mut device_at_first: Option<u64> = None;
     let t_gen = Instant::now();
     memdial::util::profile::enable(a.profile_ops);
-    let out = generate(model, &mut state, prompt, &params, &mut |_| {
+    let drafter = a.speculate.drafter(cfg.vocab_size)?;
+    let mut on_token = |_| {
         mem.sample();
         if at_first.is_none() {
             at_first = Some(streaming.as_ref().map(|s| s.metrics()).unwrap_or_default());
@@ -458,7 +467,24 @@ fn generate_ids(
             memdial::util::profile::reset();
             device_at_first = memdial::io::accounting::device_read_bytes();
         }
-    })?;
+    };
+    let (out, spec) = match &drafter {
+        None => (
+            generate(model, &mut state, prompt, &params, &mut on_token)?,
+            None,
+        ),
+        Some(d) => {
+            let (o, st) = memdial::engine::speculate::generate_speculative(
+                model,
+                &mut state,
+                prompt,
+                &params,
+                d,
+                &mut on_token,
+            )?;
+            (o, Some(st))
+        }
+    };
     if a.profile_ops {
         let steps = out.decode_s.len();
         eprintln!(
@@ -478,6 +504,7 @@ fn generate_ids(
         device_at_first,
         gen_wall,
         warm: None,
+        spec,
     })
 }
 

@@ -5,6 +5,7 @@
 //! - [`loader`]: the one loader, [`crate::model::Model::open`] (config → checkpoint → validation → store → model);
 //! - [`arena`]: the forward pass's scratch arena (every activation buffer, sized from the config; the plan's activation figure);
 //! - [`sampler`], [`generate`]: token selection and the prefill/decode loop;
+//! - [`speculate`]: exact speculative decoding (drafts that read no weights, verified in one forward);
 //! - [`batch`]: several sequences decoded in one pass over the weights ([`batch::Batch`]);
 //! - [`metrics`]: [`metrics::RunMetrics`], the figures of one run (`--metrics-json`, `results.csv`).
 
@@ -14,3 +15,4 @@ pub mod generate;
 pub mod loader;
 pub mod metrics;
 pub mod sampler;
+pub mod speculate;

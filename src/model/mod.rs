@@ -21,6 +21,7 @@ pub mod mla;
 pub mod mlp;
 pub mod moe;
 pub mod norm;
+pub mod rewind;
 pub mod state;
 pub mod weights;
 
@@ -70,6 +71,8 @@ struct Seg<'a> {
     tokens: &'a [u32],
     start: usize,
     logits: bool,
+    /// The sequence's armed restore point, which the layers fill ([`rewind`]).
+    rewind: Option<&'a mut rewind::Rewind>,
 }
 
 /// A loaded model: configuration, weight accessor and kernel thread handle.
@@ -156,6 +159,12 @@ impl Model {
         State::with_chunk(&self.cfg, max_context, chunk, self.par.threads())
     }
 
+    /// Tells the store that `state` was rewound to `pos` positions
+    /// ([`State::rewind_to`]), so its records of later positions are dropped.
+    pub fn note_rewind(&self, pos: usize) {
+        self.w.store.rewound(pos);
+    }
+
     fn mat(&self, layer: Option<usize>, name: &str, rows: usize, cols: usize) -> Result<Mat> {
         self.w.mat(layer, name, rows, cols)
     }
@@ -209,6 +218,7 @@ impl Model {
             layers,
             scratch,
             pos,
+            rewind,
             ..
         } = state;
         let mut segs = [Seg {
@@ -217,6 +227,7 @@ impl Model {
             tokens,
             start: 0,
             logits: mode != LogitsMode::None,
+            rewind: rewind.as_mut().filter(|r| r.armed()),
         }];
         self.forward_segs(scratch, &mut segs, n, mode == LogitsMode::All)
     }
@@ -272,6 +283,7 @@ impl Model {
                 tokens: s.tokens,
                 start,
                 logits: s.logits,
+                rewind: None,
             });
             start += s.tokens.len();
         }
@@ -615,6 +627,10 @@ impl Model {
                 for s in segs.iter_mut() {
                     let run = s.start..s.start + s.tokens.len();
                     if let LayerState::Kda(st) = &mut s.layers[i] {
+                        if let Some(rw) = s.rewind.as_deref_mut() {
+                            let (p, h) = (cfg.kda_proj_dim(), cfg.kda.num_heads);
+                            rw.save_kda(i, st, &w, kda_sc, run.clone(), p, h);
+                        }
                         kda::kda_recur(par, cfg, &w, n, run, st, kda_sc);
                     }
                 }
@@ -627,6 +643,9 @@ impl Model {
                 for s in segs.iter_mut() {
                     let run = s.start..s.start + s.tokens.len();
                     if let LayerState::Mla(cache) = &mut s.layers[i] {
+                        if let Some(rw) = s.rewind.as_deref_mut() {
+                            rw.save_mla(i, cache.len, run.len());
+                        }
                         mla::mla_attend(par, ws, cfg, &w, run, cache, mla_sc);
                     }
                 }
