@@ -353,7 +353,7 @@ fn open_model(a: &RunArgs, max_context: usize) -> Result<Opened> {
         }),
         None => StoreOptions::Resident,
     };
-    let o = Model::open(&a.model, store, a.threads)?;
+    let o = Model::open_speculative(&a.model, store, a.threads, a.speculate.k())?;
     Ok(Opened {
         model: o.model.with_hidden_checks(a.check_hidden),
         ..o
@@ -437,7 +437,10 @@ fn generate_ids(
 ) -> Result<Generated> {
     let streaming = &opened.streaming;
     let model = &opened.model;
-    let mut state = model.new_state_with_chunk(max_context, arena_chunk);
+    let mut state = match a.speculate.k() {
+        0 => model.new_state_with_chunk(max_context, arena_chunk),
+        k => model.new_state_for_speculation(max_context, arena_chunk, k),
+    };
     let params = GenerateParams {
         max_tokens: a.max_tokens,
         sampler: SamplerConfig {
@@ -594,6 +597,15 @@ impl RunFacts<'_> {
         let plan = streaming.as_ref().map(|s| s.plan().clone());
         let streamed = streaming.is_some();
         let gen_wall = self.g.gen_wall;
+        // Plain decoding: one forward per token after the first, nothing drafted.
+        let spec = self
+            .g
+            .spec
+            .unwrap_or(memdial::engine::speculate::SpecStats {
+                forwards: steps as u64,
+                ..Default::default()
+            });
+        let forwards = spec.forwards;
         let mut rm = RunMetrics {
             model: Some(a.model.display().to_string()),
             model_bytes: Some(model_bytes),
@@ -673,6 +685,13 @@ impl RunFacts<'_> {
                 .then(|| (m.lossless_decode_s - first_m.lossless_decode_s) / steps as f64),
             warm_fill_s: self.g.warm.map(|w| w.fill.seconds),
             warm_fill_bytes: self.g.warm.map(|w| w.fill.bytes),
+            forwards: Some(forwards),
+            drafted_tokens: Some(spec.drafted_tokens),
+            accepted_tokens: Some(spec.accepted_tokens),
+            mean_accepted_length: (forwards > 0)
+                .then(|| spec.accepted_tokens as f64 / forwards as f64),
+            bytes_read_per_forward: (forwards > 0 && streamed)
+                .then(|| decode_bytes as f64 / forwards as f64),
             metric_sources: Default::default(),
         };
         for k in [

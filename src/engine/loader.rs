@@ -116,6 +116,31 @@ impl Model {
         threads: usize,
         max_batch: usize,
     ) -> Result<Opened> {
+        Model::open_with(dir, store, threads, max_batch, 0)
+    }
+
+    /// [`Model::open`] for a speculative run with drafts of up to `draft_k` ids
+    /// ([`crate::engine::speculate`]): a streaming store's plan also counts the
+    /// extra logit rows and the restore point
+    /// ([`crate::engine::arena::Scratch::speculation_bytes`]; 0 for `draft_k` 0).
+    ///
+    /// Errors: as [`Model::open`].
+    pub fn open_speculative(
+        dir: &Path,
+        store: StoreOptions,
+        threads: usize,
+        draft_k: usize,
+    ) -> Result<Opened> {
+        Model::open_with(dir, store, threads, 1, draft_k)
+    }
+
+    fn open_with(
+        dir: &Path,
+        store: StoreOptions,
+        threads: usize,
+        max_batch: usize,
+        draft_k: usize,
+    ) -> Result<Opened> {
         let checkpoint = Checkpointed::read(dir)?.validated()?;
         let (cfg, ck) = (&checkpoint.cfg, &checkpoint.ck);
         let (ws, streaming): (Arc<dyn WeightStore>, _) = match store {
@@ -128,7 +153,14 @@ impl Model {
                     max_context: opts.max_context,
                     max_batch,
                 };
-                let act = Scratch::activations(cfg, seqs, threads);
+                let mut act = Scratch::activations(cfg, seqs, threads);
+                act.bytes += Scratch::speculation_bytes(
+                    cfg,
+                    act.step_tokens,
+                    act.threads,
+                    opts.max_context,
+                    draft_k,
+                );
                 let s = Arc::new(StreamingStore::open(cfg, ck, opts, act)?);
                 (s.clone(), Some(s))
             }

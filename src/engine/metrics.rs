@@ -216,6 +216,23 @@ pub struct RunMetrics {
     /// trunk slots; not part of `bytes_read_total` or `device_read_bytes`.
     #[serde(deserialize_with = "lenient_u64")]
     pub warm_fill_bytes: Option<u64>,
+    /// Decode forwards: one per token after the first with `--speculate off`; one per
+    /// verification pass with speculation (each emits ≥ 1 token).
+    #[serde(deserialize_with = "lenient_u64")]
+    pub forwards: Option<u64>,
+    /// Draft ids the verification passes fed (0 with `--speculate off`).
+    #[serde(deserialize_with = "lenient_u64")]
+    pub drafted_tokens: Option<u64>,
+    /// Draft ids accepted: emitted as drafted (0 with `--speculate off`).
+    #[serde(deserialize_with = "lenient_u64")]
+    pub accepted_tokens: Option<u64>,
+    /// `accepted_tokens / forwards`: drafts accepted per decode forward (a forward
+    /// emits this + 1 tokens, fewer where generation ends inside it).
+    #[serde(deserialize_with = "finite_f64")]
+    pub mean_accepted_length: Option<f64>,
+    /// Bytes read during decode ÷ `forwards` (streamed runs).
+    #[serde(deserialize_with = "finite_f64")]
+    pub bytes_read_per_forward: Option<f64>,
     /// Who measured each figure present (field name → source).
     pub metric_sources: BTreeMap<String, Source>,
 }

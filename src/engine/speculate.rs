@@ -273,7 +273,7 @@ pub fn generate_speculative(
         fed.clear();
         fed.push(tok);
         fed.extend_from_slice(&d);
-        state.arm_rewind(cfg, fed.len());
+        state.arm_rewind(cfg, draft.k() + 1);
         let rows = match model.forward_logits(state, &fed, LogitsMode::All) {
             Ok(l) => l,
             Err(e) => {

@@ -165,6 +165,14 @@ impl Model {
         self.w.store.rewound(pos);
     }
 
+    /// A fresh state for a speculative run with drafts of up to `k` ids: the arena of
+    /// [`crate::engine::arena::Scratch::for_speculation`] for forwards of up to `chunk` tokens.
+    pub fn new_state_for_speculation(&self, max_context: usize, chunk: usize, k: usize) -> State {
+        let mut st = State::without_arena(&self.cfg, max_context);
+        st.scratch = Scratch::for_speculation(&self.cfg, chunk, self.par.threads(), max_context, k);
+        st
+    }
+
     fn mat(&self, layer: Option<usize>, name: &str, rows: usize, cols: usize) -> Result<Mat> {
         self.w.mat(layer, name, rows, cols)
     }

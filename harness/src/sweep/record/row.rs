@@ -361,6 +361,12 @@ pub const COLUMNS: &[&str] = &[
     "itl_p90_s",
     "requests_output_ids",
     "requests_prompt_index",
+    // RunMetrics fields of speculative decoding (appended).
+    "forwards",
+    "drafted_tokens",
+    "accepted_tokens",
+    "mean_accepted_length",
+    "bytes_read_per_forward",
 ];
 
 impl Row {
