@@ -137,7 +137,8 @@ fn streamed(
     let cfg = load_config(dir).unwrap();
     let ck = Checkpoint::open(dir).unwrap();
     let mut act = Scratch::activations(&cfg, Sequences::single(MAX_CONTEXT), 2);
-    act.bytes += Scratch::speculation_bytes(&cfg, act.step_tokens, 2, MAX_CONTEXT, k);
+    act.bytes +=
+        memdial::engine::speculate::speculation_bytes(&cfg, act.step_tokens, 2, MAX_CONTEXT, k);
     let floor = plan_unchecked(&cfg, &ck, 0, io, prefetch, act)
         .unwrap()
         .floor_bytes;
@@ -489,4 +490,29 @@ fn the_speculate_flag_parses_k_after_the_last_colon_and_names_bad_values() {
         );
         assert!(memdial::util::error::usage_error(&Speculate::parse(bad).unwrap_err()).is_some());
     }
+}
+
+/// The memory a speculative run adds, by hand for `mini` (hidden 1024, vocab 33024;
+/// 9 KDA layers of 8 heads × 128, conv width 4) at K = 4: per KDA layer the state copy
+/// 3·3·1024 + 8·128² = 140,288 f32, the 5 rows' projections 5·(4·1024 + 8) = 20,520,
+/// the conv weights, `dt_bias` and `A_log` 3·1024·4 + 1024 + 8 = 13,320: 174,128 f32 ×
+/// 4 B × 9 layers = 6,268,608 B; the arena's 4 more logit rows 4·33024·4 = 528,384 B,
+/// its `lm_head` row-block buffer 5·33024·4 = 660,480 B and 5 logit row ids (40 B).
+#[test]
+fn the_plan_counts_the_restore_point_and_the_logit_rows() {
+    let j = memdial::tools::fixture::preset("mini").unwrap().config;
+    let cfg = memdial::format::config::ModelConfig::from_json_str(&j.to_string()).unwrap();
+    assert_eq!(
+        memdial::model::rewind::Rewind::planned_bytes(&cfg, 5),
+        6_268_608
+    );
+    let want = 6_268_608 + 528_384 + 660_480 + 40;
+    assert_eq!(
+        memdial::engine::speculate::speculation_bytes(&cfg, 64, 2, 64, 4),
+        want
+    );
+    assert_eq!(
+        memdial::engine::speculate::speculation_bytes(&cfg, 64, 2, 64, 0),
+        0
+    );
 }

@@ -472,25 +472,19 @@ impl Scratch {
         Scratch::from_dims(Dims::for_batch(cfg, chunk, threads, max_context, k + 1))
     }
 
-    /// Bytes a speculative run with drafts of up to `k` ids holds beyond
-    /// [`Scratch::planned_bytes`] for the same `chunk`, `threads` and `max_context`:
-    /// the arena's `k` more logit rows and its row-block buffer
-    /// ([`Scratch::for_speculation`]) and the restore point of a forward of `k + 1`
-    /// rows ([`crate::model::rewind::Rewind::planned_bytes`]). 0 for `k` 0.
-    pub fn speculation_bytes(
+    /// Bytes [`Scratch::for_speculation`] allocates (the arena of a speculative run
+    /// with drafts of up to `k` ids; [`Scratch::planned_bytes`] for `k` 0).
+    pub fn planned_speculation_bytes(
         cfg: &ModelConfig,
         chunk: usize,
         threads: usize,
         max_context: usize,
         k: usize,
     ) -> u64 {
-        if k == 0 {
-            return 0;
-        }
-        let sum = |d: &Dims| -> u64 { Scratch::planned_buffers_of(d).iter().map(|b| b.1).sum() };
-        let spec = sum(&Dims::for_batch(cfg, chunk, threads, max_context, k + 1));
-        let plain = sum(&Dims::for_run(cfg, chunk, threads, max_context));
-        spec.saturating_sub(plain) + crate::model::rewind::Rewind::planned_bytes(cfg, k + 1)
+        Scratch::planned_buffers_of(&Dims::for_batch(cfg, chunk, threads, max_context, k + 1))
+            .iter()
+            .map(|b| b.1)
+            .sum()
     }
 
     /// No buffers at all (a sequence whose forwards run on a batch's shared arena);

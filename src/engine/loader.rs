@@ -122,7 +122,7 @@ impl Model {
     /// [`Model::open`] for a speculative run with drafts of up to `draft_k` ids
     /// ([`crate::engine::speculate`]): a streaming store's plan also counts the
     /// extra logit rows and the restore point
-    /// ([`crate::engine::arena::Scratch::speculation_bytes`]; 0 for `draft_k` 0).
+    /// ([`crate::engine::speculate::speculation_bytes`]; 0 for `draft_k` 0).
     ///
     /// Errors: as [`Model::open`].
     pub fn open_speculative(
@@ -154,7 +154,7 @@ impl Model {
                     max_batch,
                 };
                 let mut act = Scratch::activations(cfg, seqs, threads);
-                act.bytes += Scratch::speculation_bytes(
+                act.bytes += crate::engine::speculate::speculation_bytes(
                     cfg,
                     act.step_tokens,
                     act.threads,

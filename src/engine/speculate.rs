@@ -21,10 +21,32 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 
+use crate::engine::arena::Scratch;
 use crate::engine::generate::{perturb, prefill, GenerateOutput, GenerateParams};
 use crate::engine::sampler::Sampler;
+use crate::format::config::ModelConfig;
 use crate::model::{LogitsMode, Model, State};
 use crate::util::error::UsageError;
+
+/// Bytes a speculative run with drafts of up to `k` ids holds beyond a plain run's
+/// arena for the same `chunk`, `threads` and `max_context`
+/// ([`Scratch::planned_bytes`]): the `k` more logit rows and the row-block buffer of
+/// [`Scratch::for_speculation`], and the restore point of a forward of `k + 1` rows
+/// ([`crate::model::rewind::Rewind::planned_bytes`]). 0 for `k` 0.
+pub fn speculation_bytes(
+    cfg: &ModelConfig,
+    chunk: usize,
+    threads: usize,
+    max_context: usize,
+    k: usize,
+) -> u64 {
+    if k == 0 {
+        return 0;
+    }
+    let spec = Scratch::planned_speculation_bytes(cfg, chunk, threads, max_context, k);
+    let plain = Scratch::planned_bytes(cfg, chunk, threads, max_context);
+    spec.saturating_sub(plain) + crate::model::rewind::Rewind::planned_bytes(cfg, k + 1)
+}
 
 /// Longest n-gram [`Draft::Ngram`] matches (it tries `NGRAM_MAX` down to 1).
 pub const NGRAM_MAX: usize = 3;
