@@ -586,26 +586,10 @@ impl RunFacts<'_> {
             .map(|d| d.saturating_sub(self.g.warm.and_then(|w| w.device_bytes).unwrap_or(0)));
         let read_busy_decode = m.read_busy_s - first_m.read_busy_s;
         let model_bytes = memdial::format::inspect::model_bytes(self.cfg, ck);
-        let page_cache = match streaming {
-            Some(s) => s.page_cache_resident_bytes(),
-            None => ck
-                .shards
-                .iter()
-                .map(|sh| memdial::io::pagecache::resident_bytes(&sh.path).unwrap_or(0))
-                .sum(),
-        };
+        let page_cache = self.page_cache_bytes();
         let plan = streaming.as_ref().map(|s| s.plan().clone());
         let streamed = streaming.is_some();
         let gen_wall = self.g.gen_wall;
-        // Plain decoding: one forward per token after the first, nothing drafted.
-        let spec = self
-            .g
-            .spec
-            .unwrap_or(memdial::engine::speculate::SpecStats {
-                forwards: steps as u64,
-                ..Default::default()
-            });
-        let forwards = spec.forwards;
         let mut rm = RunMetrics {
             model: Some(a.model.display().to_string()),
             model_bytes: Some(model_bytes),
@@ -685,15 +669,9 @@ impl RunFacts<'_> {
                 .then(|| (m.lossless_decode_s - first_m.lossless_decode_s) / steps as f64),
             warm_fill_s: self.g.warm.map(|w| w.fill.seconds),
             warm_fill_bytes: self.g.warm.map(|w| w.fill.bytes),
-            forwards: Some(forwards),
-            drafted_tokens: Some(spec.drafted_tokens),
-            accepted_tokens: Some(spec.accepted_tokens),
-            mean_accepted_length: (forwards > 0)
-                .then(|| spec.accepted_tokens as f64 / forwards as f64),
-            bytes_read_per_forward: (forwards > 0 && streamed)
-                .then(|| decode_bytes as f64 / forwards as f64),
-            metric_sources: Default::default(),
+            ..Default::default()
         };
+        self.speculation_figures(&mut rm, decode_bytes);
         for k in [
             "peak_rss_bytes",
             "peak_rss_anon_bytes",
@@ -707,6 +685,43 @@ impl RunFacts<'_> {
         }
         rm.fill_sources(Source::Engine);
         rm
+    }
+}
+
+impl RunFacts<'_> {
+    /// Model bytes in the page cache now: the streaming store's shards, or every shard.
+    fn page_cache_bytes(&self) -> u64 {
+        match &self.opened.streaming {
+            Some(s) => s.page_cache_resident_bytes(),
+            None => self
+                .opened
+                .checkpoint
+                .ck
+                .shards
+                .iter()
+                .map(|sh| memdial::io::pagecache::resident_bytes(&sh.path).unwrap_or(0))
+                .sum(),
+        }
+    }
+
+    /// The decode forwards and drafts into `rm` (`decode_bytes`: bytes read after the
+    /// first token). Plain decoding: one forward per token after the first, no drafts.
+    fn speculation_figures(&self, rm: &mut RunMetrics, decode_bytes: u64) {
+        let steps = self.g.out.decode_s.len() as u64;
+        let spec = self
+            .g
+            .spec
+            .unwrap_or(memdial::engine::speculate::SpecStats {
+                forwards: steps,
+                ..Default::default()
+            });
+        let f = spec.forwards;
+        rm.forwards = Some(f);
+        rm.drafted_tokens = Some(spec.drafted_tokens);
+        rm.accepted_tokens = Some(spec.accepted_tokens);
+        rm.mean_accepted_length = spec.mean_accepted_length();
+        rm.bytes_read_per_forward =
+            (f > 0 && self.opened.streaming.is_some()).then(|| decode_bytes as f64 / f as f64);
     }
 }
 

@@ -82,8 +82,7 @@ impl GenerateOutput {
 }
 
 /// Prefills `prompt` into `state` in forwards of `params.prefill_chunk` tokens and
-/// samples the first token with `sampler`. Returns the kept logits (all prompt rows
-/// with `keep_logits`, else `None`) and (first token, prefill seconds).
+/// samples the first token with `sampler` ([`Prefilled`]).
 /// Errors: an empty prompt, `max_tokens` 0, and the forward's errors.
 pub fn prefill(
     model: &Model,
@@ -91,7 +90,7 @@ pub fn prefill(
     prompt: &[u32],
     params: &GenerateParams,
     sampler: &mut Sampler,
-) -> Result<(Option<Vec<f32>>, (u32, f64))> {
+) -> Result<Prefilled> {
     if prompt.is_empty() {
         bail!("empty prompt");
     }
@@ -124,7 +123,22 @@ pub fn prefill(
     let mut last = pl[pl.len() - vocab..].to_vec();
     perturb(&mut last, params.perturb_logit);
     let all = if params.keep_logits { Some(pl) } else { None };
-    Ok((all, (sampler.sample(&last), prefill_s)))
+    Ok(Prefilled {
+        logits: all,
+        first: sampler.sample(&last),
+        prefill_s,
+    })
+}
+
+/// What [`prefill`] returns.
+#[derive(Debug, Clone)]
+pub struct Prefilled {
+    /// With `keep_logits`: the prompt rows' logits `[prompt_len, vocab]`; else `None`.
+    pub logits: Option<Vec<f32>>,
+    /// The first generated id.
+    pub first: u32,
+    /// Seconds in the prefill forwards.
+    pub prefill_s: f64,
 }
 
 /// Prefills `prompt` into `state` (batched forwards of `prefill_chunk` tokens), then decodes up to
@@ -139,7 +153,11 @@ pub fn generate(
 ) -> Result<GenerateOutput> {
     let mut sampler = Sampler::new(params.sampler);
     let t0 = Instant::now();
-    let (mut all, (mut tok, prefill_s)) = prefill(model, state, prompt, params, &mut sampler)?;
+    let Prefilled {
+        logits: mut all,
+        first: mut tok,
+        prefill_s,
+    } = prefill(model, state, prompt, params, &mut sampler)?;
     let ttft_s = t0.elapsed().as_secs_f64();
     let mut out = vec![tok];
     on_token(tok);

@@ -22,7 +22,7 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 
 use crate::engine::arena::Scratch;
-use crate::engine::generate::{perturb, prefill, GenerateOutput, GenerateParams};
+use crate::engine::generate::{perturb, prefill, GenerateOutput, GenerateParams, Prefilled};
 use crate::engine::sampler::Sampler;
 use crate::format::config::ModelConfig;
 use crate::model::{LogitsMode, Model, State};
@@ -273,9 +273,11 @@ pub fn generate_speculative(
     let vocab = cfg.vocab_size;
     let mut sampler = Sampler::new(params.sampler);
     let t0 = Instant::now();
-    let (mut all, first) = prefill(model, state, prompt, params, &mut sampler)?;
-    let prefill_s = first.1;
-    let mut tok = first.0;
+    let Prefilled {
+        logits: mut all,
+        first: mut tok,
+        prefill_s,
+    } = prefill(model, state, prompt, params, &mut sampler)?;
     let ttft_s = t0.elapsed().as_secs_f64();
     let mut history = prompt.to_vec();
     history.push(tok);

@@ -636,8 +636,7 @@ impl Model {
                     let run = s.start..s.start + s.tokens.len();
                     if let LayerState::Kda(st) = &mut s.layers[i] {
                         if let Some(rw) = s.rewind.as_deref_mut() {
-                            let (p, h) = (cfg.kda_proj_dim(), cfg.kda.num_heads);
-                            rw.save_kda(i, st, &w, kda_sc, run.clone(), p, h);
+                            rw.save_kda(cfg, i, st, &w, kda_sc, run.clone());
                         }
                         kda::kda_recur(par, cfg, &w, n, run, st, kda_sc);
                     }

@@ -125,17 +125,17 @@ impl Rewind {
     /// and the layer's small weights.
     pub(super) fn save_kda(
         &mut self,
+        cfg: &ModelConfig,
         layer: usize,
         st: &KdaState,
         w: &KdaWeights,
         sc: &Kda,
         run: std::ops::Range<usize>,
-        p: usize,
-        h: usize,
     ) {
         if !self.armed {
             return;
         }
+        let (p, h) = (cfg.kda_proj_dim(), cfg.kda.num_heads);
         self.rows = run.len();
         if let Some(Saved::Kda {
             before,
