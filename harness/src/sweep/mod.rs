@@ -38,6 +38,7 @@ pub mod predict;
 pub mod record;
 pub mod run;
 pub mod spec;
+pub mod speculate;
 pub mod start;
 pub mod util;
 pub mod verify;
