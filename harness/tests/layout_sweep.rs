@@ -152,8 +152,9 @@ fn both_layouts_run_at_equal_budgets_with_identical_ids() {
             ",lossless_decoded_bytes_per_token,lossless_decode_s_per_token,n_prompt,n_gen,avg_ts,\
              stddev_ts,load_mode,planned_floor_for,output_kind,predicted_s_per_token,\
              predicted_bytes_read_per_token,prediction_error,aggregate_tokens_per_s,ttft_p50_s,\
-             ttft_p90_s,itl_p50_s,itl_p90_s,requests_output_ids,requests_prompt_index,start,layout,\
-             concurrency"
+             ttft_p90_s,itl_p50_s,itl_p90_s,requests_output_ids,requests_prompt_index,forwards,\
+             drafted_tokens,accepted_tokens,mean_accepted_length,bytes_read_per_forward,start,\
+             layout,concurrency,speculate"
         ),
         "{header}"
     );
