@@ -21,8 +21,13 @@ use super::axes::{Axis, Coord};
 /// The `speculate` axis (spec key `speculate = ["off", "ngram:4", "replay:ids.txt:4"]`).
 pub struct Speculate;
 
+impl Speculate {
+    /// [`Axis::NAME`] as a plain constant (the `results.csv` column).
+    pub const NAME_STR: &'static str = "speculate";
+}
+
 impl Axis for Speculate {
-    const NAME: &'static str = "speculate";
+    const NAME: &'static str = Speculate::NAME_STR;
     type Value = String;
     fn default_value() -> String {
         "off".into()
