@@ -39,6 +39,8 @@ pub mod record;
 pub mod run;
 pub mod spec;
 pub mod speculate;
+#[cfg(test)]
+mod speculate_tests;
 pub mod start;
 pub mod util;
 pub mod verify;
