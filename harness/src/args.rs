@@ -106,6 +106,11 @@ pub fn thread_count(s: &str) -> Result<usize, String> {
     }
 }
 
+/// `--speculate`: `off`, `ngram:K` or `replay:FILE:K` ([`memdial::engine::speculate::Speculate::parse`]).
+pub fn speculate(s: &str) -> Result<memdial::engine::speculate::Speculate, String> {
+    memdial::engine::speculate::Speculate::parse(s).map_err(|e| e.to_string())
+}
+
 /// A sampling parameter: a finite number ≥ 0 (NaN and ±inf are refused, exit 2).
 pub fn finite_non_negative(s: &str) -> Result<f32, String> {
     match s.trim().parse::<f32>() {

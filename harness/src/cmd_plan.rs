@@ -55,6 +55,11 @@ pub struct PlanArgs {
     /// positions for each and a shared activation arena for the batch.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub max_batch: u64,
+    /// The run's `--speculate` (`off`, `ngram:K`, `replay:FILE:K`; only K matters here):
+    /// the plan also holds the restore point and the K more logit rows of a
+    /// verification pass (docs/speculation.md). Single sequences only.
+    #[arg(long, default_value = "off", value_parser = crate::args::speculate)]
+    pub speculate: memdial::engine::speculate::Speculate,
     /// Kernel threads of the run (the activation arena holds a kernel workspace region per thread).
     #[arg(long, default_value_t = 1, value_parser = crate::args::thread_count)]
     pub threads: usize,
@@ -210,7 +215,20 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
         max_context: a.max_context.unwrap_or(DEFAULT_MAX_CONTEXT),
         max_batch: a.max_batch as usize,
     };
-    let act = Scratch::activations(cfg, seqs, a.threads);
+    let mut act = Scratch::activations(cfg, seqs, a.threads);
+    let k = a.speculate.k();
+    if k > 0 && a.max_batch > 1 {
+        return Err(crate::args::usage(
+            "--speculate plans a single sequence: give it without --max-batch",
+        ));
+    }
+    act.bytes += memdial::engine::speculate::speculation_bytes(
+        cfg,
+        act.step_tokens,
+        act.threads,
+        seqs.max_context,
+        k,
+    );
     let p0 = plan_unchecked(cfg, ck, 0, io, prefetch, act)?;
     let budget = a.budget.unwrap_or(p0.floor_bytes);
     let p = p0.with_budget(cfg, budget);

@@ -153,6 +153,12 @@ pub struct RunArgs {
     /// layer that produced one (the logits are always checked).
     #[arg(long)]
     pub check_hidden: bool,
+    /// Speculative decoding, exact: `off`, `ngram:K` (prompt lookup over prompt +
+    /// generated ids) or `replay:FILE:K` (the ids of an earlier run as `--output ids`
+    /// prints them). Up to K drafted ids are verified in one forward; the output ids
+    /// are those of `off` (docs/speculation.md).
+    #[arg(long, default_value = "off", value_parser = crate::args::speculate)]
+    pub speculate: memdial::engine::speculate::Speculate,
     /// Test-only: add +1000 to this token's logit at every step (forces a different output).
     #[arg(long, hide = true)]
     pub perturb_logit: Option<u32>,
@@ -347,7 +353,7 @@ fn open_model(a: &RunArgs, max_context: usize) -> Result<Opened> {
         }),
         None => StoreOptions::Resident,
     };
-    let o = Model::open(&a.model, store, a.threads)?;
+    let o = Model::open_speculative(&a.model, store, a.threads, a.speculate.k())?;
     Ok(Opened {
         model: o.model.with_hidden_checks(a.check_hidden),
         ..o
@@ -389,6 +395,8 @@ struct Generated {
     gen_wall: f64,
     /// The warm start's fill (`None`: cold start).
     warm: Option<Warm>,
+    /// Speculation's counters (`None` with `--speculate off`).
+    spec: Option<memdial::engine::speculate::SpecStats>,
 }
 
 /// Prefill chunk and arena chunk: under a budget the plan reserves activations for at
@@ -429,7 +437,10 @@ fn generate_ids(
 ) -> Result<Generated> {
     let streaming = &opened.streaming;
     let model = &opened.model;
-    let mut state = model.new_state_with_chunk(max_context, arena_chunk);
+    let mut state = match a.speculate.k() {
+        0 => model.new_state_with_chunk(max_context, arena_chunk),
+        k => model.new_state_for_speculation(max_context, arena_chunk, k),
+    };
     let params = GenerateParams {
         max_tokens: a.max_tokens,
         sampler: SamplerConfig {
@@ -450,7 +461,8 @@ fn generate_ids(
     let mut device_at_first: Option<u64> = None;
     let t_gen = Instant::now();
     memdial::util::profile::enable(a.profile_ops);
-    let out = generate(model, &mut state, prompt, &params, &mut |_| {
+    let drafter = a.speculate.drafter(cfg.vocab_size)?;
+    let mut on_token = |_| {
         mem.sample();
         if at_first.is_none() {
             at_first = Some(streaming.as_ref().map(|s| s.metrics()).unwrap_or_default());
@@ -458,7 +470,24 @@ fn generate_ids(
             memdial::util::profile::reset();
             device_at_first = memdial::io::accounting::device_read_bytes();
         }
-    })?;
+    };
+    let (out, spec) = match &drafter {
+        None => (
+            generate(model, &mut state, prompt, &params, &mut on_token)?,
+            None,
+        ),
+        Some(d) => {
+            let (o, st) = memdial::engine::speculate::generate_speculative(
+                model,
+                &mut state,
+                prompt,
+                &params,
+                d,
+                &mut on_token,
+            )?;
+            (o, Some(st))
+        }
+    };
     if a.profile_ops {
         let steps = out.decode_s.len();
         eprintln!(
@@ -478,6 +507,7 @@ fn generate_ids(
         device_at_first,
         gen_wall,
         warm: None,
+        spec,
     })
 }
 
@@ -556,14 +586,7 @@ impl RunFacts<'_> {
             .map(|d| d.saturating_sub(self.g.warm.and_then(|w| w.device_bytes).unwrap_or(0)));
         let read_busy_decode = m.read_busy_s - first_m.read_busy_s;
         let model_bytes = memdial::format::inspect::model_bytes(self.cfg, ck);
-        let page_cache = match streaming {
-            Some(s) => s.page_cache_resident_bytes(),
-            None => ck
-                .shards
-                .iter()
-                .map(|sh| memdial::io::pagecache::resident_bytes(&sh.path).unwrap_or(0))
-                .sum(),
-        };
+        let page_cache = self.page_cache_bytes();
         let plan = streaming.as_ref().map(|s| s.plan().clone());
         let streamed = streaming.is_some();
         let gen_wall = self.g.gen_wall;
@@ -646,10 +669,10 @@ impl RunFacts<'_> {
                 .then(|| (m.lossless_decode_s - first_m.lossless_decode_s) / steps as f64),
             warm_fill_s: self.g.warm.map(|w| w.fill.seconds),
             warm_fill_bytes: self.g.warm.map(|w| w.fill.bytes),
-            metric_sources: Default::default(),
             ..Default::default()
         };
         rm.set_sched(&out.decode_s, &out.sched);
+        self.speculation_figures(&mut rm, decode_bytes);
         mark_os_sources(&mut rm);
         rm.fill_sources(Source::Engine);
         rm
@@ -685,6 +708,43 @@ fn mark_os_sources(rm: &mut RunMetrics) {
         "device_read_bytes_per_token",
     ] {
         rm.metric_sources.insert(k.into(), Source::Os);
+    }
+}
+
+impl RunFacts<'_> {
+    /// Model bytes in the page cache now: the streaming store's shards, or every shard.
+    fn page_cache_bytes(&self) -> u64 {
+        match &self.opened.streaming {
+            Some(s) => s.page_cache_resident_bytes(),
+            None => self
+                .opened
+                .checkpoint
+                .ck
+                .shards
+                .iter()
+                .map(|sh| memdial::io::pagecache::resident_bytes(&sh.path).unwrap_or(0))
+                .sum(),
+        }
+    }
+
+    /// The decode forwards and drafts into `rm` (`decode_bytes`: bytes read after the
+    /// first token). Plain decoding: one forward per token after the first, no drafts.
+    fn speculation_figures(&self, rm: &mut RunMetrics, decode_bytes: u64) {
+        let steps = self.g.out.decode_s.len() as u64;
+        let spec = self
+            .g
+            .spec
+            .unwrap_or(memdial::engine::speculate::SpecStats {
+                forwards: steps,
+                ..Default::default()
+            });
+        let f = spec.forwards;
+        rm.forwards = Some(f);
+        rm.drafted_tokens = Some(spec.drafted_tokens);
+        rm.accepted_tokens = Some(spec.accepted_tokens);
+        rm.mean_accepted_length = spec.mean_accepted_length();
+        rm.bytes_read_per_forward =
+            (f > 0 && self.opened.streaming.is_some()).then(|| decode_bytes as f64 / f as f64);
     }
 }
 

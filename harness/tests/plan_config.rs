@@ -279,3 +279,28 @@ fn plan_and_run_give_the_same_floor_for_the_same_settings() {
         false
     );
 }
+
+/// `--speculate` adds the restore point and the logit rows of a verification pass,
+/// by hand for `mini` at K = 4 (tests/speculation.rs derives the parts): per KDA layer
+/// (3·3·1024 + 8·128² + 5·(4·1024 + 8) + 3·1024·4 + 1024 + 8) f32 × 4 B × 9 layers =
+/// 6,268,608 B, plus 4·33024·4 + 5·33024·4 + 5·8 = 1,188,904 B of logit rows: 7,457,512 B.
+#[test]
+fn speculate_adds_the_restore_point_to_the_activations_and_the_floor() {
+    let dir = testkit::until_exit(testkit::scratch!("plan-speculate"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("config.json");
+    let j = memdial::tools::fixture::preset("mini").unwrap().config;
+    std::fs::write(&cfg, j.to_string()).unwrap();
+    let c = cfg.to_str().unwrap();
+    let base = ["--config", c, "--max-context", "64", "--threads", "2"];
+    let plain = json(&base);
+    let spec = json(&[&base[..], &["--speculate", "replay:ids.txt:4"]].concat());
+    let ngram = json(&[&base[..], &["--speculate", "ngram:4"]].concat());
+    assert_eq!(spec, ngram, "only K matters");
+    let d = |k: &str| u(&spec, k) - u(&plain, k);
+    assert_eq!(d("activation_bytes"), 7_457_512);
+    assert_eq!(d("floor_bytes"), 7_457_512);
+    let o = plan(&[&base[..], &["--speculate", "ngram:4", "--max-batch", "2"]].concat());
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("single sequence"));
+}

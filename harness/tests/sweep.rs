@@ -1031,7 +1031,10 @@ fn concurrency_sweep_serves_clients_whose_ids_equal_the_single_runs() {
     }
     let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
     assert!(
-        csv.lines().next().unwrap().ends_with(",concurrency"),
+        csv.lines()
+            .next()
+            .unwrap()
+            .ends_with(",concurrency,speculate"),
         "{csv}"
     );
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();

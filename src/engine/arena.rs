@@ -525,6 +525,34 @@ impl Scratch {
         ))
     }
 
+    /// The arena of a speculative run ([`crate::engine::speculate`]): [`Scratch::new`]
+    /// whose logits hold the `k + 1` rows of a verification forward of `k` drafts
+    /// (and the row-block buffer `lm_head` uses for several rows).
+    pub fn for_speculation(
+        cfg: &ModelConfig,
+        chunk: usize,
+        threads: usize,
+        max_context: usize,
+        k: usize,
+    ) -> Scratch {
+        Scratch::from_dims(Dims::for_batch(cfg, chunk, threads, max_context, k + 1))
+    }
+
+    /// Bytes [`Scratch::for_speculation`] allocates (the arena of a speculative run
+    /// with drafts of up to `k` ids; [`Scratch::planned_bytes`] for `k` 0).
+    pub fn planned_speculation_bytes(
+        cfg: &ModelConfig,
+        chunk: usize,
+        threads: usize,
+        max_context: usize,
+        k: usize,
+    ) -> u64 {
+        Scratch::planned_buffers_of(&Dims::for_batch(cfg, chunk, threads, max_context, k + 1))
+            .iter()
+            .map(|b| b.1)
+            .sum()
+    }
+
     /// No buffers at all (a sequence whose forwards run on a batch's shared arena);
     /// the widths are those of a one-token forward, so a forward on it still works
     /// (every buffer then grows).

@@ -31,7 +31,7 @@ pub struct GenerateParams {
     pub perturb_logit: Option<u32>,
 }
 
-fn perturb(logits: &mut [f32], id: Option<u32>) {
+pub(crate) fn perturb(logits: &mut [f32], id: Option<u32>) {
     if let Some(i) = id {
         if let Some(v) = logits.get_mut(i as usize) {
             *v += 1000.0;
@@ -85,16 +85,16 @@ impl GenerateOutput {
     }
 }
 
-/// Prefills `prompt` into `state` (batched forwards of `prefill_chunk` tokens), then decodes up to
-/// `max_tokens` tokens, one forward per token, calling `on_token` for each new
-/// token as soon as it is chosen. Stops on a stop id or `max_tokens`.
-pub fn generate(
+/// Prefills `prompt` into `state` in forwards of `params.prefill_chunk` tokens and
+/// samples the first token with `sampler` ([`Prefilled`]).
+/// Errors: an empty prompt, `max_tokens` 0, and the forward's errors.
+pub fn prefill(
     model: &Model,
     state: &mut State,
     prompt: &[u32],
     params: &GenerateParams,
-    on_token: &mut dyn FnMut(u32),
-) -> Result<GenerateOutput> {
+    sampler: &mut Sampler,
+) -> Result<Prefilled> {
     if prompt.is_empty() {
         bail!("empty prompt");
     }
@@ -102,7 +102,6 @@ pub fn generate(
         bail!("max_tokens must be ≥ 1");
     }
     let vocab = model.config().vocab_size;
-    let mut sampler = Sampler::new(params.sampler);
     let t0 = Instant::now();
     let mode = if params.keep_logits {
         LogitsMode::All
@@ -127,8 +126,42 @@ pub fn generate(
     let prefill_s = t0.elapsed().as_secs_f64();
     let mut last = pl[pl.len() - vocab..].to_vec();
     perturb(&mut last, params.perturb_logit);
-    let mut all = if params.keep_logits { Some(pl) } else { None };
-    let mut tok = sampler.sample(&last);
+    let all = if params.keep_logits { Some(pl) } else { None };
+    Ok(Prefilled {
+        logits: all,
+        first: sampler.sample(&last),
+        prefill_s,
+    })
+}
+
+/// What [`prefill`] returns.
+#[derive(Debug, Clone)]
+pub struct Prefilled {
+    /// With `keep_logits`: the prompt rows' logits `[prompt_len, vocab]`; else `None`.
+    pub logits: Option<Vec<f32>>,
+    /// The first generated id.
+    pub first: u32,
+    /// Seconds in the prefill forwards.
+    pub prefill_s: f64,
+}
+
+/// Prefills `prompt` into `state` (batched forwards of `prefill_chunk` tokens), then decodes up to
+/// `max_tokens` tokens, one forward per token, calling `on_token` for each new
+/// token as soon as it is chosen. Stops on a stop id or `max_tokens`.
+pub fn generate(
+    model: &Model,
+    state: &mut State,
+    prompt: &[u32],
+    params: &GenerateParams,
+    on_token: &mut dyn FnMut(u32),
+) -> Result<GenerateOutput> {
+    let mut sampler = Sampler::new(params.sampler);
+    let t0 = Instant::now();
+    let Prefilled {
+        logits: mut all,
+        first: mut tok,
+        prefill_s,
+    } = prefill(model, state, prompt, params, &mut sampler)?;
     let ttft_s = t0.elapsed().as_secs_f64();
     let mut out = vec![tok];
     on_token(tok);

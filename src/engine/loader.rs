@@ -116,8 +116,42 @@ impl Model {
         threads: usize,
         max_batch: usize,
     ) -> Result<Opened> {
+        Model::open_with(dir, store, threads, max_batch, 0)
+    }
+
+    /// [`Model::open`] for a speculative run with drafts of up to `draft_k` ids
+    /// ([`crate::engine::speculate`]): a streaming store's plan also counts the
+    /// extra logit rows and the restore point
+    /// ([`crate::engine::speculate::speculation_bytes`]; 0 for `draft_k` 0).
+    ///
+    /// Errors: as [`Model::open`].
+    pub fn open_speculative(
+        dir: &Path,
+        store: StoreOptions,
+        threads: usize,
+        draft_k: usize,
+    ) -> Result<Opened> {
+        Model::open_with(dir, store, threads, 1, draft_k)
+    }
+
+    fn open_with(
+        dir: &Path,
+        store: StoreOptions,
+        threads: usize,
+        max_batch: usize,
+        draft_k: usize,
+    ) -> Result<Opened> {
         let checkpoint = Checkpointed::read(dir)?.validated()?;
         let (cfg, ck) = (&checkpoint.cfg, &checkpoint.ck);
+        if draft_k > 0 && cfg.gpt_oss.is_some() {
+            // The restore point knows KDA states and MLA latents; a sliding layer's
+            // ring overwrites keys a rejected draft would need back.
+            return Err(crate::util::error::UsageError::Invalid(
+                "--speculate is not supported for gpt-oss checkpoints yet (use --speculate off)"
+                    .into(),
+            )
+            .into());
+        }
         let (ws, streaming): (Arc<dyn WeightStore>, _) = match store {
             StoreOptions::Resident => (
                 Arc::new(ResidentStore::open_specs(cfg, ck, &checkpoint.specs)?),
@@ -128,7 +162,14 @@ impl Model {
                     max_context: opts.max_context,
                     max_batch,
                 };
-                let act = Scratch::activations(cfg, seqs, threads);
+                let mut act = Scratch::activations(cfg, seqs, threads);
+                act.bytes += crate::engine::speculate::speculation_bytes(
+                    cfg,
+                    act.step_tokens,
+                    act.threads,
+                    opts.max_context,
+                    draft_k,
+                );
                 let s = Arc::new(StreamingStore::open(cfg, ck, opts, act)?);
                 (s.clone(), Some(s))
             }

@@ -236,6 +236,23 @@ pub struct RunMetrics {
     /// steps: a measure a neighbour barely moves.
     #[serde(deserialize_with = "finite_f64")]
     pub cpu_s_per_token: Option<f64>,
+    /// Decode forwards: one per token after the first with `--speculate off`; one per
+    /// verification pass with speculation (each emits ≥ 1 token).
+    #[serde(deserialize_with = "lenient_u64")]
+    pub forwards: Option<u64>,
+    /// Draft ids the verification passes fed (0 with `--speculate off`).
+    #[serde(deserialize_with = "lenient_u64")]
+    pub drafted_tokens: Option<u64>,
+    /// Draft ids accepted: emitted as drafted (0 with `--speculate off`).
+    #[serde(deserialize_with = "lenient_u64")]
+    pub accepted_tokens: Option<u64>,
+    /// `accepted_tokens / forwards`: drafts accepted per decode forward (a forward
+    /// emits this + 1 tokens, fewer where generation ends inside it).
+    #[serde(deserialize_with = "finite_f64")]
+    pub mean_accepted_length: Option<f64>,
+    /// Bytes read during decode ÷ `forwards` (streamed runs).
+    #[serde(deserialize_with = "finite_f64")]
+    pub bytes_read_per_forward: Option<f64>,
     /// Who measured each figure present (field name → source).
     pub metric_sources: BTreeMap<String, Source>,
 }

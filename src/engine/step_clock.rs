@@ -71,6 +71,17 @@ impl StepClock {
         }
     }
 
+    /// Like [`StepClock::stop`] for a forward that emitted `n` tokens: its wait is
+    /// split evenly over them, as its time is (one entry per token).
+    pub fn stop_split(&mut self, n: usize) {
+        let before = self.waits_s.len();
+        self.stop();
+        if n > 1 && self.waits_s.len() > before {
+            let w = self.waits_s.pop().unwrap_or(0.0) / n as f64;
+            self.waits_s.extend(std::iter::repeat_n(w, n));
+        }
+    }
+
     /// The figures of every step between the first start and the last stop.
     pub fn finish(self) -> StepFigures {
         let cpu_s = self

@@ -22,6 +22,7 @@ pub mod mla;
 pub mod mlp;
 pub mod moe;
 pub mod norm;
+pub mod rewind;
 pub mod state;
 pub mod weights;
 
@@ -71,6 +72,8 @@ struct Seg<'a> {
     tokens: &'a [u32],
     start: usize,
     logits: bool,
+    /// The sequence's armed restore point, which the layers fill ([`rewind`]).
+    rewind: Option<&'a mut rewind::Rewind>,
 }
 
 /// A loaded model: configuration, weight accessor and kernel thread handle.
@@ -164,6 +167,20 @@ impl Model {
         State::with_chunk(&self.cfg, max_context, chunk, self.par.threads())
     }
 
+    /// Tells the store that `state` was rewound to `pos` positions
+    /// ([`State::rewind_to`]), so its records of later positions are dropped.
+    pub fn note_rewind(&self, pos: usize) {
+        self.w.store.rewound(pos);
+    }
+
+    /// A fresh state for a speculative run with drafts of up to `k` ids: the arena of
+    /// [`crate::engine::arena::Scratch::for_speculation`] for forwards of up to `chunk` tokens.
+    pub fn new_state_for_speculation(&self, max_context: usize, chunk: usize, k: usize) -> State {
+        let mut st = State::without_arena(&self.cfg, max_context);
+        st.scratch = Scratch::for_speculation(&self.cfg, chunk, self.par.threads(), max_context, k);
+        st
+    }
+
     fn mat(&self, layer: Option<usize>, name: &str, rows: usize, cols: usize) -> Result<Mat> {
         self.w.mat(layer, name, rows, cols)
     }
@@ -217,6 +234,7 @@ impl Model {
             layers,
             scratch,
             pos,
+            rewind,
             ..
         } = state;
         let mut segs = [Seg {
@@ -225,6 +243,7 @@ impl Model {
             tokens,
             start: 0,
             logits: mode != LogitsMode::None,
+            rewind: rewind.as_mut().filter(|r| r.armed()),
         }];
         self.forward_segs(scratch, &mut segs, n, mode == LogitsMode::All)
     }
@@ -280,6 +299,7 @@ impl Model {
                 tokens: s.tokens,
                 start,
                 logits: s.logits,
+                rewind: None,
             });
             start += s.tokens.len();
         }
@@ -630,6 +650,9 @@ impl Model {
                 for s in segs.iter_mut() {
                     let run = s.start..s.start + s.tokens.len();
                     if let LayerState::Kda(st) = &mut s.layers[i] {
+                        if let Some(rw) = s.rewind.as_deref_mut() {
+                            rw.save_kda(cfg, i, st, &w, kda_sc, run.clone());
+                        }
                         kda::kda_recur(par, cfg, &w, n, run, st, kda_sc);
                     }
                 }
@@ -643,6 +666,9 @@ impl Model {
                 for s in segs.iter_mut() {
                     let run = s.start..s.start + s.tokens.len();
                     if let LayerState::Mla(cache) = &mut s.layers[i] {
+                        if let Some(rw) = s.rewind.as_deref_mut() {
+                            rw.save_mla(i, cache.len, run.len());
+                        }
                         mla::mla_attend(par, ws, cfg, &w, run, cache, mla_sc);
                     }
                 }

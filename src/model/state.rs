@@ -74,6 +74,9 @@ pub struct State {
     /// Every scratch buffer of the forward pass ([`crate::engine::arena`]), sized for
     /// forwards of up to `scratch.dims.c` tokens.
     pub scratch: Scratch,
+    /// The restore point of a speculative verification forward, once armed
+    /// ([`State::arm_rewind`]; `None` until then).
+    pub rewind: Option<super::rewind::Rewind>,
     latent_dim: usize,
 }
 
@@ -151,6 +154,7 @@ impl State {
             max_context,
             layers,
             scratch: Scratch::unallocated(cfg, max_context),
+            rewind: None,
             latent_dim: ld,
         }
     }

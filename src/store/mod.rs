@@ -233,6 +233,11 @@ pub trait WeightStore: Send + Sync {
     /// Hint: layer `layer` is finished for the current token.
     fn end_layer(&self, _layer: usize) {}
 
+    /// Report: the sequence was rewound to `pos` positions after a forward that ran
+    /// past it (a rejected speculative draft), so what the store recorded for
+    /// positions `pos ..` (trace rows) describes tokens that are not in the sequence.
+    fn rewound(&self, _pos: usize) {}
+
     /// Report: the model's scratch arena holds `bytes` (called at every forward,
     /// so a store that accounts memory counts what the model really holds).
     fn note_activation_bytes(&self, _bytes: u64) {}

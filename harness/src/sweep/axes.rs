@@ -21,7 +21,7 @@
 //!
 //! `Spec::points` expands the declared axes innermost, after engines, in the order
 //! of [`super::spec::Spec::later_axes`]. Declared so far: [`super::start::Start`], [`super::layout::Layout`],
-//! [`super::concurrency::Concurrency`].
+//! [`super::concurrency::Concurrency`], [`super::speculate::Speculate`].
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

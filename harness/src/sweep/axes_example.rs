@@ -47,13 +47,16 @@ fn a_default_valued_axis_changes_no_hash_or_key_and_appends_its_column() {
     };
     let cols = columns(std::slice::from_ref(&row));
     assert_eq!(&cols[..COLUMNS.len()], COLUMNS);
-    assert_eq!(&cols[COLUMNS.len()..], ["start", "layout", "concurrency"]);
+    assert_eq!(
+        &cols[COLUMNS.len()..],
+        ["start", "layout", "concurrency", "speculate"]
+    );
     assert!(String::from_utf8(to_csv(&[row]).unwrap())
         .unwrap()
         .lines()
         .nth(1)
         .unwrap()
-        .ends_with(",cold,safetensors,1"));
+        .ends_with(",cold,safetensors,1,off"));
     // Rows of sweeps recorded before any later axis keep exactly the schema's columns.
     assert_eq!(columns(&[Row::default()]), COLUMNS);
 }

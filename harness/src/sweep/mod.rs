@@ -38,6 +38,9 @@ pub mod predict;
 pub mod record;
 pub mod run;
 pub mod spec;
+pub mod speculate;
+#[cfg(test)]
+mod speculate_tests;
 pub mod start;
 pub mod util;
 pub mod verify;

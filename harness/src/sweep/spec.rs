@@ -199,6 +199,10 @@ pub struct Spec {
     /// or e.g. `[1, 2, 4]`, above 1 served by `memdial serve`.
     #[serde(default, skip_serializing_if = "Values::is_default")]
     pub concurrency: Values<super::concurrency::Concurrency>,
+    /// Speculative decoding (`super::speculate`): `["off"]` (default), or e.g.
+    /// `["off", "ngram:4", "replay:ids.txt:4"]` (files relative to the spec file).
+    #[serde(default, skip_serializing_if = "Values::is_default")]
+    pub speculate: Values<super::speculate::Speculate>,
     /// When a run counts as `noisy` (the `[noise]` table; absent: the defaults of
     /// [`memdial::tools::noise::Thresholds`], left out of the spec hash).
     #[serde(default, skip_serializing_if = "is_default_noise")]
@@ -546,6 +550,7 @@ impl Spec {
                 }
             }
         }
+        super::speculate::resolve(&mut s.speculate.0, base);
         for f in [&mut s.trace, &mut s.iobench, &mut s.resident_metrics]
             .into_iter()
             .flatten()
@@ -585,6 +590,8 @@ impl Spec {
             BudgetExpr::parse(b)?;
         }
         super::concurrency::check(&self.concurrency.0)?;
+        super::speculate::check(&self.speculate.0)?;
+        super::speculate::check_with_concurrency(&self.speculate.0, &self.concurrency.0)?;
         self.io = Vec::new();
         for io in &self.io_names {
             self.io.push(IoMode::parse(io)?);
@@ -837,6 +844,7 @@ impl Spec {
             self.start.coords(),
             self.layout.coords(),
             self.concurrency.coords(),
+            self.speculate.coords(),
         ]
     }
 

@@ -440,6 +440,18 @@ impl WeightStore for StreamingStore {
     }
 
     fn end_layer(&self, _layer: usize) {}
+
+    fn rewound(&self, pos: usize) {
+        // The trace keeps the accepted positions only: routing rows past `pos` go,
+        // and the last forward's ids are cut to the tokens that stayed.
+        let mut g = lock(&self.shared);
+        g.trace_out.retain(|r| r.token < pos);
+        if let Some(f) = g.trace_forwards.last_mut() {
+            let keep = pos.saturating_sub(f.forward);
+            f.ids.truncate(keep);
+            f.logits = f.logits.min(keep);
+        }
+    }
 }
 
 impl StreamingStore {

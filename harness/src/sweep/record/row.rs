@@ -367,6 +367,12 @@ pub const COLUMNS: &[&str] = &[
     "uncontended_s_per_token",
     "uncontended_s_per_token_median",
     "cpu_s_per_token",
+    // RunMetrics fields of speculative decoding (appended).
+    "forwards",
+    "drafted_tokens",
+    "accepted_tokens",
+    "mean_accepted_length",
+    "bytes_read_per_forward",
 ];
 
 impl Row {

@@ -114,6 +114,15 @@ impl Points {
         let mut floors: HashMap<FloorKey, (u64, u64)> = HashMap::new();
         // Every concurrency of a budget runs at the same bytes: the floor of the largest.
         let top = spec.concurrency.0.iter().copied().max().unwrap_or(1) as usize;
+        // Every `speculate` value of a budget too: the floor of the longest drafts.
+        let draft_k = spec
+            .speculate
+            .0
+            .iter()
+            .filter_map(|v| memdial::engine::speculate::Speculate::parse(v).ok())
+            .map(|v| v.k())
+            .max()
+            .unwrap_or(0);
         let mut floor_of = |layout: LayoutKind,
                             p: &Point,
                             ctx: usize,
@@ -133,7 +142,16 @@ impl Points {
                 max_context: ctx,
                 max_batch: seqs,
             };
-            let act = Scratch::activations(&cfg, s, p.threads);
+            let mut act = Scratch::activations(&cfg, s, p.threads);
+            if seqs == 1 {
+                act.bytes += memdial::engine::speculate::speculation_bytes(
+                    &cfg,
+                    act.step_tokens,
+                    act.threads,
+                    ctx,
+                    draft_k,
+                );
+            }
             let plan = plan_unchecked(&cfg, ck, u64::MAX / 4, p.io, p.prefetch, act).with_context(
                 || {
                     format!(

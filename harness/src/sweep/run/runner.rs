@@ -122,6 +122,9 @@ impl RunRequest<'_> {
         if let Some(c) = p.axes.iter().find(|c| c.name == "start" && c.in_key) {
             a.extend(["--start".into(), c.value.clone()]);
         }
+        if let Some(v) = crate::sweep::speculate::of(&p.axes) {
+            a.extend(["--speculate".into(), v.to_string()]);
+        }
         if let Some(id) = self.perturb_logit {
             a.extend(["--perturb-logit".into(), id.to_string()]);
         }

@@ -30,6 +30,7 @@ use memdial::util::stats::bootstrap::Run;
 mod concurrency;
 mod noise;
 mod predicted;
+mod speculation;
 
 fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
     v.map(f).unwrap_or_else(|| "–".into())
@@ -463,6 +464,7 @@ pub fn markdown(
         layouts_md,
         predicted_md,
         concurrency_md,
+        speculation_md,
         charts_md,
     ] {
         section(&mut s, &c);
@@ -1033,6 +1035,10 @@ fn layouts_md(s: &mut String, c: &Sections) {
 /// Served runs against ordinary ones (sweeps with the `concurrency` axis).
 fn concurrency_md(s: &mut String, c: &Sections) {
     s.push_str(&concurrency::markdown(c.rows));
+}
+
+fn speculation_md(s: &mut String, c: &Sections) {
+    s.push_str(&speculation::markdown(c.rows));
 }
 
 /// The charts and how to read them, and the files of the directory.
