@@ -9,7 +9,7 @@
 //!   `[n, 4P + H]`) and the layer's conv weights, `dt_bias` and `A_log`;
 //! - MLA: the latent cache's length before the call.
 //!
-//! [`Rewind::restore`] then puts the KDA states back and replays only the
+//! [`State::rewind_to`](crate::model::State::rewind_to) then puts the KDA states back and replays only the
 //! recurrence (short conv + gated delta rule) of the first `keep` rows, with the
 //! same functions in the same order as the forward, so the state is bit-identical to
 //! a forward of those `keep` tokens alone; MLA caches are truncated.
