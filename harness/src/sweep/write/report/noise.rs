@@ -13,8 +13,9 @@ pub const WORST_SHOWN: usize = 5;
 
 /// The reasons the noise sentinel writes (`memdial::tools::noise::Noise::noisy`), each told
 /// by a phrase of its text, with the name the summary gives it.
-const KINDS: [(&str, &str); 4] = [
+const KINDS: [(&str, &str); 5] = [
     ("other processes used", "other processes' CPU time"),
+    ("the run waited for a CPU", "the run's wait for a CPU"),
     ("CPU steal", "CPU steal"),
     ("CPU pressure", "CPU pressure"),
     (
@@ -142,7 +143,24 @@ mod tests {
             (e("1.50 GiB read from the model's disk by others (threshold 16.00 MiB)") - 96.0).abs()
                 < 1e-12
         );
+        // 40 / 25 = 1.6.
+        assert!(
+            (e("the run waited for a CPU 40 % of its decode time (threshold 25 %)") - 1.6).abs()
+                < 1e-12
+        );
         assert_eq!(excess("no threshold here"), None);
+    }
+
+    #[test]
+    fn the_runs_own_wait_is_one_kind_whatever_its_share() {
+        assert_eq!(
+            kind("the run waited for a CPU 40 % of its decode time (threshold 25 %)"),
+            kind("the run waited for a CPU 51 % of its decode time (threshold 25 %)")
+        );
+        assert_eq!(
+            kind("the run waited for a CPU 51 % of its decode time (threshold 25 %)"),
+            "the run's wait for a CPU"
+        );
     }
 
     #[test]
