@@ -176,9 +176,9 @@ impl Anomaly {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sweep::analysis::recommend::tests::p;
     use memdial::util::stats::bootstrap::Run;
     use std::collections::BTreeMap;
-    use crate::sweep::analysis::recommend::tests::p;
 
     fn runs_of(v: &[(usize, f64)]) -> BTreeMap<usize, Vec<Run>> {
         // Three runs of three identical decode times: every bootstrap replicate is

@@ -311,8 +311,18 @@ mod tests {
         let unpaired = PointRuns::from(runs.runs.clone()).ratio(1, 0).unwrap();
         assert_eq!(unpaired.significant, Some(false));
         // Only one round in common: the points are compared as independent samples.
-        let few = vec![row(0, 0, 1.0), row(0, 1, 2.0), row(1, 1, 2.2), row(1, 5, 2.4)];
+        let few = vec![
+            row(0, 0, 1.0),
+            row(0, 1, 2.0),
+            row(1, 1, 2.2),
+            row(1, 5, 2.4),
+        ];
         let r = point_runs(&few).ratio(1, 0).unwrap();
-        assert_eq!(r, PointRuns::from(point_runs(&few).runs.clone()).ratio(1, 0).unwrap());
+        assert_eq!(
+            r,
+            PointRuns::from(point_runs(&few).runs.clone())
+                .ratio(1, 0)
+                .unwrap()
+        );
     }
 }

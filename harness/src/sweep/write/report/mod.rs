@@ -88,6 +88,10 @@ pub struct SweepVerdict {
     pub noisy_runs: usize,
     /// Measured finished runs.
     pub measured_runs: usize,
+    /// The runs by kind (measured, quiet, noisy, failed, not run) under `all` and per
+    /// start (`cold`, `warm`), warm-ups left out.
+    pub runs_by_start:
+        std::collections::BTreeMap<String, crate::sweep::analysis::counts::RunCounts>,
     /// Points slower than a smaller budget of their mode, with the causes their
     /// figures support ([`crate::sweep::analysis::anomaly`]).
     pub anomalies: Vec<Anomaly>,
@@ -197,6 +201,7 @@ impl SweepVerdict {
             results_sha256: ResultsDigests::of(dir),
             noisy_runs: rows.iter().filter(|r| r.is_measured_noisy()).count(),
             measured_runs: rows.iter().filter(|r| r.is_measured_ok()).count(),
+            runs_by_start: crate::sweep::analysis::counts::by_start(rows),
             anomalies: anomalies(stats, &runs),
             recommendation,
             engine_ratios: (!meta.engines.is_empty()).then(|| engine_ratios(stats, &runs, meta)),
