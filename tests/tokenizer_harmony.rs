@@ -214,3 +214,42 @@ fn bad_tokenizer_files_are_refused_by_name() {
     std::fs::write(&cfg_path, bad_eos).unwrap();
     assert!(err(d).contains("eos_token \"<|nope|>\""), "{}", err(d));
 }
+
+/// The published vocabulary (all 199 998 o200k_base ranks, the specials at 199998..201088)
+/// read from a ranks file encodes every case as tiktoken-rs's built-in `o200k_harmony` does.
+/// That table lacks o200k_base's `<|endofprompt|>` (Python tiktoken's has it, at 200018), so
+/// texts holding it are left out; its name for each special id is checked against ours.
+#[test]
+fn published_vocabulary_matches_tiktoken_rs_o200k_harmony() {
+    let doc = doc();
+    let scratch = memdial_testkit::scratch_in(std::env::temp_dir(), "tok-harmony-full");
+    let dir = scratch.path().join("published");
+    write_harmony_tokenizer_files(&dir, 199_998, SpecialLayout::Published).unwrap();
+    let tok = Tokenizer::from_dir(&dir).unwrap();
+    let builtin = tiktoken_rs::o200k_harmony_singleton();
+    for id in 199_998..201_088u32 {
+        let name = builtin.decode(&[id]).unwrap();
+        assert_eq!(tok.special_id(&name), Some(id), "{name}");
+    }
+    let mut compared = 0;
+    for c in doc["cases"].as_array().unwrap() {
+        let s = c["text"].as_str().unwrap();
+        if s.contains("<|endofprompt|>") {
+            continue;
+        }
+        assert_eq!(
+            tok.encode(s, true),
+            builtin.encode_with_special_tokens(s),
+            "{}",
+            short(s)
+        );
+        assert_eq!(
+            tok.encode(s, false),
+            builtin.encode_ordinary(s),
+            "{}",
+            short(s)
+        );
+        compared += 1;
+    }
+    assert!(compared >= 500, "{compared}");
+}

@@ -96,8 +96,8 @@ fn a_text_prompt_without_tokenizer_is_refused_with_the_way_out() {
 /// `tiny_cases.json` added; the parsed cases.
 fn tiny_with_tokenizer(tag: &str) -> (memdial_testkit::Scratch, PathBuf, serde_json::Value) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let text = std::fs::read_to_string(root.join("fixtures/tokenizer/harmony/tiny_cases.json"))
-        .unwrap();
+    let text =
+        std::fs::read_to_string(root.join("fixtures/tokenizer/harmony/tiny_cases.json")).unwrap();
     let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
     let scratch = memdial_testkit::scratch!(tag);
     let dir = scratch.path().join("gpt-oss-tiny-tok");
@@ -108,15 +108,25 @@ fn tiny_with_tokenizer(tag: &str) -> (memdial_testkit::Scratch, PathBuf, serde_j
             std::fs::copy(&p, dir.join(p.file_name().unwrap())).unwrap();
         }
     }
-    let (n_base, n_after) = (doc["n_base"].as_u64().unwrap(), doc["n_after"].as_u64().unwrap());
-    write_harmony_tokenizer_files(&dir, n_base as u32, SpecialLayout::AfterRanks(n_after as u32))
-        .unwrap();
+    let (n_base, n_after) = (
+        doc["n_base"].as_u64().unwrap(),
+        doc["n_after"].as_u64().unwrap(),
+    );
+    write_harmony_tokenizer_files(
+        &dir,
+        n_base as u32,
+        SpecialLayout::AfterRanks(n_after as u32),
+    )
+    .unwrap();
     for (name, want) in doc["sha256_after"].as_object().unwrap() {
         let got: String = sha2::Sha256::digest(std::fs::read(dir.join(name)).unwrap())
             .iter()
             .map(|b| format!("{b:02x}"))
             .collect();
-        assert_eq!(&got, want, "{name} differs from the one tiny_cases.json was made from");
+        assert_eq!(
+            &got, want,
+            "{name} differs from the one tiny_cases.json was made from"
+        );
     }
     (scratch, dir, doc)
 }
@@ -168,14 +178,32 @@ fn text_and_chat_prompts_with_gpt_oss_tokenizer_files() {
     }
     assert!(n_chat >= 4, "{n_chat} chat cases ran");
     // A clock that is not a number is refused by name.
-    let o = memdial(&["run", "--model", dir.to_str().unwrap(), "--chat", "--prompt", "hi"]);
+    let o = memdial(&[
+        "run",
+        "--model",
+        dir.to_str().unwrap(),
+        "--chat",
+        "--prompt",
+        "hi",
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     let o = Command::new(memdial_bin!())
-        .args(["run", "--model", dir.to_str().unwrap(), "--chat", "--prompt", "hi"])
+        .args([
+            "run",
+            "--model",
+            dir.to_str().unwrap(),
+            "--chat",
+            "--prompt",
+            "hi",
+        ])
         .env("SOURCE_DATE_EPOCH", "yesterday")
         .output()
         .unwrap();
-    assert!(!o.status.success() && text(&o).contains("SOURCE_DATE_EPOCH"), "{}", text(&o));
+    assert!(
+        !o.status.success() && text(&o).contains("SOURCE_DATE_EPOCH"),
+        "{}",
+        text(&o)
+    );
 }
 
 #[test]

@@ -236,3 +236,29 @@ pub fn chat_prompt_ids(
     let text = render(&template, &messages, true, tok)?;
     Ok(tok.encode(&text, true))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strftime_at_pinned_times() {
+        // By hand: 1754395200 s = 20305 days + 12 h after 1970-01-01, i.e. Tuesday
+        // 2025-08-05 12:00 UTC.
+        let t = TemplateClock::Fixed(1_754_395_200);
+        assert_eq!(t.strftime("%Y-%m-%d").unwrap(), "2025-08-05");
+        assert_eq!(
+            t.strftime("%A %d %B %Y, %H:%M:%S").unwrap(),
+            "Tuesday 05 August 2025, 12:00:00"
+        );
+        assert_eq!(
+            TemplateClock::Fixed(-1)
+                .strftime("%Y-%m-%d %H:%M:%S")
+                .unwrap(),
+            "1969-12-31 23:59:59"
+        );
+        assert_eq!(t.strftime("").unwrap(), "");
+        assert!(t.strftime("a\0b").unwrap_err().contains("NUL"));
+        assert_eq!(TemplateClock::Now.strftime("%Y").unwrap().len(), 4);
+    }
+}
