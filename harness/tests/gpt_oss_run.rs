@@ -207,6 +207,32 @@ fn text_and_chat_prompts_with_gpt_oss_tokenizer_files() {
 }
 
 #[test]
+fn broken_gpt_oss_tokenizer_files_are_refused_by_name() {
+    let (_s, dir, _) = tiny_with_tokenizer("gpt-oss-tok-bad");
+    let d = dir.to_str().unwrap();
+    std::fs::write(dir.join("tokenizer.json"), "{\"model\": 3").unwrap();
+    let o = memdial(&["run", "--model", d, "--prompt", "hello"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("tokenizer.json"), "{}", text(&o));
+    // Without tokenizer.json the ranks file is read; a bad line is named with its number.
+    std::fs::remove_file(dir.join("tokenizer.json")).unwrap();
+    let o = memdial(&[
+        "run",
+        "--model",
+        d,
+        "--prompt",
+        "hello",
+        "--max-tokens",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    std::fs::write(dir.join("o200k_base.tiktoken"), "IQ== 0\n!!!! 1\n").unwrap();
+    let o = memdial(&["run", "--model", d, "--prompt", "hello"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("o200k_base.tiktoken:2"), "{}", text(&o));
+}
+
+#[test]
 fn inspect_validates_gpt_oss_key_by_key() {
     let dir = shared_fixture!("gpt-oss-tiny").to_str().unwrap();
     let o = memdial(&["inspect", "--model", dir, "--json"]);

@@ -266,10 +266,11 @@ impl Tokenizer {
         check_merges(&tokens, model).with_context(|| format!("{name}: model.merges"))?;
         let mut sp = HarmonySpecials::default();
         for t in doc["added_tokens"].as_array().into_iter().flatten() {
-            let (Some(id), Some(content)) = (t["id"].as_u64(), t["content"].as_str()) else {
-                bail!("{name}: an added_tokens entry lacks id or content: {t}");
+            let id = t["id"].as_u64().and_then(|i| u32::try_from(i).ok());
+            let (Some(id), Some(content)) = (id, t["content"].as_str()) else {
+                bail!("{name}: an added_tokens entry lacks a u32 id or content: {t}");
             };
-            add_special(&mut sp, content, id as u32, &name)?;
+            add_special(&mut sp, content, id, &name)?;
         }
         // Hugging Face tokenizers gives added tokens the ids after the vocabulary in order,
         // whatever ids the file states: a file whose ids differ means other ids there.
