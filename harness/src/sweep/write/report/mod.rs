@@ -766,7 +766,7 @@ fn medians_md(s: &mut String, c: &Sections) {
         } else {
             format!(
                 "{budget} · {}",
-                crate::sweep::engines::def::engine_or_default(&p.engine)
+                crate::export::md_cell(crate::sweep::engines::def::engine_or_default(&p.engine))
             )
         };
         // Warm and cold points: the start is named with the point.
@@ -791,8 +791,13 @@ fn medians_md(s: &mut String, c: &Sections) {
         if let Some(why) = &p.not_applicable {
             let _ = writeln!(
                 s,
-                "| p{} | {budget} | {} | {} | {} | {} | n/a: {why} | | | | | | | | | | |",
-                p.point_index, p.io, p.prefetch, p.cache, p.threads
+                "| p{} | {budget} | {} | {} | {} | {} | n/a: {} | | | | | | | | | | |",
+                p.point_index,
+                p.io,
+                p.prefetch,
+                p.cache,
+                p.threads,
+                crate::export::md_cell(why)
             );
             continue;
         }
