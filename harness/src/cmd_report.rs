@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 
 use crate::args::{as_usage, usage};
-use crate::sweep::record::merge::{check_inputs, check_out, copy_spec, merge};
+use crate::sweep::record::merge::{check_inputs, check_out, copy_runs, copy_spec, merge};
 use crate::sweep::write::report::write_all;
 
 /// Arguments of `memdial report`.
@@ -111,6 +111,7 @@ fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
     check_out(&a.dirs, &out)?;
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     copy_spec(&a.dirs[0], &out)?;
+    copy_runs(&a.dirs, &out)?;
     meta.save(&out)?;
     let (v, _) = write_all(&out, &meta, &rows, None)?;
     debug_assert!(missing.is_empty() || !v.complete());

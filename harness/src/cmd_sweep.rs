@@ -364,6 +364,10 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         };
         engines::floor::resolve(&mut engines, spec, &fc)?;
     }
+    if let Some(out) = &a.out {
+        // Before packing a layout (minutes on a large model) or writing anything.
+        rundir::refuse_other_out(out, spec, &inp.spec_text, inp.shard, &inp.model)?;
+    }
     let packed = packed_layouts(a, &inp)?;
     let points = Points::resolve(spec, &inp.model, &packed, &engines)?;
     let points_total = points.resolved.len();
@@ -514,6 +518,10 @@ fn open_run_dir(
         Some(s) => s.describe(),
     };
     meta.runs_planned = slots.len() + sel.below.len() + sel.na.len();
+    if inp.shard.is_some() {
+        let all = points.select(&inp.spec, None, engines);
+        meta.sweep_runs_planned = Some(all.slots.len() + all.below.len() + all.na.len());
+    }
     engines.prepare(out, &inp.model, &inp.content_hash)?;
     meta.engines = engines.meta();
     meta.opaque_model = inp

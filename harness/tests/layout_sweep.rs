@@ -216,6 +216,40 @@ fn a_layout_sweep_refuses_what_it_cannot_pack_or_read() {
         "{}",
         text(&o)
     );
+    // A bad --out (a directory holding other files) is refused before the model is
+    // packed: nothing lands in the cache.
+    let foreign = shared_scratch!().join("foreign-out");
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(foreign.join("notes.txt"), "mine").unwrap();
+    let spec_path = shared_scratch!().join("foreign-out.toml");
+    std::fs::write(&spec_path, &one).unwrap();
+    let fresh_cache = shared_scratch!().join("cache-untouched");
+    let _ = std::fs::remove_dir_all(&fresh_cache);
+    let o = Command::new(memdial_bin!())
+        .args(["sweep", "--model"])
+        .arg(shared_fixture!("tiny-k3"))
+        .arg("--spec")
+        .arg(&spec_path)
+        .arg("--out")
+        .arg(&foreign)
+        .env("MEMDIAL_CACHE_DIR", &fresh_cache)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("holds no sweep (notes.txt)"),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        !fresh_cache.join("packed").exists(),
+        "packed before refusing --out"
+    );
+    assert_eq!(
+        std::fs::read_dir(&foreign).unwrap().count(),
+        1,
+        "--out was written to"
+    );
 }
 
 #[test]

@@ -363,15 +363,28 @@ fn shards_merge_into_the_full_verdict() {
     );
     assert_eq!(hashes(&merged), hashes(full));
     assert!(merged.join("curve.png").exists() && merged.join("report.md").exists());
-    // A lost shard makes the merge incomplete (exit 1), even when what is there passes.
+    // The merge carries the runs its rows are checked against.
+    let o = Command::new(memdial_bin!())
+        .args(["report", "verify"])
+        .arg(&merged)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "report verify: {}", text(&o));
+    // A lost shard makes the merge incomplete (exit 1), even when what is there passes,
+    // and its runs count as planned (the shards record the whole sweep's).
     let partial = fresh("merged-partial");
     let o = merge(&[&a, &a, Path::new("--out"), &partial, Path::new("--check")]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let want = format!("({} of {SPEC_RUNS} runs; shard(s) 2/2 missing", ra.len());
     assert!(
-        String::from_utf8_lossy(&o.stdout).contains("shard(s) 2/2 missing"),
-        "{}",
+        String::from_utf8_lossy(&o.stdout).contains(&want),
+        "{want:?} in {}",
         text(&o)
     );
+    let sj: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(partial.join("sweep.json")).unwrap())
+            .unwrap();
+    assert_eq!(sj["runs_planned"], SPEC_RUNS);
     // --out must not overwrite an input shard.
     let o = merge(&[&a, &b, Path::new("--out"), &a]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));

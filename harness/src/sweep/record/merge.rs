@@ -160,6 +160,10 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
             planned += m.runs_planned;
         }
     }
+    // Every shard records what the whole sweep plans: a missing shard's runs count.
+    if let Some(total) = metas.iter().filter_map(|m| m.sweep_runs_planned).max() {
+        planned = planned.max(total);
+    }
     // An unsharded directory plans the whole sweep: its shards add nothing.
     if let Some(full) = metas.iter().find(|m| m.shard.is_none()) {
         planned = full.runs_planned;
@@ -177,6 +181,7 @@ pub fn merge(dirs: &[PathBuf]) -> Result<(Meta, Vec<Row>, Vec<String>)> {
     meta.merged_from = dirs.iter().map(|d| d.display().to_string()).collect();
     meta.runs_planned = planned;
     meta.missing_shards = missing.clone();
+    meta.sweep_runs_planned = None;
     meta.command = std::env::args().collect::<Vec<_>>().join(" ");
     Ok((meta, rows, missing))
 }
@@ -245,6 +250,54 @@ fn missing_shards(
         }
     }
     Ok(missing)
+}
+
+/// Copies every input directory's `runs/<run>/` into `out/runs/` (a run already there,
+/// from an earlier input or merge, is kept), so the merged directory carries the
+/// per-run files its rows are checked against (`memdial report verify`).
+///
+/// Errors: a run directory that cannot be listed or copied.
+pub fn copy_runs(dirs: &[PathBuf], out: &Path) -> Result<()> {
+    let to = out.join("runs");
+    for d in dirs {
+        let from = d.join("runs");
+        let Ok(entries) = std::fs::read_dir(&from) else {
+            continue;
+        };
+        for e in entries {
+            let e = e?;
+            let dst = to.join(e.file_name());
+            if e.file_type()?.is_dir() && !dst.exists() {
+                copy_tree(&e.path(), &dst)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Copies directory `src` to `dst` (files and subdirectories; `dst` must not exist):
+/// written under a temporary name and renamed, so an interrupted merge leaves no
+/// half-copied run.
+fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
+    use anyhow::Context;
+    let tmp = dst.with_extension("partial");
+    let _ = std::fs::remove_dir_all(&tmp);
+    fn walk(src: &Path, dst: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dst)?;
+        for e in std::fs::read_dir(src)? {
+            let e = e?;
+            let t = dst.join(e.file_name());
+            if e.file_type()?.is_dir() {
+                walk(&e.path(), &t)?;
+            } else {
+                std::fs::copy(e.path(), &t)?;
+            }
+        }
+        Ok(())
+    }
+    walk(src, &tmp).with_context(|| format!("cannot copy {} into the merge", src.display()))?;
+    std::fs::rename(&tmp, dst)
+        .with_context(|| format!("cannot rename {} to {}", tmp.display(), dst.display()))
 }
 
 /// Copies `spec.toml` of the first directory into `out` (when present).

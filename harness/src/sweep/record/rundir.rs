@@ -175,6 +175,59 @@ pub fn choose_out(out: Option<&Path>, reports: &Path) -> PathBuf {
     }
 }
 
+/// Refuses, without writing anything, an `--out` this sweep cannot use: a file; a
+/// directory holding another sweep (spec, shard or model differ); a non-empty
+/// directory holding no sweep (a sweep killed before its first `sweep.json` leaves
+/// only the lock and at most the same `spec.toml`: those are accepted). A missing
+/// directory passes. Checked before anything slow (packing a layout) or written.
+///
+/// Errors: usage errors naming the directory; an unreadable `sweep.json`.
+pub fn refuse_other_out(
+    out: &Path,
+    spec: &Spec,
+    spec_text: &str,
+    shard: Option<Shard>,
+    model: &Path,
+) -> Result<()> {
+    if out.exists() && !out.is_dir() {
+        return Err(usage(format!(
+            "--out {} is not a directory: give a run directory (new, or one to resume)",
+            out.display()
+        )));
+    }
+    if !out.is_dir() {
+        return Ok(());
+    }
+    if out.join("sweep.json").exists() {
+        let m = Meta::load(out).map_err(as_usage)?;
+        if m.spec_sha256 != spec.hash()
+            || m.shard != shard
+            || m.model_dir != model.display().to_string()
+        {
+            return Err(usage(format!(
+                "{} holds a different sweep (spec, shard or model differ); choose another --out",
+                out.display()
+            )));
+        }
+        return Ok(());
+    }
+    for e in std::fs::read_dir(out)? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let ours = name == LOCK_FILE
+            || is_stale_temp(&name)
+            || (name == "spec.toml"
+                && std::fs::read_to_string(e.path()).ok().as_deref() == Some(spec_text));
+        if !ours {
+            return Err(usage(format!(
+                "{} exists, is not empty and holds no sweep ({name})",
+                out.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Opens `out` for the sweep `id`: its metadata and finished rows when it holds the
 /// same sweep; fresh metadata (host facts, a cold bandwidth probe of `probe_bytes`
 /// on the largest of `shard_files`) when it is empty or new.
@@ -196,14 +249,9 @@ pub fn open(
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let model_str = id.model.display().to_string();
     let spec = id.spec;
+    refuse_other_out(out, spec, id.spec_text, id.shard, id.model)?;
     if out.join("sweep.json").exists() {
         let mut m = Meta::load(out).map_err(as_usage)?;
-        if m.spec_sha256 != spec.hash() || m.shard != id.shard || m.model_dir != model_str {
-            return Err(usage(format!(
-                "{} holds a different sweep (spec, shard or model differ); choose another --out",
-                out.display()
-            )));
-        }
         let changes = identity_changes(&m, id);
         if !changes.is_empty() {
             return Err(usage(format!(
@@ -228,22 +276,6 @@ pub fn open(
         m.command = command;
         return Ok((m, rows));
     }
-    // A sweep killed before its first sweep.json leaves only our own files: the
-    // lock, and at most the same spec.toml. Anything else is someone else's.
-    for e in std::fs::read_dir(out)? {
-        let e = e?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        let ours = name == LOCK_FILE
-            || is_stale_temp(&name)
-            || (name == "spec.toml"
-                && std::fs::read_to_string(e.path()).ok().as_deref() == Some(id.spec_text));
-        if !ours {
-            return Err(usage(format!(
-                "{} exists, is not empty and holds no sweep ({name})",
-                out.display()
-            )));
-        }
-    }
     let mut host = Host::collect(id.model);
     if let Some(big) = shard_files
         .iter()
@@ -263,6 +295,7 @@ pub fn open(
         merged_from: vec![],
         points_total: id.points_total,
         runs_planned: 0,
+        sweep_runs_planned: None,
         host,
         cgroup: String::new(),
         memdial_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -308,6 +341,10 @@ pub struct Meta {
     pub points_total: usize,
     /// Runs this directory is meant to hold (all shards when merged).
     pub runs_planned: usize,
+    /// A shard's record of the runs the whole sweep plans (every shard): a merge with a
+    /// shard missing still knows the total. Absent for unsharded sweeps and older shards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep_runs_planned: Option<usize>,
     /// Host and storage facts, with the measured cold bandwidth.
     pub host: Host,
     /// Memory cgroup enforcement (`off`, `enforced (…)`, `not enforced: …`).
