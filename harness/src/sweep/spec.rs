@@ -1142,6 +1142,52 @@ warmup = 1
             let s = Spec::parse(&text, Path::new("sweeps")).unwrap();
             assert_eq!(s.hash(), hash, "{name}.toml");
         }
+        // Every shipped spec is pinned, here or in the list below (specs added later,
+        // pinned from their first version; `lossless` and `serve` are the hashes their
+        // sample reports under reports/ recorded).
+        let later = [
+            (
+                "steady",
+                "0824ebeb79946aa148d781dedc7b6aa346fbf7d783b951777459895681190a9a",
+            ),
+            (
+                "lossless",
+                "afed7472551b6292bf10e2e093bf6f15feee61359f10304d58d741b59602db9b",
+            ),
+            (
+                "routed",
+                "2ec996de9e812750f88ccb88e1174c72746909248464c6d3e96483718beb1437",
+            ),
+            (
+                "serve",
+                "ec0de713d7acc7a11386075174bbdc9cb45151d5b2bcd762da52ef7eea52e77a",
+            ),
+            (
+                "ci-runner",
+                "6453d48d4be0eae90d43e194867822560a6fe1468001b5b28b70ea81d39a0ea4",
+            ),
+        ];
+        let mut unpinned = vec![];
+        for e in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("sweeps")).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_none_or(|x| x != "toml") {
+                continue;
+            }
+            let name = p.file_stem().unwrap().to_string_lossy().into_owned();
+            let s =
+                Spec::parse(&std::fs::read_to_string(&p).unwrap(), Path::new("sweeps")).unwrap();
+            let early = ["default", "engines", "floor-io", "full-grid", "long-prompt"];
+            match later.iter().find(|(n, _)| *n == name) {
+                Some((_, h)) => assert_eq!(s.hash(), *h, "{name}.toml"),
+                None if early.contains(&name.as_str()) => {}
+                None => unpinned.push(format!("(\"{name}\", \"{}\")", s.hash())),
+            }
+        }
+        assert!(
+            unpinned.is_empty(),
+            "pin the shipped specs: {}",
+            unpinned.join(", ")
+        );
         // The embedded default and a minimal spec (every field at its default).
         let s = Spec::parse(DEFAULT_SPEC, Path::new(".")).unwrap();
         assert_eq!(
