@@ -176,9 +176,14 @@ fn array_sweep_merges_into_one_verdict() -> testkit::Outcome {
     }
     for prog in ["munged", "slurmctld", "slurmd", "sbatch", "sinfo"] {
         if which(prog).is_none() {
-            return testkit::skip(format!(
-                "{prog} not found (Debian's slurm-wlm and munge; .ci/run installs them)"
-            ));
+            let why =
+                format!("{prog} not found (Debian's slurm-wlm and munge; .ci/run installs them)");
+            // Optional on a developer's machine; CI installs them, so there it must run.
+            return if testkit::ci() {
+                testkit::skip(why)
+            } else {
+                testkit::skip_optional(why)
+            };
         }
     }
     let dir = scratch();
