@@ -463,10 +463,10 @@ buffers! {
         order: usize = d.e,
         /// One token's `(expert, weight)` in rank order `[k]`.
         routes: (usize, f32) = d.topk,
-        /// Expert biases `[E, 2I]` and `[E, D]`.
-        gate_up_bias: f32 = d.e * 2 * d.gqa_i,
+        /// One expert's biases `[2I]` and `[D]`.
+        gate_up_bias: f32 = 2 * d.gqa_i,
         /// See `gate_up_bias`.
-        down_bias: f32 = d.e * d.d,
+        down_bias: f32 = d.d,
         /// One expert's `gate_up` `[2I]`, SwiGLU `[I]` and output `[D]`.
         gate_up: f32 = 2 * d.gqa_i,
         /// See `gate_up`.

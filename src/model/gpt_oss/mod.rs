@@ -82,6 +82,45 @@ impl Model {
         Ok(())
     }
 
+    /// Router look-ahead of a gpt-oss model (decode only): layer `i + 1`'s router
+    /// (`mlp.router.weight` + `.bias`, top-k) on the residual stream entering layer
+    /// `i`, normalised with layer `i + 1`'s `post_attention_layernorm`; its top-k
+    /// go to the store as guesses ([`crate::store::WeightStore::prefetch_experts`]).
+    /// Only IO depends on the guess. The arena's MLP-input and `gqa` router buffers
+    /// are free at this point.
+    pub(super) fn gpt_oss_lookahead(&self, i: usize, sc: &mut Scratch) -> Result<()> {
+        let j = i + 1;
+        if j >= self.cfg.num_hidden_layers {
+            return Ok(());
+        }
+        let g = self.gpt_oss()?;
+        let (d, e) = (self.cfg.hidden_size, g.num_local_experts);
+        let Scratch {
+            main,
+            gqa: b,
+            kern: ws,
+            ..
+        } = sc;
+        let l = Some(j);
+        self.w
+            .vec_into(l, "post_attention_layernorm.weight", d, &mut main.ln_post)?;
+        let x = zeroed(&mut main.xin2, d);
+        rms_norm_into(&main.hidden[..d], &main.ln_post, self.cfg.rms_norm_eps, x);
+        let logits = zeroed(&mut b.logits, e);
+        self.mat(l, "mlp.router.weight", e, d)?
+            .mv_into(&self.par, ws, x, logits);
+        self.w
+            .vec_into(l, "mlp.router.bias", e, &mut b.router_bias)?;
+        for (v, bias) in logits.iter_mut().zip(&b.router_bias) {
+            *v += bias;
+        }
+        moe::route(logits, g.num_experts_per_tok, &mut b.order, &mut b.routes);
+        b.order.clear();
+        b.order.extend(b.routes.iter().map(|r| r.0));
+        self.w.store.prefetch_experts(j, &b.order);
+        Ok(())
+    }
+
     /// Projection `self_attn.{name}_proj` (+ bias, decoded into `bias`) of the `n`
     /// tokens `x: [n, cols]` into `y: [n, rows]`.
     fn gpt_oss_proj(
@@ -159,8 +198,11 @@ impl Model {
     }
 
     /// The MoE of layer `i` over `x: [n, D]` into `out: [n, D]` (zeroed): router
-    /// logits for all tokens, then per token its top-k experts in rank order, their
-    /// outputs weighted and summed in that order.
+    /// logits for all tokens, then per token its top-k experts reported to the store
+    /// ([`crate::store::WeightStore::experts_selected`]) and fetched in rank order
+    /// (each one its slices of the stacked tensors,
+    /// [`crate::store::WeightStore::stacked_expert`]), their outputs weighted and
+    /// summed in that order.
     fn gpt_oss_moe(
         &self,
         i: usize,
@@ -182,11 +224,7 @@ impl Model {
         self.w
             .vec_into(l, "mlp.router.bias", e, &mut b.router_bias)?;
         drop(prof);
-        let prof = profile::scope(Op::ExpertFetch);
-        let biases = (&mut b.gate_up_bias, &mut b.down_bias);
-        let experts = moe::Experts::load(&self.w, g, d, i, biases)?;
-        drop(prof);
-        let _prof = profile::scope(Op::ExpertMlp);
+        let names = moe::stacked_names(g.experts);
         let gu = zeroed(&mut b.gate_up, 2 * g.intermediate_size);
         let h = zeroed(&mut b.h, g.intermediate_size);
         let y = zeroed(&mut b.y, d);
@@ -196,10 +234,20 @@ impl Model {
                 *v += bias;
             }
             moe::route(lg, g.num_experts_per_tok, &mut b.order, &mut b.routes);
+            b.order.clear();
+            b.order.extend(b.routes.iter().map(|r| r.0));
+            self.w.store.experts_selected(i, &b.order);
             let xt = &x[t * d..(t + 1) * d];
             let ot = &mut out[t * d..(t + 1) * d];
             for &(ex, wgt) in &b.routes {
-                experts.forward(par, ws, g, ex, xt, gu, h, y);
+                let prof = profile::scope(Op::ExpertFetch);
+                let parts = self.w.store.stacked_expert(i, ex, e, names)?;
+                let biases = (&mut b.gate_up_bias, &mut b.down_bias);
+                let expert = moe::Expert::from_parts(&self.w, g, d, (i, ex), &parts, biases)?;
+                drop(prof);
+                let _prof = profile::scope(Op::ExpertMlp);
+                let bias = (&b.gate_up_bias[..], &b.down_bias[..]);
+                expert.forward(par, ws, g, bias, xt, gu, h, y);
                 for (o, v) in ot.iter_mut().zip(y.iter()) {
                     *o += wgt * v;
                 }
