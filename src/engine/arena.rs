@@ -473,6 +473,9 @@ buffers! {
         h: f32 = d.gqa_i,
         /// See `gate_up`.
         y: f32 = d.d,
+        /// Expert outputs per `(token, rank)` slot `[c, k, D]` (expert-grouped prefill;
+        /// its routing index is the `router` group's).
+        slots: f32 = if d.c > 1 { d.c * d.topk * d.d } else { 0 },
     }
 }
 
@@ -577,7 +580,7 @@ impl Scratch {
                 Mlp::default()
             },
             moe: if d.moe { Moe::new(&d) } else { Moe::default() },
-            router: if d.moe {
+            router: if d.moe || d.gqa {
                 Router::new(&d)
             } else {
                 Router::default()
@@ -658,7 +661,7 @@ impl Scratch {
         add("mla", d.mla, Mla::planned(&d));
         add("mlp", d.f > 0, Mlp::planned(&d));
         add("moe", d.moe, Moe::planned(&d));
-        add("router", d.moe, Router::planned(&d));
+        add("router", d.moe || d.gqa, Router::planned(&d));
         add("gqa", d.gqa, Gqa::planned(&d));
         let (shared, per) = d.kernel_floats();
         out.push(("kern.shared".into(), shared as u64 * 4));
