@@ -156,7 +156,11 @@ fn a_token_at_the_floor_reads_its_experts_not_whole_layers() {
     let (_, m) = run(&["--budget", &floor, "--io", "buffered"]);
     let per_token = m["bytes_read_per_token"].as_f64().unwrap() as u64;
     // The cache holds one layer's top-4, so every layer's experts miss: 4 per layer.
-    assert_eq!(per_token, TRUNK_BYTES + LAYERS * TOP_K * EXPERT_BYTES, "{m}");
+    assert_eq!(
+        per_token,
+        TRUNK_BYTES + LAYERS * TOP_K * EXPERT_BYTES,
+        "{m}"
+    );
     // Reading each layer's stacked experts whole would cost every expert of every layer.
     let whole_layers = TRUNK_BYTES + LAYERS * EXPERTS * EXPERT_BYTES;
     assert!(per_token < whole_layers, "{per_token} ≥ {whole_layers}");

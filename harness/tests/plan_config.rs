@@ -126,7 +126,8 @@ fn kimi_linear_plans_and_prints_the_io_bound_per_budget() {
 /// gpt-oss-120b's routed expert, MXFP4 (docs/model.md §10.2): `gate_up_proj_blocks[e]`
 /// `[5760, 90, 16]` + `_scales[e]` `[5760, 90]`, `down_proj_blocks[e]` `[2880, 90, 16]` +
 /// `_scales[e]` `[2880, 90]`, BF16 biases `[5760]` and `[2880]`.
-const GPT_OSS_EXPERT: u64 = 5760 * 90 * 16 + 5760 * 90 + 2880 * 90 * 16 + 2880 * 90 + 2 * (5760 + 2880);
+const GPT_OSS_EXPERT: u64 =
+    5760 * 90 * 16 + 5760 * 90 + 2880 * 90 * 16 + 2880 * 90 + 2 * (5760 + 2880);
 
 #[test]
 fn gpt_oss_120b_plans_per_expert_with_its_key_value_caches() {

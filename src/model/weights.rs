@@ -292,7 +292,13 @@ impl Weights {
     /// checkpoint's dtype when known, else BF16 or F32 by length.
     ///
     /// Errors: `len` is not `n` elements of that dtype (the tensor named).
-    pub fn part_elem(&self, layer: Option<usize>, name: &str, len: usize, n: usize) -> Result<Elem> {
+    pub fn part_elem(
+        &self,
+        layer: Option<usize>,
+        name: &str,
+        len: usize,
+        n: usize,
+    ) -> Result<Elem> {
         self.elem_for(layer, name, len, n)
     }
 

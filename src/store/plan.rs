@@ -514,8 +514,7 @@ pub fn plan_unchecked(
     let align = 4096u64; // planning uses the minimum direct-IO alignment we ever use
     let strip = |n: &str| n.strip_prefix(prefix).unwrap_or(n).to_string();
     let streamed = |s: &TensorSpec| {
-        !is_small_pinned(&s.name)
-            || (!routers_pinned(prefetch) && is_router(&s.name))
+        !is_small_pinned(&s.name) || (!routers_pinned(prefetch) && is_router(&s.name))
     };
     let mut global = 0u64;
     let mut small = 0u64;

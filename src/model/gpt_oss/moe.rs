@@ -93,7 +93,10 @@ impl Expert {
         let names = stacked_names(g.experts);
         let l = Some(layer);
         let part = |j: usize, len: usize| -> Result<Bytes> {
-            let b = parts.get(j).cloned().unwrap_or_else(|| Bytes::from_vec(vec![]));
+            let b = parts
+                .get(j)
+                .cloned()
+                .unwrap_or_else(|| Bytes::from_vec(vec![]));
             if b.len() != len {
                 bail!(
                     "expert {e} of tensor model.layers.{layer}.{}: {} bytes, expected {len}",
