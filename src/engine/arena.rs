@@ -473,8 +473,7 @@ buffers! {
         h: f32 = d.gqa_i,
         /// See `gate_up`.
         y: f32 = d.d,
-        /// Expert outputs per `(token, rank)` slot `[c, k, D]` (expert-grouped prefill;
-        /// its routing index is the `router` group's).
+        /// Expert outputs per `(token, rank)` slot `[c, k, D]` (grouped prefill).
         slots: f32 = if d.c > 1 { d.c * d.topk * d.d } else { 0 },
     }
 }
