@@ -13,7 +13,7 @@ use memdial::format::config::{AttnKind, ModelConfig};
 use memdial::io::IoMode;
 use memdial::store::paper::paper_checkpoint;
 use memdial::store::plan::{plan_unchecked, Plan, Prefetch, Sequences};
-use memdial::store::rank::ranking;
+use memdial::store::rank::{predict_speculation, ranking, SpeculationPrediction};
 use memdial::util::budget::parse_size;
 use memdial::util::error::UsageError;
 use memdial::util::units::fmt_bytes;
@@ -68,6 +68,11 @@ pub struct PlanArgs {
     /// verification pass (docs/speculation.md). Single sequences only.
     #[arg(long, default_value = "off", value_parser = crate::args::speculate)]
     pub speculate: memdial::engine::speculate::Speculate,
+    /// Drafts accepted per verification pass on average (a run's `mean_accepted_length`,
+    /// 0 ..= K): predict bytes per generated token under `--speculate` (every pass drafts
+    /// K, uniform routing; docs/speculation.md). Needs `--speculate` with K ≥ 1.
+    #[arg(long, requires = "speculate")]
+    pub mean_accepted_length: Option<f64>,
     /// Kernel threads of the run (the activation arena holds a kernel workspace region per thread).
     #[arg(long, default_value_t = 1, value_parser = crate::args::thread_count)]
     pub threads: usize,
@@ -224,6 +229,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
         max_batch: a.max_batch as usize,
     };
     let mut act = Scratch::activations(cfg, seqs, a.threads);
+    let plain0 = plan_unchecked(cfg, ck, 0, io, prefetch, act)?;
     let k = a.speculate.k();
     if k > 0 && a.max_batch > 1 {
         return Err(crate::args::usage(
@@ -257,20 +263,28 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
         (None, Some(dir)) => Some(iobench_gbps(dir, io)?),
         (None, None) => None,
     };
-    let ladder = ladder(cfg, &p)?;
+    let spec = a
+        .mean_accepted_length
+        .map(|l| predict_speculation(&p, &plain0.with_budget(cfg, budget), cfg, k, l))
+        .transpose()?;
+    let ladder = ladder(cfg, &p, spec.map(|s| (&plain0, k, s.mean_accepted_length)))?;
     if a.json {
         let mut v = serde_json::to_value(&p)?;
         v["below_floor"] = serde_json::Value::Bool(below);
         v["paper"] = serde_json::to_value(&src.paper)?;
         v["max_context_default"] = serde_json::Value::Bool(a.max_context.is_none());
         v["ranking"] = serde_json::to_value(ranking(&p, cfg))?;
+        v["speculation"] = serde_json::to_value(spec)?;
         v["ladder"] = serde_json::Value::Array(
             ladder
                 .iter()
-                .map(|(b, bpt)| {
+                .map(|r| {
                     serde_json::json!({
-                        "budget_bytes": b, "bytes_per_token": bpt,
-                        "io_s_per_token": bw.as_ref().map(|(g, _)| *bpt as f64 / (g * 1e9)),
+                        "budget_bytes": r.budget, "bytes_per_token": r.plain,
+                        "io_s_per_token": bw.as_ref().map(|(g, _)| r.plain as f64 / (g * 1e9)),
+                        "speculative_bytes_per_token": r.speculative,
+                        "speculative_io_s_per_token": r.speculative
+                            .and_then(|b| bw.as_ref().map(|(g, _)| b as f64 / (g * 1e9))),
                     })
                 })
                 .collect(),
@@ -284,6 +298,9 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
             );
         }
         print!("{}", describe(&p, cfg, a.max_context.is_none()));
+        if let Some(sp) = &spec {
+            print!("{}", describe_speculation(sp, cfg));
+        }
         print!("{}", describe_ranking(&p, cfg));
         print!("{}", describe_ladder(&ladder, bw.as_ref()));
     }
@@ -295,9 +312,19 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// One budget of the ladder: bytes read per decoded token plain, and per generated
+/// token under speculation when an acceptance length was given.
+struct Rung {
+    budget: u64,
+    plain: u64,
+    speculative: Option<u64>,
+}
+
 /// Budgets floor, 2×, 4×, … floor up to the first that pins everything, with the
-/// predicted bytes read per token at each; the requested budget included.
-fn ladder(cfg: &ModelConfig, p: &Plan) -> Result<Vec<(u64, u64)>> {
+/// predicted bytes read per token at each; the requested budget included. `spec`:
+/// the plan without the restore point, K and L of `--speculate` and
+/// `--mean-accepted-length`.
+fn ladder(cfg: &ModelConfig, p: &Plan, spec: Option<(&Plan, usize, f64)>) -> Result<Vec<Rung>> {
     let mut budgets = vec![p.floor_bytes];
     let all = p.floor_bytes + p.model_bytes;
     while *budgets.last().unwrap() < all {
@@ -311,9 +338,59 @@ fn ladder(cfg: &ModelConfig, p: &Plan) -> Result<Vec<(u64, u64)>> {
         .into_iter()
         .map(|b| {
             let q = p.with_budget(cfg, b);
-            Ok((b, q.predicted_bytes_per_token))
+            Ok(match spec {
+                Some((plain, k, l)) => {
+                    let plain = plain.with_budget(cfg, b);
+                    Rung {
+                        budget: b,
+                        plain: plain.predicted_bytes_per_token,
+                        speculative: Some(
+                            predict_speculation(&q, &plain, cfg, k, l)?.bytes_per_token,
+                        ),
+                    }
+                }
+                None => Rung {
+                    budget: b,
+                    plain: q.predicted_bytes_per_token,
+                    speculative: None,
+                },
+            })
         })
         .collect()
+}
+
+/// The speculation prediction's lines (`--mean-accepted-length`).
+fn describe_speculation(sp: &SpeculationPrediction, cfg: &ModelConfig) -> String {
+    let mut s = String::new();
+    let experts = cfg.routed_experts().map_or(0, |(e, _)| e);
+    line(
+        &mut s,
+        "speculation (pred.)",
+        format!(
+            "K = {} drafts per pass, {:.2} accepted per pass (every pass drafts K; uniform routing)",
+            sp.draft_tokens, sp.mean_accepted_length
+        ),
+    );
+    line(
+        &mut s,
+        "  per pass",
+        format!(
+            "{} rows read {} ({:.1} of {experts} experts per MoE layer)",
+            sp.draft_tokens + 1,
+            fmt_bytes(sp.bytes_per_forward),
+            sp.experts_per_layer
+        ),
+    );
+    line(
+        &mut s,
+        "  per generated token",
+        format!(
+            "{} ({:.3}× plain decoding's)",
+            fmt_bytes(sp.bytes_per_token),
+            sp.ratio_to_plain
+        ),
+    );
+    s
 }
 
 fn describe_ranking(p: &Plan, cfg: &ModelConfig) -> String {
@@ -338,22 +415,29 @@ fn describe_ranking(p: &Plan, cfg: &ModelConfig) -> String {
     s
 }
 
-fn describe_ladder(ladder: &[(u64, u64)], bw: Option<&(f64, String)>) -> String {
+fn describe_ladder(ladder: &[Rung], bw: Option<&(f64, String)>) -> String {
     let mut s = String::from("\npredicted bytes read per decoded token (uniform routing)");
-    match bw {
-        Some((g, what)) => s.push_str(&format!(
-            " and the IO lower bound at {g:.2} GB/s ({what}):\n"
-        )),
-        None => s.push_str(":\n"),
+    if let Some((g, what)) = bw {
+        s.push_str(&format!(" and the IO lower bound at {g:.2} GB/s ({what})"));
     }
-    for (b, bpt) in ladder {
+    if ladder.iter().any(|r| r.speculative.is_some()) {
+        s.push_str("; plain, then per generated token under speculation");
+    }
+    s.push_str(":\n");
+    for r in ladder {
         s.push_str(&format!(
             "  budget {:>12}  {:>12}/token",
-            fmt_bytes(*b),
-            fmt_bytes(*bpt)
+            fmt_bytes(r.budget),
+            fmt_bytes(r.plain)
         ));
         if let Some((g, _)) = bw {
-            s.push_str(&format!("  ≥ {:.3} s/token", *bpt as f64 / (g * 1e9)));
+            s.push_str(&format!("  ≥ {:.3} s/token", r.plain as f64 / (g * 1e9)));
+        }
+        if let Some(b) = r.speculative {
+            s.push_str(&format!("  speculating {:>12}/token", fmt_bytes(b)));
+            if let Some((g, _)) = bw {
+                s.push_str(&format!("  ≥ {:.3} s/token", b as f64 / (g * 1e9)));
+            }
         }
         s.push('\n');
     }

@@ -21,6 +21,7 @@ use crate::sweep::write::chart_parts::{fmt_tick_bytes, legend, pe, COLORS};
 use memdial::engine::arena::Scratch;
 use memdial::io::IoMode;
 use memdial::store::plan::{plan_unchecked, Plan, Prefetch, Sequences};
+use memdial::store::sim::passes::Speculation;
 use memdial::store::sim::pool::SimPolicy;
 use memdial::store::sim::predict::{predict, DecodeBytes, TimeModel};
 use memdial::store::sim::{replay, EmbeddingRows, Replayable, SimOptions, SimReport};
@@ -87,6 +88,14 @@ pub struct SimulateArgs {
     /// median decode s/token is the compute time.
     #[arg(long)]
     pub resident_metrics: Option<PathBuf>,
+    /// Replay decode as exact speculation would run it (`ngram:K` / `replay:FILE:K`; only
+    /// K matters): passes of K + 1 rows, the plan holding the restore point. Needs
+    /// --mean-accepted-length and a trace of plain decoding (docs/speculation.md).
+    #[arg(long, default_value = "off", value_parser = crate::args::speculate)]
+    pub speculate: memdial::engine::speculate::Speculate,
+    /// Drafts accepted per pass on average (0 ..= K), with --speculate.
+    #[arg(long)]
+    pub mean_accepted_length: Option<f64>,
     /// Standard output: a text table, CSV or JSON rows.
     #[arg(long, value_parser = ["text", "csv", "json"], default_value = "text")]
     pub output: String,
@@ -292,7 +301,17 @@ pub fn run(a: &SimulateArgs) -> Result<ExitCode> {
         .or(rec_plan.map(|p| p.max_context))
         .unwrap_or(r.header.prompt_tokens + r.decode_tokens() + 1);
     let threads = a.threads.or(rec_plan.map(|p| p.threads)).unwrap_or(1);
-    let act = Scratch::activations(cfg, Sequences::single(max_context), threads);
+    let mut act = Scratch::activations(cfg, Sequences::single(max_context), threads);
+    let speculate = speculation(a)?;
+    if let Some(s) = speculate {
+        act.bytes += memdial::engine::speculate::speculation_bytes(
+            cfg,
+            act.step_tokens,
+            act.threads,
+            max_context,
+            s.draft_tokens,
+        );
+    }
     let p0 = plan_unchecked(cfg, ck, 0, io, prefetch, act)?;
     let emb = embedding_rows(cfg, ck, &p0)?;
     let hot_prefix = a.hot_prefix_tokens.unwrap_or(r.header.prompt_tokens);
@@ -305,6 +324,7 @@ pub fn run(a: &SimulateArgs) -> Result<ExitCode> {
                 policy: pol,
                 warm,
                 hot_prefix_tokens: hot_prefix,
+                speculate,
             };
             let rep = if b < plan.floor_bytes {
                 None
@@ -318,7 +338,16 @@ pub fn run(a: &SimulateArgs) -> Result<ExitCode> {
     match a.output.as_str() {
         "csv" => print!("{}", String::from_utf8(csv_bytes(&rows)?)?),
         "json" => println!("{}", serde_json::to_string_pretty(&rows)?),
-        _ => print!("{}", text_table(&rows, cfg, &src.paper, &what, elapsed)),
+        _ => {
+            let what = match speculate {
+                Some(s) => format!(
+                    "{what}, decode replayed as speculation (K = {}, {} accepted per pass)",
+                    s.draft_tokens, s.accepted
+                ),
+                None => what,
+            };
+            print!("{}", text_table(&rows, cfg, &src.paper, &what, elapsed))
+        }
     }
     if let Some(dir) = &a.out {
         std::fs::create_dir_all(dir)
@@ -343,6 +372,30 @@ pub fn run(a: &SimulateArgs) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--speculate` with `--mean-accepted-length` as the replay's passes; both or neither.
+///
+/// Errors (usage): one without the other; L outside 0 ..= K.
+fn speculation(a: &SimulateArgs) -> Result<Option<Speculation>> {
+    let k = a.speculate.k();
+    match (k, a.mean_accepted_length) {
+        (0, None) => Ok(None),
+        (0, Some(_)) => Err(usage(
+            "--mean-accepted-length needs --speculate ngram:K or replay:FILE:K",
+        )),
+        (_, None) => Err(usage(
+            "--speculate needs --mean-accepted-length L (drafts accepted per pass, 0..=K): \
+             a plain trace does not say how many drafts a run would accept",
+        )),
+        (k, Some(l)) if l.is_finite() && (0.0..=k as f64).contains(&l) => Ok(Some(Speculation {
+            draft_tokens: k,
+            accepted: l,
+        })),
+        (k, Some(l)) => Err(usage(format!(
+            "--mean-accepted-length {l} is outside 0..={k} (the drafts per pass)"
+        ))),
+    }
 }
 
 /// Where `plan`'s embedding table sits in `ck`, for the replay's row reads.

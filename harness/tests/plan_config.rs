@@ -348,3 +348,46 @@ fn speculate_adds_the_restore_point_to_the_activations_and_the_floor() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("single sequence"));
 }
+
+/// `--mean-accepted-length L` predicts passes of K + 1 rows emitting L + 1 tokens: for
+/// `mini` (64 experts, top 8) a 5-row pass reads 64 · (1 − (7/8)^5) = 15961/512 distinct
+/// experts per layer, the bytes per generated token are the pass's ÷ (L + 1), and the ratio
+/// is against the plain plan at the same budget (`plan` without `--speculate`).
+#[test]
+fn an_acceptance_length_predicts_bytes_per_generated_token() {
+    let dir = testkit::until_exit(testkit::scratch!("plan-accepted"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("config.json");
+    let j = memdial::tools::fixture::preset("mini").unwrap().config;
+    std::fs::write(&cfg, j.to_string()).unwrap();
+    let c = cfg.to_str().unwrap();
+    let base = ["--config", c, "--max-context", "64", "--budget", "83613832"];
+    let plain = u(&json(&base), "predicted_bytes_per_token");
+    for l in ["0", "2.5", "4"] {
+        let v = json(
+            &[
+                &base[..],
+                &["--speculate", "ngram:4", "--mean-accepted-length", l],
+            ]
+            .concat(),
+        );
+        let s = &v["speculation"];
+        assert_eq!(s["draft_tokens"], 4);
+        assert_eq!(s["experts_per_layer"].as_f64().unwrap(), 15961.0 / 512.0);
+        let l: f64 = l.parse().unwrap();
+        let fwd = s["bytes_per_forward"].as_u64().unwrap();
+        let per = s["bytes_per_token"].as_u64().unwrap();
+        assert_eq!(per, (fwd as f64 / (l + 1.0)).round() as u64, "L = {l}");
+        let ratio = s["ratio_to_plain"].as_f64().unwrap();
+        assert!((ratio - per as f64 / plain as f64).abs() < 1e-12, "{ratio}");
+    }
+    // Bad input: no --speculate, L above K, a negative L.
+    for bad in [
+        vec!["--mean-accepted-length", "2"],
+        vec!["--speculate", "ngram:4", "--mean-accepted-length", "5"],
+        vec!["--speculate", "ngram:4", "--mean-accepted-length", "-1"],
+    ] {
+        let o = plan(&[&base[..], &bad[..]].concat());
+        assert_eq!(o.status.code(), Some(2), "{bad:?}");
+    }
+}

@@ -249,12 +249,120 @@ fn headerless_trace_is_refused() {
     );
 }
 
+/// Exact speculation with every draft accepted (`replay` of the plain run's own ids)
+/// reads what `simulate --speculate ngram:K --mean-accepted-length K` replays from the
+/// plain run's trace: passes of K + 1 rows tiling the decode positions, the plan holding
+/// the restore point. Equal byte counts, at two budgets, K = 2 and 4, `none` prefetch.
+fn speculation_with_every_draft_accepted_matches_the_engine() {
+    let s = testkit::scratch!("sim-spec");
+    let model = fixture(&s);
+    let mut checked = 0;
+    for budget in ["2600000", "3000000"] {
+        let base = ["--budget", budget, "--prefetch", "none", "--io", "buffered"];
+        let tag = format!("plain-{budget}");
+        let (plain, tr) = run(&model, &s, &tag, &base);
+        let ids = s.join(format!("{tag}.ids"));
+        let out = Command::new(memdial_bin!())
+            .args(["run", "--prompt-ids", PROMPT, "--prefill-chunk", "4"])
+            .args([
+                "--max-tokens",
+                "6",
+                "--ignore-eos",
+                "--output",
+                "ids",
+                "--model",
+            ])
+            .arg(&model)
+            .args(base)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        std::fs::write(&ids, &out.stdout).unwrap();
+        for k in [2usize, 4] {
+            let spec = format!("replay:{}:{k}", ids.display());
+            let mut args = base.to_vec();
+            args.extend(["--speculate", spec.as_str()]);
+            let (m, _) = run(&model, &s, &format!("spec-{budget}-{k}"), &args);
+            assert_eq!(
+                m["accepted_tokens"], m["drafted_tokens"],
+                "replaying its own ids every draft is accepted"
+            );
+            assert!(
+                m["bytes_read_per_token"].as_f64() < plain["bytes_read_per_token"].as_f64(),
+                "{budget} K={k}: passes of several rows read less per token"
+            );
+            let ks = k.to_string();
+            let rows = simulate(
+                &model,
+                &tr,
+                &[
+                    "--budget",
+                    budget,
+                    "--prefetch",
+                    "none",
+                    "--io",
+                    "buffered",
+                    "--cache",
+                    "lru",
+                    "--speculate",
+                    &format!("ngram:{k}"),
+                    "--mean-accepted-length",
+                    &ks,
+                ],
+            );
+            let r = &rows[0];
+            for (ek, sk) in [
+                ("bytes_read_per_token", "bytes_per_token"),
+                ("prefill_bytes_read", "prefill_bytes_read"),
+            ] {
+                assert_eq!(
+                    m[ek].as_f64(),
+                    r[sk].as_f64(),
+                    "{budget} K={k}: engine {ek} vs simulator {sk}"
+                );
+                checked += 1;
+            }
+            assert_eq!(
+                engine_figure(&m, "bytes_read_after_open"),
+                r["bytes_read_after_open"].as_f64(),
+                "{budget} K={k}: bytes read after open"
+            );
+        }
+        // Half a speculation, or more drafts accepted than drafted: refused with exit 2.
+        for bad in [
+            &["--speculate", "ngram:4"][..],
+            &["--mean-accepted-length", "2"],
+            &["--speculate", "ngram:2", "--mean-accepted-length", "3"],
+        ] {
+            let o = Command::new(memdial_bin!())
+                .args(["simulate", "--budget", budget, "--model"])
+                .arg(&model)
+                .arg("--trace")
+                .arg(&tr)
+                .args(bad)
+                .output()
+                .unwrap();
+            assert_eq!(
+                o.status.code(),
+                Some(2),
+                "{bad:?}: {}",
+                testkit::output_text(&o)
+            );
+        }
+    }
+    assert_eq!(checked, 8);
+}
+
 fn main() -> std::process::ExitCode {
     testkit::main(
         include_str!("simulate_exact.rs"),
         vec![
             testkit::test("engine_matches_simulator", engine_matches_simulator),
             testkit::test("headerless_trace_is_refused", headerless_trace_is_refused),
+            testkit::test(
+                "speculation_with_every_draft_accepted_matches_the_engine",
+                speculation_with_every_draft_accepted_matches_the_engine,
+            ),
         ],
     )
 }

@@ -197,7 +197,9 @@ impl Model {
 /// ([`crate::store::plan::state_estimate`]: KDA states, MLA latent caches) plus the
 /// activation arena for forwards of up to `chunk` tokens on `threads` threads
 /// ([`crate::engine::arena::Scratch::planned_bytes`], which grows with `max_context` through
-/// the MLA attention scores). `available` is normally
+/// the MLA attention scores), plus, when `draft_tokens` is above 0, what exact speculation
+/// adds ([`crate::engine::speculate::speculation_bytes`]: the restore point and the extra
+/// logit rows of a `draft_tokens + 1`-row pass). `available` is normally
 /// [`crate::util::sysmem::mem_available`]; `None` (unknown) passes.
 ///
 /// Returns the bytes needed. Errors ([`crate::util::error::UsageError::Invalid`]) name the
@@ -208,11 +210,14 @@ pub fn check_run_memory(
     chunk: usize,
     threads: usize,
     max_context: usize,
+    draft_tokens: usize,
     available: Option<u64>,
 ) -> std::result::Result<u64, crate::util::error::UsageError> {
     use crate::util::units::fmt_bytes;
     let state = crate::store::plan::state_estimate(cfg, max_context);
-    let act = Scratch::planned_bytes(cfg, chunk, threads, max_context);
+    let act = Scratch::planned_bytes(cfg, chunk, threads, max_context).saturating_add(
+        crate::engine::speculate::speculation_bytes(cfg, chunk, threads, max_context, draft_tokens),
+    );
     let need = state.saturating_add(act);
     match available {
         Some(avail) if need > avail => Err(crate::util::error::UsageError::Invalid(format!(
@@ -239,7 +244,7 @@ mod run_memory_tests {
     fn a_context_beyond_available_memory_is_refused() {
         let cfg = tiny_k3();
         let ctx = 1_000_000_000usize;
-        let need = check_run_memory(&cfg, 3, 2, ctx, None).unwrap();
+        let need = check_run_memory(&cfg, 3, 2, ctx, 0, None).unwrap();
         // Lower bound by hand: every MLA layer's f32 latents (kv_lora_rank +
         // qk_rope_head_dim per position) plus the MLA scores of the attention
         // workspace, one f32 per position for each head rounded up to 8.
@@ -248,8 +253,11 @@ mod run_memory_tests {
         let scores = (ctx * cfg.mla.num_heads.div_ceil(8) * 8 * 4) as u64;
         assert!(need >= latents + scores, "{need} < {latents} + {scores}");
         // The boundary: exactly the bytes needed pass, one fewer is refused.
-        assert_eq!(check_run_memory(&cfg, 3, 2, ctx, Some(need)).unwrap(), need);
-        let e = check_run_memory(&cfg, 3, 2, ctx, Some(need - 1))
+        assert_eq!(
+            check_run_memory(&cfg, 3, 2, ctx, 0, Some(need)).unwrap(),
+            need
+        );
+        let e = check_run_memory(&cfg, 3, 2, ctx, 0, Some(need - 1))
             .unwrap_err()
             .to_string();
         assert!(
@@ -259,6 +267,19 @@ mod run_memory_tests {
             "{e}"
         );
         // A short context fits in a few MiB.
-        assert!(check_run_memory(&cfg, 3, 2, 64, Some(64 << 20)).is_ok());
+        assert!(check_run_memory(&cfg, 3, 2, 64, 0, Some(64 << 20)).is_ok());
+    }
+
+    /// A speculative run needs the restore point and the extra logit rows on top: for `mini`
+    /// at K = 4, 7,457,512 bytes (derived by hand in `harness/tests/plan_config.rs`).
+    #[test]
+    fn speculation_adds_the_restore_point_to_a_runs_memory() {
+        let j = crate::tools::fixture::preset("mini").unwrap().config;
+        let cfg = ModelConfig::from_json_str(&j.to_string()).unwrap();
+        for chunk in [1, 8] {
+            let plain = check_run_memory(&cfg, chunk, 2, 64, 0, None).unwrap();
+            let spec = check_run_memory(&cfg, chunk, 2, 64, 4, None).unwrap();
+            assert_eq!(spec - plain, 7_457_512, "chunk {chunk}");
+        }
     }
 }

@@ -93,20 +93,109 @@ pub fn ranking(p: &Plan, cfg: &ModelConfig) -> Vec<Candidate> {
 /// uniform routing (`MoE layers · k · (1 − cache/E) · expert buffer`), and one
 /// embedding row when the table is not pinned.
 pub fn bytes_per_token(p: &Plan, cfg: &ModelConfig) -> u64 {
+    bytes_per_forward(p, cfg, 1)
+}
+
+/// Expected number of distinct experts `rows` tokens select in one MoE layer when each
+/// picks `k` of `e` experts uniformly and independently: `e · (1 − (1 − k/e)^rows)`
+/// (`k` exactly for one row; 0 when the model has no experts).
+pub fn expected_distinct_experts(e: usize, k: usize, rows: usize) -> f64 {
+    if e == 0 || rows == 0 {
+        return 0.0;
+    }
+    if rows == 1 {
+        return k.min(e) as f64;
+    }
+    let miss_one = 1.0 - k.min(e) as f64 / e as f64;
+    e as f64 * (1.0 - miss_one.powi(rows as i32))
+}
+
+/// Predicted bytes read by one forward of `rows` tokens with logits for each (a
+/// speculative verification pass, docs/speculation.md): every streamed trunk group and
+/// `lm_head` block once, and per MoE layer the expected distinct experts of
+/// [`expected_distinct_experts`] that miss the cache (uniform routing), and one
+/// embedding row per token when the table is not pinned. [`bytes_per_token`] is
+/// `rows = 1`.
+pub fn bytes_per_forward(p: &Plan, cfg: &ModelConfig, rows: usize) -> u64 {
+    let rows = rows.max(1);
     let trunk: u64 = p.groups[p.pinned_groups.min(p.groups.len())..]
         .iter()
         .map(|g| g.read.buffer_bytes)
         .sum();
     let moe_layers = cfg.mlp_kinds.iter().filter(|k| **k == MlpKind::Moe).count() as f64;
-    let k = cfg.routed_experts().map_or(0, |(_, k)| k) as f64;
+    let (e, k) = cfg.routed_experts().unwrap_or((0, 0));
     let miss = 1.0 - p.predicted_expert_hit_rate_uniform;
-    let experts = moe_layers * k * miss * p.expert_buffer_bytes as f64;
+    let experts =
+        moe_layers * expected_distinct_experts(e, k, rows) * miss * p.expert_buffer_bytes as f64;
     let emb = if p.embedding_pinned {
         0
     } else {
-        p.embedding_row_buffer_bytes
+        rows as u64 * p.embedding_row_buffer_bytes
     };
     trunk + experts.round() as u64 + emb
+}
+
+/// The predicted effect of exact speculation at one budget: passes of `K + 1` rows
+/// (every pass drafts `K`), `L` drafts accepted per pass on average, so each pass
+/// emits `L + 1` tokens ([`bytes_per_forward`] ÷ `(L + 1)` per generated token).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SpeculationPrediction {
+    /// Drafts per pass (`K` of `ngram:K` / `replay:FILE:K`).
+    pub draft_tokens: usize,
+    /// Drafts accepted per pass, `0 ..= K` (the runs' `mean_accepted_length`).
+    pub mean_accepted_length: f64,
+    /// Expected distinct experts one pass reads per MoE layer (uniform routing).
+    pub experts_per_layer: f64,
+    /// Bytes one pass of `K + 1` rows reads.
+    pub bytes_per_forward: u64,
+    /// Bytes per generated token: `bytes_per_forward / (L + 1)`.
+    pub bytes_per_token: u64,
+    /// `bytes_per_token` over plain decoding's at the same budget (a plan without the
+    /// restore point, whose bytes go to the expert cache there).
+    pub ratio_to_plain: f64,
+}
+
+/// [`SpeculationPrediction`] for `draft_tokens = K ≥ 1` drafts and `accepted = L`
+/// accepted per pass: `p` plans the speculating run (its restore point counted),
+/// `plain` the same budget without it.
+///
+/// Errors: `K = 0`, or `L` not finite or outside `0 ..= K`
+/// ([`crate::util::error::UsageError::Invalid`]).
+pub fn predict_speculation(
+    p: &Plan,
+    plain: &Plan,
+    cfg: &ModelConfig,
+    draft_tokens: usize,
+    accepted: f64,
+) -> Result<SpeculationPrediction, crate::util::error::UsageError> {
+    if draft_tokens == 0 {
+        return Err(crate::util::error::UsageError::Invalid(
+            "an acceptance length needs a speculating run: give --speculate ngram:K or replay:FILE:K"
+                .into(),
+        ));
+    }
+    if !(accepted.is_finite() && (0.0..=draft_tokens as f64).contains(&accepted)) {
+        return Err(crate::util::error::UsageError::Invalid(format!(
+            "mean accepted length {accepted} is outside 0..={draft_tokens} (the drafts per pass)"
+        )));
+    }
+    let rows = draft_tokens + 1;
+    let forward = bytes_per_forward(p, cfg, rows);
+    let per_token = (forward as f64 / (accepted + 1.0)).round() as u64;
+    let plain = plain.predicted_bytes_per_token;
+    let (e, k) = cfg.routed_experts().unwrap_or((0, 0));
+    Ok(SpeculationPrediction {
+        draft_tokens,
+        mean_accepted_length: accepted,
+        experts_per_layer: expected_distinct_experts(e, k, rows),
+        bytes_per_forward: forward,
+        bytes_per_token: per_token,
+        ratio_to_plain: if plain > 0 {
+            per_token as f64 / plain as f64
+        } else {
+            1.0
+        },
+    })
 }
 
 impl Plan {
@@ -205,5 +294,23 @@ impl Plan {
         };
         self.unused_bytes = left;
         self.predicted_bytes_per_token = bytes_per_token(self, cfg);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expected_distinct_experts;
+
+    #[test]
+    fn distinct_experts_of_several_rows_by_hand() {
+        // One row picks exactly k.
+        assert_eq!(expected_distinct_experts(64, 8, 1), 8.0);
+        // mini, 5 rows: 64 · (1 − (7/8)^5) = 64 · 15961/32768 = 15961/512.
+        assert_eq!(expected_distinct_experts(64, 8, 5), 15961.0 / 512.0);
+        // Two rows of 1-of-2: 2 · (1 − 1/4) = 1.5.
+        assert_eq!(expected_distinct_experts(2, 1, 2), 1.5);
+        // k = e: every row reads all of them.
+        assert_eq!(expected_distinct_experts(4, 4, 3), 4.0);
+        assert_eq!(expected_distinct_experts(0, 0, 5), 0.0);
     }
 }

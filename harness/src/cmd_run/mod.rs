@@ -89,6 +89,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         chunks.1,
         a.threads,
         max_context,
+        a.speculate.k(),
         memdial::util::sysmem::mem_available(),
     )
     .map_err(|e| usage(format!("--max-context {max_context}: {e}")))?;

@@ -198,6 +198,7 @@ pub fn prepare(
             policy,
             warm: start == StartMode::Warm,
             hot_prefix_tokens: p,
+            speculate: None,
         };
         let rep = replay(&plan, cfg, &r, emb, &opts)?;
         out.points.insert(

@@ -21,6 +21,7 @@
 //! in the engine) and for `mmap` (page-cache folios, not read sizes). Reads are sized
 //! with the plan's 4096-byte direct-IO alignment.
 
+pub mod passes;
 pub mod pool;
 pub mod predict;
 
@@ -111,6 +112,8 @@ pub struct SimOptions {
     /// Static policy: the hot set is learned from the routing of the tokens before
     /// this position.
     pub hot_prefix_tokens: usize,
+    /// Replay decode as speculative verification passes ([`passes`]); `None`: as recorded.
+    pub speculate: Option<passes::Speculation>,
 }
 
 /// The outcome of one replay.
@@ -393,15 +396,27 @@ impl<'a, 't> Sim<'a, 't> {
         }
         let warm_fill_bytes = if self.opts.warm { self.warm_fill() } else { 0 };
         let prompt = self.t.header.prompt_tokens;
-        let mut prefill = None;
         let forwards = &self.t.trace.forwards;
-        for f in forwards {
-            if f.forward >= prompt && prefill.is_none() {
-                prefill = Some(self.c.clone());
-            }
+        let first_decode = forwards
+            .iter()
+            .position(|f| f.forward >= prompt)
+            .unwrap_or(forwards.len());
+        for f in &forwards[..first_decode] {
             self.forward(f.forward, &f.ids, f.logits > 0)?;
         }
-        let prefill = prefill.unwrap_or_else(|| self.c.clone());
+        let prefill = self.c.clone();
+        match self.opts.speculate {
+            None => {
+                for f in &forwards[first_decode..] {
+                    self.forward(f.forward, &f.ids, f.logits > 0)?;
+                }
+            }
+            Some(s) => {
+                for (pos, ids) in passes::passes(&forwards[first_decode..], s)? {
+                    self.forward(pos, &ids, true)?;
+                }
+            }
+        }
         Ok(SimReport {
             decode: self.c.sub(&prefill),
             total: self.c.clone(),

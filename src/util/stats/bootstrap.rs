@@ -15,7 +15,9 @@
 //! - The 95 % interval of a point is the 2.5th–97.5th percentile of its replicates.
 //! - The ratio of two points A/B is computed per replicate pair (independent draws
 //!   from each), and its 95 % interval likewise; the difference is **significant**
-//!   when that interval excludes 1.
+//!   when that interval excludes 1. When the runs of A and B come in rounds (an
+//!   interleaved sweep runs every point once per round), [`ratio_paired`] resamples
+//!   the rounds instead, so drift of the machine between rounds cancels.
 //! - A point is **high-variance** when its interval is wider than ±[`HIGH_VARIANCE`]
 //!   of its median (hint: more repeats, a quieter machine).
 //! - With fewer than [`MIN_RUNS`] finished runs, or fewer than [`MIN_TOKENS`] decode
@@ -184,6 +186,69 @@ pub fn ratio(a: &[Run], b: &[Run], seed: u64) -> Option<Ratio> {
     })
 }
 
+/// The ratio A/B of two points' s/token from runs **paired by round**: `pairs[i]` holds
+/// the run of A and the run of B measured in the same round of an interleaved sweep, so
+/// a slow stretch of the machine that hits both cancels in their ratio. The statistic is
+/// the median over rounds of `median(a_r) / median(b_r)`; one replicate draws the rounds
+/// with replacement and, inside each drawn round, both runs' tokens, and takes the
+/// median of the per-round ratios (the same two levels as [`ratio`]). Pairs with an
+/// empty side are dropped; `None` when none is left or a median is not positive; fewer
+/// than [`MIN_RUNS`] pairs (or runs of fewer than [`MIN_TOKENS`] tokens): insufficient.
+pub fn ratio_paired(pairs: &[(&Run, &Run)], seed: u64) -> Option<Ratio> {
+    let ps: Vec<(&Run, &Run)> = pairs
+        .iter()
+        .copied()
+        .filter(|(a, b)| !a.is_empty() && !b.is_empty())
+        .collect();
+    let per_round: Vec<f64> = ps
+        .iter()
+        .map(|(a, b)| Some(median(a)? / median(b)?))
+        .collect::<Option<Vec<f64>>>()?;
+    if per_round.iter().any(|r| !r.is_finite() || *r <= 0.0) {
+        return None;
+    }
+    let r = median(&per_round)?;
+    let enough = ps.len() >= MIN_RUNS
+        && ps
+            .iter()
+            .all(|(a, b)| a.len() >= MIN_TOKENS && b.len() >= MIN_TOKENS);
+    if !enough {
+        return Some(Ratio {
+            ratio: r,
+            lo: None,
+            hi: None,
+            significant: None,
+        });
+    }
+    let mut rng = SplitMix64::new(SEED ^ seed ^ 0x7061_6972);
+    let (mut ba, mut bb, mut rounds) = (vec![], vec![], Vec::with_capacity(ps.len()));
+    let draw = |r: &Run, buf: &mut Vec<f64>, rng: &mut SplitMix64| {
+        buf.clear();
+        buf.extend((0..r.len()).map(|_| r[pick(rng, r.len())]));
+        median(buf).unwrap_or(f64::NAN)
+    };
+    let q: Vec<f64> = (0..RESAMPLES)
+        .map(|_| {
+            rounds.clear();
+            for _ in 0..ps.len() {
+                let (a, b) = ps[pick(&mut rng, ps.len())];
+                let ma = draw(a, &mut ba, &mut rng);
+                let mb = draw(b, &mut bb, &mut rng);
+                rounds.push(ma / mb);
+            }
+            median(&rounds).unwrap_or(f64::NAN)
+        })
+        .collect();
+    let lo = percentile(&q, 0.025).unwrap_or(f64::NAN);
+    let hi = percentile(&q, 0.975).unwrap_or(f64::NAN);
+    Some(Ratio {
+        ratio: r,
+        lo: Some(lo),
+        hi: Some(hi),
+        significant: Some(lo > 1.0 || hi < 1.0),
+    })
+}
+
 /// The ratio A/B of the medians of two points' per-run figures (one value per run,
 /// e.g. bytes read per token), its interval by resampling the runs only: the method
 /// of [`ratio`] with each run one repeated value, so the token level draws nothing.
@@ -214,6 +279,30 @@ mod tests {
         assert_eq!(r.significant, None);
         assert!(r.describe().contains("insufficient repeats"));
         assert!(interval(&[vec![]], 0).is_none());
+    }
+
+    #[test]
+    fn pairing_by_round_cancels_drift_between_rounds() {
+        // Rounds at 1, 2 and 3 s/token (the machine slowing down), B 10 % slower than A
+        // in every round: each round's ratio is 1/1.1, so every paired replicate is too.
+        let a: Vec<Run> = [1.0, 2.0, 3.0].iter().map(|x| vec![*x; 4]).collect();
+        let b: Vec<Run> = [1.1, 2.2, 3.3].iter().map(|x| vec![*x; 4]).collect();
+        let pairs: Vec<(&Run, &Run)> = a.iter().zip(&b).collect();
+        let p = ratio_paired(&pairs, 3).unwrap();
+        let r = 1.0 / 1.1;
+        assert!((p.ratio - r).abs() < 1e-12, "{p:?}");
+        assert!((p.lo.unwrap() - r).abs() < 1e-12 && (p.hi.unwrap() - r).abs() < 1e-12);
+        assert_eq!(p.significant, Some(true));
+        // Unpaired, the same runs cannot tell: replicates mix slow and fast rounds
+        // (e.g. 1.0 / 3.3 and 3.0 / 1.1), so the interval spans 1.
+        assert_eq!(ratio(&a, &b, 3).unwrap().significant, Some(false));
+        // One pair, or a pair with an empty side dropped down to one: insufficient.
+        let one = ratio_paired(&pairs[..1], 3).unwrap();
+        assert_eq!((one.significant, one.lo), (None, None));
+        let empty: Run = vec![];
+        let dropped = ratio_paired(&[pairs[0], (&a[1], &empty)], 3).unwrap();
+        assert_eq!(dropped.significant, None);
+        assert!(ratio_paired(&[(&empty, &empty)], 3).is_none());
     }
 
     #[test]

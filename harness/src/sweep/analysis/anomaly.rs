@@ -15,13 +15,10 @@
 //! significant ([`memdial::util::stats::bootstrap`]), or, without enough repeats to decide, a larger
 //! median (said so).
 
-use std::collections::BTreeMap;
-
 use memdial::util::units::fmt_bytes;
 use serde::Serialize;
 
 use super::stats::PointStats;
-use memdial::util::stats::bootstrap::{ratio, Run};
 
 /// Below this expert hit rate a cold-start run is still filling its cache.
 pub const COLD_HIT_RATE: f64 = 0.9;
@@ -78,7 +75,10 @@ pub fn causes(p: &PointStats, warm_twin: Option<&PointStats>) -> Vec<String> {
 
 /// Every point slower than some smaller budget of the same mode, against the
 /// fastest such smaller budget, in point order.
-pub fn anomalies(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Vec<Anomaly> {
+pub fn anomalies(
+    stats: &[PointStats],
+    runs: &crate::sweep::analysis::stats::PointRuns,
+) -> Vec<Anomaly> {
     let usable: Vec<&PointStats> = stats
         .iter()
         .filter(|p| !p.below_floor && p.n > 0 && p.over_budget == 0 && p.s_per_token.is_some())
@@ -113,10 +113,7 @@ pub fn anomalies(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Vec<
             .filter(|q| q.s_per_token.unwrap_or(f64::NAN) < spt)
             .min_by(|a, b| a.s_per_token.unwrap().total_cmp(&b.s_per_token.unwrap()));
         let Some(q) = faster else { continue };
-        let r = runs
-            .get(&p.point_index)
-            .zip(runs.get(&q.point_index))
-            .and_then(|(a, b)| ratio(a, b, ((p.point_index as u64) << 32) | q.point_index as u64));
+        let r = runs.ratio(p.point_index, q.point_index);
         let significant = r.as_ref().and_then(|r| r.significant);
         // Only where the intervals say it: a 1.00–1.01× lead of a smaller budget, or
         // one that could not be tested, is no anomaly.
@@ -180,6 +177,8 @@ impl Anomaly {
 mod tests {
     use super::*;
     use crate::sweep::analysis::recommend::tests::p;
+    use memdial::util::stats::bootstrap::Run;
+    use std::collections::BTreeMap;
 
     fn runs_of(v: &[(usize, f64)]) -> BTreeMap<usize, Vec<Run>> {
         // Three runs of three identical decode times: every bootstrap replicate is
@@ -197,7 +196,7 @@ mod tests {
         ];
         s[1].expert_hit_rate = Some(0.51);
         s[1].bytes_read_per_token = Some(27.0 * 1048576.0);
-        let a = anomalies(&s, &runs_of(&[(0, 0.048), (1, 0.081)]));
+        let a = anomalies(&s, &runs_of(&[(0, 0.048), (1, 0.081)]).into());
         assert_eq!(a.len(), 1);
         assert_eq!((a[0].point_index, a[0].faster_point), (1, 0));
         assert!((a[0].ratio - 1.6875).abs() < 1e-12);
@@ -231,11 +230,11 @@ mod tests {
             x.bytes_read_per_token = Some(1e8);
         }
         let runs = runs_of(&[(0, 0.65), (1, 0.80), (2, 0.75)]);
-        let a = anomalies(&s, &runs);
+        let a = anomalies(&s, &runs.clone().into());
         assert_eq!(a.len(), 1, "{a:?}");
         assert_eq!(a[0].causes, ["unexplained"]);
         s[2].expert_hit_rate = Some(0.40);
-        let a = anomalies(&s, &runs);
+        let a = anomalies(&s, &runs.clone().into());
         assert!(
             a[0].causes[0].starts_with("cold cache: expert hit rate 11 %"),
             "{a:?}"
@@ -256,7 +255,7 @@ mod tests {
             x.bytes_read_per_token = Some(1e6);
         }
         s[1].noisy = 2;
-        let a = anomalies(&s, &runs_of(&[(0, 0.10), (1, 0.20), (2, 0.30)]));
+        let a = anomalies(&s, &runs_of(&[(0, 0.10), (1, 0.20), (2, 0.30)]).into());
         // Both are slower than the fastest smaller budget, p0.
         assert_eq!(a.iter().map(|x| x.faster_point).collect::<Vec<_>>(), [0, 0]);
         assert_eq!(
@@ -279,8 +278,8 @@ mod tests {
         let mixed = vec![vec![0.10, 0.11, 0.10, 0.11]; 3];
         let runs: BTreeMap<usize, Vec<Run>> =
             [(0, mixed.clone()), (1, mixed), (2, vec![vec![0.5; 3]; 3])].into();
-        assert!(anomalies(&s, &runs).is_empty());
+        assert!(anomalies(&s, &runs.clone().into()).is_empty());
         // Without runs to test it, a larger median is no anomaly either.
-        assert!(anomalies(&s[..2], &BTreeMap::new()).is_empty());
+        assert!(anomalies(&s[..2], &Default::default()).is_empty());
     }
 }

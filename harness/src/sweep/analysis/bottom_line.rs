@@ -47,13 +47,11 @@
 //! such count over the conditions that failed, less the runs made. Under
 //! `repeats = "auto"` that count is said as the `max_repeats` it would take.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
 use super::pick::{ci, Named, Pick, KNEE_WITHIN};
 use crate::sweep::spec::AutoRepeats;
-use memdial::util::stats::bootstrap::{interval, ratio, Ratio, Run, MIN_RUNS};
+use memdial::util::stats::bootstrap::{interval, Ratio, Run, MIN_RUNS};
 
 /// Largest half-width of the quoted 95 % interval (the recommended point's, or its
 /// group's pooled one), as a fraction of its median, for a confident answer.
@@ -213,7 +211,7 @@ pub fn decide(
     k: &Named,
     b: &Named,
     cands: Candidates,
-    runs: &BTreeMap<usize, Vec<Run>>,
+    runs: &crate::sweep::analysis::stats::PointRuns,
     noisy_runs: usize,
 ) -> BottomLine {
     let (kn, k) = (k, &k.1);
@@ -293,17 +291,17 @@ pub fn decide(
     }
 }
 
-/// The ratio of two points' s/token from their quiet `runs` (one seed per pair).
-fn ratio_between(runs: &BTreeMap<usize, Vec<Run>>, a: &Pick, c: &Pick) -> Option<Ratio> {
-    ratio(
-        runs.get(&a.point_index)?,
-        runs.get(&c.point_index)?,
-        ((a.point_index as u64) << 32) | c.point_index as u64,
-    )
+/// The ratio of two points' s/token from their quiet `runs`, paired by round where the rounds allow.
+fn ratio_between(
+    runs: &crate::sweep::analysis::stats::PointRuns,
+    a: &Pick,
+    c: &Pick,
+) -> Option<Ratio> {
+    runs.ratio(a.point_index, c.point_index)
 }
 
 /// The pooled s/token of `group`: every member's quiet runs in one bootstrap.
-fn pool(group: &[Named], runs: &BTreeMap<usize, Vec<Run>>, k: &Pick) -> Pooled {
+fn pool(group: &[Named], runs: &crate::sweep::analysis::stats::PointRuns, k: &Pick) -> Pooled {
     let all: Vec<Run> = group
         .iter()
         .filter_map(|(_, p)| runs.get(&p.point_index))
@@ -325,7 +323,7 @@ fn budget_conditions(
     k: &Pick,
     b: &Pick,
     by_mode: &[Named],
-    runs: &BTreeMap<usize, Vec<Run>>,
+    runs: &crate::sweep::analysis::stats::PointRuns,
     undecided: &mut Vec<String>,
     need: &mut Vec<(usize, Option<f64>)>,
 ) {

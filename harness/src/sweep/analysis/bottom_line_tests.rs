@@ -37,7 +37,7 @@ fn grid() -> Vec<crate::sweep::analysis::stats::PointStats> {
 fn a_clear_answer_with_nothing_within_noise() {
     let mut s = grid();
     let runs = constant_runs(&mut s);
-    let r = recommend(&s, &runs);
+    let r = recommend(&s, &runs.clone().into());
     let bl = r.bottom_line.as_ref().unwrap();
     assert!(bl.clear(), "{bl:?}");
     assert!(bl.within_noise.is_empty());
@@ -78,7 +78,7 @@ fn alike_at_c() -> (
 #[test]
 fn a_budget_with_modes_within_noise_of_each_other_is_one_answer() {
     let (s, runs) = alike_at_c();
-    let r = recommend(&s, &runs);
+    let r = recommend(&s, &runs.clone().into());
     let bl = r.bottom_line.as_ref().unwrap();
     assert!(bl.clear(), "{bl:?}");
     let members: Vec<usize> = bl.group.iter().map(|(_, p)| p.point_index).collect();
@@ -107,7 +107,7 @@ fn a_group_whose_budget_is_not_decided_is_no_answer() {
     let (mut s, mut runs) = alike_at_c();
     s[2].s_per_token = Some(0.5);
     runs.insert(2, vec![vec![0.5; 3]; 3]);
-    let mut r = recommend(&s, &runs);
+    let mut r = recommend(&s, &runs.clone().into());
     let bl = r.bottom_line.as_ref().unwrap();
     assert!(!bl.clear());
     assert_eq!((bl.more_repeats, bl.runs_to_decide), (Some(12), Some(15)));
@@ -143,7 +143,7 @@ fn an_interval_wider_than_a_quarter_of_its_median_is_no_answer() {
     let mut s = grid();
     let runs = constant_runs(&mut s);
     (s[3].s_per_token_lo, s[3].s_per_token_hi) = (Some(0.2), Some(0.8));
-    let r = recommend(&s, &runs);
+    let r = recommend(&s, &runs.clone().into());
     let bl = r.bottom_line.as_ref().unwrap();
     assert!(!bl.clear());
     assert_eq!(bl.more_repeats, Some(18));
@@ -168,7 +168,7 @@ fn a_smaller_budget_that_may_be_within_ten_percent_is_no_answer() {
     let mut runs = constant_runs(&mut s);
     s[2].s_per_token = Some(0.56);
     runs.insert(2, vec![vec![0.48; 3], vec![0.56; 3], vec![0.56; 3]]);
-    let r = recommend(&s, &runs);
+    let r = recommend(&s, &runs.clone().into());
     let bl = r.bottom_line.as_ref().unwrap();
     assert_eq!(bl.more_repeats, Some(2), "{bl:?}");
     let md = bottom(&r);
@@ -191,7 +191,7 @@ fn noisy_runs_are_left_out_and_said() {
     for x in &mut s {
         (x.n, x.noisy, x.s_per_token) = (0, 3, None);
     }
-    let r = recommend(&s, &BTreeMap::new());
+    let r = recommend(&s, &Default::default());
     assert_eq!(r.noisy_runs, 15);
     assert!(r.markdown(&label).contains(
         "**Bottom line: no answer** — no quiet runs to recommend from: 15 finished run(s) were marked noisy"
@@ -200,7 +200,7 @@ fn noisy_runs_are_left_out_and_said() {
     let mut s = grid();
     let runs = constant_runs(&mut s);
     s[0].noisy = 1;
-    let md = bottom(&recommend(&s, &runs));
+    let md = bottom(&recommend(&s, &runs.clone().into()));
     assert!(
         md.starts_with("**Bottom line:** the smallest budget"),
         "{md}"
@@ -224,7 +224,7 @@ fn warm_points_decide_and_the_cold_start_is_shown_beside() {
     }
     s.extend(cold);
     let runs = constant_runs(&mut s);
-    let r = recommend_steady(&s, &runs);
+    let r = recommend_steady(&s, &runs.clone().into());
     assert_eq!(r.start, "warm");
     assert_eq!(r.overall_knee.as_ref().unwrap().1.point_index, 3);
     let c = r.cold_beside.as_ref().unwrap();
@@ -243,7 +243,7 @@ fn noisy_runs_give_the_same_answer_or_none_never_another() {
     let quiet = {
         let mut s = grid();
         let runs = constant_runs(&mut s);
-        recommend(&s, &runs)
+        recommend(&s, &runs.clone().into())
     };
     assert!(quiet.bottom_line.as_ref().unwrap().clear());
     let answer = |r: &Recommendation| {
@@ -265,7 +265,7 @@ fn noisy_runs_give_the_same_answer_or_none_never_another() {
                 runs.get_mut(&x.point_index).unwrap().pop();
             }
         }
-        recommend(&s, &runs)
+        recommend(&s, &runs.clone().into())
     };
     let cases = [
         // The answer's own runs: d would be next, but c is unmeasured.

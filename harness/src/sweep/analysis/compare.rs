@@ -4,12 +4,10 @@
 //! [`memdial::util::stats::bootstrap`]. Points with `over_budget` runs are left out: their speed is
 //! not comparable.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
 use super::stats::PointStats;
-use memdial::util::stats::bootstrap::{ratio, Ratio, Run};
+use memdial::util::stats::bootstrap::Ratio;
 
 /// One comparison A/B at the same budget.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -46,7 +44,10 @@ impl SameBudget {
 }
 
 /// Comparisons of every comparable pair, in point order.
-pub fn same_budget(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Vec<SameBudget> {
+pub fn same_budget(
+    stats: &[PointStats],
+    runs: &crate::sweep::analysis::stats::PointRuns,
+) -> Vec<SameBudget> {
     let usable: Vec<&PointStats> = stats
         .iter()
         .filter(|p| {
@@ -81,11 +82,7 @@ pub fn same_budget(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Ve
                     }
             });
             let Some(b) = b else { continue };
-            let (Some(ra), Some(rb)) = (runs.get(&a.point_index), runs.get(&b.point_index)) else {
-                continue;
-            };
-            let seed = ((a.point_index as u64) << 32) | b.point_index as u64;
-            if let Some(r) = ratio(ra, rb, seed) {
+            if let Some(r) = runs.ratio(a.point_index, b.point_index) {
                 out.push(SameBudget {
                     budget_spec: a.budget_spec.clone(),
                     axis: axis.into(),

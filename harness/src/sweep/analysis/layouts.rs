@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use super::stats::PointStats;
 use crate::sweep::record::row::Row;
-use memdial::util::stats::bootstrap::{ratio, ratio_of_run_values, Ratio, Run};
+use memdial::util::stats::bootstrap::{ratio_of_run_values, Ratio};
 use memdial::util::stats::median;
 
 /// One `lossless` point against the `safetensors` point at the same axes.
@@ -78,7 +78,7 @@ fn per_run(rows: &[Row], f: impl Fn(&Row) -> Option<f64>) -> BTreeMap<usize, Vec
 /// Every `lossless` point with a usable `safetensors` point at the same axes.
 pub fn against_safetensors(
     stats: &[PointStats],
-    runs: &BTreeMap<usize, Vec<Run>>,
+    runs: &crate::sweep::analysis::stats::PointRuns,
     rows: &[Row],
 ) -> Vec<LayoutRatio> {
     let bytes = per_run(rows, |r| r.metrics.bytes_read_per_token);
@@ -91,11 +91,8 @@ pub fn against_safetensors(
         let Some(b) = partner(stats, a, "safetensors") else {
             continue;
         };
-        let (Some(ra), Some(rb)) = (runs.get(&a.point_index), runs.get(&b.point_index)) else {
-            continue;
-        };
         let seed = ((a.point_index as u64) << 32) | b.point_index as u64;
-        let Some(s_ratio) = ratio(ra, rb, seed) else {
+        let Some(s_ratio) = runs.ratio(a.point_index, b.point_index) else {
             continue;
         };
         let (i, j) = (a.point_index, b.point_index);
@@ -188,7 +185,7 @@ pub struct LayoutPair {
 /// lossless point against raw, at the same axes (empty without raw points).
 pub fn against_raw(
     stats: &[PointStats],
-    runs: &BTreeMap<usize, Vec<Run>>,
+    runs: &crate::sweep::analysis::stats::PointRuns,
     rows: &[Row],
 ) -> Vec<LayoutPair> {
     let bytes = per_run(rows, |r| r.metrics.bytes_read_per_token);
@@ -203,11 +200,8 @@ pub fn against_raw(
                 continue;
             };
             let (i, j) = (a.point_index, b.point_index);
-            let (Some(ra), Some(rb)) = (runs.get(&i), runs.get(&j)) else {
-                continue;
-            };
             let seed = ((i as u64) << 32) | j as u64;
-            let Some(s_ratio) = ratio(ra, rb, seed) else {
+            let Some(s_ratio) = runs.ratio(i, j) else {
                 continue;
             };
             out.push(LayoutPair {

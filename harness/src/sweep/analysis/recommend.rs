@@ -13,15 +13,13 @@
 //!   than every point of that mode at a smaller budget;
 //! - **knee**: the smallest budget whose s/token is within 10 % of the mode's best.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
 pub use super::bottom_line::ColdBeside;
 use super::bottom_line::{decide, BottomLine, Candidates, NoQuiet};
 pub use super::pick::{ci, Pick, KNEE_WITHIN};
 use super::stats::PointStats;
-use memdial::util::stats::bootstrap::{ratio, Ratio, Run};
+use memdial::util::stats::bootstrap::{ratio, Ratio};
 
 /// One IO mode's frontier and knee.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -155,7 +153,10 @@ fn usable(p: &PointStats) -> bool {
 }
 
 /// Computes the recommendation from the per-point statistics and their runs.
-pub fn recommend(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Recommendation {
+pub fn recommend(
+    stats: &[PointStats],
+    runs: &crate::sweep::analysis::stats::PointRuns,
+) -> Recommendation {
     let excluded_over_budget: Vec<usize> = stats
         .iter()
         .filter(|p| p.over_budget > 0)
@@ -343,7 +344,10 @@ fn knee_of(by_budget: &[Winner], best: &Pick) -> Option<(String, Pick)> {
 
 /// [`recommend`] over the sweep's steady state: its `warm` points when it has any
 /// (with the recommended point's cold start beside it), else every point.
-pub fn recommend_steady(stats: &[PointStats], runs: &BTreeMap<usize, Vec<Run>>) -> Recommendation {
+pub fn recommend_steady(
+    stats: &[PointStats],
+    runs: &crate::sweep::analysis::stats::PointRuns,
+) -> Recommendation {
     if !stats.iter().any(|p| p.start == "warm") {
         return recommend(stats, runs);
     }
@@ -535,6 +539,8 @@ impl Recommendation {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use memdial::util::stats::bootstrap::Run;
+    use std::collections::BTreeMap;
 
     pub(crate) fn p(i: usize, io: &str, budget: &str, bytes: u64, spt: f64) -> PointStats {
         PointStats {
@@ -597,7 +603,7 @@ pub(crate) mod tests {
         s[7].over_budget = 1;
         // Every run decodes at its point's median: the intervals are points.
         let runs = constant_runs(&mut s);
-        let r = recommend(&s, &runs);
+        let r = recommend(&s, &runs.clone().into());
         let d = &r.modes[0];
         assert_eq!(d.io, "direct");
         let fr: Vec<usize> = d.frontier.iter().map(|x| x.point_index).collect();
@@ -632,7 +638,7 @@ pub(crate) mod tests {
             x.s_per_token = None;
             x.ttft_s = Some(t);
         }
-        let md = recommend(&s, &BTreeMap::new()).markdown(&|s, _| s.to_string());
+        let md = recommend(&s, &Default::default()).markdown(&|s, _| s.to_string());
         assert!(
             md.contains("none of the 6 finished run(s) timed a decode step")
                 && md.contains("Fastest time to first token: **0.2500 s** at b (mmap, none)")
@@ -642,7 +648,7 @@ pub(crate) mod tests {
         for x in &mut s {
             x.n = 0;
         }
-        let md = recommend(&s, &BTreeMap::new()).markdown(&|s, _| s.to_string());
+        let md = recommend(&s, &Default::default()).markdown(&|s, _| s.to_string());
         assert!(
             md.contains("No finished runs to recommend from yet."),
             "{md}"

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::sweep::record::row::Row;
 use crate::sweep::record::status::RunStatus;
-use memdial::util::stats::bootstrap::{interval, Run};
+use memdial::util::stats::bootstrap::{interval, ratio, ratio_paired, Ratio, Run, MIN_RUNS};
 use memdial::util::stats::{median, min_max};
 
 /// Medians (and the spread of s/token) of one point.
@@ -99,22 +99,79 @@ pub struct PointStats {
     pub layout: String,
 }
 
+/// Per-token decode times of each point's runs (by point index), with the round each run
+/// was measured in: an interleaved sweep runs every point once per round, so two points'
+/// runs of one round saw the same state of the machine. Derefs to the map of runs, so a
+/// reader that needs no pairing reads it as before.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PointRuns {
+    runs: BTreeMap<usize, Vec<Run>>,
+    /// Per point, the round (the rows' `repeat`) of each run, in the order of `runs`;
+    /// absent when the rounds are unknown.
+    rounds: BTreeMap<usize, Vec<u32>>,
+}
+
+impl std::ops::Deref for PointRuns {
+    type Target = BTreeMap<usize, Vec<Run>>;
+    fn deref(&self) -> &Self::Target {
+        &self.runs
+    }
+}
+
+/// Runs whose rounds are unknown: ratios are never paired.
+impl From<BTreeMap<usize, Vec<Run>>> for PointRuns {
+    fn from(runs: BTreeMap<usize, Vec<Run>>) -> Self {
+        PointRuns {
+            runs,
+            rounds: BTreeMap::new(),
+        }
+    }
+}
+
+impl PointRuns {
+    /// The ratio of point `a`'s s/token to point `b`'s: on runs paired by round
+    /// ([`ratio_paired`]) when at least [`MIN_RUNS`] rounds hold a run of both, else on
+    /// the two points' runs as independent samples ([`ratio`]). `None` when either
+    /// point has no run with a decode time.
+    pub fn ratio(&self, a: usize, b: usize) -> Option<Ratio> {
+        let (ra, rb) = (self.runs.get(&a)?, self.runs.get(&b)?);
+        let seed = ((a as u64) << 32) | b as u64;
+        if let (Some(qa), Some(qb)) = (self.rounds.get(&a), self.rounds.get(&b)) {
+            let pairs: Vec<(&Run, &Run)> = qa
+                .iter()
+                .zip(ra)
+                .filter(|(_, r)| !r.is_empty())
+                .filter_map(|(round, x)| {
+                    let j = qb.iter().position(|q| q == round)?;
+                    Some((x, &rb[j])).filter(|(_, y)| !y.is_empty())
+                })
+                .collect();
+            if pairs.len() >= MIN_RUNS {
+                return ratio_paired(&pairs, seed);
+            }
+        }
+        ratio(ra, rb, seed)
+    }
+}
+
 /// Per-token decode times of each measured finished quiet run of every point (a run
-/// with only a median contributes that one value; `noisy` runs are left out).
-pub fn point_runs(rows: &[Row]) -> BTreeMap<usize, Vec<Run>> {
+/// with only a median contributes that one value; `noisy` runs are left out), with
+/// their rounds.
+pub fn point_runs(rows: &[Row]) -> PointRuns {
     point_runs_of(rows, Row::is_measured_quiet)
 }
 
 /// [`point_runs`] over the measured finished rows that `keep` accepts.
-fn point_runs_of(rows: &[Row], keep: impl Fn(&Row) -> bool) -> BTreeMap<usize, Vec<Run>> {
-    let mut by: BTreeMap<usize, Vec<Run>> = BTreeMap::new();
+fn point_runs_of(rows: &[Row], keep: impl Fn(&Row) -> bool) -> PointRuns {
+    let mut by = PointRuns::default();
     for r in rows.iter().filter(|r| r.is_measured_ok() && keep(r)) {
         let run: Run = if r.metrics.decode_s_per_token.is_empty() {
             r.metrics.decode_s_per_token_median.into_iter().collect()
         } else {
             r.metrics.decode_s_per_token.clone()
         };
-        by.entry(r.point_index).or_default().push(run);
+        by.runs.entry(r.point_index).or_default().push(run);
+        by.rounds.entry(r.point_index).or_default().push(r.repeat);
     }
     by
 }
@@ -213,4 +270,59 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(point: usize, repeat: u32, s: f64) -> Row {
+        Row {
+            run_id: format!("p{point}#r{repeat}"),
+            point_index: point,
+            repeat,
+            status: RunStatus::Ok,
+            metrics: memdial::engine::metrics::RunMetrics {
+                decode_s_per_token: vec![s; 4],
+                decode_s_per_token_median: Some(s),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// Runs are paired by their round, not by their order in the rows: rounds at 1, 2 and
+    /// 3 s/token with point 1 10 % slower in each give exactly 1.1 (by hand), significant,
+    /// where independent samples of the same runs span 1.
+    #[test]
+    fn ratios_pair_runs_by_round() {
+        let rows = vec![
+            row(0, 0, 1.0),
+            row(1, 2, 3.3),
+            row(0, 1, 2.0),
+            row(1, 0, 1.1),
+            row(0, 2, 3.0),
+            row(1, 1, 2.2),
+        ];
+        let runs = point_runs(&rows);
+        let r = runs.ratio(1, 0).unwrap();
+        assert!((r.ratio - 1.1).abs() < 1e-12, "{r:?}");
+        assert_eq!(r.significant, Some(true));
+        let unpaired = PointRuns::from(runs.runs.clone()).ratio(1, 0).unwrap();
+        assert_eq!(unpaired.significant, Some(false));
+        // Only one round in common: the points are compared as independent samples.
+        let few = vec![
+            row(0, 0, 1.0),
+            row(0, 1, 2.0),
+            row(1, 1, 2.2),
+            row(1, 5, 2.4),
+        ];
+        let r = point_runs(&few).ratio(1, 0).unwrap();
+        assert_eq!(
+            r,
+            PointRuns::from(point_runs(&few).runs.clone())
+                .ratio(1, 0)
+                .unwrap()
+        );
+    }
 }

@@ -2,14 +2,13 @@
 //! mode, prefetch, cache, threads, prompt): the ratio of median s/token with its
 //! 95 % interval, by the two-level bootstrap of [`memdial::util::stats::bootstrap`].
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
 use super::def::engine_or_default;
 use crate::sweep::analysis::stats::PointStats;
-use memdial::util::stats::bootstrap::{ratio, Ratio, Run};
+use memdial::util::stats::bootstrap::Ratio;
 
 /// One engine point against the reference engine's point.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -37,7 +36,7 @@ pub struct EngineRatio {
 /// Every engine point with a finished reference point at the same axes.
 pub fn against_reference(
     stats: &[PointStats],
-    runs: &BTreeMap<usize, Vec<Run>>,
+    runs: &crate::sweep::analysis::stats::PointRuns,
     reference: &str,
 ) -> Vec<EngineRatio> {
     let ok = |p: &&PointStats| !p.below_floor && p.n > 0 && p.s_per_token.is_some();
@@ -59,11 +58,7 @@ pub fn against_reference(
         }) else {
             continue;
         };
-        let (Some(ra), Some(rb)) = (runs.get(&a.point_index), runs.get(&b.point_index)) else {
-            continue;
-        };
-        let seed = ((a.point_index as u64) << 32) | b.point_index as u64;
-        if let Some(r) = ratio(ra, rb, seed) {
+        if let Some(r) = runs.ratio(a.point_index, b.point_index) {
             out.push(EngineRatio {
                 engine: a.engine.clone(),
                 point_index: a.point_index,

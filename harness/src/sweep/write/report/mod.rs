@@ -2,7 +2,6 @@
 //! `verdict.json`, charts), regenerated after every finished run so an
 //! interrupted sweep always leaves a valid partial report.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -25,7 +24,6 @@ use crate::sweep::record::row::Row;
 use crate::sweep::record::rundir::Meta;
 use crate::sweep::record::status::RunStatus;
 use crate::sweep::util::utc_now_rfc3339;
-use memdial::util::stats::bootstrap::Run;
 
 mod concurrency;
 mod noise;
@@ -413,7 +411,7 @@ fn reference_stats(stats: &[PointStats], meta: &Meta) -> Vec<PointStats> {
 /// Each engine's speed against the reference engine's (empty for one engine).
 fn engine_ratios(
     stats: &[PointStats],
-    runs: &BTreeMap<usize, Vec<Run>>,
+    runs: &crate::sweep::analysis::stats::PointRuns,
     meta: &Meta,
 ) -> Vec<EngineRatio> {
     match meta.engines.iter().find(|e| e.reference) {
