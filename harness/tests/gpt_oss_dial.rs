@@ -2,7 +2,8 @@
 //! slices of the stacked `mlp.experts.*` tensors, so the same output ids come out at
 //! the plan's floor, at a mid budget with an expert cache and resident, in every IO
 //! mode and prefetch policy; and a decoded token at the floor reads its experts, not
-//! every expert of every layer (bytes derived by hand from the fixture's shapes).
+//! every expert of every layer (bytes derived by hand from the fixture's shapes); a byte
+//! changed in one expert's slice is caught by `--verify-reads`.
 
 use std::process::{Command, Output};
 
@@ -165,4 +166,45 @@ fn a_token_at_the_floor_reads_its_experts_not_whole_layers() {
     let whole_layers = TRUNK_BYTES + LAYERS * EXPERTS * EXPERT_BYTES;
     assert!(per_token < whole_layers, "{per_token} ≥ {whole_layers}");
     assert_eq!(whole_layers - per_token, 164_864);
+}
+
+#[test]
+fn verify_reads_catches_a_changed_byte_in_one_experts_slice() {
+    let (_scratch, dir) = memdial_testkit::fixtures::by_binary(
+        memdial_bin!(),
+        "gpt-oss-tiny",
+        memdial_testkit::scratch!("gpt-oss-verify"),
+    );
+    // Flip a byte of expert 3's slice of layer 2's `down_proj_blocks` (`[8, 64, 3, 16]`:
+    // 3072 bytes per expert), located through the safetensors header.
+    let name = "model.layers.2.mlp.experts.down_proj_blocks";
+    let file = dir.join("model-00001-of-00001.safetensors");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let start = header[name]["data_offsets"][0].as_u64().unwrap() as usize;
+    bytes[8 + n + start + 3 * 3072 + 100] ^= 0xff;
+    std::fs::write(&file, bytes).unwrap();
+    let ids = ids_arg();
+    let d = dir.to_str().unwrap();
+    for io in ["direct", "buffered", "mmap"] {
+        let o = memdial(&[
+            "run",
+            "--model",
+            d,
+            "--prompt-ids",
+            &ids,
+            "--max-tokens",
+            "4",
+            "--budget",
+            "1MiB",
+            "--io",
+            io,
+            "--verify-reads",
+        ]);
+        assert!(!o.status.success(), "{io}: {}", text(&o));
+        let t = text(&o);
+        assert!(t.contains(name) && t.contains("manifest says"), "{io}: {t}");
+        assert!(!t.contains("panicked"), "{io}: {t}");
+    }
 }
