@@ -50,6 +50,8 @@ pub fn ranking(p: &Plan, cfg: &ModelConfig) -> Vec<Candidate> {
             "attention projections"
         } else if g.what.starts_with("mlp.") {
             "dense MLP matrix"
+        } else if cfg.gpt_oss.is_some() {
+            "MoE trunk (router)"
         } else {
             "MoE trunk (router, shared experts, latent proj.)"
         };
