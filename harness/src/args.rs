@@ -119,3 +119,36 @@ pub fn finite_non_negative(s: &str) -> Result<f32, String> {
         Err(e) => Err(e.to_string()),
     }
 }
+
+/// `--budget` as `run` and `serve` take it, the forms a sweep spec accepts: a size
+/// (`512MiB`), a fraction of the model (`25%`), `floor`, `2x floor`, `model`.
+pub fn budget(s: &str) -> Result<memdial::util::budget::BudgetExpr, String> {
+    memdial::util::budget::BudgetExpr::parse(s).map_err(|e| e.to_string())
+}
+
+/// Resolves a `--budget` expression to bytes for one process over the checkpoint in
+/// `model`: a size as written; a fraction of the model's tensor bytes; a multiple of
+/// the floor of the plan for `io`, `prefetch` and the activations `act` (what the
+/// process will allocate), as `memdial plan` computes it. Only the relative forms
+/// open the checkpoint.
+///
+/// Errors: the checkpoint or its config cannot be read or planned; the expression
+/// resolves to 0 bytes or past 64 bits (usage errors).
+pub fn resolve_budget(
+    e: memdial::util::budget::BudgetExpr,
+    model: &std::path::Path,
+    io: IoMode,
+    prefetch: Prefetch,
+    act: impl FnOnce(&memdial::format::config::ModelConfig) -> memdial::store::plan::Activations,
+) -> anyhow::Result<u64> {
+    use memdial::util::budget::BudgetExpr;
+    if let BudgetExpr::Bytes(b) = e {
+        return Ok(b);
+    }
+    let cfg = memdial::format::config::load_config(model)?;
+    let ck = memdial::format::checkpoint::Checkpoint::open(model).map_err(as_usage)?;
+    let plan =
+        memdial::store::plan::plan_unchecked(&cfg, &ck, u64::MAX / 4, io, prefetch, act(&cfg))?;
+    e.resolve(plan.model_bytes, plan.floor_bytes)
+        .map_err(|err| usage(format!("--budget {e}: {err}")))
+}

@@ -524,9 +524,13 @@ fn text_table(
     elapsed: f64,
 ) -> String {
     use memdial::util::units::fmt_bytes;
+    // The decode tokens of the replays that ran (a budget below the floor replays none).
+    let tokens = match rows.iter().find(|r| !r.below_floor) {
+        Some(r) => format!("{} decode tokens", r.decode_tokens),
+        None => "nothing replayed (every budget is below the floor)".to_string(),
+    };
     let mut s = format!(
-        "{what}: {} decode tokens, model {} ({} layers){}\n",
-        rows.first().map_or(0, |r| r.decode_tokens),
+        "{what}: {tokens}, model {} ({} layers){}\n",
         cfg.model_type,
         cfg.num_hidden_layers,
         paper

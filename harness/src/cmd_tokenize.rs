@@ -1,6 +1,7 @@
 //! `memdial tokenize`: encode text to token ids, or decode ids, with a checkpoint's
-//! tokenizer: Kimi's (`tiktoken.model` + `tokenizer_config.json` in `--model`), else a
-//! Hugging Face `tokenizer.json` (`--model` is the file or a directory holding it).
+//! tokenizer: Kimi's (`tiktoken.model` + `tokenizer_config.json` in `--model`), a gpt-oss
+//! `*.tiktoken` ranks file, else a Hugging Face `tokenizer.json` (`--model` is the file or a
+//! directory holding it; a gpt-oss one gives the ids memdial's reader gives).
 
 use std::path::PathBuf;
 
@@ -10,8 +11,9 @@ use memdial::format::tokenizer::Tokenizer;
 /// Arguments of `memdial tokenize`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct TokenizeArgs {
-    /// Directory holding `tiktoken.model` and `tokenizer_config.json`, or a Hugging
-    /// Face `tokenizer.json` (the file, or a directory holding it).
+    /// Directory holding `tiktoken.model` and `tokenizer_config.json`, or a gpt-oss
+    /// `*.tiktoken` ranks file, or a Hugging Face `tokenizer.json` (the file, or a
+    /// directory holding it).
     #[arg(long)]
     pub model: PathBuf,
     /// Text to encode (special-token strings such as `<|im_end|>` become their ids).

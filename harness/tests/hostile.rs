@@ -305,6 +305,27 @@ fn hostile_specs_are_refused_before_any_run() {
     let x = rows.iter().find(|r| r["engine"] == "x").unwrap();
     assert_eq!(x["status"], "ok", "{x}");
     assert_eq!(x["output_ids"], serde_json::json!([5, 6]), "{x}");
+    // An engine named with a `|`: escaped in report.md's cells, so every row of the
+    // per-point table has the header's cell count.
+    let spec = engine(
+        r#"["sh", "-c", "printf '{{\"output_ids\": [5, 6]}}' > {run_dir}/o.json"]"#,
+        "",
+    )
+    .replace("\"x\"]", "\"x|y\"]")
+    .replace("[engine.x]", "[engine.\"x|y\"]");
+    let (o, out) = sweep("pipe-in-engine-name", &spec, &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let cells = |l: &str| l.replace("\\|", "").matches('|').count();
+    let mut lines = md
+        .lines()
+        .skip_while(|l| !l.starts_with("| point | budget |"));
+    let header = cells(lines.next().expect("the per-point table"));
+    let rows: Vec<&str> = lines.take_while(|l| l.starts_with('|')).collect();
+    assert!(rows.iter().any(|l| l.contains("x\\|y")), "{md}");
+    for l in rows {
+        assert_eq!(cells(l), header, "{l}");
+    }
 }
 
 /// Whether process `pid` is running (a zombie waiting for init to reap it is not).

@@ -391,3 +391,89 @@ fn an_acceptance_length_predicts_bytes_per_generated_token() {
         assert_eq!(o.status.code(), Some(2), "{bad:?}");
     }
 }
+
+/// `run --budget` and `serve --budget` take the forms a spec does: `floor` and `2x floor`
+/// resolve against the plan `memdial plan` prints for the same settings, `50%` against
+/// the model bytes it prints (half of them, by hand); half the floor is refused (exit 2)
+/// as a size below it would be.
+#[test]
+fn run_and_serve_take_relative_budgets() {
+    let dir = testkit::until_exit(testkit::scratch!("relative-budget"));
+    let model = testkit::fixture(memdial_bin!(), "tiny-k3", &dir.join("tiny-k3"));
+    let m = model.to_str().unwrap();
+    let settings = [
+        "--io",
+        "buffered",
+        "--prefetch",
+        "next-layer",
+        "--threads",
+        "2",
+    ];
+    // 3 prompt ids + 4 tokens: run plans 7 positions.
+    let p = json(&[&["--model", m, "--max-context", "7"], &settings[..]].concat());
+    let (floor, model_bytes) = (u(&p, "floor_bytes"), u(&p, "model_bytes"));
+    let run = |budget: &str| {
+        let metrics = dir.join("m.json");
+        let _ = std::fs::remove_file(&metrics);
+        let o = Command::new(memdial_bin!())
+            .args([
+                "run",
+                "--model",
+                m,
+                "--prompt-ids",
+                "1,2,3",
+                "--max-tokens",
+                "4",
+            ])
+            .args(["--budget", budget])
+            .args(settings)
+            .arg("--metrics-json")
+            .arg(&metrics)
+            .output()
+            .unwrap();
+        let v = std::fs::read_to_string(&metrics)
+            .ok()
+            .map(|t| serde_json::from_str::<serde_json::Value>(&t).unwrap());
+        (o, v)
+    };
+    for (b, want) in [
+        ("floor", floor),
+        ("2x floor", 2 * floor),
+        ("50%", model_bytes / 2 + model_bytes % 2),
+    ] {
+        let (o, v) = run(b);
+        assert!(o.status.success(), "{b}: {}", testkit::output_text(&o));
+        assert_eq!(u(&v.unwrap(), "budget_bytes"), want, "--budget {b}");
+    }
+    let (o, _) = run("0.5x floor");
+    assert_eq!(o.status.code(), Some(2), "{}", testkit::output_text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("below the floor"));
+    // serve: a relative budget parses and resolves; one below the floor names the
+    // flags that set it.
+    let o = Command::new(memdial_bin!())
+        .args([
+            "serve",
+            "--model",
+            m,
+            "--port",
+            "0",
+            "--budget",
+            "0.5x floor",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", testkit::output_text(&o));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("--max-batch 4")
+            && e.contains("--max-context 2048")
+            && e.contains("below the floor"),
+        "{e}"
+    );
+    let o = Command::new(memdial_bin!())
+        .args(["serve", "--model", m, "--budget", "25 percent"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", testkit::output_text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("invalid budget"));
+}

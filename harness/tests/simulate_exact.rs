@@ -328,6 +328,23 @@ fn speculation_with_every_draft_accepted_matches_the_engine() {
                 "{budget} K={k}: bytes read after open"
             );
         }
+        // The text header counts the decode tokens of the replays that ran, not of a
+        // first budget below the floor: 6 generated tokens, the first from the prefill.
+        let o = Command::new(memdial_bin!())
+            .args(["simulate", "--output", "text", "--budgets"])
+            .arg(format!("1000,{budget}"))
+            .arg("--model")
+            .arg(&model)
+            .arg("--trace")
+            .arg(&tr)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains(": 5 decode tokens,"),
+            "{}",
+            testkit::output_text(&o)
+        );
         // Half a speculation, or more drafts accepted than drafted: refused with exit 2.
         for bad in [
             &["--speculate", "ngram:4"][..],

@@ -162,14 +162,7 @@ impl Model {
                     max_context: opts.max_context,
                     max_batch,
                 };
-                let mut act = Scratch::activations(cfg, seqs, threads);
-                act.bytes += crate::engine::speculate::speculation_bytes(
-                    cfg,
-                    act.step_tokens,
-                    act.threads,
-                    opts.max_context,
-                    draft_k,
-                );
+                let act = streaming_activations(cfg, seqs, threads, draft_k);
                 let s = Arc::new(StreamingStore::open(cfg, ck, opts, act)?);
                 (s.clone(), Some(s))
             }
@@ -190,6 +183,26 @@ impl Model {
     pub fn load(dir: &Path, threads: usize) -> Result<Model> {
         Ok(Model::open(dir, StoreOptions::Resident, threads)?.model)
     }
+}
+
+/// The activations a streaming model allocates for `seqs` on `threads` kernel threads,
+/// with exact speculation's restore point and logit rows for `draft_k` drafts (0: none):
+/// what its store's plan (and so its floor) counts.
+pub fn streaming_activations(
+    cfg: &ModelConfig,
+    seqs: Sequences,
+    threads: usize,
+    draft_k: usize,
+) -> crate::store::plan::Activations {
+    let mut act = Scratch::activations(cfg, seqs, threads);
+    act.bytes += crate::engine::speculate::speculation_bytes(
+        cfg,
+        act.step_tokens,
+        act.threads,
+        seqs.max_context,
+        draft_k,
+    );
+    act
 }
 
 /// Checks that a run's per-sequence memory fits in `available` bytes before it is

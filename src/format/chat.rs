@@ -11,7 +11,10 @@
 //! `tokenizer_config.json` gives them, whatever their names are.
 //!
 //! memdial renders with `minijinja` plus `minijinja-contrib`'s Python-compatibility methods
-//! (`dict.get`, `str.strip`, …), which published HF templates use.
+//! (`dict.get`, `str.strip`, …), which published HF templates use, and transformers'
+//! `strftime_now(format)` global (gpt-oss's template writes `Current date: ` +
+//! `strftime_now("%Y-%m-%d")`). Its clock is [`TemplateClock`]: now in local time, as
+//! transformers' `datetime.now()`, or pinned by `SOURCE_DATE_EPOCH` (seconds since 1970, UTC).
 //!
 //! The template comes from `chat_template.jinja` in the checkpoint directory (where newer
 //! transformers save it) or from `tokenizer_config.json` `chat_template` (a string, or a list of
@@ -84,17 +87,93 @@ pub fn find_template(dir: &Path) -> Result<Option<(String, TemplateSource)>> {
     Ok(Some((t, TemplateSource::TokenizerConfig)))
 }
 
+/// The time a template's `strftime_now` formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplateClock {
+    /// The current time in the local time zone (transformers: `datetime.now()`).
+    Now,
+    /// This many seconds since 1970-01-01 00:00 UTC, formatted in UTC.
+    Fixed(i64),
+}
+
+/// The name of the environment variable that pins [`TemplateClock`] (the reproducible-builds
+/// convention: integer seconds since the epoch, UTC).
+pub const SOURCE_DATE_EPOCH: &str = "SOURCE_DATE_EPOCH";
+
+impl TemplateClock {
+    /// [`TemplateClock::Fixed`] from `SOURCE_DATE_EPOCH` when it is set, else
+    /// [`TemplateClock::Now`]. Errors: the variable is not an integer.
+    pub fn from_env() -> Result<Self> {
+        match std::env::var(SOURCE_DATE_EPOCH) {
+            Err(_) => Ok(TemplateClock::Now),
+            Ok(v) => v.trim().parse().map(TemplateClock::Fixed).map_err(|_| {
+                anyhow!("{SOURCE_DATE_EPOCH}={v:?} is not an integer number of seconds")
+            }),
+        }
+    }
+
+    /// `format` with C `strftime` codes (those Python's `datetime.strftime` hands to it on
+    /// Linux, e.g. `%Y-%m-%d`, `%d %B %Y`; C locale) at this clock's time.
+    ///
+    /// Errors: `format` holds a NUL byte, or the time is out of range.
+    pub fn strftime(self, format: &str) -> std::result::Result<String, String> {
+        let fmt = std::ffi::CString::new(format)
+            .map_err(|_| format!("strftime_now: format {format:?} holds a NUL byte"))?;
+        // SAFETY: `tm` is plain data filled by gmtime_r / localtime_r from a valid time_t;
+        // strftime writes at most `buf.len()` bytes into `buf` and returns the count written.
+        unsafe {
+            let mut tm: libc::tm = std::mem::zeroed();
+            let ok = match self {
+                TemplateClock::Now => {
+                    let t = libc::time(std::ptr::null_mut());
+                    !libc::localtime_r(&t, &mut tm).is_null()
+                }
+                TemplateClock::Fixed(s) => {
+                    let t = s as libc::time_t;
+                    !libc::gmtime_r(&t, &mut tm).is_null()
+                }
+            };
+            if !ok {
+                return Err(format!("strftime_now: the time {self:?} is out of range"));
+            }
+            // No C conversion writes more than 64 bytes per format byte, so 0 means empty.
+            let mut buf = vec![0u8; 64 * format.len() + 64];
+            let n = libc::strftime(buf.as_mut_ptr().cast(), buf.len(), fmt.as_ptr(), &tm);
+            buf.truncate(n);
+            String::from_utf8(buf).map_err(|_| format!("strftime_now({format:?}): not UTF-8"))
+        }
+    }
+}
+
 /// Renders `template` for `messages` the way transformers' `apply_chat_template` does
 /// (see the module docs); `tok` supplies `bos_token`, `eos_token`, `pad_token` and
-/// `unk_token` (the names its `tokenizer_config.json` gives them).
+/// `unk_token` (the names its `tokenizer_config.json` gives them). `strftime_now` reads
+/// [`TemplateClock::from_env`].
 ///
 /// Errors: a template that does not parse, calls `raise_exception`, or fails to render
-/// (the message names the template line).
+/// (the message names the template line); a bad `SOURCE_DATE_EPOCH`.
 pub fn render(
     template: &str,
     messages: &[Message],
     add_generation_prompt: bool,
     tok: &Tokenizer,
+) -> Result<String> {
+    render_at(
+        template,
+        messages,
+        add_generation_prompt,
+        tok,
+        TemplateClock::from_env()?,
+    )
+}
+
+/// [`render`] with `strftime_now` reading `clock`.
+pub fn render_at(
+    template: &str,
+    messages: &[Message],
+    add_generation_prompt: bool,
+    tok: &Tokenizer,
+    clock: TemplateClock,
 ) -> Result<String> {
     let mut env = Environment::new();
     env.set_trim_blocks(true);
@@ -102,6 +181,11 @@ pub fn render(
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function("raise_exception", |msg: String| -> Result<String, Error> {
         Err(Error::new(ErrorKind::InvalidOperation, msg))
+    });
+    env.add_function("strftime_now", move |format: String| {
+        clock
+            .strftime(&format)
+            .map_err(|e| Error::new(ErrorKind::InvalidOperation, e))
     });
     env.add_template("chat_template", template)
         .map_err(|e| anyhow!("chat_template does not parse: {e:#}"))?;
@@ -134,7 +218,8 @@ pub fn chat_prompt_ids(
 ) -> Result<Vec<u32>> {
     let Some((template, _)) = find_template(dir)? else {
         return tok.try_chat_prompt(user, system).context(
-            "the checkpoint has no chat_template and its tokenizer lacks the built-in Kimi markers",
+            "the checkpoint has no chat_template (chat_template.jinja or tokenizer_config.json) \
+             and its tokenizer lacks the built-in Kimi markers",
         );
     };
     let mut messages = Vec::new();
@@ -150,4 +235,30 @@ pub fn chat_prompt_ids(
     });
     let text = render(&template, &messages, true, tok)?;
     Ok(tok.encode(&text, true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strftime_at_pinned_times() {
+        // By hand: 1754395200 s = 20305 days + 12 h after 1970-01-01, i.e. Tuesday
+        // 2025-08-05 12:00 UTC.
+        let t = TemplateClock::Fixed(1_754_395_200);
+        assert_eq!(t.strftime("%Y-%m-%d").unwrap(), "2025-08-05");
+        assert_eq!(
+            t.strftime("%A %d %B %Y, %H:%M:%S").unwrap(),
+            "Tuesday 05 August 2025, 12:00:00"
+        );
+        assert_eq!(
+            TemplateClock::Fixed(-1)
+                .strftime("%Y-%m-%d %H:%M:%S")
+                .unwrap(),
+            "1969-12-31 23:59:59"
+        );
+        assert_eq!(t.strftime("").unwrap(), "");
+        assert!(t.strftime("a\0b").unwrap_err().contains("NUL"));
+        assert_eq!(TemplateClock::Now.strftime("%Y").unwrap().len(), 4);
+    }
 }

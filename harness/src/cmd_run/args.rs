@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use memdial::io::IoMode;
 use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::Prefetch;
-use memdial::util::budget::parse_size;
 
 use crate::args::{CacheArg, IoArg, PrefetchArg};
 use crate::sweep::start::StartMode;
@@ -22,7 +21,7 @@ pub enum OutputFormat {
 }
 
 /// Arguments of `memdial run`.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 #[command(group(clap::ArgGroup::new("input").required(true).args(["prompt", "prompt_file", "prompt_ids"])))]
 pub struct RunArgs {
     /// Checkpoint directory (config.json + safetensors shards).
@@ -83,9 +82,14 @@ pub struct RunArgs {
     /// Do not stop on the config's eos token ids.
     #[arg(long)]
     pub ignore_eos: bool,
-    /// Memory budget (e.g. 512MiB, 2GiB, 8GB): stream weights through the budgeted
-    /// store. Without it every weight is read into RAM at load (full residency).
-    #[arg(long, value_parser = parse_size)]
+    /// Memory budget: a size (512MiB, 2GiB, 8GB), a fraction of the model (25%), or
+    /// `floor` / `2x floor` (of this run's plan, as `memdial plan` prints it with the
+    /// same flags): stream weights through the budgeted store. Without it every weight
+    /// is read into RAM at load (full residency).
+    #[arg(long = "budget", id = "budget", value_parser = crate::args::budget)]
+    pub budget_arg: Option<memdial::util::budget::BudgetExpr>,
+    /// `--budget` in bytes, resolved by `memdial run` before the model is opened.
+    #[arg(skip)]
     pub budget: Option<u64>,
     /// IO mode of the streaming store: direct (O_DIRECT), buffered (pread), mmap
     /// (needs --budget: without it nothing streams).

@@ -93,6 +93,7 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         memdial::util::sysmem::mem_available(),
     )
     .map_err(|e| usage(format!("--max-context {max_context}: {e}")))?;
+    let a = &with_budget(a, max_context)?;
     let opened = open_model(a, max_context)?;
     let load_s = t_load.elapsed().as_secs_f64();
     mem.sample();
@@ -111,6 +112,35 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     write_outputs(a, &cfg, &opened, &prompt, max_context, load_s, &g, &mem)
 }
 
+/// `a` with `--budget` resolved to bytes: `25%` of the model, `floor` or `2x floor` of
+/// the plan this run's store makes (its IO mode, prefetch, threads, `max_context`
+/// positions and speculation), a size as written.
+fn with_budget(a: &RunArgs, max_context: usize) -> Result<RunArgs> {
+    let mut r = a.clone();
+    r.budget = match a.budget_arg {
+        None => None,
+        Some(e) => Some(crate::args::resolve_budget(
+            e,
+            &a.model,
+            a.io.0,
+            a.prefetch.0,
+            |cfg| {
+                let seqs = memdial::store::plan::Sequences {
+                    max_context,
+                    max_batch: 1,
+                };
+                memdial::engine::loader::streaming_activations(
+                    cfg,
+                    seqs,
+                    a.threads,
+                    a.speculate.k(),
+                )
+            },
+        )?),
+    };
+    Ok(r)
+}
+
 /// The usage errors clap cannot see (ranges, combinations).
 fn check_args(a: &RunArgs) -> Result<()> {
     if a.max_tokens == 0 {
@@ -119,7 +149,7 @@ fn check_args(a: &RunArgs) -> Result<()> {
     if !(a.top_p > 0.0 && a.top_p <= 1.0) {
         return Err(usage("--top-p must be in (0, 1]"));
     }
-    if a.budget.is_none() && (a.record_trace.is_some() || a.trace.is_some() || a.verify_reads) {
+    if a.budget_arg.is_none() && (a.record_trace.is_some() || a.trace.is_some() || a.verify_reads) {
         // (--io, --prefetch and --cache given without --budget are refused by clap.)
         return Err(usage(
             "--io, --prefetch, --cache, --trace, --record-trace and --verify-reads need --budget (the streaming store)",
@@ -128,7 +158,7 @@ fn check_args(a: &RunArgs) -> Result<()> {
     if a.threads == 0 {
         return Err(usage("--threads must be ≥ 1"));
     }
-    if a.start == StartMode::Warm && a.budget.is_none() {
+    if a.start == StartMode::Warm && a.budget_arg.is_none() {
         return Err(usage(
             "--start warm needs --budget (without it every weight is resident from the start)",
         ));
@@ -247,7 +277,7 @@ fn prefill_chunks(a: &RunArgs, prompt_len: usize, max_context: usize) -> (usize,
     } else {
         a.prefill_chunk
     };
-    match a.budget {
+    match a.budget_arg {
         Some(_) => {
             let cap = memdial::engine::arena::planned_prefill_chunk(max_context);
             // Say so only when it changes how this prompt is cut.

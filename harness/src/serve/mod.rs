@@ -23,7 +23,6 @@ use memdial::model::Model;
 use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::Prefetch;
 use memdial::store::streaming::StreamOptions;
-use memdial::util::budget::parse_size;
 
 use crate::args::{usage, CacheArg, IoArg, PrefetchArg};
 use crate::sweep::start::StartMode;
@@ -71,10 +70,12 @@ pub struct ServeArgs {
     /// Kernel threads (1..=1024).
     #[arg(long, default_value_t = 1, value_parser = crate::args::thread_count)]
     pub threads: usize,
-    /// Memory budget (e.g. 512MiB, 2GiB): stream weights through the budgeted store;
-    /// without it every weight is read into RAM at load.
-    #[arg(long, value_parser = parse_size)]
-    pub budget: Option<u64>,
+    /// Memory budget: a size (512MiB, 2GiB), a fraction of the model (25%), or `floor` /
+    /// `2x floor` (of the plan for --max-batch sequences of --max-context positions):
+    /// stream weights through the budgeted store; without it every weight is read into
+    /// RAM at load.
+    #[arg(long, value_parser = crate::args::budget)]
+    pub budget: Option<memdial::util::budget::BudgetExpr>,
     /// IO mode of the streaming store (needs --budget).
     #[arg(long, value_enum, default_value_t = IoArg(IoMode::Direct), requires = "budget")]
     pub io: IoArg,
@@ -135,7 +136,23 @@ fn checked_options(a: &ServeArgs) -> Result<(Duration, Duration, Duration, Store
     if a.start == StartMode::Warm && a.budget.is_none() {
         return Err(usage("--start warm needs --budget"));
     }
-    let store = match a.budget {
+    let budget = match a.budget {
+        None => None,
+        Some(e) => Some(crate::args::resolve_budget(
+            e,
+            &a.model,
+            a.io.0,
+            a.prefetch.0,
+            |cfg| {
+                let seqs = memdial::store::plan::Sequences {
+                    max_context: a.max_context,
+                    max_batch: a.max_batch as usize,
+                };
+                memdial::engine::loader::streaming_activations(cfg, seqs, a.threads, 0)
+            },
+        )?),
+    };
+    let store = match budget {
         Some(b) => StoreOptions::Streaming(StreamOptions {
             budget: b,
             io: a.io.0,
@@ -157,7 +174,17 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
     let (timeout, grace, head, store) = checked_options(a)?;
     let max_batch = a.max_batch as usize;
     let cfg = load_config(&a.model)?;
-    let opened = Model::open_batch(&a.model, store, a.threads, max_batch)?;
+    let opened = Model::open_batch(&a.model, store, a.threads, max_batch).map_err(|e| {
+        // The floor grows with the sequences and positions a server holds: name the flags.
+        match e.downcast_ref::<memdial::util::error::UsageError>() {
+            Some(memdial::util::error::UsageError::BelowFloor { .. }) => e.context(format!(
+                "the floor is for --max-batch {max_batch} sequences of --max-context {} positions \
+                 on --threads {}: lower them, or raise --budget",
+                a.max_context, a.threads
+            )),
+            _ => e,
+        }
+    })?;
     if let (StartMode::Warm, Some(s)) = (a.start, &opened.streaming) {
         let w = s.warm_fill()?;
         eprintln!("warm start: {} bytes in {:.2} s", w.bytes, w.seconds);

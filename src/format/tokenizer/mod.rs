@@ -1,5 +1,6 @@
-//! Kimi-style tiktoken tokenizer: vocabulary writer, BPE-prefix validity check and a
-//! loader/encoder built on `tiktoken_rs::CoreBPE`.
+//! tiktoken tokenizers on `tiktoken_rs::CoreBPE`: Kimi's (below) and gpt-oss's `o200k_harmony`
+//! (`tokenizer.json` or a ranks file, see the `harmony` submodule and [`Tokenizer::from_dir`]),
+//! the vocabulary parser and the BPE-prefix validity check.
 //!
 //! # Conventions (Moonshot `tokenization_kimi.py`, Kimi K2 / Kimi-Linear / K3)
 //!
@@ -26,7 +27,12 @@ use base64::Engine as _;
 use serde_json::Value;
 use tiktoken_rs::CoreBPE;
 
+mod harmony;
 mod vocab;
+pub use harmony::{
+    byte_level_chars, harmony_specials, HarmonySpecials, HARMONY_NAMED_SPECIALS,
+    HARMONY_RANKS_FILE, HARMONY_SPECIAL_IDS, O200K_PAT_STR, TOKENIZER_JSON_FILE,
+};
 pub use vocab::{
     check_bpe_prefix, check_bpe_vocab, o200k_token_bytes, parse_tiktoken_model,
     special_token_names, BpeDefect,
@@ -128,12 +134,27 @@ pub const KIMI_MODEL_MAX_LENGTH: u64 = 1_048_576;
 // Tokenizer
 // ---------------------------------------------------------------------------------------------
 
-/// A Kimi tokenizer loaded from a checkpoint directory (`tiktoken.model` +
-/// `tokenizer_config.json`), encoding with `tiktoken_rs::CoreBPE` and [`KIMI_PAT_STR`].
+/// Which tokenizer family a [`Tokenizer`] follows (pattern, pre-split, defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// Kimi's `TikTokenTokenizer`: [`KIMI_PAT_STR`], the [`kimi_pre_split`] windows, specials
+    /// in the 256 slots after the ranks.
+    Kimi,
+    /// gpt-oss / OpenAI `o200k_harmony`: the pattern the files give ([`O200K_PAT_STR`] for a
+    /// ranks file), one tiktoken call per text, specials at the ids the files give.
+    Harmony,
+}
+
+/// A BPE tokenizer loaded from a checkpoint directory, encoding with `tiktoken_rs::CoreBPE`:
+/// Kimi's (`tiktoken.model` + `tokenizer_config.json`, [`KIMI_PAT_STR`]) or gpt-oss's
+/// (`tokenizer.json`, or a `*.tiktoken` ranks file with the harmony specials; see
+/// [`Tokenizer::from_dir`]).
 ///
-/// Ids are `u32`: `0..n_base` ordinary BPE ranks, `n_base..n_vocab` special tokens.
+/// Ids are `u32`: `0..n_base` ordinary BPE ranks, special tokens above (Kimi: `n_base..n_vocab`;
+/// gpt-oss: where the files put them, e.g. 199998..201088, with unused ids between).
 pub struct Tokenizer {
     bpe: CoreBPE,
+    flavor: Flavor,
     n_base: u32,
     n_vocab: u32,
     special_by_name: BTreeMap<String, u32>,
@@ -177,7 +198,15 @@ impl Tokenizer {
     /// Errors (file named): missing/unreadable file, malformed line, bad base64, duplicate or
     /// missing rank, duplicate token bytes, missing single byte, special id below `n_base`,
     /// duplicate special content, bos/eos not a special token, regex compile failure.
+    ///
+    /// Without `tiktoken.model`, the directory is read as gpt-oss's: `tokenizer.json`
+    /// ([`Tokenizer::from_tokenizer_json`]), else the one `*.tiktoken` ranks file
+    /// ([`Tokenizer::from_ranks_file`]), each with `tokenizer_config.json` when present.
+    /// Errors also when none of these files is there (the message lists them).
     pub fn from_dir(dir: &Path) -> Result<Self> {
+        if !dir.join(TIKTOKEN_FILE).exists() {
+            return harmony::from_dir(dir);
+        }
         let model_path = dir.join(TIKTOKEN_FILE);
         let cfg_path = dir.join(TOKENIZER_CONFIG_FILE);
         let text = std::fs::read_to_string(&model_path)
@@ -264,7 +293,37 @@ impl Tokenizer {
             .get("chat_template")
             .and_then(Value::as_str)
             .map(str::to_string);
+        Self::assemble(
+            tokens,
+            Specials {
+                by_name: special_by_name,
+                by_id: special_by_id,
+                bos_id,
+                eos_id,
+                pad_id,
+                unk_id,
+            },
+            chat_template,
+            KIMI_PAT_STR,
+            Flavor::Kimi,
+        )
+    }
 
+    /// The tokenizer of `tokens` (index = rank, checked unique) and `specials`, splitting
+    /// text with `pat`. Errors: the pattern does not compile.
+    fn assemble(
+        tokens: Vec<Vec<u8>>,
+        sp: Specials,
+        chat_template: Option<String>,
+        pat: &str,
+        flavor: Flavor,
+    ) -> Result<Self> {
+        let n_base = tokens.len() as u32;
+        let n_vocab = sp
+            .by_id
+            .keys()
+            .next_back()
+            .map_or(n_base, |&m| (m + 1).max(n_base));
         // Map types are inferred from CoreBPE::new (FxHashMap); ranks/bytes were checked unique,
         // so CoreBPE's equal-length assertion cannot fire.
         let encoder = tokens
@@ -272,22 +331,23 @@ impl Tokenizer {
             .enumerate()
             .map(|(r, t)| (t, r as u32))
             .collect();
-        let specials = special_by_name
+        let specials = sp
+            .by_name
             .iter()
             .map(|(name, &id)| (name.clone(), id))
             .collect();
-        let bpe =
-            CoreBPE::new(encoder, specials, KIMI_PAT_STR).context("building tiktoken CoreBPE")?;
+        let bpe = CoreBPE::new(encoder, specials, pat).context("building tiktoken CoreBPE")?;
         Ok(Self {
             bpe,
+            flavor,
             n_base,
-            n_vocab: end,
-            special_by_name,
-            special_by_id,
-            bos_id,
-            eos_id,
-            pad_id,
-            unk_id,
+            n_vocab,
+            special_by_name: sp.by_name,
+            special_by_id: sp.by_id,
+            bos_id: sp.bos_id,
+            eos_id: sp.eos_id,
+            pad_id: sp.pad_id,
+            unk_id: sp.unk_id,
             chat_template,
         })
     }
@@ -297,7 +357,17 @@ impl Tokenizer {
     /// `allow_special = true` special-token strings in the text become their ids (Python
     /// `allowed_special="all"`); with `false` they are encoded as ordinary text
     /// (`disallowed_special=()`).
+    ///
+    /// gpt-oss ([`Flavor::Harmony`]): the whole text in one call, as Python
+    /// `tiktoken.Encoding.encode` does.
     pub fn encode(&self, text: &str, allow_special: bool) -> Vec<u32> {
+        if self.flavor == Flavor::Harmony {
+            return if allow_special {
+                self.bpe.encode_with_special_tokens(text)
+            } else {
+                self.bpe.encode_ordinary(text)
+            };
+        }
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
         for chunk in kimi_pre_split(text) {
             if allow_special {
@@ -311,16 +381,39 @@ impl Tokenizer {
 
     /// Concatenated bytes of `ids` (specials decode to their content string).
     /// Errors on an id that is neither a BPE rank nor a special token.
+    ///
+    /// A special id with two names (tiktoken's `o200k_harmony` gives 200018 both
+    /// `<|endofprompt|>` and `<|reserved_200018|>`) decodes to [`Tokenizer::special_name`].
     pub fn decode_bytes(&self, ids: &[u32]) -> Result<Vec<u8>> {
-        if let Some(&bad) = ids.iter().find(|&&id| id >= self.n_vocab) {
+        if let Some(&bad) = ids.iter().find(|&&id| !self.is_token(id)) {
             bail!(
-                "unknown token id {bad} (vocabulary has {} ids)",
+                "unknown token id {bad} (vocabulary has {} ranks and {} special ids below {})",
+                self.n_base,
+                self.special_by_id.len(),
                 self.n_vocab
             );
         }
-        self.bpe
-            .decode_bytes(ids)
-            .map_err(|e| anyhow!("unknown token id {}", e.token))
+        let mut out = Vec::with_capacity(ids.len() * 4);
+        for run in ids.chunk_by(|a, b| (*a < self.n_base) == (*b < self.n_base)) {
+            if run[0] < self.n_base {
+                let bytes = self
+                    .bpe
+                    .decode_bytes(run)
+                    .map_err(|e| anyhow!("unknown token id {}", e.token))?;
+                out.extend_from_slice(&bytes);
+            } else {
+                for id in run {
+                    out.extend_from_slice(self.special_by_id[id].as_bytes());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether `id` is a BPE rank or a special token's id (gpt-oss files can leave ids
+    /// between the ranks and the specials unused).
+    pub fn is_token(&self, id: u32) -> bool {
+        id < self.n_base || self.special_by_id.contains_key(&id)
     }
 
     /// Decodes `ids` to text. Invalid UTF-8 (e.g. a multi-byte char split across a cut-off
@@ -337,7 +430,8 @@ impl Tokenizer {
     /// Decodes ids of a model whose `vocab_size` may exceed the tokenizer's ids (a padded
     /// vocabulary, e.g. rounded up to a multiple of 64): ids in `n_vocab..vocab_size` are
     /// embedding rows without a token and decode to "" (they are skipped); every other id
-    /// keeps its text. Errors on an id ≥ `max(n_vocab, vocab_size)`.
+    /// keeps its text, and so do unused ids between the ranks and the specials. Errors on an
+    /// id ≥ `max(n_vocab, vocab_size)`.
     pub fn decode_padded(&self, ids: &[u32], vocab_size: usize) -> Result<String> {
         let limit = (self.n_vocab as u64).max(vocab_size as u64);
         if let Some(&bad) = ids.iter().find(|&&id| id as u64 >= limit) {
@@ -349,7 +443,7 @@ impl Tokenizer {
         let kept: Vec<u32> = ids
             .iter()
             .copied()
-            .filter(|&id| id < self.n_vocab)
+            .filter(|&id| self.is_token(id))
             .collect();
         self.decode(&kept)
     }
@@ -413,10 +507,16 @@ impl Tokenizer {
 
     /// Ids that should end generation: eos plus `<|im_end|>` and `[EOS]` when present,
     /// sorted and deduplicated.
+    ///
+    /// gpt-oss: eos plus `<|return|>`, `<|call|>` and `<|endoftext|>` when present (the
+    /// published `generation_config.json` stops on 200002, 199999 and 200012).
     pub fn stop_ids(&self) -> Vec<u32> {
         let mut v = vec![self.eos_id];
-        v.extend(self.special_id("<|im_end|>"));
-        v.extend(self.special_id("[EOS]"));
+        let names: &[&str] = match self.flavor {
+            Flavor::Kimi => &["<|im_end|>", "[EOS]"],
+            Flavor::Harmony => &["<|return|>", "<|call|>", "<|endoftext|>"],
+        };
+        v.extend(names.iter().filter_map(|n| self.special_id(n)));
         v.sort_unstable();
         v.dedup();
         v
@@ -432,7 +532,8 @@ impl Tokenizer {
         self.unk_id
     }
 
-    /// Total ids (`n_base` + special slots, normally `n_base + 256`): the embedding rows a
+    /// One past the largest id (Kimi: `n_base` + special slots, normally `n_base + 256`;
+    /// gpt-oss: the last special + 1, 201088 for the published files): the embedding rows a
     /// model with this tokenizer needs at least.
     pub fn n_vocab(&self) -> u32 {
         self.n_vocab
@@ -457,6 +558,22 @@ impl Tokenizer {
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
     }
+
+    /// The tokenizer family ([`Flavor::Kimi`] or [`Flavor::Harmony`]).
+    pub fn flavor(&self) -> Flavor {
+        self.flavor
+    }
+}
+
+/// Special tokens of a tokenizer being built: both directions of the map, and the ids the
+/// config names.
+struct Specials {
+    by_name: BTreeMap<String, u32>,
+    by_id: BTreeMap<u32, String>,
+    bos_id: u32,
+    eos_id: u32,
+    pad_id: Option<u32>,
+    unk_id: Option<u32>,
 }
 
 /// Python `str.isspace()`: Unicode White_Space plus U+001C..U+001F (bidi class B/S).

@@ -11,6 +11,7 @@
 //! - [`anomaly`]: points slower than a smaller budget of their mode, and why;
 //! - [`repeats`]: `repeats = "auto"`: when a point is precise enough, the runs each took;
 //! - [`pick`]: a point as the recommendation names it;
+//! - [`counts`]: how many runs of each kind, overall and per start;
 //! - [`compare`]: IO modes and prefetch policies at the same budget;
 //! - [`layouts`]: the lossless layout against safetensors at the same point;
 //! - [`uncontended`]: runs' uncontended times and the bottom line decided on them when the wall times do not decide;
@@ -21,6 +22,7 @@ pub mod bottom_line;
 #[cfg(test)]
 mod bottom_line_tests;
 pub mod compare;
+pub mod counts;
 pub mod layouts;
 pub mod outcome;
 pub mod pick;

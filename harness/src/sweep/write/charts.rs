@@ -255,6 +255,37 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A point measured by noisy runs only is drawn apart (grey, off its line) and named
+    /// in the legend, with the count of noisy runs: here p1 has 3 noisy runs only and p0
+    /// 3 quiet runs and 1 noisy, so 4 of 7 runs are noisy and 1 is left out of a quiet
+    /// median.
+    #[test]
+    fn noisy_points_are_drawn_apart_and_counted() {
+        use crate::sweep::analysis::recommend::tests::p;
+        let dir = std::env::temp_dir().join(format!("memdial-curve-noisy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut a = p(0, "direct", "100", 100, 0.05);
+        (a.n, a.noisy) = (3, 1);
+        let mut b = p(1, "direct", "200", 200, 0.08);
+        (b.n, b.noisy, b.noisy_only) = (3, 3, true);
+        write_charts(&dir, &[a.clone(), b], None, "t", &[], true).unwrap();
+        let svg = std::fs::read_to_string(dir.join("curve.svg")).unwrap();
+        assert!(
+            svg.contains("grey, off the line: noisy runs only: p1"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("noisy runs: 4 of 7 (1 left out of quiet medians)"),
+            "{svg}"
+        );
+        // The grey marker is there, in the noisy colour.
+        assert!(svg.contains("#969696"), "{svg}");
+        write_charts(&dir, &[a], None, "t", &[], true).unwrap();
+        let svg = std::fs::read_to_string(dir.join("curve.svg")).unwrap();
+        assert!(!svg.contains("grey, off the line"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// Each engine's floor is a labelled line on the curve: memdial's plan floor
     /// always; another engine's only when its floor is its own (`own_floors`: a model
     /// memdial's engine does not read), else its points carry memdial's floor.

@@ -113,9 +113,11 @@ pub(super) fn draw<DB: DrawingBackend>(
             let key = if m.per_io { &s.rest } else { &s.label };
             let k = keys.iter().position(|r| r == key).unwrap_or(0);
             let c = COLORS[k % COLORS.len()];
+            // A median of noisy runs only is drawn apart, off the line.
             let line: Vec<(f64, f64)> = s
                 .pts
                 .iter()
+                .filter(|(_, p)| !p.noisy_only)
                 .filter_map(|(x, p)| value(p).map(|y| (*x, y.log10())))
                 .collect();
             chart
@@ -127,6 +129,7 @@ pub(super) fn draw<DB: DrawingBackend>(
                 });
             for (x, p) in &s.pts {
                 let Some(y) = value(p) else { continue };
+                let c = if p.noisy_only { NOISY } else { c };
                 if let Some((lo, hi)) = (m.whisker)(p) {
                     let b = match model_bytes.map(|m| m as f64) {
                         Some(m) if *x < m => (x * CAP).min(m),
@@ -142,7 +145,7 @@ pub(super) fn draw<DB: DrawingBackend>(
                         ])
                         .map_err(pe)?;
                 }
-                let filled = p.unenforced == 0 && p.over_budget == 0;
+                let filled = p.unenforced == 0 && p.over_budget == 0 && !p.noisy_only;
                 marker(&mut chart, (*x, y.log10()), k, c, filled)?;
                 ring(&mut chart, (*x, y.log10()), p.point_index, marks)?;
             }
@@ -354,8 +357,13 @@ fn legend_marks<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, marks: &[&Anomaly
     Ok(())
 }
 
-/// Legend entries without a series: the dashed floor, and hollow markers when a
-/// run was not held by a cgroup.
+/// The colour of a point whose figures come from noisy runs only.
+const NOISY: RGBColor = RGBColor(150, 150, 150);
+
+/// Legend entries without a series: the dashed floor, hollow markers when a run was
+/// not held by a cgroup, grey hollow markers off the lines for points measured by
+/// noisy runs only (named), and how many runs the noise sentinel left out of the
+/// medians.
 fn legend_keys<DB: DrawingBackend>(
     chart: &mut ChartContext<
         '_,
@@ -380,6 +388,44 @@ fn legend_keys<DB: DrawingBackend>(
             .map_err(pe)?
             .label("hollow: not held by a cgroup")
             .legend(|(x, y)| Circle::new((x + 8, y), 4, BLACK.stroke_width(2)));
+    }
+    let only: Vec<String> = stats
+        .iter()
+        .filter(|p| p.noisy_only)
+        .map(|p| format!("p{}", p.point_index))
+        .collect();
+    if !only.is_empty() {
+        let mut named: Vec<String> = only.iter().take(4).cloned().collect();
+        if only.len() > 4 {
+            named.push(format!("… ({} points)", only.len()));
+        }
+        chart
+            .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+            .map_err(pe)?
+            .label(format!(
+                "grey, off the line: noisy runs only: {}",
+                named.join(", ")
+            ))
+            .legend(|(x, y)| Circle::new((x + 8, y), 4, NOISY.stroke_width(2)));
+    }
+    let noisy: usize = stats.iter().map(|p| p.noisy).sum();
+    if noisy > 0 {
+        let runs: usize = stats
+            .iter()
+            .map(|p| if p.noisy_only { p.n } else { p.n + p.noisy })
+            .sum();
+        let left_out: usize = stats
+            .iter()
+            .filter(|p| !p.noisy_only)
+            .map(|p| p.noisy)
+            .sum();
+        chart
+            .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+            .map_err(pe)?
+            .label(format!(
+                "noisy runs: {noisy} of {runs} ({left_out} left out of quiet medians)"
+            ))
+            .legend(|(x, y)| PathElement::new(vec![(x, y)], WHITE.mix(0.0)));
     }
     Ok(())
 }

@@ -88,6 +88,10 @@ pub struct SweepVerdict {
     pub noisy_runs: usize,
     /// Measured finished runs.
     pub measured_runs: usize,
+    /// The runs by kind (measured, quiet, noisy, failed, not run) under `all` and per
+    /// start (`cold`, `warm`), warm-ups left out.
+    pub runs_by_start:
+        std::collections::BTreeMap<String, crate::sweep::analysis::counts::RunCounts>,
     /// Points slower than a smaller budget of their mode, with the causes their
     /// figures support ([`crate::sweep::analysis::anomaly`]).
     pub anomalies: Vec<Anomaly>,
@@ -197,6 +201,7 @@ impl SweepVerdict {
             results_sha256: ResultsDigests::of(dir),
             noisy_runs: rows.iter().filter(|r| r.is_measured_noisy()).count(),
             measured_runs: rows.iter().filter(|r| r.is_measured_ok()).count(),
+            runs_by_start: crate::sweep::analysis::counts::by_start(rows),
             anomalies: anomalies(stats, &runs),
             recommendation,
             engine_ratios: (!meta.engines.is_empty()).then(|| engine_ratios(stats, &runs, meta)),
@@ -761,7 +766,7 @@ fn medians_md(s: &mut String, c: &Sections) {
         } else {
             format!(
                 "{budget} · {}",
-                crate::sweep::engines::def::engine_or_default(&p.engine)
+                crate::export::md_cell(crate::sweep::engines::def::engine_or_default(&p.engine))
             )
         };
         // Warm and cold points: the start is named with the point.
@@ -786,8 +791,13 @@ fn medians_md(s: &mut String, c: &Sections) {
         if let Some(why) = &p.not_applicable {
             let _ = writeln!(
                 s,
-                "| p{} | {budget} | {} | {} | {} | {} | n/a: {why} | | | | | | | | | | |",
-                p.point_index, p.io, p.prefetch, p.cache, p.threads
+                "| p{} | {budget} | {} | {} | {} | {} | n/a: {} | | | | | | | | | | |",
+                p.point_index,
+                p.io,
+                p.prefetch,
+                p.cache,
+                p.threads,
+                crate::export::md_cell(why)
             );
             continue;
         }
