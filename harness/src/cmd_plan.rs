@@ -22,11 +22,19 @@ use crate::args::{IoArg, PrefetchArg};
 
 /// Shipped configs of the published shapes (`fixtures/configs/README.md` says where
 /// every number comes from).
-const PRESETS: [(&str, &str); 2] = [
+const PRESETS: [(&str, &str); 4] = [
     ("k3", include_str!("../../fixtures/configs/k3.json")),
     (
         "kimi-linear-48b",
         include_str!("../../fixtures/configs/kimi-linear-48b.json"),
+    ),
+    (
+        "gpt-oss-20b",
+        include_str!("../../fixtures/configs/gpt-oss-20b.json"),
+    ),
+    (
+        "gpt-oss-120b",
+        include_str!("../../fixtures/configs/gpt-oss-120b.json"),
     ),
 ];
 
@@ -40,8 +48,8 @@ pub struct PlanArgs {
     /// A config.json to plan without weights (sizes derived from the config).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// A shipped config of a published model: k3 | kimi-linear-48b.
-    #[arg(long, value_parser = ["k3", "kimi-linear-48b"])]
+    /// A shipped config of a published model: k3 | kimi-linear-48b | gpt-oss-20b | gpt-oss-120b.
+    #[arg(long, value_parser = ["k3", "kimi-linear-48b", "gpt-oss-20b", "gpt-oss-120b"])]
     pub preset: Option<String>,
     /// Memory budget, e.g. 512MiB, 2GiB, 8GB (decimal units are powers of 1000); default: the floor.
     #[arg(long, value_parser = parse_size)]
@@ -155,7 +163,7 @@ pub(crate) fn source_of(
                 ),
                 None => {
                     return Err(UsageError::Invalid(format!(
-                        "unknown preset {p:?}: k3, kimi-linear-48b or a fixture preset ({})",
+                        "unknown preset {p:?}: k3, kimi-linear-48b, gpt-oss-20b, gpt-oss-120b or a fixture preset ({})",
                         memdial::tools::fixture::presets::PRESET_NAMES.join(", ")
                     ))
                     .into())
@@ -354,7 +362,7 @@ fn ladder(cfg: &ModelConfig, p: &Plan, spec: Option<(&Plan, usize, f64)>) -> Res
 /// The speculation prediction's lines (`--mean-accepted-length`).
 fn describe_speculation(sp: &SpeculationPrediction, cfg: &ModelConfig) -> String {
     let mut s = String::new();
-    let experts = cfg.moe.as_ref().map(|m| m.num_experts).unwrap_or(0);
+    let experts = cfg.routed_experts().map_or(0, |(e, _)| e);
     line(
         &mut s,
         "speculation (pred.)",

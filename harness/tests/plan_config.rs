@@ -123,6 +123,50 @@ fn kimi_linear_plans_and_prints_the_io_bound_per_budget() {
     assert!(out.contains("what a pinned byte saves"), "{out}");
 }
 
+/// gpt-oss-120b's routed expert, MXFP4 (docs/model.md §10.2): `gate_up_proj_blocks[e]`
+/// `[5760, 90, 16]` + `_scales[e]` `[5760, 90]`, `down_proj_blocks[e]` `[2880, 90, 16]` +
+/// `_scales[e]` `[2880, 90]`, BF16 biases `[5760]` and `[2880]`.
+const GPT_OSS_EXPERT: u64 =
+    5760 * 90 * 16 + 5760 * 90 + 2880 * 90 * 16 + 2880 * 90 + 2 * (5760 + 2880);
+
+#[test]
+fn gpt_oss_120b_plans_per_expert_with_its_key_value_caches() {
+    assert_eq!(GPT_OSS_EXPERT, 13_236_480);
+    let v = json(&[
+        "--preset",
+        "gpt-oss-120b",
+        "--io",
+        "buffered",
+        "--max-context",
+        "4096",
+        "--budget",
+        "8G",
+    ]);
+    // 36 layers × 128 experts, each read as its slices of the stacked tensors (buffered
+    // IO reads the six slices exactly).
+    assert_eq!(u(&v, "total_experts"), 36 * 128);
+    assert_eq!(u(&v, "expert_buffer_bytes"), GPT_OSS_EXPERT);
+    // 18 full layers × 4096 positions + 18 sliding layers × 128 (the window), each
+    // position 8 KV heads × 64 × (key + value) × 4 bytes = 4096 bytes.
+    assert_eq!(u(&v, "state_bytes"), (18 * 4096 + 18 * 128) * 4096);
+    // The model by hand: embedding and lm_head [201088, 2880] BF16; per layer q [4096, 2880]
+    // + bias, k and v [512, 2880] + bias, o [2880, 4096] + bias [2880], sinks [64], two norms
+    // [2880], router [128, 2880] + bias [128], 128 experts; the final norm.
+    let vocab = 2 * 201_088 * 2880 * 2;
+    let attn = 2 * (4096 * 2880 + 4096 + 2 * (512 * 2880 + 512) + 2880 * 4096 + 2880 + 64);
+    let layer = attn + 2 * 2 * 2880 + 2 * (128 * 2880 + 128) + 128 * GPT_OSS_EXPERT;
+    assert_eq!(u(&v, "model_bytes"), vocab + 36 * layer + 2 * 2880);
+    // At 8 GiB every trunk byte (attention, routers, lm_head) is pinned and the rest
+    // caches experts: trunk bytes save 1 byte per token, an expert byte k/E = 4/128.
+    assert_eq!(u(&v, "pinned_layers"), 36);
+    let cached = u(&v, "expert_cache_experts");
+    assert!(cached > 300 && cached < 36 * 128, "{cached}");
+    // 20b: 24 layers × 32 experts of the same shape.
+    let w = json(&["--preset", "gpt-oss-20b", "--io", "buffered"]);
+    assert_eq!(u(&w, "total_experts"), 24 * 32);
+    assert_eq!(u(&w, "expert_buffer_bytes"), GPT_OSS_EXPERT);
+}
+
 #[test]
 fn the_config_file_plans_like_the_preset() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/configs/k3.json");

@@ -463,16 +463,18 @@ buffers! {
         order: usize = d.e,
         /// One token's `(expert, weight)` in rank order `[k]`.
         routes: (usize, f32) = d.topk,
-        /// Expert biases `[E, 2I]` and `[E, D]`.
-        gate_up_bias: f32 = d.e * 2 * d.gqa_i,
+        /// One expert's biases `[2I]` and `[D]`.
+        gate_up_bias: f32 = 2 * d.gqa_i,
         /// See `gate_up_bias`.
-        down_bias: f32 = d.e * d.d,
+        down_bias: f32 = d.d,
         /// One expert's `gate_up` `[2I]`, SwiGLU `[I]` and output `[D]`.
         gate_up: f32 = 2 * d.gqa_i,
         /// See `gate_up`.
         h: f32 = d.gqa_i,
         /// See `gate_up`.
         y: f32 = d.d,
+        /// Expert outputs per `(token, rank)` slot `[c, k, D]` (grouped prefill).
+        slots: f32 = if d.c > 1 { d.c * d.topk * d.d } else { 0 },
     }
 }
 
@@ -577,7 +579,7 @@ impl Scratch {
                 Mlp::default()
             },
             moe: if d.moe { Moe::new(&d) } else { Moe::default() },
-            router: if d.moe {
+            router: if d.moe || d.gqa {
                 Router::new(&d)
             } else {
                 Router::default()
@@ -658,7 +660,7 @@ impl Scratch {
         add("mla", d.mla, Mla::planned(&d));
         add("mlp", d.f > 0, Mlp::planned(&d));
         add("moe", d.moe, Moe::planned(&d));
-        add("router", d.moe, Router::planned(&d));
+        add("router", d.moe || d.gqa, Router::planned(&d));
         add("gqa", d.gqa, Gqa::planned(&d));
         let (shared, per) = d.kernel_floats();
         out.push(("kern.shared".into(), shared as u64 * 4));

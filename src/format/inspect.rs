@@ -70,14 +70,7 @@ pub fn summarize_specs(cfg: &ModelConfig, specs: &[TensorSpec]) -> Summary {
         let b = s.nbytes() as u64;
         let p = params_of(s);
         total_p += p;
-        // gpt-oss stacks a layer's experts in trunk tensors (read whole by the store).
-        let stacked_experts = cfg.gpt_oss.is_some() && s.name.contains(".mlp.experts.");
-        let role = if stacked_experts {
-            Role::Expert
-        } else {
-            s.role
-        };
-        match role {
+        match s.role {
             Role::Embedding => emb += b,
             Role::LmHead => {
                 head += b;
@@ -93,11 +86,7 @@ pub fn summarize_specs(cfg: &ModelConfig, specs: &[TensorSpec]) -> Summary {
             }
         }
     }
-    let (ne, k) = match (&cfg.moe, &cfg.gpt_oss) {
-        (Some(m), _) => (m.num_experts, m.num_experts_per_token),
-        (None, Some(g)) => (g.num_local_experts, g.num_experts_per_tok),
-        (None, None) => (0, 0),
-    };
+    let (ne, k) = cfg.routed_experts().unwrap_or((0, 0));
     let per_expert = if ne > 0 && moe_layers > 0 {
         experts / (ne * moe_layers) as u64
     } else {

@@ -57,7 +57,8 @@ pub enum Role {
     Global,
     /// A layer's attention, norms, router, shared experts, dense MLP, latent projections.
     Trunk,
-    /// A routed expert's matrices (or MXFP4 packed/scale pair).
+    /// A routed expert's matrices (or MXFP4 packed/scale pair); gpt-oss: a tensor
+    /// stacked over a layer's experts (`expert: None`, expert `e` is its slice `[e]`).
     Expert,
 }
 
@@ -79,7 +80,7 @@ pub struct TensorSpec {
     pub flexible_shape: Option<usize>,
     /// Decoder layer, if any.
     pub layer: Option<usize>,
-    /// Routed expert id, if any.
+    /// Routed expert id, if any (`None` for a tensor stacked over the experts).
     pub expert: Option<usize>,
     pub role: Role,
 }

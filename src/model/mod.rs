@@ -530,6 +530,9 @@ impl Model {
     /// arena's MLP-input, router and MoE buffers are free at this point.
     fn lookahead(&self, i: usize, sc: &mut Scratch) -> Result<()> {
         let cfg = &self.cfg;
+        if cfg.gpt_oss.is_some() {
+            return self.gpt_oss_lookahead(i, sc);
+        }
         let Some(moe) = cfg.moe.as_ref() else {
             return Ok(());
         };

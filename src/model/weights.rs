@@ -229,7 +229,7 @@ pub fn f32_from_le(b: &[u8]) -> Vec<f32> {
 }
 
 /// Decodes BF16 / F32 little-endian bytes into `out` (cleared first).
-fn decode_into(elem: Elem, b: &[u8], out: &mut Vec<f32>) {
+pub fn decode_into(elem: Elem, b: &[u8], out: &mut Vec<f32>) {
     out.clear();
     decode_append(elem, b, out);
 }
@@ -285,6 +285,21 @@ impl Weights {
                 4 * n
             ),
         }
+    }
+
+    /// The element type of `len` bytes of tensor `name` of `layer` holding `n`
+    /// elements (a part of it, e.g. one expert's slice of a stacked tensor): the
+    /// checkpoint's dtype when known, else BF16 or F32 by length.
+    ///
+    /// Errors: `len` is not `n` elements of that dtype (the tensor named).
+    pub fn part_elem(
+        &self,
+        layer: Option<usize>,
+        name: &str,
+        len: usize,
+        n: usize,
+    ) -> Result<Elem> {
+        self.elem_for(layer, name, len, n)
     }
 
     fn raw(&self, layer: Option<usize>, name: &str) -> Result<Bytes> {

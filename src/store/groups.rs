@@ -21,7 +21,9 @@ use std::ops::Range as Rows;
 
 use anyhow::Result;
 
-use super::plan::{group_for, Member, Range, ReadGroup};
+use std::collections::BTreeMap;
+
+use super::plan::{coalesce, group_for, Member, Piece, Range, ReadGroup};
 use crate::format::checkpoint::Checkpoint;
 use crate::format::config::ModelConfig;
 use crate::format::schema::{Role, TensorSpec};
@@ -44,7 +46,11 @@ pub struct TrunkGroup {
 fn group_label(name: &str) -> String {
     if name.contains(".self_attn.") {
         "attn".into()
-    } else if let Some(rest) = name.split(".mlp.").nth(1) {
+    } else if let Some(rest) = name
+        .split(".mlp.")
+        .nth(1)
+        .filter(|r| !r.starts_with("router."))
+    {
         // Dense MLP: one group per matrix (`mlp.gate_proj`).
         format!("mlp.{}", rest.trim_end_matches(".weight"))
     } else {
@@ -90,6 +96,62 @@ pub fn layer_groups(
                 rows: None,
                 read: group_for(&ss, ck, prefix, io, align)?,
             });
+        }
+    }
+    Ok(out)
+}
+
+/// The read group of every routed expert of tensors stacked over the experts
+/// (gpt-oss `mlp.experts.*`, `[E, …]`): expert `e` of layer `l` is the slice
+/// `[e·len/E, (e+1)·len/E)` of each of `l`'s stacked tensors `stacked` (blocks,
+/// scales and biases), read as one unit (slices that abut are one range).
+/// Keyed `(layer, expert)`; members are the tensors' keys (without `prefix`), partial.
+///
+/// Errors: a tensor missing from the checkpoint, or one whose bytes do not split
+/// into `num_experts` equal slices.
+pub fn stacked_expert_groups(
+    stacked: &[&TensorSpec],
+    num_experts: usize,
+    ck: &Checkpoint,
+    prefix: &str,
+    io: IoMode,
+    align: u64,
+) -> Result<BTreeMap<(usize, usize), ReadGroup>> {
+    let mut per_layer: BTreeMap<usize, Vec<(String, usize, u64, u64)>> = BTreeMap::new();
+    let e_count = num_experts.max(1) as u64;
+    for s in stacked {
+        let Some(l) = s.layer else { continue };
+        let loc = ck.get(&s.name).ok_or_else(|| {
+            anyhow::anyhow!("tensor {} is missing from {}", s.name, ck.dir.display())
+        })?;
+        if !loc.len.is_multiple_of(e_count) {
+            anyhow::bail!(
+                "tensor {}: {} bytes do not split into {num_experts} experts",
+                s.name,
+                loc.len
+            );
+        }
+        let key = s.name.strip_prefix(prefix).unwrap_or(&s.name).to_string();
+        per_layer
+            .entry(l)
+            .or_default()
+            .push((key, loc.shard, loc.offset, loc.len / e_count));
+    }
+    let mut out = BTreeMap::new();
+    for (l, tensors) in per_layer {
+        for e in 0..num_experts {
+            let pieces = tensors
+                .iter()
+                .map(|(key, shard, off, each)| Piece {
+                    shard: *shard,
+                    offset: off + e as u64 * each,
+                    len: *each,
+                    key: key.clone(),
+                    partial: true,
+                })
+                .collect();
+            // No gap is read: between one expert's slices lie the other experts'.
+            out.insert((l, e), coalesce(pieces, 0, io, align));
         }
     }
     Ok(out)
@@ -203,5 +265,6 @@ mod tests {
             group_label("model.layers.3.block_sparse_moe.gate.weight"),
             "moe"
         );
+        assert_eq!(group_label("model.layers.3.mlp.router.weight"), "moe");
     }
 }

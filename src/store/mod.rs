@@ -92,6 +92,28 @@ pub fn slice_rows(t: &Bytes, name: &str, row_bytes: usize, rows: &[usize]) -> Re
         .collect()
 }
 
+/// Expert `expert`'s slice of `t`, layer `layer`'s tensor `name` stacked over
+/// `num_experts` experts.
+///
+/// Errors: `t` does not split into `num_experts` equal slices, or `expert` is out of range.
+pub fn slice_expert(
+    t: &Bytes,
+    layer: usize,
+    name: &str,
+    expert: usize,
+    num_experts: usize,
+) -> Result<Bytes> {
+    if num_experts == 0 || !t.len().is_multiple_of(num_experts) || expert >= num_experts {
+        anyhow::bail!(
+            "expert {expert} of tensor model.layers.{layer}.{name}: {} bytes do not hold \
+             {num_experts} equal expert slices",
+            t.len()
+        );
+    }
+    let each = t.len() / num_experts;
+    Ok(t.slice(expert * each, each))
+}
+
 /// One weight matrix of a routed expert, as stored.
 #[derive(Clone, Debug)]
 pub enum ExpertMat {
@@ -186,6 +208,31 @@ pub trait WeightStore: Send + Sync {
 
     /// Routed expert `expert` of MoE layer `layer`.
     fn expert(&self, layer: usize, expert: usize) -> Result<ExpertWeights>;
+
+    /// Routed expert `expert` of MoE layer `layer` of a model that stacks a layer's
+    /// experts in tensors `[E, …]` (gpt-oss `mlp.experts.*`): expert `expert`'s slice
+    /// (`len / num_experts` bytes at `expert · len / num_experts`) of each tensor of
+    /// `names` (layer tensor names, as for [`WeightStore::tensor`]), in that order.
+    /// A streaming store reads the slices as one unit and caches them like any
+    /// routed expert; the default slices the whole tensors.
+    ///
+    /// Errors: an unknown tensor, one whose bytes do not split into `num_experts`
+    /// slices, an expert out of range, IO failure.
+    fn stacked_expert(
+        &self,
+        layer: usize,
+        expert: usize,
+        num_experts: usize,
+        names: &[&str],
+    ) -> Result<Vec<Bytes>> {
+        names
+            .iter()
+            .map(|name| {
+                let t = self.tensor(Some(layer), name)?;
+                slice_expert(&t, layer, name, expert, num_experts)
+            })
+            .collect()
+    }
 
     /// Hint: a new token (position `pos`) starts its forward pass.
     fn begin_token(&self, _pos: usize) {}

@@ -25,7 +25,7 @@ use crate::format::checkpoint::Checkpoint;
 use crate::format::config::ModelConfig;
 use crate::format::schema::{expected_tensors, Role, TensorSpec};
 use crate::io::IoMode;
-use crate::store::groups::{layer_groups, row_blocks, TrunkGroup};
+use crate::store::groups::{layer_groups, row_blocks, stacked_expert_groups, TrunkGroup};
 use crate::util::error::UsageError;
 use crate::util::units::fmt_bytes;
 
@@ -118,8 +118,9 @@ pub struct ReadGroup {
 pub const COALESCE_GAP: u64 = 256 << 10;
 
 /// True for the small per-layer tensors that are always pinned: norms, routers,
-/// KDA gate parameters, conv weights, AttnRes weights. (Routers are streamed with
-/// their layer's `moe` group unless [`routers_pinned`].)
+/// KDA gate parameters, conv weights, AttnRes weights, gpt-oss router biases.
+/// (Routers, [`is_router`], are streamed with their layer's `moe` group unless
+/// [`routers_pinned`].)
 pub fn is_small_pinned(name: &str) -> bool {
     name.ends_with("norm.weight")
         || name.ends_with("_layernorm.weight")
@@ -129,6 +130,14 @@ pub fn is_small_pinned(name: &str) -> bool {
         || name.ends_with("_res_proj.weight")
         || name.ends_with(".gate.weight")
         || name.ends_with("e_score_correction_bias")
+        || name.ends_with("mlp.router.bias")
+        || is_router(name)
+}
+
+/// True for a MoE router's weight matrix: Kimi `block_sparse_moe.gate.weight` (F32
+/// `[E, D]`), gpt-oss `mlp.router.weight` (BF16 `[E, D]`).
+pub fn is_router(name: &str) -> bool {
+    name.ends_with("block_sparse_moe.gate.weight") || name.ends_with("mlp.router.weight")
 }
 
 /// Whether MoE routers (`block_sparse_moe.gate.weight`, F32 `[E, D]`: 25.7 MB per K3
@@ -159,14 +168,48 @@ pub fn group_for(
                 anyhow::anyhow!("tensor {} is missing from {}", s.name, ck.dir.display())
             })?;
         let key = s.name.strip_prefix(prefix).unwrap_or(&s.name).to_string();
-        locs.push((loc.shard, loc.offset, loc.len, key));
+        locs.push(Piece {
+            shard: loc.shard,
+            offset: loc.offset,
+            len: loc.len,
+            key,
+            partial: false,
+        });
     }
-    locs.sort_by_key(|a| (a.0, a.1));
+    Ok(coalesce(locs, COALESCE_GAP, mode, align))
+}
+
+/// One byte range of a tensor to read: a whole tensor, or a part of it (`partial`:
+/// one expert's slice of a stacked tensor).
+#[derive(Debug, Clone)]
+pub struct Piece {
+    pub shard: usize,
+    /// Offset in the shard and length, in bytes.
+    pub offset: u64,
+    pub len: u64,
+    /// Tensor key (without weight prefix).
+    pub key: String,
+    pub partial: bool,
+}
+
+/// The read group of `pieces`: sorted by place, ranges at most `gap` bytes apart
+/// read as one (whole tensors: [`COALESCE_GAP`]; an expert's slices of stacked
+/// tensors: 0, as the gaps are other experts), buffer bytes as `mode` needs them
+/// (direct IO: `align`ed ends).
+pub fn coalesce(mut pieces: Vec<Piece>, gap: u64, mode: IoMode, align: u64) -> ReadGroup {
+    pieces.sort_by_key(|p| (p.shard, p.offset));
     let mut g = ReadGroup::default();
-    for (shard, off, len, key) in locs {
+    for Piece {
+        shard,
+        offset: off,
+        len,
+        key,
+        partial,
+    } in pieces
+    {
         g.tensor_bytes += len;
         let merge = match g.ranges.last() {
-            Some(r) => r.shard == shard && off >= r.end && off - r.end <= COALESCE_GAP,
+            Some(r) => r.shard == shard && off >= r.end && off - r.end <= gap,
             None => false,
         };
         if !merge {
@@ -184,7 +227,7 @@ pub fn group_for(
             range: ri,
             offset: off - r.start,
             len,
-            partial: false,
+            partial,
         });
     }
     g.buffer_bytes = g
@@ -195,7 +238,7 @@ pub fn group_for(
             _ => r.end - r.start,
         })
         .sum();
-    Ok(g)
+    g
 }
 
 /// The allocation of a budget.
@@ -338,7 +381,12 @@ impl Plan {
             }
         }
         for g in self.expert_groups.values() {
-            v.extend(g.members.iter().map(|m| m.key.clone()));
+            for m in &g.members {
+                // A stacked tensor (gpt-oss) is a member of each of its experts' groups.
+                if !(m.partial && v.contains(&m.key)) {
+                    v.push(m.key.clone());
+                }
+            }
         }
         if !self.embedding_pinned && !v.contains(&self.embedding_key) {
             v.push(self.embedding_key.clone());
@@ -428,11 +476,7 @@ impl Plan {
         }
     }
     pub(crate) fn min_expert_buffers(&self, cfg: &ModelConfig) -> usize {
-        let k = cfg
-            .moe
-            .as_ref()
-            .map(|m| m.num_experts_per_token)
-            .unwrap_or(0);
+        let k = cfg.routed_experts().map_or(0, |(_, k)| k);
         if self.prefetch.experts_ahead() {
             2 * k
         } else {
@@ -470,18 +514,19 @@ pub fn plan_unchecked(
     let align = 4096u64; // planning uses the minimum direct-IO alignment we ever use
     let strip = |n: &str| n.strip_prefix(prefix).unwrap_or(n).to_string();
     let streamed = |s: &TensorSpec| {
-        !is_small_pinned(&s.name)
-            || (!routers_pinned(prefetch) && s.name.ends_with("block_sparse_moe.gate.weight"))
+        !is_small_pinned(&s.name) || (!routers_pinned(prefetch) && is_router(&s.name))
     };
     let mut global = 0u64;
     let mut small = 0u64;
     let mut pinned_keys = Vec::new();
     let mut expert_specs: BTreeMap<(usize, usize), Vec<&TensorSpec>> = BTreeMap::new();
+    let mut stacked = Vec::new();
     let mut embedding = None;
     let mut head = None;
     for s in &specs {
         match (s.role, s.layer, s.expert) {
             (Role::Expert, Some(l), Some(e)) => expert_specs.entry((l, e)).or_default().push(s),
+            (Role::Expert, Some(_), None) => stacked.push(s),
             (Role::Trunk, Some(_), _) if streamed(s) => {}
             (Role::Trunk, Some(_), _) => {
                 small += s.nbytes() as u64;
@@ -534,7 +579,8 @@ pub fn plan_unchecked(
     );
     let lm_head_blocks = blocks.len();
     groups.extend(blocks);
-    let mut expert_groups = BTreeMap::new();
+    let num_experts = cfg.routed_experts().map_or(0, |(e, _)| e);
+    let mut expert_groups = stacked_expert_groups(&stacked, num_experts, ck, prefix, io, align)?;
     for (k, es) in &expert_specs {
         expert_groups.insert(*k, group_for(es, ck, prefix, io, align)?);
     }
@@ -549,11 +595,7 @@ pub fn plan_unchecked(
         .max()
         .unwrap_or(0);
     let trunk_bytes_per_token: u64 = groups.iter().map(|g| g.read.tensor_bytes).sum();
-    let k = cfg
-        .moe
-        .as_ref()
-        .map(|m| m.num_experts_per_token)
-        .unwrap_or(0);
+    let k = cfg.routed_experts().map_or(0, |(_, k)| k);
     let total_experts = expert_groups.len();
     let min_slots = if prefetch.trunk_ahead() { 2 } else { 1 };
     let min_exp = if total_experts == 0 {

@@ -21,7 +21,7 @@ use crate::format::config::{MlpKind, ModelConfig};
 /// One class of pin candidates, as `memdial plan` lists them.
 #[derive(Debug, Clone, Serialize)]
 pub struct Candidate {
-    /// What it is (`attention`, `dense MLP matrix`, `MoE trunk`, `lm_head row block`,
+    /// What it is (`attention`, `dense MLP matrix`, `MoE trunk` (gpt-oss: the router), `lm_head row block`,
     /// `routed expert`, `embedding table`).
     pub what: String,
     /// How many there are, and how many the plan pins (experts: cache buffers).
@@ -35,10 +35,8 @@ pub struct Candidate {
 
 /// Routed-expert selections per token per MoE layer, over experts per layer (`k/E`), 0 without MoE.
 pub fn expert_ratio(cfg: &ModelConfig) -> f64 {
-    cfg.moe
-        .as_ref()
-        .map(|m| m.num_experts_per_token as f64 / m.num_experts.max(1) as f64)
-        .unwrap_or(0.0)
+    cfg.routed_experts()
+        .map_or(0.0, |(e, k)| k as f64 / e.max(1) as f64)
 }
 
 /// The candidates in allocation order (highest `saves_per_byte` first, ties in
@@ -50,10 +48,10 @@ pub fn ranking(p: &Plan, cfg: &ModelConfig) -> Vec<Candidate> {
             "lm_head row block"
         } else if g.what == "attn" {
             "attention projections"
-        } else if g.what.starts_with("mlp.experts.") {
-            "stacked experts (gpt-oss, all of a layer)"
         } else if g.what.starts_with("mlp.") {
             "dense MLP matrix"
+        } else if cfg.gpt_oss.is_some() {
+            "MoE trunk (router)"
         } else {
             "MoE trunk (router, shared experts, latent proj.)"
         };
@@ -127,11 +125,7 @@ pub fn bytes_per_forward(p: &Plan, cfg: &ModelConfig, rows: usize) -> u64 {
         .map(|g| g.read.buffer_bytes)
         .sum();
     let moe_layers = cfg.mlp_kinds.iter().filter(|k| **k == MlpKind::Moe).count() as f64;
-    let (e, k) = cfg
-        .moe
-        .as_ref()
-        .map(|m| (m.num_experts, m.num_experts_per_token))
-        .unwrap_or((0, 0));
+    let (e, k) = cfg.routed_experts().unwrap_or((0, 0));
     let miss = 1.0 - p.predicted_expert_hit_rate_uniform;
     let experts =
         moe_layers * expected_distinct_experts(e, k, rows) * miss * p.expert_buffer_bytes as f64;
@@ -191,11 +185,7 @@ pub fn predict_speculation(
     let forward = bytes_per_forward(p, cfg, rows);
     let per_token = (forward as f64 / (accepted + 1.0)).round() as u64;
     let plain = plain.predicted_bytes_per_token;
-    let (e, k) = cfg
-        .moe
-        .as_ref()
-        .map(|m| (m.num_experts, m.num_experts_per_token))
-        .unwrap_or((0, 0));
+    let (e, k) = cfg.routed_experts().unwrap_or((0, 0));
     Ok(SpeculationPrediction {
         draft_tokens,
         mean_accepted_length: accepted,

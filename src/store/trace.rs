@@ -81,7 +81,7 @@ impl TraceModel {
             num_hidden_layers: cfg.num_hidden_layers,
             hidden_size: cfg.hidden_size,
             vocab_size: cfg.vocab_size,
-            num_experts: cfg.moe.as_ref().map_or(0, |m| m.num_experts),
+            num_experts: cfg.routed_experts().map_or(0, |(e, _)| e),
             moe_layers: (0..cfg.num_hidden_layers)
                 .filter(|&l| cfg.mlp_kinds[l] == MlpKind::Moe)
                 .collect(),
@@ -248,7 +248,7 @@ pub fn read(path: &Path) -> Result<Vec<TraceRecord>> {
 /// Errors: [`UsageError::Invalid`] naming the file, the record (1-based, blank lines
 /// not counted) and the value.
 pub fn check(records: &[TraceRecord], cfg: &ModelConfig, path: &Path) -> Result<()> {
-    let experts = cfg.moe.as_ref().map_or(0, |m| m.num_experts);
+    let experts = cfg.routed_experts().map_or(0, |(e, _)| e);
     for (i, r) in records.iter().enumerate() {
         let at = || format!("trace {} record {}", path.display(), i + 1);
         if cfg.mlp_kinds.get(r.layer) != Some(&MlpKind::Moe) {

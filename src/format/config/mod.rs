@@ -311,6 +311,17 @@ impl ModelConfig {
     pub fn mla_cache_bytes_per_position(&self) -> usize {
         self.mla.latent_dim() * 4
     }
+
+    /// Routed experts of a MoE layer and experts selected per token, `(E, k)`: the Kimi
+    /// MoE's `num_experts` / `num_experts_per_token`, or gpt-oss's `num_local_experts` /
+    /// `num_experts_per_tok`; `None` for a model without routed experts.
+    pub fn routed_experts(&self) -> Option<(usize, usize)> {
+        match (&self.moe, &self.gpt_oss) {
+            (Some(m), _) => Some((m.num_experts, m.num_experts_per_token)),
+            (None, Some(g)) => Some((g.num_local_experts, g.num_experts_per_tok)),
+            (None, None) => None,
+        }
+    }
 }
 
 /// Checks that a routed-expert layout can be routed by group-limited top-k

@@ -29,7 +29,8 @@ pub fn expert_tensors(cfg: &ModelConfig) -> Vec<(&'static str, Dtype, Vec<usize>
 
 /// The full tensor table of a gpt-oss model (globals, then per layer: attention,
 /// norms, router, the stacked experts). The stacked expert tensors hold every
-/// expert of a layer, so they are [`Role::Trunk`] here (a store reads them whole).
+/// expert of a layer: they are [`Role::Expert`] with `expert: None`, and a store
+/// reads expert `e` as its slice `[e]` of each ([`crate::store::groups::stacked_expert_groups`]).
 pub(super) fn expected_tensors(cfg: &ModelConfig) -> Vec<TensorSpec> {
     let g = cfg.gpt_oss.as_ref().expect("a gpt-oss config");
     let d = cfg.hidden_size;
@@ -90,7 +91,7 @@ pub(super) fn expected_tensors(cfg: &ModelConfig) -> Vec<TensorSpec> {
                 dtype,
                 shape,
                 l,
-                Role::Trunk,
+                Role::Expert,
             );
         }
     }

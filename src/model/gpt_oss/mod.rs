@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 
 use super::norm::rms_norm_into;
 use super::{LayerState, Model, Seg};
-use crate::engine::arena::{zeroed, Gqa, Scratch};
+use crate::engine::arena::{zeroed, Gqa, Router, Scratch};
 use crate::format::config::GptOssConfig;
 use crate::kernels::Workspace;
 use crate::util::profile::{self, Op};
@@ -54,6 +54,7 @@ impl Model {
         let Scratch {
             main,
             gqa,
+            router,
             kern: ws,
             ..
         } = sc;
@@ -75,10 +76,49 @@ impl Model {
         norm_rows(&main.hidden[..n * d], &main.ln_post, eps, xin2);
         drop(prof);
         let m = zeroed(&mut main.mlp_out, n * d);
-        self.gpt_oss_moe(i, gqa, ws, xin2, m)?;
+        self.gpt_oss_moe(i, (gqa, router), ws, xin2, m)?;
         for (h, v) in main.hidden[..n * d].iter_mut().zip(m.iter()) {
             *h += v;
         }
+        Ok(())
+    }
+
+    /// Router look-ahead of a gpt-oss model (decode only): layer `i + 1`'s router
+    /// (`mlp.router.weight` + `.bias`, top-k) on the residual stream entering layer
+    /// `i`, normalised with layer `i + 1`'s `post_attention_layernorm`; its top-k
+    /// go to the store as guesses ([`crate::store::WeightStore::prefetch_experts`]).
+    /// Only IO depends on the guess. The arena's MLP-input and `gqa` router buffers
+    /// are free at this point.
+    pub(super) fn gpt_oss_lookahead(&self, i: usize, sc: &mut Scratch) -> Result<()> {
+        let j = i + 1;
+        if j >= self.cfg.num_hidden_layers {
+            return Ok(());
+        }
+        let g = self.gpt_oss()?;
+        let (d, e) = (self.cfg.hidden_size, g.num_local_experts);
+        let Scratch {
+            main,
+            gqa: b,
+            kern: ws,
+            ..
+        } = sc;
+        let l = Some(j);
+        self.w
+            .vec_into(l, "post_attention_layernorm.weight", d, &mut main.ln_post)?;
+        let x = zeroed(&mut main.xin2, d);
+        rms_norm_into(&main.hidden[..d], &main.ln_post, self.cfg.rms_norm_eps, x);
+        let logits = zeroed(&mut b.logits, e);
+        self.mat(l, "mlp.router.weight", e, d)?
+            .mv_into(&self.par, ws, x, logits);
+        self.w
+            .vec_into(l, "mlp.router.bias", e, &mut b.router_bias)?;
+        for (v, bias) in logits.iter_mut().zip(&b.router_bias) {
+            *v += bias;
+        }
+        moe::route(logits, g.num_experts_per_tok, &mut b.order, &mut b.routes);
+        b.order.clear();
+        b.order.extend(b.routes.iter().map(|r| r.0));
+        self.w.store.prefetch_experts(j, &b.order);
         Ok(())
     }
 
@@ -159,12 +199,17 @@ impl Model {
     }
 
     /// The MoE of layer `i` over `x: [n, D]` into `out: [n, D]` (zeroed): router
-    /// logits for all tokens, then per token its top-k experts in rank order, their
-    /// outputs weighted and summed in that order.
+    /// logits for all tokens, then per token its top-k experts (largest first), each
+    /// fetched as its slices of the stacked tensors
+    /// ([`crate::store::WeightStore::stacked_expert`]), their outputs weighted and
+    /// summed in rank order. One token (or a store that does not group chunks)
+    /// reports its selection ([`crate::store::WeightStore::experts_selected`]) and
+    /// fetches its experts in rank order; a chunk fetches each distinct expert once
+    /// ([`Model::gpt_oss_grouped`]). Either way a token's result is bit-identical.
     fn gpt_oss_moe(
         &self,
         i: usize,
-        b: &mut Gqa,
+        (b, router): (&mut Gqa, &mut Router),
         ws: &mut Workspace,
         x: &[f32],
         out: &mut [f32],
@@ -181,26 +226,118 @@ impl Model {
             .mm_into(par, ws, x, n, logits);
         self.w
             .vec_into(l, "mlp.router.bias", e, &mut b.router_bias)?;
-        drop(prof);
-        let prof = profile::scope(Op::ExpertFetch);
-        let biases = (&mut b.gate_up_bias, &mut b.down_bias);
-        let experts = moe::Experts::load(&self.w, g, d, i, biases)?;
-        drop(prof);
-        let _prof = profile::scope(Op::ExpertMlp);
-        let gu = zeroed(&mut b.gate_up, 2 * g.intermediate_size);
-        let h = zeroed(&mut b.h, g.intermediate_size);
-        let y = zeroed(&mut b.y, d);
+        router.routes.clear();
         for t in 0..n {
             let lg = &mut logits[t * e..(t + 1) * e];
             for (v, bias) in lg.iter_mut().zip(&b.router_bias) {
                 *v += bias;
             }
             moe::route(lg, g.num_experts_per_tok, &mut b.order, &mut b.routes);
+            router.routes.extend_from_slice(&b.routes);
+        }
+        drop(prof);
+        let k = g.num_experts_per_tok;
+        if n > 1 && self.w.store.groups_chunk_experts() {
+            return self.gpt_oss_grouped(i, (b, router), ws, x, out);
+        }
+        zeroed(&mut b.gate_up, 2 * g.intermediate_size);
+        zeroed(&mut b.h, g.intermediate_size);
+        zeroed(&mut b.y, d);
+        for t in 0..n {
+            let routing = &router.routes[t * k..(t + 1) * k];
+            router.ids.clear();
+            router.ids.extend(routing.iter().map(|r| r.0));
+            self.w.store.experts_selected(i, &router.ids);
             let xt = &x[t * d..(t + 1) * d];
             let ot = &mut out[t * d..(t + 1) * d];
-            for &(ex, wgt) in &b.routes {
-                experts.forward(par, ws, g, ex, xt, gu, h, y);
-                for (o, v) in ot.iter_mut().zip(y.iter()) {
+            for &(ex, wgt) in routing {
+                let expert = self.gpt_oss_expert((i, ex), b)?;
+                self.gpt_oss_expert_run(&expert, b, ws, xt)?;
+                for (o, v) in ot.iter_mut().zip(b.y.iter()) {
+                    *o += wgt * v;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Expert `ex` of layer `i`: its slices fetched from the store, its biases decoded
+    /// into `b`'s bias buffers (valid until the next fetch).
+    fn gpt_oss_expert(&self, (i, ex): (usize, usize), b: &mut Gqa) -> Result<moe::Expert> {
+        let g = self.gpt_oss()?;
+        let _prof = profile::scope(Op::ExpertFetch);
+        let names = moe::stacked_names(g.experts);
+        let parts = self
+            .w
+            .store
+            .stacked_expert(i, ex, g.num_local_experts, names)?;
+        let biases = (&mut b.gate_up_bias, &mut b.down_bias);
+        let d = self.cfg.hidden_size;
+        moe::Expert::from_parts(&self.w, g, d, (i, ex), &parts, biases)
+    }
+
+    /// `expert` (its biases in `b`, [`Model::gpt_oss_expert`]) on one token
+    /// `x: [D]` into `b.y: [D]` (`b.gate_up`, `b.h`, `b.y` sized by the caller).
+    fn gpt_oss_expert_run(
+        &self,
+        expert: &moe::Expert,
+        b: &mut Gqa,
+        ws: &mut Workspace,
+        x: &[f32],
+    ) -> Result<()> {
+        let g = self.gpt_oss()?;
+        let _prof = profile::scope(Op::ExpertMlp);
+        let bias = (&b.gate_up_bias[..], &b.down_bias[..]);
+        expert.forward(
+            &self.par,
+            ws,
+            g,
+            bias,
+            x,
+            &mut b.gate_up,
+            &mut b.h,
+            &mut b.y,
+        );
+        Ok(())
+    }
+
+    /// Expert-grouped chunk (prefill) of layer `i`: the chunk's routing
+    /// (`router.routes: [n, k]`) indexed ([`crate::model::moe::index_chunk`]) and
+    /// reported once ([`crate::store::WeightStore::chunk_experts_selected`]), each
+    /// distinct expert fetched once in first-use order and run on the tokens that
+    /// picked it, its outputs kept per `(token, rank)` slot (`b.slots: [n, k, D]`) and
+    /// summed per token in rank order into `out: [n, D]` (zeroed), exactly as the
+    /// token-by-token path sums them.
+    fn gpt_oss_grouped(
+        &self,
+        i: usize,
+        (b, router): (&mut Gqa, &mut Router),
+        ws: &mut Workspace,
+        x: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
+        let g = self.gpt_oss()?;
+        let (d, k) = (self.cfg.hidden_size, g.num_experts_per_tok);
+        let n = x.len() / d;
+        crate::model::moe::index_chunk(router, k, g.num_local_experts);
+        self.w
+            .store
+            .chunk_experts_selected(i, &router.tok_ids, k, &router.chunk_order);
+        zeroed(&mut b.gate_up, 2 * g.intermediate_size);
+        zeroed(&mut b.h, g.intermediate_size);
+        zeroed(&mut b.y, d);
+        zeroed(&mut b.slots, n * k * d);
+        for (gi, &ex) in router.chunk_order.iter().enumerate() {
+            let expert = self.gpt_oss_expert((i, ex), b)?;
+            for &(t, r) in &router.users[router.starts[gi]..router.starts[gi + 1]] {
+                self.gpt_oss_expert_run(&expert, b, ws, &x[t * d..(t + 1) * d])?;
+                b.slots[(t * k + r) * d..][..d].copy_from_slice(&b.y);
+            }
+        }
+        for (t, routing) in router.routes.chunks_exact(k).enumerate() {
+            let ot = &mut out[t * d..(t + 1) * d];
+            for (r, &(_, wgt)) in routing.iter().enumerate() {
+                for (o, v) in ot.iter_mut().zip(&b.slots[(t * k + r) * d..][..d]) {
                     *o += wgt * v;
                 }
             }

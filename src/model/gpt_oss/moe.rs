@@ -9,7 +9,7 @@ use anyhow::{bail, Result};
 use crate::format::config::{GptOssConfig, GptOssExperts};
 use crate::kernels::{Par, Workspace};
 use crate::model::norm::sigmoid;
-use crate::model::weights::{Elem, Mat, Weights};
+use crate::model::weights::{decode_into, Elem, Mat, Weights};
 use crate::store::Bytes;
 
 /// The top-`k` experts of router logits `[E]` (largest first, ties to the lower id)
@@ -43,92 +43,121 @@ pub fn swiglu(g: &GptOssConfig, gate_up: &[f32], h: &mut [f32]) {
     }
 }
 
-/// One layer's stacked expert weights as stored, and their biases decoded.
-pub struct Experts<'b> {
-    layout: GptOssExperts,
-    gate_up: Bytes,
-    down: Bytes,
-    /// MXFP4 scales (empty for the dense layout).
-    gate_up_scales: Bytes,
-    down_scales: Bytes,
-    elem: Elem,
-    /// `[E, 2I]` and `[E, D]`.
-    gate_up_bias: &'b [f32],
-    down_bias: &'b [f32],
+/// Names (under the layer) of the tensors stacked over the experts, for a layout:
+/// the weights (MXFP4: blocks and scales of `gate_up`, then of `down`; dense:
+/// `gate_up`, `down`), then the two biases. [`Expert::from_parts`] takes an expert's
+/// slices in this order.
+pub fn stacked_names(layout: GptOssExperts) -> &'static [&'static str] {
+    match layout {
+        GptOssExperts::Mxfp4 => &[
+            "mlp.experts.gate_up_proj_blocks",
+            "mlp.experts.gate_up_proj_scales",
+            "mlp.experts.down_proj_blocks",
+            "mlp.experts.down_proj_scales",
+            "mlp.experts.gate_up_proj_bias",
+            "mlp.experts.down_proj_bias",
+        ],
+        GptOssExperts::Dense => &[
+            "mlp.experts.gate_up_proj",
+            "mlp.experts.down_proj",
+            "mlp.experts.gate_up_proj_bias",
+            "mlp.experts.down_proj_bias",
+        ],
+    }
 }
 
-impl<'b> Experts<'b> {
-    /// Reads layer `layer`'s `mlp.experts.*` tensors, decoding the biases into
-    /// `gu_bias: [E, 2I]` and `down_bias: [E, D]` (arena buffers).
+/// One routed expert of a gpt-oss layer: its slices of the stacked tensors as
+/// stored (no copy), its biases decoded.
+pub struct Expert {
+    layout: GptOssExperts,
+    /// `[2I, D]` (MXFP4) or `[D, 2I]` (dense, `[in, out]`).
+    gate_up: Mat,
+    /// `[D, I]` (MXFP4) or `[I, D]` (dense).
+    down: Mat,
+}
+
+impl Expert {
+    /// Expert `e` of layer `layer` from its slices `parts` (in [`stacked_names`]
+    /// order), decoding the biases into `gu_bias: [2I]` and `down_bias: [D]`.
     ///
-    /// Errors: a missing or misshapen tensor (named).
-    pub fn load(
+    /// Errors: a slice of the wrong size (the tensor named), weights of two dtypes.
+    pub fn from_parts(
         w: &Weights,
         g: &GptOssConfig,
         d: usize,
-        layer: usize,
-        (gu_bias, down_bias): (&'b mut Vec<f32>, &'b mut Vec<f32>),
-    ) -> Result<Experts<'b>> {
-        let (e, i) = (g.num_local_experts, g.intermediate_size);
+        (layer, e): (usize, usize),
+        parts: &[Bytes],
+        (gu_bias, down_bias): (&mut Vec<f32>, &mut Vec<f32>),
+    ) -> Result<Expert> {
+        let i = g.intermediate_size;
+        let names = stacked_names(g.experts);
         let l = Some(layer);
-        let raw = |name: &str, len: usize| -> Result<Bytes> {
-            let b = w.store.tensor(l, name)?;
+        let part = |j: usize, len: usize| -> Result<Bytes> {
+            let b = parts
+                .get(j)
+                .cloned()
+                .unwrap_or_else(|| Bytes::from_vec(vec![]));
             if b.len() != len {
                 bail!(
-                    "tensor model.layers.{layer}.{name}: {} bytes, expected {len}",
+                    "expert {e} of tensor model.layers.{layer}.{}: {} bytes, expected {len}",
+                    names[j],
                     b.len()
                 );
             }
             Ok(b)
         };
-        w.vec_into(l, "mlp.experts.gate_up_proj_bias", e * 2 * i, gu_bias)?;
-        w.vec_into(l, "mlp.experts.down_proj_bias", e * d, down_bias)?;
-        let (gate_up_bias, down_bias) = (&gu_bias[..], &down_bias[..]);
+        let nb = names.len();
+        for (j, n, out) in [(nb - 2, 2 * i, gu_bias), (nb - 1, d, down_bias)] {
+            let b = parts.get(j).map_or(0, |b| b.len());
+            let elem = w.part_elem(l, names[j], b, n)?;
+            decode_into(elem, &part(j, b)?, out);
+        }
         Ok(match g.experts {
-            GptOssExperts::Mxfp4 => Experts {
+            GptOssExperts::Mxfp4 => Expert {
                 layout: g.experts,
-                gate_up: raw("mlp.experts.gate_up_proj_blocks", e * 2 * i * d / 2)?,
-                gate_up_scales: raw("mlp.experts.gate_up_proj_scales", e * 2 * i * d / 32)?,
-                down: raw("mlp.experts.down_proj_blocks", e * d * i / 2)?,
-                down_scales: raw("mlp.experts.down_proj_scales", e * d * i / 32)?,
-                elem: Elem::Bf16,
-                gate_up_bias,
-                down_bias,
+                gate_up: Mat::Mxfp4 {
+                    packed: part(0, 2 * i * d / 2)?,
+                    scale: part(1, 2 * i * d / 32)?,
+                    rows: 2 * i,
+                    cols: d,
+                },
+                down: Mat::Mxfp4 {
+                    packed: part(2, d * i / 2)?,
+                    scale: part(3, d * i / 32)?,
+                    rows: d,
+                    cols: i,
+                },
             },
             GptOssExperts::Dense => {
-                let gu = w.mat(l, "mlp.experts.gate_up_proj", e * d, 2 * i)?;
-                let dn = w.mat(l, "mlp.experts.down_proj", e * i, d)?;
-                let (
-                    Mat::Dense {
-                        bytes: gu, elem, ..
-                    },
-                    Mat::Dense {
-                        bytes: dn,
-                        elem: e2,
-                        ..
-                    },
-                ) = (gu, dn)
-                else {
-                    unreachable!("Weights::mat returns dense matrices")
-                };
-                if elem != e2 {
+                let n = d * 2 * i;
+                let len0 = parts.first().map_or(0, |b| b.len());
+                let elem = w.part_elem(l, names[0], len0, n)?;
+                let es = if elem == Elem::Bf16 { 2 } else { 4 };
+                let len1 = parts.get(1).map_or(0, |b| b.len());
+                if w.part_elem(l, names[1], len1, i * d)? != elem {
                     bail!("layer {layer}: gate_up_proj and down_proj have different dtypes");
                 }
-                Experts {
+                Expert {
                     layout: g.experts,
-                    gate_up: gu,
-                    down: dn,
-                    gate_up_scales: Bytes::from_vec(vec![]),
-                    down_scales: Bytes::from_vec(vec![]),
-                    elem,
-                    gate_up_bias,
-                    down_bias,
+                    gate_up: Mat::Dense {
+                        bytes: part(0, n * es)?,
+                        elem,
+                        rows: d,
+                        cols: 2 * i,
+                    },
+                    down: Mat::Dense {
+                        bytes: part(1, i * d * es)?,
+                        elem,
+                        rows: i,
+                        cols: d,
+                    },
                 }
             }
         })
     }
 
-    /// Expert `e`'s output `y: [D]` for input `x: [D]` (`gu: [2I]`, `h: [I]` scratch).
+    /// The expert's output `y: [D]` for input `x: [D]` (`gu: [2I]`, `h: [I]` scratch;
+    /// `gu_bias: [2I]`, `down_bias: [D]` its decoded biases).
     ///
     /// MXFP4: the `[2I, D]` and `[D, I]` products of [`crate::kernels`] (fixed
     /// order, docs in `kernels/mxfp4.rs`). Dense layout `[D, 2I]` / `[I, D]`
@@ -140,62 +169,25 @@ impl<'b> Experts<'b> {
         par: &Par,
         ws: &mut Workspace,
         g: &GptOssConfig,
-        e: usize,
+        (gu_bias, down_bias): (&[f32], &[f32]),
         x: &[f32],
         gu: &mut [f32],
         h: &mut [f32],
         y: &mut [f32],
     ) {
-        let d = x.len();
-        let i2 = 2 * g.intermediate_size;
-        let i = g.intermediate_size;
         match self.layout {
-            GptOssExperts::Mxfp4 => {
-                Mat::Mxfp4 {
-                    packed: self.gate_up.slice(e * i2 * d / 2, i2 * d / 2),
-                    scale: self.gate_up_scales.slice(e * i2 * d / 32, i2 * d / 32),
-                    rows: i2,
-                    cols: d,
-                }
-                .mv_into(par, ws, x, gu);
-            }
-            GptOssExperts::Dense => {
-                let es = if self.elem == Elem::Bf16 { 2 } else { 4 };
-                Mat::Dense {
-                    bytes: self.gate_up.slice(e * d * i2 * es, d * i2 * es),
-                    elem: self.elem,
-                    rows: d,
-                    cols: i2,
-                }
-                .tmv_into(x, gu);
-            }
+            GptOssExperts::Mxfp4 => self.gate_up.mv_into(par, ws, x, gu),
+            GptOssExperts::Dense => self.gate_up.tmv_into(x, gu),
         }
-        for (v, b) in gu.iter_mut().zip(&self.gate_up_bias[e * i2..(e + 1) * i2]) {
+        for (v, b) in gu.iter_mut().zip(gu_bias) {
             *v += b;
         }
         swiglu(g, gu, h);
         match self.layout {
-            GptOssExperts::Mxfp4 => {
-                Mat::Mxfp4 {
-                    packed: self.down.slice(e * d * i / 2, d * i / 2),
-                    scale: self.down_scales.slice(e * d * i / 32, d * i / 32),
-                    rows: d,
-                    cols: i,
-                }
-                .mv_into(par, ws, h, y);
-            }
-            GptOssExperts::Dense => {
-                let es = if self.elem == Elem::Bf16 { 2 } else { 4 };
-                Mat::Dense {
-                    bytes: self.down.slice(e * i * d * es, i * d * es),
-                    elem: self.elem,
-                    rows: i,
-                    cols: d,
-                }
-                .tmv_into(h, y);
-            }
+            GptOssExperts::Mxfp4 => self.down.mv_into(par, ws, h, y),
+            GptOssExperts::Dense => self.down.tmv_into(h, y),
         }
-        for (v, b) in y.iter_mut().zip(&self.down_bias[e * d..(e + 1) * d]) {
+        for (v, b) in y.iter_mut().zip(down_bias) {
             *v += b;
         }
     }

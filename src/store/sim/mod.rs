@@ -155,7 +155,7 @@ impl<'t> Replayable<'t> {
             );
         };
         let shape = crate::store::trace::TraceModel::of(cfg);
-        let k = cfg.moe.as_ref().map_or(0, |m| m.num_experts_per_token);
+        let k = cfg.routed_experts().map_or(0, |(_, k)| k);
         let mism = |f: &str, a: String, b: String| {
             anyhow::anyhow!(
                 "{what} was recorded on another model shape: {f} {a} in the trace, {b} here"

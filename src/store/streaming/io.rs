@@ -256,7 +256,7 @@ impl Shared {
         for m in &g.members {
             let full = m.key.as_str();
             if m.partial {
-                continue; // a block of rows: its tensor was hashed whole at open (`verify_parts`)
+                continue; // a part (rows, an expert's slice): its tensor was hashed whole at open (`verify_parts`)
             }
             let Some(want) = man.get(full) else { continue };
             let p = loaded.range_pos[m.range] + m.offset as usize;
@@ -288,7 +288,7 @@ impl Shared {
         for m in g
             .members
             .iter()
-            .filter(|m| m.key.ends_with(".weight_scale"))
+            .filter(|m| m.key.ends_with(".weight_scale") || m.key.ends_with("_proj_scales"))
         {
             let p = loaded.range_pos[m.range] + m.offset as usize;
             let bytes: &[u8] = match &loaded.data {

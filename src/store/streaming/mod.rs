@@ -264,33 +264,7 @@ impl WeightStore for StreamingStore {
 
     fn expert(&self, layer: usize, expert: usize) -> Result<ExpertWeights> {
         let fmt = self.expert_format.context("model has no routed experts")?;
-        let key = Key::Expert(layer, expert);
-        if !self
-            .shared
-            .plan
-            .expert_groups
-            .contains_key(&(layer, expert))
-        {
-            bail!("expert {expert} of layer {layer} is not in the checkpoint");
-        }
-        let loaded = {
-            let mut g = lock(&self.shared);
-            g.tick += 1;
-            let t = g.tick;
-            let m = g
-                .meta
-                .entry((layer, expert))
-                .or_insert(ExpertMeta { freq: 0, last: 0 });
-            m.freq += 1;
-            m.last = t;
-            let ahead = self.read_chunk_ahead(&mut g, layer, expert);
-            let loaded = self.wait(g, key)?;
-            if ahead {
-                // Protected while its own read-ahead ran (see `read_chunk_ahead`).
-                lock(&self.shared).protected.remove(&(layer, expert));
-            }
-            loaded
-        };
+        let (key, loaded) = self.fetch_expert(layer, expert)?;
         let mat = |m: &str| -> Result<ExpertMat> {
             let base = layer_name(layer, &format!("block_sparse_moe.experts.{expert}.{m}"));
             Ok(match fmt {
@@ -308,6 +282,20 @@ impl WeightStore for StreamingStore {
             w2: mat("w2")?,
             w3: mat("w3")?,
         })
+    }
+
+    fn stacked_expert(
+        &self,
+        layer: usize,
+        expert: usize,
+        _num_experts: usize,
+        names: &[&str],
+    ) -> Result<Vec<Bytes>> {
+        let (key, loaded) = self.fetch_expert(layer, expert)?;
+        names
+            .iter()
+            .map(|n| self.view(key, &loaded, &layer_name(layer, n)))
+            .collect()
     }
 
     fn begin_token(&self, pos: usize) {
@@ -455,6 +443,38 @@ impl WeightStore for StreamingStore {
 }
 
 impl StreamingStore {
+    /// Routed expert `expert` of `layer` from the expert cache (counted for the
+    /// replacement policy; read now, or waited for, when it is not there).
+    ///
+    /// Errors: an expert the plan does not hold, IO failure.
+    fn fetch_expert(&self, layer: usize, expert: usize) -> Result<(Key, Arc<Loaded>)> {
+        let key = Key::Expert(layer, expert);
+        if !self
+            .shared
+            .plan
+            .expert_groups
+            .contains_key(&(layer, expert))
+        {
+            bail!("expert {expert} of layer {layer} is not in the checkpoint");
+        }
+        let mut g = lock(&self.shared);
+        g.tick += 1;
+        let t = g.tick;
+        let m = g
+            .meta
+            .entry((layer, expert))
+            .or_insert(ExpertMeta { freq: 0, last: 0 });
+        m.freq += 1;
+        m.last = t;
+        let ahead = self.read_chunk_ahead(&mut g, layer, expert);
+        let loaded = self.wait(g, key)?;
+        if ahead {
+            // Protected while its own read-ahead ran (see `read_chunk_ahead`).
+            lock(&self.shared).protected.remove(&(layer, expert));
+        }
+        Ok((key, loaded))
+    }
+
     /// One token's router choice at `layer`: its trace row (with `--record-trace`) and,
     /// for the first call of the layer in a step, the look-ahead accuracy counters.
     /// Shared by the per-token and the chunk-grouped selection paths.

@@ -223,7 +223,7 @@ impl StreamingStore {
                     format: trace::FORMAT.into(),
                     version: trace::VERSION,
                     model: trace::TraceModel::of(cfg),
-                    top_k: cfg.moe.as_ref().map_or(0, |m| m.num_experts_per_token),
+                    top_k: cfg.routed_experts().map_or(0, |(_, k)| k),
                     prefill_chunk: 0,
                     prompt_tokens: 0,
                     engine: format!("memdial {}", env!("CARGO_PKG_VERSION")),

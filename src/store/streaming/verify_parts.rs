@@ -1,5 +1,6 @@
 //! `--verify-reads` for tensors the plan reads in parts: `lm_head` (or any tensor) in
-//! row blocks and the embedding table's rows on demand. The manifest (`tensors.sha256`)
+//! row blocks, the embedding table's rows on demand, and tensors stacked over the
+//! experts (gpt-oss `mlp.experts.*`, read one expert's slice at a time). The manifest (`tensors.sha256`)
 //! hashes whole tensors, so a block or a row cannot be checked by itself: each such
 //! tensor is hashed whole once when the store opens, in [`CHUNK`]-byte reads through the
 //! run's IO mode (a transient buffer, freed before the first forward). Every later read
@@ -31,6 +32,13 @@ pub(super) fn partial_keys(shared: &Shared) -> Vec<String> {
     }
     if !plan.embedding_pinned && !v.contains(&plan.embedding_key) {
         v.push(plan.embedding_key.clone());
+    }
+    for g in plan.expert_groups.values() {
+        for m in g.members.iter().filter(|m| m.partial) {
+            if !v.contains(&m.key) {
+                v.push(m.key.clone());
+            }
+        }
     }
     v
 }

@@ -345,8 +345,7 @@ impl Registry {
                 ),
             )?;
             self.k3c_min_cache_bytes =
-                (cfg.moe.as_ref().map_or(0, |m| m.num_experts_per_token) as u64 + 2)
-                    * plan.expert_buffer_bytes;
+                (cfg.routed_experts().map_or(0, |(_, k)| k) as u64 + 2) * plan.expert_buffer_bytes;
         }
         Ok(())
     }
