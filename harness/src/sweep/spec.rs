@@ -1166,6 +1166,18 @@ warmup = 1
                 "ci-runner",
                 "6453d48d4be0eae90d43e194867822560a6fe1468001b5b28b70ea81d39a0ea4",
             ),
+            (
+                "gpt-oss",
+                "55737bdf0c2e02ca934f7a1f9b21abf703849d9cac7fa4972f7586adf738256a",
+            ),
+            (
+                "gpt-oss-identity",
+                "ebd5fd3d969b214dfb906f85041380181efac3d04dba494c9f24d14889229944",
+            ),
+            (
+                "gpt-oss-120b",
+                "8419fea60b14f0fcd521be1b7c984d1dc20da7c750323e1c2e456b61a3cfaa2c",
+            ),
         ];
         let mut unpinned = vec![];
         for e in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("sweeps")).unwrap() {
