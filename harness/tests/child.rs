@@ -8,7 +8,8 @@
 //! - a sweep's engine that outlives `timeout_s` is killed with its whole tree;
 //! - an engine that exits non-zero is reported by its code and its stderr's last lines;
 //! - `kill -9` of a sweep (with `--no-cgroup`, and with the default cgroup choice)
-//!   leaves neither the engine nor its grandchild running.
+//!   leaves neither the engine nor its grandchild running; nor of an engine's setup
+//!   step.
 //!
 //! "Gone" means no such pid or a zombie (a container's init may not reap orphans),
 //! polled for up to 10 s: no wall-clock limit is asserted tightly.
@@ -266,4 +267,66 @@ fn kill_9_of_a_sweep_leaves_no_child_without_a_cgroup() {
 fn kill_9_of_a_sweep_leaves_no_child_with_the_default_cgroup_choice() {
     let _g = lock();
     kill_9_of_the_sweep("child-kill9-cg", "cgroup", &[]);
+}
+
+/// The first file named `name` under `dir` (recursively), once there (at most 60 s).
+fn find_file(dir: &Path, name: &str) -> PathBuf {
+    fn walk(d: &Path, name: &str) -> Option<PathBuf> {
+        for e in std::fs::read_dir(d).ok()?.flatten() {
+            let p = e.path();
+            if p.file_name().is_some_and(|n| n == name) {
+                return Some(p);
+            }
+            if p.is_dir() {
+                if let Some(f) = walk(&p, name) {
+                    return Some(f);
+                }
+            }
+        }
+        None
+    }
+    let t0 = Instant::now();
+    loop {
+        if let Some(p) = walk(dir, name) {
+            return p;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no {name} under {}",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn kill_9_of_a_sweep_ends_an_engines_setup_step() {
+    let _g = lock();
+    let cache = shared_scratch!().join("child-setup-cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let spec = spec("echo 'ids: 1'", 60.0).replace(
+        "[engine.fake]\n",
+        "[engine.fake]\nsetup = [\"sh\", \"-c\", \"sleep 100 & echo $! > {setup_dir}/gc.pid; \
+         echo $$ > {setup_dir}/c.pid; sleep 100\"]\n",
+    );
+    let (mut c, _out) = sweep(&spec, "child-kill9-setup", &["--no-cgroup"]);
+    let mut sweep = c
+        .env("MEMDIAL_ENGINE_CACHE", &cache)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let gc = pid_in(&find_file(&cache, "gc.pid"));
+    let c = pid_in(&find_file(&cache, "c.pid"));
+    assert!(alive(c) && alive(gc));
+    kill_9(sweep.id());
+    let _ = sweep.wait();
+    assert!(
+        gone_soon(c),
+        "the setup step {c} survived kill -9 of the sweep"
+    );
+    assert!(
+        gone_soon(gc),
+        "the setup's child {gc} survived kill -9 of the sweep"
+    );
 }
