@@ -76,6 +76,9 @@ enum Command {
 
 fn main() -> ExitCode {
     restore_sigpipe();
+    if let Some(a) = sweep::run::child::shim_args() {
+        sweep::run::child_shim::main(&a);
+    }
     let cli = Cli::parse();
     let res = match &cli.command {
         Command::Fixture(a) => cmd_fixture::run(a),

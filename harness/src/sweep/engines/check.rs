@@ -150,31 +150,22 @@ pub fn runs(reg: &Registry, e: &super::registry::Engine) -> Result<Option<String
     std::fs::create_dir_all(&dir).map_err(|err| err.to_string())?;
     let (out, err) = (dir.join("stdout"), dir.join("stderr"));
     let file = |p: &std::path::Path| std::fs::File::create(p).map_err(|e| e.to_string());
-    let mut child = std::process::Command::new(prog)
-        .args(rest)
-        .stdin(std::process::Stdio::null())
-        .stdout(file(&out)?)
-        .stderr(file(&err)?)
-        .spawn()
-        .map_err(|err| format!("{prog}: {err}"))?;
-    let t0 = std::time::Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break st,
-            Ok(None) if t0.elapsed() > CHECK_TIMEOUT => {
-                let _ = child.kill();
-                let _ = child.wait();
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(format!(
-                    "{} did not finish within {} s",
-                    args.join(" "),
-                    CHECK_TIMEOUT.as_secs()
-                ));
-            }
-            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(20)),
-            Err(err) => return Err(err.to_string()),
-        }
-    };
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(rest);
+    // Under the child supervisor: a check that hangs ends with what it started.
+    let w = crate::sweep::run::child::spawn(&cmd, file(&out)?.into(), file(&err)?.into())
+        .map_err(|err| format!("{prog}: {err}"))?
+        .wait_sampled(CHECK_TIMEOUT, &mut |_, _| {})
+        .map_err(|err| err.to_string())?;
+    if w.timed_out {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(format!(
+            "{} did not finish within {} s",
+            args.join(" "),
+            CHECK_TIMEOUT.as_secs()
+        ));
+    }
+    let status = w.status;
     let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
     let (stdout, stderr) = (read(&out), read(&err));
     let _ = std::fs::remove_dir_all(&dir);
@@ -184,12 +175,6 @@ pub fn runs(reg: &Registry, e: &super::registry::Engine) -> Result<Option<String
             .find(|l| !l.is_empty())
             .map(|l| l.chars().take(100).collect::<String>())
     };
-    let last = |t: &str| {
-        t.lines()
-            .map(str::trim)
-            .rfind(|l| !l.is_empty())
-            .map(|l| l.chars().take(200).collect::<String>())
-    };
     if status.success() {
         return Ok(Some(
             first(&stdout)
@@ -197,18 +182,14 @@ pub fn runs(reg: &Registry, e: &super::registry::Engine) -> Result<Option<String
                 .unwrap_or_else(|| "exit 0".into()),
         ));
     }
-    use std::os::unix::process::ExitStatusExt;
+    let said = if stderr.trim().is_empty() {
+        &stdout
+    } else {
+        &stderr
+    };
     Err(format!(
-        "{} {}{}",
+        "{} {}",
         args.join(" "),
-        match (status.code(), status.signal()) {
-            (Some(c), _) => format!("exited {c}"),
-            (None, Some(s)) => format!("was killed by signal {s}"),
-            _ => "failed".into(),
-        },
-        last(&stderr)
-            .or_else(|| last(&stdout))
-            .map(|l| format!(": {l}"))
-            .unwrap_or_default()
+        crate::sweep::run::child::failure(&status, said)
     ))
 }

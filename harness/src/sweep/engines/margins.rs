@@ -66,6 +66,10 @@ pub fn top2_margin(row: &[f32]) -> f64 {
     (a as f64) - (b as f64)
 }
 
+/// How long the reference's `memdial run --logits-out` may take (one run of a prompt
+/// the sweep already ran; this only bounds one that hangs).
+const LOGITS_RUN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Finds the reference margins of every first difference (reference = memdial only)
 /// and writes `out/engines/margins.json`. `prompt_ids[i]` are prompt i's ids.
 pub fn find(
@@ -114,11 +118,18 @@ pub fn find(
         if extra_args.iter().any(|x| x == "--ignore-eos") {
             cmd.arg("--ignore-eos");
         }
-        let o = cmd.output().context("memdial run --logits-out")?;
+        let o = crate::sweep::run::child::run_captured(&cmd, LOGITS_RUN_TIMEOUT)
+            .context("memdial run --logits-out")?;
+        if o.timed_out {
+            bail!(
+                "memdial run --logits-out did not finish within {} s: killed",
+                LOGITS_RUN_TIMEOUT.as_secs()
+            );
+        }
         if !o.status.success() {
             bail!(
                 "memdial run --logits-out failed: {}",
-                String::from_utf8_lossy(&o.stderr)
+                crate::sweep::run::child::failure(&o.status, &String::from_utf8_lossy(&o.stderr))
             );
         }
         let bytes = std::fs::read(&f)?;

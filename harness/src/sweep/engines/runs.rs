@@ -157,20 +157,27 @@ fn gguf_tokenizer(reg: &Registry) -> Option<Box<dyn Fn(&str) -> Result<Vec<u32>>
     }))
 }
 
+/// How long tokenizing one prompt with the GGUF may take (it loads the vocabulary
+/// only).
+const TOKENIZE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// The ids of `text` in the GGUF `gguf`'s own vocabulary, as llama.cpp tokenizes a
 /// prompt (special tokens such as BOS added as the GGUF says): `llama_ids -m GGUF
 /// --tokenize TEXT` (memdial's driver, `tools/llama-ids`).
 ///
 /// Errors: the driver cannot be run, fails, or prints no `ids:` line.
 pub fn gguf_tokenize(bin: &Path, gguf: &Path, text: &str) -> Result<Vec<u32>> {
-    let o = std::process::Command::new(bin)
-        .arg("-m")
-        .arg(gguf)
-        .arg("--tokenize")
-        .arg(text)
-        .stdin(std::process::Stdio::null())
-        .output()
+    let mut cmd = std::process::Command::new(bin);
+    cmd.arg("-m").arg(gguf).arg("--tokenize").arg(text);
+    let o = crate::sweep::run::child::run_captured(&cmd, TOKENIZE_TIMEOUT)
         .map_err(|e| anyhow::anyhow!("cannot run {}: {e}", bin.display()))?;
+    if o.timed_out {
+        anyhow::bail!(
+            "{} --tokenize did not finish within {} s: killed",
+            bin.display(),
+            TOKENIZE_TIMEOUT.as_secs()
+        );
+    }
     let out = String::from_utf8_lossy(&o.stdout);
     let line = out.lines().find_map(|l| l.strip_prefix("ids: "));
     match (o.status.success(), line) {

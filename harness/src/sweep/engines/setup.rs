@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 
 use super::def::SETUP_CACHE_ENV;
 use super::template::Vars;
+use crate::sweep::run::child;
 
 /// `$MEMDIAL_ENGINE_CACHE`, `$XDG_CACHE_HOME/memdial/engines`, `~/.cache/memdial/engines`.
 pub fn setup_cache() -> PathBuf {
@@ -41,35 +42,35 @@ pub fn run_setup(name: &str, setup: &[String], vars: &Vars, dir: &Path) -> Resul
     );
     let log = std::fs::File::create(dir.join("setup.log"))?;
     let mut cmd = Command::new(&args[0]);
-    cmd.args(&args[1..])
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    // The setup step dies with the sweep (even by kill -9), as the runs' children do.
-    let parent = std::process::id();
-    // SAFETY: prctl, getppid and _exit are async-signal-safe.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(move || {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            if libc::getppid() as u32 != parent {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
-    let st = cmd
-        .status()
+    cmd.args(&args[1..]);
+    // Under the child supervisor: the step and what it starts end with the sweep
+    // (even by kill -9) or on timeout.
+    let mut child = child::spawn(&cmd, log.try_clone()?.into(), log.into())
         .with_context(|| format!("engine {name}: cannot start setup {}", args[0]))?;
-    if !st.success() {
+    let w = child.wait_sampled(SETUP_TIMEOUT, &mut |_, _| {})?;
+    let log = dir.join("setup.log");
+    if w.timed_out {
         bail!(
-            "engine {name}: setup failed ({st}); see {}",
-            dir.join("setup.log").display()
+            "engine {name}: setup did not finish within {} s: killed; see {}",
+            SETUP_TIMEOUT.as_secs(),
+            log.display()
+        );
+    }
+    if !w.status.success() {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        bail!(
+            "engine {name}: setup failed ({}); see {}",
+            child::failure(&w.status, &text),
+            log.display()
         );
     }
     std::fs::write(&stamp, args.join(" "))?;
     Ok(())
 }
+
+/// How long a setup step may take before it is killed with what it started (it
+/// converts or downloads a model once; this only bounds one that hangs).
+pub const SETUP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2 * 3600);
 
 /// How long a version command may take before it is killed (the version is then
 /// unknown): it runs before any run, so one that never ends must not hang the sweep.
@@ -79,36 +80,17 @@ pub const VERSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// stdout or stderr; `None` when it cannot start or takes over [`VERSION_TIMEOUT`]
 /// (then it is killed with what it started, and a warning says so).
 pub fn first_line_of(args: &[String]) -> Option<String> {
-    use std::os::unix::process::CommandExt;
-    use std::process::Stdio;
-    let child = Command::new(args.first()?)
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .ok()?;
-    let pid = child.id() as i32;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let o = match rx.recv_timeout(VERSION_TIMEOUT) {
-        Ok(o) => o.ok()?,
-        Err(_) => {
-            // SAFETY: kill with a negative pid signals only the command's own group.
-            unsafe {
-                libc::kill(-pid, libc::SIGKILL);
-            }
-            eprintln!(
-                "warning: version command `{}` did not finish in {} s: killed (version unknown)",
-                args.join(" "),
-                VERSION_TIMEOUT.as_secs()
-            );
-            return None;
-        }
-    };
+    let mut cmd = Command::new(args.first()?);
+    cmd.args(&args[1..]);
+    let o = child::run_captured(&cmd, VERSION_TIMEOUT).ok()?;
+    if o.timed_out {
+        eprintln!(
+            "warning: version command `{}` did not finish in {} s: killed (version unknown)",
+            args.join(" "),
+            VERSION_TIMEOUT.as_secs()
+        );
+        return None;
+    }
     let text = format!(
         "{}\n{}",
         String::from_utf8_lossy(&o.stdout),

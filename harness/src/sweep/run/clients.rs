@@ -10,7 +10,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -20,10 +20,9 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::cgroup::RunCgroup;
+use super::child::{self, Child, Event};
 use super::memwatch::{interval_at, MemSamples};
-use super::runner::{
-    exited_unreaped, kill_group, stderr_head, stderr_summary, tie_to_harness, RunOutcome,
-};
+use super::runner::{stderr_head, stderr_summary, RunOutcome};
 use crate::sweep::spec::Point;
 
 /// The model id the served runs use.
@@ -140,29 +139,33 @@ impl ServeRequest<'_> {
             .with_context(|| format!("cannot create {}", self.run_dir.display()))?;
         let _ = std::fs::remove_file(self.run_dir.join("metrics.json"));
         let err_path = self.run_dir.join("stderr.txt");
-        let mut cmd = self.command(&err_path)?;
+        let (cmd, out, err) = self.command(&err_path)?;
         let started = std::time::SystemTime::now();
         let sentinel = memdial::tools::noise::Sentinel::new(Some(self.model));
         let t0 = Instant::now();
         let before = sentinel.snapshot(None, 0.0);
-        let mut child = cmd
-            .spawn()
+        let mut child = child::spawn(&cmd, out.into(), err.into())
             .with_context(|| format!("cannot start {}", self.bin.display()))?;
-        let group = child.id() as i32;
-        super::interrupt::set_child_group(group);
+        super::interrupt::set_child_supervisor(child.supervisor_pid() as i32);
         let mut mem = MemSamples::default();
         let mut next_sample = Instant::now();
-        let mut sample = |mem: &mut MemSamples| {
-            if Instant::now() >= next_sample {
-                mem.sample(Some(child_id(group)), self.watch_files, self.cgroup);
+        let mut after = None;
+        let mut on_poll = |c: &Child, ev: Event| match ev {
+            Event::Running if Instant::now() >= next_sample => {
+                mem.sample(Some(c.pid()), self.watch_files, self.cgroup);
                 next_sample = Instant::now() + interval_at(t0.elapsed());
+            }
+            Event::Running => {}
+            Event::Exited => {
+                after =
+                    Some(sentinel.snapshot(Some(c.supervisor_pid()), t0.elapsed().as_secs_f64()))
             }
         };
         // Until it listens (or exits, or the run times out).
         let mut addr = None;
         let mut early: Option<ExitStatus> = None;
         while addr.is_none() && early.is_none() && t0.elapsed() < self.timeout {
-            sample(&mut mem);
+            on_poll(&child, Event::Running);
             addr = listening_addr(&err_path);
             if addr.is_none() {
                 early = child.try_wait()?;
@@ -176,7 +179,7 @@ impl ServeRequest<'_> {
             let bodies = self.bodies();
             let driver = std::thread::spawn(move || drive(a, bodies, left));
             while !driver.is_finished() {
-                sample(&mut mem);
+                on_poll(&child, Event::Running);
                 std::thread::sleep(Duration::from_millis(10));
             }
             let (rs, wall) = driver
@@ -187,33 +190,14 @@ impl ServeRequest<'_> {
         }
         let timed_out = early.is_none() && t0.elapsed() >= self.timeout;
         // SIGTERM, then at most the grace and 10 s more.
-        let mut after = None;
         let status = match early {
             Some(s) => s,
-            None => {
-                // SAFETY: kill signals our own unreaped child.
-                unsafe {
-                    libc::kill(group, libc::SIGTERM);
-                }
-                let stop = Instant::now();
-                loop {
-                    sample(&mut mem);
-                    if exited_unreaped(child.id()) {
-                        after =
-                            Some(sentinel.snapshot(Some(child.id()), t0.elapsed().as_secs_f64()));
-                        kill_group(group);
-                        break child.wait()?;
-                    }
-                    if stop.elapsed() > Duration::from_secs_f64(SHUTDOWN_GRACE_S + 10.0) {
-                        kill_group(group);
-                        let _ = child.kill();
-                        break child.wait()?;
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
+            None => child.stop(
+                Duration::from_secs_f64(SHUTDOWN_GRACE_S + 10.0),
+                &mut on_poll,
+            )?,
         };
-        super::interrupt::set_child_group(0);
+        super::interrupt::set_child_supervisor(0);
         let wall_s = t0.elapsed().as_secs_f64();
         let after = after.unwrap_or_else(|| sentinel.snapshot(None, wall_s));
         let noise = memdial::tools::noise::Noise::between(&before, &after, sentinel.ticks_per_s());
@@ -222,13 +206,12 @@ impl ServeRequest<'_> {
         let (metrics, metrics_error, stderr_tail) =
             self.record(&requests, addr.is_some(), timed_out, exit_code, &err_path)?;
         use std::os::unix::process::ExitStatusExt;
+        let by_harness = exit_code == Some(0) && metrics_error.is_some() && addr.is_some();
         Ok(Served {
             outcome: RunOutcome {
                 // A request that failed fails the run even when the server stopped cleanly.
-                exit_code: match (exit_code, &metrics_error) {
-                    (Some(0), Some(_)) if addr.is_some() => Some(1),
-                    (c, _) => c,
-                },
+                exit_code: if by_harness { Some(1) } else { exit_code },
+                exit_by_harness: by_harness,
                 signal: status.signal(),
                 timed_out,
                 wall_s,
@@ -245,11 +228,11 @@ impl ServeRequest<'_> {
         })
     }
 
-    /// The command of the server, its stdout and stderr (`err_path`) in the run
-    /// directory, tied to the harness.
-    fn command(&self, err_path: &Path) -> Result<Command> {
+    /// The command of the server, and its stdout and stderr (`err_path`) in the run
+    /// directory.
+    fn command(&self, err_path: &Path) -> Result<(Command, std::fs::File, std::fs::File)> {
         let args = self.args();
-        let mut cmd = match self.cgroup {
+        let cmd = match self.cgroup {
             Some(cg) => cg.command(self.bin, &args),
             None => {
                 let mut c = Command::new(self.bin);
@@ -257,11 +240,8 @@ impl ServeRequest<'_> {
                 c
             }
         };
-        cmd.stdin(Stdio::null())
-            .stdout(std::fs::File::create(self.run_dir.join("stdout.txt"))?)
-            .stderr(std::fs::File::create(err_path)?);
-        tie_to_harness(&mut cmd);
-        Ok(cmd)
+        let out = std::fs::File::create(self.run_dir.join("stdout.txt"))?;
+        Ok((cmd, out, std::fs::File::create(err_path)?))
     }
 
     /// Each client's request body.
@@ -324,11 +304,6 @@ impl ServeRequest<'_> {
         }
         Ok((metrics, metrics_error, stderr_tail))
     }
-}
-
-/// The child's pid from its group id (the group leader's pid is the group id).
-fn child_id(group: i32) -> u32 {
-    group as u32
 }
 
 /// The address in the server's `listening on http://ADDR` line, once printed.

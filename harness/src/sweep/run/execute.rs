@@ -394,12 +394,19 @@ impl RunEnv<'_> {
                         format!(" (stderr: {})", o.stderr_tail)
                     }
                 )
-            } else if !o.stderr_tail.is_empty() {
+            } else if o.exit_by_harness {
                 o.stderr_tail.clone()
-            } else if let Some(sig) = o.signal {
-                format!("killed by signal {sig}")
             } else {
-                o.metrics_error.clone().unwrap_or_default()
+                // The engine's own status and words, never "no metrics file written".
+                let how = match (o.exit_code, o.signal) {
+                    (Some(c), _) => format!("exited {c}"),
+                    (None, Some(sig)) => format!("killed by signal {sig}"),
+                    _ => "failed".into(),
+                };
+                match o.stderr_tail.as_str() {
+                    "" => format!("{how}, nothing on stderr"),
+                    t => format!("{how}: {t}"),
+                }
             }
         };
         row.status = if o.timed_out {

@@ -1,7 +1,8 @@
 //! SIGINT / SIGTERM during a sweep: print the exact command that resumes it, then
 //! exit (130 / 143, the shell's 128 + signal). Nothing needs finishing first: every
 //! file of the run directory is written atomically, the running child's process
-//! group is killed (and the child dies with the harness anyway, `PR_SET_PDEATHSIG`),
+//! group is killed (its supervisor would end it anyway once the harness is gone,
+//! [`super::child`]),
 //! the directory lock is released by the kernel, and
 //! the next sweep removes stale temporaries and cgroups.
 
@@ -11,14 +12,15 @@ use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 /// The message the handler writes (leaked, set once before the handler is installed).
 static MSG: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 static MSG_LEN: AtomicUsize = AtomicUsize::new(0);
-/// Process group of the run now running (0: none), killed by the handler: a run's
-/// child has its own group, so the terminal's SIGINT does not reach what it started.
-static CHILD_GROUP: AtomicI32 = AtomicI32::new(0);
+/// Supervisor pid of the run now running (0: none), told by the handler to kill the
+/// run's group: a run's child has its own group, so the terminal's SIGINT does not
+/// reach what it started.
+static CHILD_SUPERVISOR: AtomicI32 = AtomicI32::new(0);
 
-/// Records the process group of the run now running (0 when it has ended), for the
-/// handler to kill on SIGINT / SIGTERM.
-pub fn set_child_group(pgid: i32) {
-    CHILD_GROUP.store(pgid, Ordering::SeqCst);
+/// Records the supervisor ([`super::child::Child::supervisor_pid`]) of the run now
+/// running (0 when it has ended), for the handler to end its group on SIGINT / SIGTERM.
+pub fn set_child_supervisor(pid: i32) {
+    CHILD_SUPERVISOR.store(pid, Ordering::SeqCst);
 }
 
 /// `argv` with `--out` set to `out` (replacing `--out X` / `--out=X`, else added),
@@ -60,13 +62,14 @@ pub fn install(resume: &str) {
 extern "C" fn on_signal(sig: libc::c_int) {
     let p = MSG.load(Ordering::SeqCst);
     let n = MSG_LEN.load(Ordering::SeqCst);
-    let group = CHILD_GROUP.load(Ordering::SeqCst);
+    let supervisor = CHILD_SUPERVISOR.load(Ordering::SeqCst);
     // SAFETY: `p`/`n` are a leaked, never-freed buffer stored before the handler was
-    // installed; kill(2), write(2) and _exit(2) are async-signal-safe; `group` is the
-    // running child's own process group (> 1), never ours.
+    // installed; kill(2), write(2) and _exit(2) are async-signal-safe; `supervisor` is
+    // our running child (> 1). It would end the group anyway once we are gone; the
+    // signal only makes it immediate.
     unsafe {
-        if group > 1 {
-            libc::kill(-group, libc::SIGKILL);
+        if supervisor > 1 {
+            libc::kill(supervisor, super::child_shim::KILL_NOW);
         }
         if !p.is_null() {
             libc::write(2, p.cast(), n);

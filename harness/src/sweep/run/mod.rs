@@ -4,6 +4,8 @@
 //!
 //! - [`points`]: the spec's points with their budgets resolved against the floor;
 //! - [`execute`]: one run slot → one row;
+//! - [`child`]: how every child process starts: under a supervisor ([`child_shim`])
+//!   that ends its whole process group with it, or with the harness;
 //! - [`runner`]: one child `memdial run --metrics-json` (or another engine) per run;
 //! - [`clients`]: a run at a concurrency above 1: `memdial serve` and its clients;
 //! - [`coldcache`]: eviction and mincore verification before each run;
@@ -14,6 +16,8 @@
 //! - [`interrupt`]: SIGINT/SIGTERM print the command that resumes the sweep.
 
 pub mod cgroup;
+pub mod child;
+pub mod child_shim;
 pub mod clients;
 pub mod coldcache;
 pub mod execute;

@@ -1,14 +1,15 @@
 //! Runs one sweep point as a child `memdial run … --metrics-json OUT` process.
 
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde_json::Value;
 
 use super::cgroup::RunCgroup;
+use super::child::{self, Event};
 use super::memwatch::{interval_at, MemSamples};
 use crate::sweep::spec::{Point, PromptSpec};
 
@@ -65,8 +66,13 @@ pub struct RunOutcome {
     pub metrics: Option<Value>,
     /// Why the metrics could not be read.
     pub metrics_error: Option<String>,
-    /// Last non-empty stderr line (for error messages).
+    /// What the child's stderr says went wrong: its first `error:` line, else its
+    /// last lines (for error messages).
     pub stderr_tail: String,
+    /// Whether `exit_code` is the harness's verdict, not the process's (a served run
+    /// whose server stopped cleanly but a request failed): its error is then
+    /// `stderr_tail` alone.
+    pub exit_by_harness: bool,
     /// Memory sampled while the child ran.
     pub mem: MemSamples,
     /// When the attempt started (before the child was spawned): an output file
@@ -163,45 +169,30 @@ impl RunRequest<'_> {
         }
         let out = std::fs::File::create(self.run_dir.join("stdout.txt"))?;
         let err = std::fs::File::create(self.run_dir.join("stderr.txt"))?;
-        cmd.stdin(Stdio::null()).stdout(out).stderr(err);
-        tie_to_harness(&mut cmd);
         let sentinel = memdial::tools::noise::Sentinel::new(Some(self.model));
         let t0 = Instant::now();
         let before = sentinel.snapshot(None, 0.0);
-        let mut child = cmd
-            .spawn()
+        let mut child = child::spawn(&cmd, out.into(), err.into())
             .with_context(|| format!("cannot start {}", bin.display()))?;
-        let group = child.id() as i32;
-        super::interrupt::set_child_group(group);
-        let mut timed_out = false;
+        super::interrupt::set_child_supervisor(child.supervisor_pid() as i32);
         let mut mem = MemSamples::default();
         let mut next_sample = Instant::now();
         let mut after = None;
-        let status = loop {
-            if Instant::now() >= next_sample {
-                mem.sample(Some(child.id()), self.watch_files, self.cgroup);
+        let waited = child.wait_sampled(self.timeout, &mut |c, ev| match ev {
+            Event::Running if Instant::now() >= next_sample => {
+                mem.sample(Some(c.pid()), self.watch_files, self.cgroup);
                 next_sample = Instant::now() + interval_at(t0.elapsed());
             }
-            if exited_unreaped(child.id()) {
-                // Its /proc entry (CPU time, read bytes) lives until it is reaped.
-                after = Some(sentinel.snapshot(Some(child.id()), t0.elapsed().as_secs_f64()));
-                // What it left running ends with it (the unreaped leader keeps the
-                // group id from being reused).
-                kill_group(group);
-                break child.wait()?;
+            Event::Running => {}
+            // The supervisor's /proc entry holds the reaped tree's CPU time and reads
+            // until it is reaped.
+            Event::Exited => {
+                after =
+                    Some(sentinel.snapshot(Some(c.supervisor_pid()), t0.elapsed().as_secs_f64()))
             }
-            if let Some(s) = child.try_wait()? {
-                break s;
-            }
-            if t0.elapsed() > self.timeout {
-                kill_group(group);
-                let _ = child.kill();
-                timed_out = true;
-                break child.wait()?;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        super::interrupt::set_child_group(0);
+        })?;
+        super::interrupt::set_child_supervisor(0);
+        let (status, timed_out) = (waited.status, waited.timed_out);
         let wall_s = t0.elapsed().as_secs_f64();
         let after = after.unwrap_or_else(|| sentinel.snapshot(None, wall_s));
         let noise = memdial::tools::noise::Noise::between(&before, &after, sentinel.ticks_per_s());
@@ -217,6 +208,7 @@ impl RunRequest<'_> {
             metrics,
             metrics_error,
             stderr_tail,
+            exit_by_harness: false,
             mem,
             started,
             noise,
@@ -304,14 +296,16 @@ pub(super) fn stderr_head(p: &Path) -> String {
 
 /// The line of a child's stderr that says what went wrong, at most 400 characters: its
 /// first `error:` line (a usage error is quoted whole, not reduced to clap's closing
-/// "For more information, try '--help'."), else its last non-empty line.
+/// "For more information, try '--help'."), else its last 3 non-empty lines
+/// ([`child::last_lines`]).
 pub(super) fn stderr_summary(stderr: &str) -> String {
-    let line = stderr
+    match stderr
         .lines()
         .find(|l| l.trim_start().starts_with("error:"))
-        .or_else(|| stderr.lines().rev().find(|l| !l.trim().is_empty()))
-        .unwrap_or("");
-    line.chars().take(400).collect()
+    {
+        Some(line) => line.chars().take(400).collect(),
+        None => child::last_lines(stderr, 3),
+    }
 }
 
 /// The run's metrics from this attempt's file (moved to `final_metrics`), or why
@@ -330,57 +324,6 @@ fn read_metrics(attempt: &Path, final_metrics: &Path) -> (Option<Value>, Option<
         Ok(v) if v.is_object() => (Some(v), None),
         Ok(_) => (None, Some("metrics JSON is not an object".to_string())),
         Err(e) => (None, Some(format!("metrics JSON does not parse: {e}"))),
-    }
-}
-
-/// Makes `cmd`'s child die with the harness and lead its own process group (see
-/// [`kill_group`]).
-pub(super) fn tie_to_harness(cmd: &mut Command) {
-    // SAFETY: prctl, getppid and _exit are async-signal-safe; the child dies with
-    // the harness, so an interrupted sweep leaves no orphan engine running (and
-    // none writes into a resumed --out). A harness that died between fork and
-    // prctl is caught by the parent-pid check.
-    let parent = std::process::id();
-    // Its own process group, so a timeout (or the end of the run) ends the whole
-    // tree it started: PR_SET_PDEATHSIG reaches only the direct child, and without
-    // a cgroup nothing else finds the grandchildren.
-    cmd.process_group(0);
-    unsafe {
-        cmd.pre_exec(move || {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            if libc::getppid() as u32 != parent {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
-}
-
-/// SIGKILL to every process of group `pgid` (a run's child and what it started).
-pub(super) fn kill_group(pgid: i32) {
-    if pgid > 1 {
-        // SAFETY: kill with a negative pid signals that process group only; pgid is
-        // our unreaped child's pid (its group leader), never 0, 1 or our own group.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
-        }
-    }
-}
-
-/// Whether child `pid` has exited and is waiting to be reaped (`waitid` with
-/// `WNOWAIT`: the zombie, and its `/proc` figures, stay until `wait`).
-pub(super) fn exited_unreaped(pid: u32) -> bool {
-    // SAFETY: waitid writes only into `info`, a zeroed siginfo_t we own; WNOHANG makes
-    // it return at once, WNOWAIT leaves the child waitable.
-    unsafe {
-        let mut info: libc::siginfo_t = std::mem::zeroed();
-        let rc = libc::waitid(
-            libc::P_PID,
-            pid as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-        );
-        rc == 0 && info.si_pid() != 0
     }
 }
 
