@@ -42,7 +42,7 @@ fn short(s: &str) -> String {
 /// Writes the published-layout and after-ranks directories and checks their files are
 /// those the expected ids were computed from.
 fn write_dirs(doc: &Value, tag: &str) -> (memdial_testkit::Scratch, PathBuf, PathBuf) {
-    let scratch = memdial_testkit::scratch_in(std::env::temp_dir(), tag);
+    let scratch = memdial_testkit::scratch!(tag);
     let n_base = doc["n_base"].as_u64().unwrap() as u32;
     let n_after = doc["n_after"].as_u64().unwrap() as u32;
     let (a, b) = (scratch.path().join("a"), scratch.path().join("b"));
@@ -166,7 +166,7 @@ fn harmony_chat_template_matches_transformers() {
 /// Files the reader must refuse, each with a message naming what is wrong.
 #[test]
 fn bad_tokenizer_files_are_refused_by_name() {
-    let scratch = memdial_testkit::scratch_in(std::env::temp_dir(), "tok-harmony-bad");
+    let scratch = memdial_testkit::scratch!("tok-harmony-bad");
     let d = scratch.path();
     let err = |d: &Path| format!("{:#}", Tokenizer::from_dir(d).unwrap_err());
     let e = err(d);
@@ -222,7 +222,7 @@ fn bad_tokenizer_files_are_refused_by_name() {
 #[test]
 fn published_vocabulary_matches_tiktoken_rs_o200k_harmony() {
     let doc = doc();
-    let scratch = memdial_testkit::scratch_in(std::env::temp_dir(), "tok-harmony-full");
+    let scratch = memdial_testkit::scratch!("tok-harmony-full");
     let dir = scratch.path().join("published");
     write_harmony_tokenizer_files(&dir, 199_998, SpecialLayout::Published).unwrap();
     let tok = Tokenizer::from_dir(&dir).unwrap();
