@@ -18,7 +18,7 @@ use memdial::util::budget::parse_size;
 use memdial::util::error::UsageError;
 use memdial::util::units::fmt_bytes;
 
-use crate::args::{IoArg, PrefetchArg};
+use crate::store_flags::IoFlags;
 
 /// Shipped configs of the published shapes (`fixtures/configs/README.md` says where
 /// every number comes from).
@@ -76,12 +76,9 @@ pub struct PlanArgs {
     /// Kernel threads of the run (the activation arena holds a kernel workspace region per thread).
     #[arg(long, default_value_t = 1, value_parser = crate::args::thread_count)]
     pub threads: usize,
-    /// IO mode (direct adds alignment slack).
-    #[arg(long, value_enum, default_value_t = IoArg(IoMode::Direct))]
-    pub io: IoArg,
-    /// Prefetch policy (prefetch needs more slots).
-    #[arg(long, value_enum, default_value_t = PrefetchArg(Prefetch::None))]
-    pub prefetch: PrefetchArg,
+    /// IO mode (direct adds alignment slack) and prefetch policy (prefetch needs more slots).
+    #[command(flatten)]
+    pub policy: IoFlags,
     /// Device read bandwidth in GB/s (10⁹ bytes/s): print the IO lower bound of s/token.
     #[arg(long, conflicts_with = "iobench")]
     pub device_gbps: Option<f64>,
@@ -221,7 +218,7 @@ pub(crate) fn iobench_gbps(dir: &Path, io: IoMode) -> Result<(f64, String)> {
 }
 
 pub fn run(a: &PlanArgs) -> Result<ExitCode> {
-    let (io, prefetch) = (a.io.0, a.prefetch.0);
+    let (io, prefetch) = (a.policy.io.0, a.policy.prefetch.0);
     let src = source(a)?;
     let (cfg, ck) = (&src.cfg, &src.ck);
     let seqs = Sequences {

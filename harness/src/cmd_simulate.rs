@@ -14,12 +14,12 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde::Serialize;
 
-use crate::args::{usage, IoArg, PrefetchArg};
+use crate::args::usage;
 use crate::cmd_plan::{iobench_gbps, source_of};
+use crate::store_flags::IoFlags;
 use crate::sweep::start::StartMode;
 use crate::sweep::write::chart_parts::{fmt_tick_bytes, legend, pe, COLORS};
 use memdial::engine::arena::Scratch;
-use memdial::io::IoMode;
 use memdial::store::plan::{plan_unchecked, Plan, Prefetch, Sequences};
 use memdial::store::sim::passes::Speculation;
 use memdial::store::sim::pool::SimPolicy;
@@ -51,12 +51,10 @@ pub struct SimulateArgs {
     /// evenly on a log scale from LO to HI.
     #[arg(long)]
     pub budgets: Option<String>,
-    /// IO mode of the plan (read sizes: direct adds alignment).
-    #[arg(long, value_enum, default_value_t = IoArg(IoMode::Direct))]
-    pub io: IoArg,
-    /// Prefetch policy to replay (lookahead needs a trace with guesses).
-    #[arg(long, value_enum, default_value_t = PrefetchArg(Prefetch::None))]
-    pub prefetch: PrefetchArg,
+    /// IO mode of the plan (direct adds alignment to read sizes) and prefetch policy to
+    /// replay (lookahead needs a trace with guesses).
+    #[command(flatten)]
+    pub policy: IoFlags,
     /// Expert-cache policies, comma-separated: lru, lfru (the store's), static (a hot
     /// set learned from the trace's first --hot-prefix-tokens), belady (the offline
     /// optimum).
@@ -273,7 +271,7 @@ pub fn run(a: &SimulateArgs) -> Result<ExitCode> {
     let bw = match (a.device_gbps, &a.iobench) {
         (Some(g), _) if g.is_finite() && g > 0.0 => Some(g),
         (Some(g), _) => return Err(usage(format!("--device-gbps {g} is not positive"))),
-        (None, Some(dir)) => Some(iobench_gbps(dir, a.io.0)?.0),
+        (None, Some(dir)) => Some(iobench_gbps(dir, a.policy.io.0)?.0),
         (None, None) => None,
     };
     let compute = compute_time(a.compute_s_per_token, a.resident_metrics.as_deref())?;
@@ -288,7 +286,7 @@ pub fn run(a: &SimulateArgs) -> Result<ExitCode> {
     let t = trace::read_full(&a.trace)?;
     let what = format!("trace {}", a.trace.display());
     let r = Replayable::new(&t, cfg, &what).map_err(|e| usage(format!("{e:#}")))?;
-    let (io, prefetch) = (a.io.0, a.prefetch.0);
+    let (io, prefetch) = (a.policy.io.0, a.policy.prefetch.0);
     if prefetch == Prefetch::Lookahead && !r.has_predictions() {
         return Err(usage(format!(
             "{what} has no look-ahead guesses (\"predicted\"): record it with \
@@ -437,15 +435,15 @@ fn row(
             bytes_per_s: g * 1e9,
             compute_s_per_token: c,
         };
-        DecodeBytes::per_token(d, n).and_then(|b| predict(&b, a.prefetch.0, &m))
+        DecodeBytes::per_token(d, n).and_then(|b| predict(&b, a.policy.prefetch.0, &m))
     });
     SimRow {
         budget_bytes: plan.budget_bytes,
         below_floor: rep.is_none(),
         floor_bytes: plan.floor_bytes,
         policy: pol.as_str().into(),
-        io: a.io.0.as_str().into(),
-        prefetch: a.prefetch.0.as_str().into(),
+        io: a.policy.io.0.as_str().into(),
+        prefetch: a.policy.prefetch.0.as_str().into(),
         start: a.start.as_str().into(),
         expert_cache_experts: plan.expert_cache_experts,
         pinned_groups: plan.pinned_groups,

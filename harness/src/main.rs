@@ -30,6 +30,7 @@ mod export;
 mod hf_tokenizer;
 mod iobench;
 mod serve;
+mod store_flags;
 mod sweep;
 
 /// Run giant MoE models in a memory budget, and measure the trade.

@@ -2,11 +2,7 @@
 
 use std::path::PathBuf;
 
-use memdial::io::IoMode;
-use memdial::store::eviction::CachePolicy;
-use memdial::store::plan::Prefetch;
-
-use crate::args::{CacheArg, IoArg, PrefetchArg};
+use crate::store_flags::StoreFlags;
 use crate::sweep::start::StartMode;
 
 /// Output format of `memdial run`.
@@ -82,37 +78,12 @@ pub struct RunArgs {
     /// Do not stop on the config's eos token ids.
     #[arg(long)]
     pub ignore_eos: bool,
-    /// Memory budget: a size (512MiB, 2GiB, 8GB), a fraction of the model (25%), or
-    /// `floor` / `2x floor` (of this run's plan, as `memdial plan` prints it with the
-    /// same flags): stream weights through the budgeted store. Without it every weight
-    /// is read into RAM at load (full residency).
-    #[arg(long = "budget", id = "budget", value_parser = crate::args::budget)]
-    pub budget_arg: Option<memdial::util::budget::BudgetExpr>,
+    /// The streaming store: `--budget`, `--io`, `--prefetch`, `--cache`, `--io-threads`.
+    #[command(flatten)]
+    pub store: StoreFlags,
     /// `--budget` in bytes, resolved by `memdial run` before the model is opened.
     #[arg(skip)]
     pub budget: Option<u64>,
-    /// IO mode of the streaming store: direct (O_DIRECT), buffered (pread), mmap
-    /// (needs --budget: without it nothing streams).
-    #[arg(long, value_enum, default_value_t = IoArg(IoMode::Direct), requires = "budget")]
-    pub io: IoArg,
-    /// Prefetch policy (oracle needs --trace; needs --budget).
-    #[arg(long, value_enum, default_value_t = PrefetchArg(Prefetch::None), requires = "budget")]
-    pub prefetch: PrefetchArg,
-    /// Expert-cache replacement policy (needs --budget).
-    #[arg(long, value_enum, default_value_t = CacheArg(CachePolicy::Lru), requires = "budget")]
-    pub cache: CacheArg,
-    /// Reads the streaming store keeps in flight (1..=1024): its IO threads, each doing
-    /// one record read at a time (O_DIRECT, pread or an mmap fault-in; the kernel splits
-    /// a record into `max_sectors_kb` requests). Default 4: the prefetch policies rarely
-    /// queue more than the next trunk plus a layer's experts; `memdial iobench` shows
-    /// the knee for a disk.
-    #[arg(
-        long,
-        visible_alias = "io-depth",
-        default_value_t = 4,
-        value_parser = crate::args::thread_count
-    )]
-    pub io_threads: usize,
     /// How the caches begin: `cold` (empty expert cache and trunk slots) or `warm`
     /// (both filled to capacity from disk after load, before the first forward: the
     /// steady state a process at this budget lives in; needs --budget). The fill is

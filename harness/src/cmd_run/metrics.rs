@@ -75,7 +75,7 @@ impl RunFacts<'_> {
             model: Some(a.model.display().to_string()),
             model_bytes: Some(model_bytes),
             floor_bytes: plan.as_ref().map(|p| p.floor_bytes),
-            io_threads: Some(a.io_threads as u64),
+            io_threads: Some(a.store.io_threads as u64),
             max_context: Some(self.max_context as u64),
             prompt_tokens: Some(self.prompt_len as u64),
             generated_tokens: Some(out.output_ids.len() as u64),
@@ -235,9 +235,9 @@ pub(super) fn write_metrics_json(path: &Path, a: &RunArgs, rm: &RunMetrics) -> R
     let file = MetricsFile {
         schema_version: Some(SCHEMA_VERSION),
         budget_bytes: a.budget,
-        io: streamed.then(|| a.io.0.as_str().to_string()),
-        prefetch: Some(a.prefetch.0.as_str().to_string()),
-        cache: Some(a.cache.0.as_str().to_string()),
+        io: streamed.then(|| a.store.io().as_str().to_string()),
+        prefetch: Some(a.store.prefetch().as_str().to_string()),
+        cache: Some(a.store.cache().as_str().to_string()),
         threads: Some(a.threads as u64),
         metrics: rm.clone(),
     };

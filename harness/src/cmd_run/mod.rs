@@ -117,13 +117,13 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
 /// positions and speculation), a size as written.
 fn with_budget(a: &RunArgs, max_context: usize) -> Result<RunArgs> {
     let mut r = a.clone();
-    r.budget = match a.budget_arg {
+    r.budget = match a.store.budget {
         None => None,
         Some(e) => Some(crate::args::resolve_budget(
             e,
             &a.model,
-            a.io.0,
-            a.prefetch.0,
+            a.store.io(),
+            a.store.prefetch(),
             |cfg| {
                 let seqs = memdial::store::plan::Sequences {
                     max_context,
@@ -149,7 +149,8 @@ fn check_args(a: &RunArgs) -> Result<()> {
     if !(a.top_p > 0.0 && a.top_p <= 1.0) {
         return Err(usage("--top-p must be in (0, 1]"));
     }
-    if a.budget_arg.is_none() && (a.record_trace.is_some() || a.trace.is_some() || a.verify_reads) {
+    if a.store.budget.is_none() && (a.record_trace.is_some() || a.trace.is_some() || a.verify_reads)
+    {
         // (--io, --prefetch and --cache given without --budget are refused by clap.)
         return Err(usage(
             "--io, --prefetch, --cache, --trace, --record-trace and --verify-reads need --budget (the streaming store)",
@@ -158,12 +159,12 @@ fn check_args(a: &RunArgs) -> Result<()> {
     if a.threads == 0 {
         return Err(usage("--threads must be ≥ 1"));
     }
-    if a.start == StartMode::Warm && a.budget_arg.is_none() {
+    if a.start == StartMode::Warm && a.store.budget.is_none() {
         return Err(usage(
             "--start warm needs --budget (without it every weight is resident from the start)",
         ));
     }
-    if a.prefetch.0 == Prefetch::Oracle && a.trace.is_none() {
+    if a.store.prefetch() == Prefetch::Oracle && a.trace.is_none() {
         return Err(UsageError::OracleNeedsTrace.into());
     }
     // Output paths are checked before anything is loaded or generated.
@@ -234,11 +235,11 @@ fn open_model(a: &RunArgs, max_context: usize) -> Result<Opened> {
     let store = match a.budget {
         Some(b) => StoreOptions::Streaming(StreamOptions {
             budget: b,
-            io: a.io.0,
-            prefetch: a.prefetch.0,
-            cache: a.cache.0,
+            io: a.store.io(),
+            prefetch: a.store.prefetch(),
+            cache: a.store.cache(),
             max_context,
-            io_threads: a.io_threads.max(1),
+            io_threads: a.store.io_threads.max(1),
             record_trace: a.record_trace.clone(),
             trace: a.trace.clone(),
             verify_reads: a.verify_reads,
@@ -277,7 +278,7 @@ fn prefill_chunks(a: &RunArgs, prompt_len: usize, max_context: usize) -> (usize,
     } else {
         a.prefill_chunk
     };
-    match a.budget_arg {
+    match a.store.budget {
         Some(_) => {
             let cap = memdial::engine::arena::planned_prefill_chunk(max_context);
             // Say so only when it changes how this prompt is cut.

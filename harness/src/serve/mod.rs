@@ -18,13 +18,12 @@ use memdial::engine::batch::Batch;
 use memdial::engine::loader::StoreOptions;
 use memdial::format::config::load_config;
 use memdial::format::tokenizer::Tokenizer;
-use memdial::io::IoMode;
 use memdial::model::Model;
-use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::Prefetch;
 use memdial::store::streaming::StreamOptions;
 
-use crate::args::{usage, CacheArg, IoArg, PrefetchArg};
+use crate::args::usage;
+use crate::store_flags::StoreFlags;
 use crate::sweep::start::StartMode;
 
 pub mod batcher;
@@ -70,24 +69,11 @@ pub struct ServeArgs {
     /// Kernel threads (1..=1024).
     #[arg(long, default_value_t = 1, value_parser = crate::args::thread_count)]
     pub threads: usize,
-    /// Memory budget: a size (512MiB, 2GiB), a fraction of the model (25%), or `floor` /
-    /// `2x floor` (of the plan for --max-batch sequences of --max-context positions):
-    /// stream weights through the budgeted store; without it every weight is read into
-    /// RAM at load.
-    #[arg(long, value_parser = crate::args::budget)]
-    pub budget: Option<memdial::util::budget::BudgetExpr>,
-    /// IO mode of the streaming store (needs --budget).
-    #[arg(long, value_enum, default_value_t = IoArg(IoMode::Direct), requires = "budget")]
-    pub io: IoArg,
-    /// Prefetch policy (needs --budget; oracle is not available here).
-    #[arg(long, value_enum, default_value_t = PrefetchArg(Prefetch::None), requires = "budget")]
-    pub prefetch: PrefetchArg,
-    /// Expert-cache replacement policy (needs --budget).
-    #[arg(long, value_enum, default_value_t = CacheArg(CachePolicy::Lru), requires = "budget")]
-    pub cache: CacheArg,
-    /// Reads the streaming store keeps in flight (1..=1024).
-    #[arg(long, default_value_t = 4, value_parser = crate::args::thread_count)]
-    pub io_threads: usize,
+    /// The streaming store: `--budget` (`floor` / `2x floor` of the plan for --max-batch
+    /// sequences of --max-context positions), `--io`, `--prefetch` (oracle is refused: a
+    /// server has no trace), `--cache`, `--io-threads`.
+    #[command(flatten)]
+    pub store: StoreFlags,
     /// How the caches begin: cold, or warm (filled before the first request; needs --budget).
     #[arg(long, value_enum, default_value_t = StartMode::Cold)]
     pub start: StartMode,
@@ -128,21 +114,21 @@ fn checked_options(a: &ServeArgs) -> Result<(Duration, Duration, Duration, Store
     if a.max_context == 0 {
         return Err(usage("--max-context must be ≥ 1"));
     }
-    if a.prefetch.0 == Prefetch::Oracle {
+    if a.store.prefetch() == Prefetch::Oracle {
         return Err(usage(
             "--prefetch oracle replays one run's trace; a server has none",
         ));
     }
-    if a.start == StartMode::Warm && a.budget.is_none() {
+    if a.start == StartMode::Warm && a.store.budget.is_none() {
         return Err(usage("--start warm needs --budget"));
     }
-    let budget = match a.budget {
+    let budget = match a.store.budget {
         None => None,
         Some(e) => Some(crate::args::resolve_budget(
             e,
             &a.model,
-            a.io.0,
-            a.prefetch.0,
+            a.store.io(),
+            a.store.prefetch(),
             |cfg| {
                 let seqs = memdial::store::plan::Sequences {
                     max_context: a.max_context,
@@ -155,11 +141,11 @@ fn checked_options(a: &ServeArgs) -> Result<(Duration, Duration, Duration, Store
     let store = match budget {
         Some(b) => StoreOptions::Streaming(StreamOptions {
             budget: b,
-            io: a.io.0,
-            prefetch: a.prefetch.0,
-            cache: a.cache.0,
+            io: a.store.io(),
+            prefetch: a.store.prefetch(),
+            cache: a.store.cache(),
             max_context: a.max_context,
-            io_threads: a.io_threads,
+            io_threads: a.store.io_threads,
             record_trace: None,
             trace: None,
             verify_reads: false,
@@ -257,8 +243,8 @@ pub fn run(a: &ServeArgs) -> Result<ExitCode> {
              max context {}, queue {}, {})",
             a.max_context,
             a.queue,
-            match a.budget {
-                Some(b) => format!("budget {b} bytes, io {}, prefetch {}", a.io.0.as_str(), a.prefetch.0.as_str()),
+            match a.store.budget {
+                Some(b) => format!("budget {b} bytes, io {}, prefetch {}", a.store.io().as_str(), a.store.prefetch().as_str()),
                 None => "resident".into(),
             }
         );

@@ -23,6 +23,7 @@ use super::cgroup::RunCgroup;
 use super::child::{self, Child, Event};
 use super::memwatch::{interval_at, MemSamples};
 use super::runner::{stderr_head, stderr_summary, RunOutcome};
+use crate::store_flags::StoreFlags;
 use crate::sweep::spec::Point;
 
 /// The model id the served runs use.
@@ -100,14 +101,6 @@ impl ServeRequest<'_> {
             "127.0.0.1",
             "--port",
             "0",
-            "--budget",
-            &self.budget_bytes.to_string(),
-            "--io",
-            p.io.as_str(),
-            "--prefetch",
-            p.prefetch.as_str(),
-            "--cache",
-            p.cache.as_str(),
             "--threads",
             &p.threads.to_string(),
             "--max-batch",
@@ -124,6 +117,7 @@ impl ServeRequest<'_> {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        a.extend(StoreFlags::budgeted(self.budget_bytes, p.io, p.prefetch, p.cache).to_args());
         if let Some(c) = p.axes.iter().find(|c| c.name == "start" && c.in_key) {
             a.extend(["--start".into(), c.value.clone()]);
         }

@@ -11,6 +11,7 @@ use serde_json::Value;
 use super::cgroup::RunCgroup;
 use super::child::{self, Event};
 use super::memwatch::{interval_at, MemSamples};
+use crate::store_flags::StoreFlags;
 use crate::sweep::spec::{Point, PromptSpec};
 
 /// Environment variable naming the binary used for child runs instead of this
@@ -110,17 +111,9 @@ impl RunRequest<'_> {
             self.max_tokens.to_string(),
             "--threads".into(),
             p.threads.to_string(),
-            "--budget".into(),
-            self.budget_bytes.to_string(),
-            "--io".into(),
-            p.io.as_str().into(),
-            "--prefetch".into(),
-            p.prefetch.as_str().into(),
-            "--cache".into(),
-            p.cache.as_str().into(),
-            "--metrics-json".into(),
-            metrics.display().to_string(),
         ]);
+        a.extend(StoreFlags::budgeted(self.budget_bytes, p.io, p.prefetch, p.cache).to_args());
+        a.extend(["--metrics-json".into(), metrics.display().to_string()]);
         if let Some(c) = self.max_context {
             a.extend(["--max-context".into(), c.to_string()]);
         }
