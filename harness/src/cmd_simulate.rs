@@ -18,8 +18,9 @@ use crate::args::usage;
 use crate::cmd_plan::{iobench_gbps, source_of};
 use crate::store_flags::IoFlags;
 use crate::sweep::start::StartMode;
-use crate::sweep::write::chart_parts::{fmt_tick_bytes, legend, pe, COLORS};
+use crate::sweep::write::chart_parts::{budget_panel, legend, pe, BudgetFrame, COLORS};
 use memdial::engine::arena::Scratch;
+use memdial::engine::metrics::MetricsFile;
 use memdial::store::plan::{plan_unchecked, Plan, Prefetch, Sequences};
 use memdial::store::sim::passes::Speculation;
 use memdial::store::sim::pool::SimPolicy;
@@ -234,24 +235,20 @@ pub fn compute_time(given: Option<f64>, resident: Option<&std::path::Path>) -> R
     };
     let text = std::fs::read_to_string(p)
         .map_err(|e| usage(format!("cannot read {}: {e}", p.display())))?;
-    let v: serde_json::Value = serde_json::from_str(&text)
+    let f: MetricsFile = serde_json::from_str(&text)
         .map_err(|e| usage(format!("{} is not a metrics JSON: {e}", p.display())))?;
-    if v["budget_bytes"].as_u64().is_some() {
+    if let Some(b) = f.budget_bytes {
         return Err(usage(format!(
-            "{} is a streamed run (budget {}); --resident-metrics needs a run without --budget",
-            p.display(),
-            v["budget_bytes"]
+            "{} is a streamed run (budget {b}); --resident-metrics needs a run without --budget",
+            p.display()
         )));
     }
-    let m = v["decode_s_per_token_median"]
-        .as_f64()
-        .or_else(|| v["metrics"]["decode_s_per_token_median"].as_f64())
-        .ok_or_else(|| {
-            usage(format!(
-                "{} has no decode_s_per_token_median (a run of at least 2 tokens)",
-                p.display()
-            ))
-        })?;
+    let m = f.metrics.decode_s_per_token_median.ok_or_else(|| {
+        usage(format!(
+            "{} has no decode_s_per_token_median (a run of at least 2 tokens)",
+            p.display()
+        ))
+    })?;
     Ok(Some(m))
 }
 
@@ -623,22 +620,11 @@ impl crate::export::Chart for SimChart<'_> {
         for (area, (desc, get)) in panels.iter().zip(metrics) {
             let ys: Vec<f64> = ok.iter().filter_map(|r| get(r)).collect();
             let y1 = ys.iter().copied().fold(0.0, f64::max).max(1e-9) * 1.08;
-            let mut chart = ChartBuilder::on(area)
-                .margin(12)
-                .x_label_area_size(48)
-                .y_label_area_size(64)
-                .build_cartesian_2d((x0..x1).log_scale().base(2.0), 0.0..y1)
-                .map_err(pe)?;
-            chart
-                .configure_mesh()
-                .x_desc("memory budget (bytes, log scale)")
-                .y_desc(desc)
-                .x_labels(8)
-                .x_label_formatter(&|v| fmt_tick_bytes(*v))
-                .label_style(("sans-serif", 12))
-                .axis_desc_style(("sans-serif", 14))
-                .draw()
-                .map_err(pe)?;
+            let frame = BudgetFrame {
+                y_desc: desc,
+                ..BudgetFrame::SMALL
+            };
+            let mut chart = budget_panel(area, (x0, x1), 0.0..y1, &frame)?;
             for (i, p) in policies.iter().enumerate() {
                 let c = COLORS[i % COLORS.len()];
                 let line: Vec<(f64, f64)> = ok

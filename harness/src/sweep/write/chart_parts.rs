@@ -304,3 +304,77 @@ pub(crate) fn format_secs(v: f64) -> String {
     let digits = (1 - v.log10().floor() as i32).max(0) as usize;
     format!("{v:.digits$}")
 }
+
+/// A panel whose x axis is the memory budget in bytes (log₂ scale, byte-unit ticks).
+pub(crate) type BudgetChart<'a, DB> =
+    ChartContext<'a, DB, Cartesian2d<LogCoord<f64>, plotters::coord::types::RangedCoordf64>>;
+
+/// The frame of a budget-axis panel: what differs between the charts that draw one.
+pub(crate) struct BudgetFrame<'a> {
+    /// Caption above the panel (a panel of several: `io = direct`, `cold start`).
+    pub caption: Option<String>,
+    /// Margin around the panel, pixels.
+    pub margin: u32,
+    /// Height of the x label area and width of the y label area, pixels.
+    pub label_areas: (u32, u32),
+    /// The y axis's description.
+    pub y_desc: &'a str,
+    /// Tick counts on x and (None: plotters' default) y.
+    pub ticks: (usize, Option<usize>),
+    /// The y tick formatter (None: plotters' default).
+    pub y_fmt: Option<&'a dyn Fn(&f64) -> String>,
+    /// Font sizes of the tick labels and the axis descriptions, points.
+    pub fonts: (u32, u32),
+}
+
+impl BudgetFrame<'static> {
+    /// A small panel of several (predicted and simulated curves): 8 budget ticks,
+    /// plotters' y ticks.
+    pub const SMALL: BudgetFrame<'static> = BudgetFrame {
+        caption: None,
+        margin: 12,
+        label_areas: (48, 64),
+        y_desc: "",
+        ticks: (8, None),
+        y_fmt: None,
+        fonts: (12, 14),
+    };
+}
+
+/// One budget-axis panel on `area` over budgets `x` (bytes, both > 0) and `y`, its
+/// mesh drawn: the one place the budget charts (`curve`, the metric charts, the
+/// predicted curve, simulate's chart) build their axes.
+///
+/// Errors: plotters cannot draw on the backend.
+pub(crate) fn budget_panel<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    x: (f64, f64),
+    y: std::ops::Range<f64>,
+    f: &BudgetFrame<'_>,
+) -> Result<BudgetChart<'a, DB>> {
+    let mut b = ChartBuilder::on(area);
+    if let Some(c) = &f.caption {
+        b.caption(c, ("sans-serif", 18));
+    }
+    let mut chart = b
+        .margin(f.margin)
+        .x_label_area_size(f.label_areas.0)
+        .y_label_area_size(f.label_areas.1)
+        .build_cartesian_2d((x.0..x.1).log_scale().base(2.0), y)
+        .map_err(pe)?;
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc("memory budget (bytes, log scale)")
+        .y_desc(f.y_desc)
+        .x_labels(f.ticks.0)
+        .x_label_formatter(&|v| fmt_tick_bytes(*v))
+        .label_style(("sans-serif", f.fonts.0))
+        .axis_desc_style(("sans-serif", f.fonts.1));
+    if let Some(n) = f.ticks.1 {
+        mesh.y_labels(n);
+    }
+    if let Some(g) = f.y_fmt {
+        mesh.y_label_formatter(g);
+    }
+    mesh.draw().map_err(pe)?;
+    Ok(chart)
+}

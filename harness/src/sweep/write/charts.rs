@@ -11,7 +11,7 @@ use plotters::prelude::*;
 use crate::sweep::analysis::anomaly::Anomaly;
 use crate::sweep::analysis::stats::PointStats;
 
-use super::chart_parts::{empty, fmt_tick_bytes, legend, pe, series, x_range, COLORS};
+use super::chart_parts::{budget_panel, empty, legend, pe, series, x_range, BudgetFrame, COLORS};
 
 /// The decode curve: s/token against the budget, one panel per IO mode
 /// ([`super::metric_chart::DECODE`]), anomalies `marks` ringed.
@@ -76,23 +76,17 @@ fn draw_io<DB: DrawingBackend>(
         } else {
             min_top
         };
-        let mut chart = ChartBuilder::on(area)
-            .margin(14)
-            .x_label_area_size(46)
-            .y_label_area_size(78)
-            .build_cartesian_2d((x0..x1).log_scale().base(2.0), 0f64..ymax)
-            .map_err(pe)?;
-        chart
-            .configure_mesh()
-            .x_desc("memory budget (bytes, log scale)")
-            .y_desc(ydesc)
-            .x_labels(12)
-            .x_label_formatter(&|v| fmt_tick_bytes(*v))
-            .y_label_formatter(&|v| format!("{v:.1}"))
-            .label_style(("sans-serif", 13))
-            .axis_desc_style(("sans-serif", 15))
-            .draw()
-            .map_err(pe)?;
+        let y_fmt = |v: &f64| format!("{v:.1}");
+        let frame = BudgetFrame {
+            caption: None,
+            margin: 14,
+            label_areas: (46, 78),
+            y_desc: ydesc,
+            ticks: (12, None),
+            y_fmt: Some(&y_fmt),
+            fonts: (13, 15),
+        };
+        let mut chart = budget_panel(area, (x0, x1), 0f64..ymax, &frame)?;
         for (i, s) in ser.iter().enumerate() {
             let c = COLORS[i % COLORS.len()];
             let line: Vec<(f64, f64)> = s
@@ -214,7 +208,7 @@ pub fn write_charts(
 
 #[cfg(test)]
 mod tests {
-    use super::super::chart_parts::{dodge, CAP};
+    use super::super::chart_parts::{dodge, fmt_tick_bytes, CAP};
     use super::*;
 
     /// A point slower than a smaller budget of its line is ringed on the curve, and

@@ -10,8 +10,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::chart_parts::{
-    empty, fmt_tick_bytes, format_secs, legend, marker, pe, series, whisker, x_range, Series, CAP,
-    COLORS,
+    budget_panel, empty, format_secs, legend, marker, pe, series, whisker, x_range, BudgetFrame,
+    Series, CAP, COLORS,
 };
 use crate::sweep::analysis::anomaly::Anomaly;
 use crate::sweep::analysis::stats::PointStats;
@@ -85,30 +85,17 @@ pub(super) fn draw<DB: DrawingBackend>(
     let (ios, keys) = panels_and_keys(&ser, m);
     let panels = root.split_evenly((1, ios.len()));
     for (pi, (area, io)) in panels.iter().zip(&ios).enumerate() {
-        let mut b = ChartBuilder::on(area);
-        if m.per_io {
-            b.caption(format!("io = {io}"), ("sans-serif", 18))
-                .margin(10);
-        } else {
-            b.margin(12);
-        }
-        let mut chart = b
-            .x_label_area_size(52)
-            .y_label_area_size(if pi == 0 { 78 } else { 52 })
-            .build_cartesian_2d((x0..x1).log_scale().base(2.0), ly0..ly1)
-            .map_err(pe)?;
-        chart
-            .configure_mesh()
-            .x_desc("memory budget (bytes, log scale)")
-            .y_desc(if pi == 0 { m.y_desc } else { "" })
-            .x_labels(if m.per_io { 6 } else { 8 })
-            .y_labels(12)
-            .x_label_formatter(&|v| fmt_tick_bytes(*v))
-            .y_label_formatter(&|v| format_secs(10f64.powf(*v)))
-            .label_style(("sans-serif", 12))
-            .axis_desc_style(("sans-serif", 14))
-            .draw()
-            .map_err(pe)?;
+        let y_fmt = |v: &f64| format_secs(10f64.powf(*v));
+        let frame = BudgetFrame {
+            caption: m.per_io.then(|| format!("io = {io}")),
+            margin: if m.per_io { 10 } else { 12 },
+            label_areas: (52, if pi == 0 { 78 } else { 52 }),
+            y_desc: if pi == 0 { m.y_desc } else { "" },
+            ticks: (if m.per_io { 6 } else { 8 }, Some(12)),
+            y_fmt: Some(&y_fmt),
+            fonts: (12, 14),
+        };
+        let mut chart = budget_panel(area, (x0, x1), ly0..ly1, &frame)?;
         for s in ser.iter().filter(|s| !m.per_io || &s.io == io) {
             let key = if m.per_io { &s.rest } else { &s.label };
             let k = keys.iter().position(|r| r == key).unwrap_or(0);

@@ -10,7 +10,7 @@ use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::chart_parts::{fmt_tick_bytes, legend, pe, whisker, COLORS};
+use super::chart_parts::{budget_panel, legend, pe, whisker, BudgetFrame, COLORS};
 use crate::sweep::analysis::stats::PointStats;
 use crate::sweep::predict::Predictions;
 
@@ -84,23 +84,12 @@ impl crate::export::Chart for PredictedChart<'_> {
         let panels = root.split_evenly((1, starts.len()));
         for (area, start) in panels.iter().zip(&starts) {
             let pts = self.panel_points(start);
-            let mut chart = ChartBuilder::on(area)
-                .caption(format!("{start} start"), ("sans-serif", 16))
-                .margin(12)
-                .x_label_area_size(48)
-                .y_label_area_size(64)
-                .build_cartesian_2d((x0..x1).log_scale().base(2.0), 0.0..y1)
-                .map_err(pe)?;
-            chart
-                .configure_mesh()
-                .x_desc("memory budget (bytes, log scale)")
-                .y_desc("decode s/token")
-                .x_labels(8)
-                .x_label_formatter(&|v| fmt_tick_bytes(*v))
-                .label_style(("sans-serif", 12))
-                .axis_desc_style(("sans-serif", 14))
-                .draw()
-                .map_err(pe)?;
+            let frame = BudgetFrame {
+                caption: Some(format!("{start} start")),
+                y_desc: "decode s/token",
+                ..BudgetFrame::SMALL
+            };
+            let mut chart = budget_panel(area, (x0, x1), 0.0..y1, &frame)?;
             for (i, l) in labels.iter().enumerate() {
                 let c = COLORS[i % COLORS.len()];
                 let mut line: Vec<(f64, f64)> = pts
