@@ -223,6 +223,30 @@ fn rope(raw: &Raw) -> Result<GptOssRope> {
     })
 }
 
+/// Which of the `n` layers use the sliding window, from `layer_types` (GptOssConfig's
+/// default without it: sliding first, alternating).
+///
+/// Errors: an entry other than `sliding_attention` / `full_attention`, or a list whose
+/// length is not `n`.
+fn sliding_layers(layer_types: Option<&[String]>, n: usize) -> Result<Vec<bool>> {
+    let Some(lt) = layer_types else {
+        return Ok((0..n).map(|i| (i + 1) % 2 == 1).collect());
+    };
+    if lt.len() != n {
+        bail!(
+            "layer_types has {} entries, num_hidden_layers is {n}",
+            lt.len()
+        );
+    }
+    lt.iter()
+        .map(|t| match t.as_str() {
+            "sliding_attention" => Ok(true),
+            "full_attention" => Ok(false),
+            other => bail!("unknown layer_types entry {other:?} for gpt_oss"),
+        })
+        .collect()
+}
+
 /// Parses a gpt-oss `config.json` (its root object) into a [`ModelConfig`]
 /// whose [`ModelConfig::gpt_oss`] is set; `eos` replaces `config.json`'s stop ids
 /// (from `generation_config.json`). Experts start in the [`GptOssExperts::Dense`]
@@ -253,25 +277,7 @@ pub(super) fn parse(root: &Value, eos: Option<Vec<u32>>) -> Result<ModelConfig> 
     if head_dim == 0 || !head_dim.is_multiple_of(2) {
         bail!("head_dim {head_dim} must be even and > 0 (RoPE rotates half-split pairs)");
     }
-    let sliding = match &raw.layer_types {
-        Some(lt) => {
-            if lt.len() != n {
-                bail!(
-                    "layer_types has {} entries, num_hidden_layers is {n}",
-                    lt.len()
-                );
-            }
-            lt.iter()
-                .map(|t| match t.as_str() {
-                    "sliding_attention" => Ok(true),
-                    "full_attention" => Ok(false),
-                    other => bail!("unknown layer_types entry {other:?} for gpt_oss"),
-                })
-                .collect::<Result<Vec<_>>>()?
-        }
-        // GptOssConfig's default: sliding first, alternating.
-        None => (0..n).map(|i| (i + 1) % 2 == 1).collect(),
-    };
+    let sliding = sliding_layers(raw.layer_types.as_deref(), n)?;
     let window = raw.sliding_window.unwrap_or(0);
     if window == 0 && sliding.contains(&true) {
         bail!("sliding_window must be ≥ 1 when layer_types has sliding_attention layers");

@@ -95,18 +95,9 @@ struct Piece {
     at: usize,
 }
 
-/// Decodes logical bytes `[start, start + dst.len())` of `pack` (file `f`) into `dst`;
-/// bytes between tensors are zero. Checks each block's CRC-32 before decoding.
-///
-/// Errors: a read error or short read (file and offset named), a CRC mismatch or a
-/// block that does not decode (tensor and block named).
-pub fn read_logical(
-    pack: &PackIndex,
-    f: &ShardFile,
-    pool: &StagingPool,
-    start: u64,
-    dst: &mut [u8],
-) -> Result<ReadCost> {
+/// The block pieces that cover logical bytes `[start, start + dst.len())` of `pack`,
+/// in order; the bytes of `dst` no piece covers (between tensors) are zeroed.
+fn pieces_of(pack: &PackIndex, start: u64, dst: &mut [u8]) -> Vec<Piece> {
     let end = start + dst.len() as u64;
     let bb = pack.header.block_bytes as u64;
     let mut pieces = Vec::new();
@@ -131,8 +122,13 @@ pub fn read_logical(
         }
     }
     dst[covered..].fill(0);
-    // Chunks: runs of pieces whose blocks are contiguous in the file and fit a buffer.
-    let mut chunks: Vec<std::ops::Range<usize>> = Vec::new();
+    pieces
+}
+
+/// Chunks of `pieces` (index ranges): runs whose blocks are contiguous in the file and
+/// fit a staging buffer of `buf_bytes`, each read with one request.
+fn chunks_of(pack: &PackIndex, pieces: &[Piece], buf_bytes: u64) -> Vec<std::ops::Range<usize>> {
+    let mut chunks = Vec::new();
     let mut i = 0;
     while i < pieces.len() {
         let first = &pack.blocks[pieces[i].block];
@@ -141,9 +137,7 @@ pub fn read_logical(
         while j < pieces.len() {
             let b = &pack.blocks[pieces[j].block];
             let prev = &pack.blocks[pieces[j - 1].block];
-            if b.offset != prev.offset + prev.stored_len()
-                || span + b.stored_len() > pool.buf_bytes as u64
-            {
+            if b.offset != prev.offset + prev.stored_len() || span + b.stored_len() > buf_bytes {
                 break;
             }
             span += b.stored_len();
@@ -152,6 +146,23 @@ pub fn read_logical(
         chunks.push(i..j);
         i = j;
     }
+    chunks
+}
+
+/// Decodes logical bytes `[start, start + dst.len())` of `pack` (file `f`) into `dst`;
+/// bytes between tensors are zero. Checks each block's CRC-32 before decoding.
+///
+/// Errors: a read error or short read (file and offset named), a CRC mismatch or a
+/// block that does not decode (tensor and block named).
+pub fn read_logical(
+    pack: &PackIndex,
+    f: &ShardFile,
+    pool: &StagingPool,
+    start: u64,
+    dst: &mut [u8],
+) -> Result<ReadCost> {
+    let pieces = pieces_of(pack, start, dst);
+    let chunks = chunks_of(pack, &pieces, pool.buf_bytes as u64);
     let span_of = |c: &std::ops::Range<usize>| {
         let a = pack.blocks[pieces[c.start].block].offset;
         let last = &pack.blocks[pieces[c.end - 1].block];

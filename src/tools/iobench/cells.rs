@@ -363,6 +363,23 @@ fn p_is_empty(t: &Pass) -> bool {
     t.requests == 0
 }
 
+/// Bytes of the largest request's buffer (its spans' aligned lengths in `files`); 0 for
+/// mmap, which reads into no buffer.
+fn buffer_len(w: &Workload, files: &[ShardFile], mode: IoMode) -> usize {
+    if mode == IoMode::Mmap {
+        return 0;
+    }
+    w.requests
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|s| files[s.file].buffer_len_for(s.offset, s.len))
+                .sum::<usize>()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// One timed pass of `spec` (cold: evict first, at most one pass over the distinct
 /// requests; warm: preload, then replay) for at most `seconds`.
 fn run_pass(w: &Workload, spec: &CellSpec, seconds: f64) -> Result<Pass> {
@@ -390,19 +407,7 @@ fn run_pass(w: &Workload, spec: &CellSpec, seconds: f64) -> Result<Pass> {
         .iter()
         .map(|p| ShardFile::open(p, spec.mode))
         .collect::<Result<_>>()?;
-    let buf_len = if spec.mode == IoMode::Mmap {
-        0
-    } else {
-        w.requests
-            .iter()
-            .map(|r| {
-                r.iter()
-                    .map(|s| files[s.file].buffer_len_for(s.offset, s.len))
-                    .sum::<usize>()
-            })
-            .max()
-            .unwrap_or(0)
-    };
+    let buf_len = buffer_len(w, &files, spec.mode);
     let resident_before = resident_bytes(&w.files)?;
     let dur = seconds
         .is_finite()
