@@ -18,97 +18,22 @@ use serde::{Deserialize, Serialize};
 
 use super::axes::{Coord, Values};
 
+mod hash;
+mod points;
+mod prompt;
+mod repeats;
+
+pub use hash::spec_hash;
+pub use points::{Point, RunSlot, Shard};
+use prompt::prompt_file_problem;
+pub use prompt::PromptSpec;
+pub use repeats::{
+    parse_precision, AutoRepeats, Precision, Repeats, DEFAULT_MAX_REPEATS, DEFAULT_PRECISION,
+    MIN_AUTO_REPEATS,
+};
+
 /// The default spec, embedded so `memdial sweep` works outside the repository root.
 pub const DEFAULT_SPEC: &str = include_str!("../../sweeps/default.toml");
-
-/// A prompt: literal text, a file holding the text, or token ids.
-///
-/// Read errors (usage): a table with both `ids` and `file`, with neither, or with
-/// another key.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged, try_from = "RawPrompt")]
-pub enum PromptSpec {
-    /// Literal prompt text (`"Hello"`).
-    Text(String),
-    /// Prompt text read from a file (`{ file = "prompts/a.txt" }`), relative to the spec file.
-    File {
-        /// Path of the prompt file.
-        file: PathBuf,
-    },
-    /// Prompt as token ids (`{ ids = [1, 2, 3] }`).
-    Ids {
-        /// Token ids.
-        ids: Vec<u32>,
-    },
-}
-
-/// A prompt as written: a string or a table, checked by `TryFrom` so an error names
-/// the keys (serde's untagged enums would say only "did not match any variant").
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum RawPrompt {
-    Text(String),
-    Table(BTreeMap<String, serde_json::Value>),
-}
-
-impl TryFrom<RawPrompt> for PromptSpec {
-    type Error = String;
-    fn try_from(r: RawPrompt) -> std::result::Result<Self, String> {
-        const FORMS: &str =
-            "a prompt is \"text\", { file = \"prompt.txt\" } or { ids = [1, 2, 3] }";
-        let mut t = match r {
-            RawPrompt::Text(s) => return Ok(PromptSpec::Text(s)),
-            RawPrompt::Table(t) => t,
-        };
-        if let Some(k) = t.keys().find(|k| *k != "ids" && *k != "file") {
-            return Err(format!("prompt: unknown key `{k}` ({FORMS})"));
-        }
-        match (t.remove("ids"), t.remove("file")) {
-            (Some(_), Some(_)) => Err(format!(
-                "prompt: both `ids` and `file` are given; give one of them ({FORMS})"
-            )),
-            (Some(ids), None) => serde_json::from_value(ids)
-                .map(|ids| PromptSpec::Ids { ids })
-                .map_err(|e| format!("prompt ids: {e} (token ids are integers in 0..=4294967295)")),
-            (None, Some(f)) => match f {
-                serde_json::Value::String(f) => Ok(PromptSpec::File { file: f.into() }),
-                other => Err(format!("prompt file: {other} is not a path string")),
-            },
-            (None, None) => Err(format!("prompt: an empty table ({FORMS})")),
-        }
-    }
-}
-
-/// Why `file` cannot be a sweep's prompt file (`None`: it can). A sweep reads it
-/// several times (its identity, the engines' tokens, every run), so it must be a
-/// regular file: a FIFO would block or give each reader different text.
-fn prompt_file_problem(file: &Path) -> Option<String> {
-    use std::os::unix::fs::FileTypeExt;
-    let shown = file.display();
-    let t = match std::fs::metadata(file) {
-        Ok(m) => m.file_type(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Some(format!("prompt file {shown} does not exist"))
-        }
-        Err(e) => return Some(format!("prompt file {shown}: {e}")),
-    };
-    let kind = if t.is_file() {
-        return None;
-    } else if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO (named pipe)"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device"
-    } else {
-        "not a regular file"
-    };
-    Some(format!(
-        "prompt file {shown} is {kind}, not a text file (a sweep reads its prompt files more than once, so they must be regular files)"
-    ))
-}
 
 /// A sweep specification as written in TOML.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -247,36 +172,6 @@ pub struct Spec {
     pub cache: Vec<CachePolicy>,
 }
 
-/// Version of the spec-hash form. 1: the fields of the first spec format, every
-/// one serialised (defaults included); fields added later are left out while they
-/// hold their default, so a version-1 spec keeps its hash. A later version that
-/// changes how the form is written is serialised as `"hash_format": N` at the end
-/// (version 1 writes nothing, which is what makes the shipped specs' hashes stay).
-pub const SPEC_HASH_FORMAT: u32 = 1;
-
-/// The form of a spec (or of any value holding one) that [`Spec::hash`] hashes.
-#[derive(Serialize)]
-struct HashForm<'a, T: Serialize> {
-    #[serde(flatten)]
-    spec: &'a T,
-    #[serde(skip_serializing_if = "is_first_hash_format")]
-    hash_format: u32,
-}
-
-fn is_first_hash_format(v: &u32) -> bool {
-    *v == 1
-}
-
-/// SHA-256 (hex) of the hash form of `spec`: its canonical JSON with the hash-form
-/// version ([`SPEC_HASH_FORMAT`]).
-pub fn spec_hash<T: Serialize>(spec: &T) -> String {
-    let form = HashForm {
-        spec,
-        hash_format: SPEC_HASH_FORMAT,
-    };
-    super::util::sha256_hex(serde_json::to_string(&form).unwrap_or_default().as_bytes())
-}
-
 fn d_engines() -> Vec<String> {
     vec![super::engines::def::DEFAULT_ENGINE.into()]
 }
@@ -331,212 +226,12 @@ pub const MAX_CONTEXT: usize = 1 << 24;
 /// Largest `repeats` (and `warmup`) per point: every run slot is planned up front.
 pub const MAX_REPEATS: u32 = 10_000;
 
-/// `precision` of `repeats = "auto"` when the spec does not set it.
-pub const DEFAULT_PRECISION: &str = "5%";
-/// `max_repeats` of `repeats = "auto"` when the spec does not set it.
-pub const DEFAULT_MAX_REPEATS: u32 = 10;
-/// Fewest quiet measured runs before `repeats = "auto"` may stop a point: an
-/// interval from fewer is hardly more than their min–max.
-pub const MIN_AUTO_REPEATS: u32 = 3;
-
-/// The spec's `repeats`: a fixed count per point, or `"auto"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Repeats {
-    /// This many measured runs per point (serialised as the bare number, so the hash
-    /// of every spec written before `"auto"` is unchanged).
-    Count(u32),
-    /// `"auto"`: measured until precise enough ([`AutoRepeats`]).
-    Auto(AutoWord),
-}
-
-/// The word `"auto"` (any other string is refused).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AutoWord;
-
-impl Serialize for AutoWord {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        s.serialize_str("auto")
-    }
-}
-
-impl<'de> Deserialize<'de> for AutoWord {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let w = String::deserialize(d)?;
-        if w == "auto" {
-            Ok(AutoWord)
-        } else {
-            Err(serde::de::Error::custom(format!(
-                "repeats = {w:?}: expected a number of runs or \"auto\""
-            )))
-        }
-    }
-}
-
-/// `repeats = "auto"` resolved: a point's measured runs go on, interleaved with the
-/// other points', until its 95 % interval half-width is at most `precision` × its
-/// median (after at least `min_repeats` quiet runs) or `max_repeats` runs were made.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct AutoRepeats {
-    /// Largest interval half-width, as a fraction of the median (0.05 = ±5 %).
-    pub precision: f64,
-    /// Fewest quiet measured runs before a point may stop ([`MIN_AUTO_REPEATS`]).
-    pub min_repeats: u32,
-    /// Most measured runs of a point (what `runs_planned` counts).
-    pub max_repeats: u32,
-}
-
-/// The spec's `precision`, as written: `"5%"` or `0.05`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Precision {
-    /// `"5%"` (or `"0.05"`).
-    Text(String),
-    /// `0.05`.
-    Fraction(f64),
-}
-
-/// Parses a precision: `"5%"` or a fraction (`0.05`), in (0, 1).
-///
-/// Errors: not a number, or outside (0 %, 100 %).
-pub fn parse_precision(s: &str) -> Result<f64> {
-    let t = s.trim();
-    let v = match t.strip_suffix('%') {
-        Some(p) => p.trim().parse::<f64>().map(|x| x / 100.0),
-        None => t.parse::<f64>(),
-    }
-    .with_context(|| format!("invalid precision {s:?} (e.g. \"5%\")"))?;
-    if !(v > 0.0 && v < 1.0) {
-        bail!("precision {s:?} must be above 0 % and below 100 % of the median");
-    }
-    Ok(v)
-}
-
 /// Context length assumed for the floor when the prompt cannot be tokenized.
 pub const DEFAULT_PLAN_CONTEXT: usize = 4096;
 
 /// A budget expression: the library's, bounded (a multiple of at most 1000, a finite
 /// positive number) and resolved without overflow.
 pub use memdial::util::budget::BudgetExpr;
-
-/// One point of the sweep (a combination of axis values).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Point {
-    /// Position in the full (unsharded) product.
-    pub index: usize,
-    /// The budget as written in the spec.
-    pub budget_spec: String,
-    /// IO mode.
-    pub io: IoMode,
-    /// Prefetch policy.
-    pub prefetch: Prefetch,
-    /// Expert cache policy.
-    pub cache: CachePolicy,
-    /// Kernel threads.
-    pub threads: usize,
-    /// Index into `Spec::prompts`.
-    pub prompt_index: usize,
-    /// Engine (`memdial` unless the spec lists others).
-    #[serde(default)]
-    pub engine: String,
-    /// The spec has several engines: the key names the engine.
-    #[serde(default)]
-    pub engine_in_key: bool,
-    /// Values on the axes declared after engines ([`super::axes`]), innermost last.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub axes: Vec<Coord>,
-}
-
-impl Point {
-    /// Stable identity of the point, independent of sharding and of the run directory.
-    /// `;engine=NAME` is appended only when the spec has several engines, so keys (and
-    /// baselines) of single-engine sweeps are unchanged.
-    pub fn key(&self) -> String {
-        let mut k = format!(
-            "budget={};io={};prefetch={};cache={};threads={};prompt={}",
-            self.budget_spec,
-            self.io.as_str(),
-            self.prefetch.as_str(),
-            self.cache.as_str(),
-            self.threads,
-            self.prompt_index
-        );
-        if self.engine_in_key {
-            k += &format!(";engine={}", self.engine);
-        }
-        for c in self.axes.iter().filter(|c| c.in_key) {
-            k += &format!(";{}={}", c.name, c.value);
-        }
-        k
-    }
-}
-
-/// One run: a point, a repeat index and whether it is a warm-up.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunSlot {
-    /// The point.
-    pub point: Point,
-    /// Repeat index (0-based, counted separately for warm-ups and measured runs).
-    pub repeat: u32,
-    /// Whether this run is a discarded warm-up.
-    pub warmup: bool,
-}
-
-impl RunSlot {
-    /// Stable id of the run: `<point key>#r<repeat>` or `#w<repeat>` for warm-ups.
-    pub fn run_id(&self) -> String {
-        format!(
-            "{}#{}{}",
-            self.point.key(),
-            if self.warmup { "w" } else { "r" },
-            self.repeat
-        )
-    }
-    /// Directory name under `runs/`: `p003-r1`.
-    pub fn dir_name(&self) -> String {
-        format!(
-            "p{:03}-{}{}",
-            self.point.index,
-            if self.warmup { "w" } else { "r" },
-            self.repeat
-        )
-    }
-}
-
-/// `--shard i/n` (1-based `i`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Shard {
-    /// 1-based shard number.
-    pub index: usize,
-    /// Number of shards.
-    pub count: usize,
-}
-
-impl Shard {
-    /// Parses `i/n` with `1 ≤ i ≤ n`.
-    pub fn parse(s: &str) -> Result<Self> {
-        let (a, b) = s
-            .split_once('/')
-            .with_context(|| format!("invalid --shard {s:?} (expected i/n, e.g. 1/4)"))?;
-        let index: usize = a.trim().parse().context("invalid shard number")?;
-        let count: usize = b.trim().parse().context("invalid shard count")?;
-        if count == 0 || index == 0 || index > count {
-            bail!("invalid --shard {s:?}: need 1 ≤ i ≤ n");
-        }
-        Ok(Shard { index, count })
-    }
-    /// Whether point `index` belongs to this shard (round-robin, so every shard gets
-    /// a mix of small and large budgets).
-    pub fn contains(&self, point_index: usize) -> bool {
-        point_index % self.count == self.index - 1
-    }
-}
-
-impl std::fmt::Display for Shard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.index, self.count)
-    }
-}
 
 impl Spec {
     /// Parses and validates a spec. `base` is the directory relative prompt files are
