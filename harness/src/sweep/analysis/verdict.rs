@@ -125,6 +125,16 @@ pub fn first_difference(a: &[u32], b: &[u32]) -> Option<usize> {
         .or((a.len() != b.len()).then_some(n))
 }
 
+/// The group of a run: (prompt, depth, max_tokens, engine).
+fn group_key(r: &Row) -> (usize, usize, usize, String) {
+    (
+        r.prompt_index,
+        crate::sweep::depth::of_row(r),
+        r.max_tokens,
+        r.engine.clone(),
+    )
+}
+
 /// Computes the verdict of `rows`.
 pub fn verdict(rows: &[Row]) -> Verdict {
     let all = rows;
@@ -153,15 +163,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
                     continue;
                 }
                 points.insert(r.point_index);
-                groups
-                    .entry((
-                        r.prompt_index,
-                        crate::sweep::depth::of_row(r),
-                        r.max_tokens,
-                        r.engine.clone(),
-                    ))
-                    .or_default()
-                    .push(r);
+                groups.entry(group_key(r)).or_default().push(r);
             }
             RunStatus::BelowFloor => below_floor.push(r.point_key.clone()),
             RunStatus::NotApplicable => {

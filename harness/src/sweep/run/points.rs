@@ -67,6 +67,17 @@ fn plan_context(spec: &Spec, n: Option<usize>, depth: usize) -> usize {
     }
 }
 
+/// The largest K of the spec's `speculate` values (0: none speculates).
+fn longest_drafts(spec: &Spec) -> usize {
+    spec.speculate
+        .0
+        .iter()
+        .filter_map(|v| memdial::engine::speculate::Speculate::parse(v).ok())
+        .map(|v| v.k())
+        .max()
+        .unwrap_or(0)
+}
+
 /// All points of a spec resolved against one model.
 pub struct Points {
     /// Every point of the spec, in index order.
@@ -123,14 +134,7 @@ impl Points {
         // Every concurrency of a budget runs at the same bytes: the floor of the largest.
         let top = spec.concurrency.0.iter().copied().max().unwrap_or(1) as usize;
         // Every `speculate` value of a budget too: the floor of the longest drafts.
-        let draft_k = spec
-            .speculate
-            .0
-            .iter()
-            .filter_map(|v| memdial::engine::speculate::Speculate::parse(v).ok())
-            .map(|v| v.k())
-            .max()
-            .unwrap_or(0);
+        let draft_k = longest_drafts(spec);
         let mut floor_of = |layout: LayoutKind,
                             p: &Point,
                             ctx: usize,
