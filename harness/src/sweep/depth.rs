@@ -56,13 +56,23 @@ pub fn not_applicable(memdial: bool, axes: &[Coord]) -> Option<String> {
     (!memdial && d > 0).then(|| format!("depth = {d}: only memdial takes a depth context"))
 }
 
-/// Errors: a depth beyond `max_context` positions (the spec's bound), or a spec
-/// serving concurrent clients (`concurrency` above 1) at a depth.
-pub fn check(values: &[u32], concurrency: &[u32], max_context: usize) -> Result<()> {
-    if let Some(d) = values.iter().find(|&&d| d as usize >= max_context) {
+/// Errors: a depth beyond `limit` positions (the spec's bound), a spec `max_context`
+/// that cannot hold the deepest context and `max_tokens` (every run of that depth would
+/// be refused), or a spec serving concurrent clients (`concurrency` above 1) at a depth.
+pub fn check(
+    values: &[u32],
+    concurrency: &[u32],
+    limit: usize,
+    (max_context, max_tokens): (Option<usize>, usize),
+) -> Result<()> {
+    if let Some(d) = values.iter().find(|&&d| d as usize >= limit) {
+        bail!("depth = {d}: at most {} positions of context", limit - 1);
+    }
+    let deepest = values.iter().copied().max().unwrap_or(0) as usize;
+    if let Some(m) = max_context.filter(|&m| deepest > 0 && m < deepest + max_tokens) {
         bail!(
-            "depth = {d}: at most {} positions of context",
-            max_context - 1
+            "depth = {deepest} with max_tokens = {max_tokens} needs more than max_context = {m} \
+             positions (the context is depth + prompt + max_tokens): raise max_context or leave it out"
         );
     }
     if values.iter().any(|&d| d > 0) && concurrency.iter().any(|&c| c > 1) {

@@ -47,10 +47,16 @@ fn bad_values_and_served_points_are_refused() {
         ("depth = [16777216]", "at most 16777215 positions"),
         ("depth = []", "is empty"),
         ("depth = [16]\nconcurrency = [1, 2]", "takes no depth"),
+        (
+            "depth = [0, 512]\nmax_context = 520\nmax_tokens = 16",
+            "depth = 512 with max_tokens = 16 needs more than max_context = 520",
+        ),
     ] {
         let e = format!("{:#}", spec(extra).unwrap_err());
         assert!(e.contains(want), "{extra}: {e}");
     }
     // Concurrency above 1 at depth 0 alone is the ordinary served sweep.
     assert!(spec("depth = [0]\nconcurrency = [1, 2]").is_ok());
+    // 512 + 16 = 528 positions fit (the prompt's are checked by the run).
+    assert!(spec("depth = [512]\nmax_context = 528\nmax_tokens = 16").is_ok());
 }

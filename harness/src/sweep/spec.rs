@@ -596,7 +596,12 @@ impl Spec {
         super::concurrency::check(&self.concurrency.0)?;
         super::speculate::check(&self.speculate.0)?;
         super::speculate::check_with_concurrency(&self.speculate.0, &self.concurrency.0)?;
-        super::depth::check(&self.depth.0, &self.concurrency.0, MAX_CONTEXT)?;
+        super::depth::check(
+            &self.depth.0,
+            &self.concurrency.0,
+            MAX_CONTEXT,
+            (self.max_context, self.max_tokens),
+        )?;
         self.io = Vec::new();
         for io in &self.io_names {
             self.io.push(IoMode::parse(io)?);
