@@ -215,18 +215,22 @@ fn load_prompt(a: &RunArgs, vocab_size: usize) -> Result<Vec<u32>> {
 /// max-tokens. Errors: the count overflows, its cache is not a byte count, or
 /// `--depth` with a `--max-context` that cannot hold depth + prompt + max-tokens.
 fn context_for(a: &RunArgs, cfg: &ModelConfig, prompt_len: usize) -> Result<usize> {
-    let needed = prompt_len
-        .checked_add(a.max_tokens)
-        .and_then(|n| n.checked_add(a.depth))
-        .filter(|&n| n <= crate::sweep::spec::MAX_CONTEXT)
-        .ok_or_else(|| {
-            usage(format!(
-                "--depth {} plus the prompt's {prompt_len} tokens plus --max-tokens {} is more than {} positions",
-                a.depth,
-                a.max_tokens,
-                crate::sweep::spec::MAX_CONTEXT
-            ))
-        })?;
+    let needed = prompt_len.checked_add(a.max_tokens).ok_or_else(|| {
+        usage(format!(
+            "--max-tokens {} plus the prompt's {prompt_len} tokens overflows the position counter",
+            a.max_tokens
+        ))
+    })?;
+    let limit = crate::sweep::spec::MAX_CONTEXT;
+    let needed = match needed.checked_add(a.depth) {
+        Some(n) if a.depth == 0 || n <= limit => n,
+        _ => {
+            return Err(usage(format!(
+                "--depth {} plus the prompt's {prompt_len} tokens plus --max-tokens {} is more than {limit} positions",
+                a.depth, a.max_tokens
+            )))
+        }
+    };
     if let Some(m) = a.max_context.filter(|&m| a.depth > 0 && m < needed) {
         return Err(usage(format!(
             "--depth {}: the depth context, the prompt's {prompt_len} tokens and --max-tokens {} \
