@@ -336,6 +336,52 @@ warm = true
     }
 }
 
+/// `depth` points above 0 of an engine other than memdial are `n/a` (no adapter takes
+/// a depth); the engines meet at depth 0, and memdial's depth-16 runs are compared
+/// with each other only.
+fn depth_is_n_a_for_other_engines() {
+    let _g = lock();
+    let m = model("tiny-k3");
+    let spec = r#"
+budgets = ["2x floor"]
+prompts = ["The capital of France is"]
+max_tokens = 4
+repeats = 1
+engines = ["memdial", "fake"]
+depth = [0, 16]
+[engine.fake]
+command = ["sh", "-c", "echo 'ids: 5 6 7 8'"]
+ids_stdout_regex = "^ids: (.*)$"
+budget = "flag"
+must_match = false
+"#;
+    let (o, out) = sweep(&m, spec, "depth-na", &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let rows = rows(&out);
+    let get = |e: &str, d: &str| {
+        rows.iter()
+            .find(|r| r["engine"] == e && r["depth"] == d)
+            .unwrap_or_else(|| panic!("no {e} depth {d} row"))
+            .clone()
+    };
+    let na = get("fake", "16");
+    assert_eq!(na["status"], "n/a", "{na}");
+    assert!(
+        na["error"]
+            .as_str()
+            .unwrap()
+            .contains("depth = 16: only memdial takes a depth context"),
+        "{na}"
+    );
+    assert_eq!(get("fake", "0")["status"], "ok");
+    assert_eq!(get("memdial", "16")["status"], "ok");
+    assert_eq!(get("memdial", "16")["depth_tokens"], 16);
+    let v = json(&out.join("verdict.json"));
+    let c = v["engines"]["comparisons"].as_array().unwrap();
+    assert_eq!(c.len(), 1, "one comparison, at depth 0: {v}");
+    assert_eq!(c[0]["engine"], "fake");
+}
+
 fn unknown_engine_is_a_usage_error() {
     let m = model("tiny-k3");
     let (o, _) = sweep(
@@ -1002,6 +1048,10 @@ fn main() -> ExitCode {
             testkit::test(
                 "text_only_engine_is_checked_on_its_output_text",
                 text_only_engine_is_checked_on_its_output_text,
+            ),
+            testkit::test(
+                "depth_is_n_a_for_other_engines",
+                depth_is_n_a_for_other_engines,
             ),
             testkit::test(
                 "command_engine_mismatch_fails_only_when_it_must_match",

@@ -1047,7 +1047,7 @@ fn concurrency_sweep_serves_clients_whose_ids_equal_the_single_runs() {
         csv.lines()
             .next()
             .unwrap()
-            .ends_with(",concurrency,speculate"),
+            .ends_with(",concurrency,speculate,depth"),
         "{csv}"
     );
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
@@ -1068,4 +1068,84 @@ fn concurrency_sweep_serves_clients_whose_ids_equal_the_single_runs() {
         "{}",
         text(&o)
     );
+}
+
+/// The `depth` axis: runs at depth 16 decode other ids than at depth 0, and the
+/// verdict compares them within their depth (across depths it would have failed);
+/// every depth of a budget runs at the same bytes, the deepest point's floor.
+#[test]
+fn depth_sweep_compares_ids_within_a_depth() {
+    let _g = lock();
+    let out = fresh("depth");
+    let spec = SPEC
+        .replace("repeats = 2", "repeats = 1")
+        .replace("io = [\"direct\", \"buffered\"]", "io = [\"direct\"]")
+        .replace("[noise]", "depth = [0, 16]\n[noise]");
+    let o = sweep(&spec_file("depth.toml", &spec), &out, &["--check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    assert!(line.starts_with("PASS: 4 runs at 4 points"), "{line}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
+    let groups = v["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2, "{v}");
+    let depth_of = |g: &serde_json::Value| g["depth"].as_u64().unwrap_or(0);
+    let (g0, g16) = if depth_of(&groups[0]) == 0 {
+        (&groups[0], &groups[1])
+    } else {
+        (&groups[1], &groups[0])
+    };
+    assert_eq!((depth_of(g0), depth_of(g16)), (0, 16), "{v}");
+    assert_eq!(
+        (g0["runs"].as_u64(), g16["runs"].as_u64()),
+        (Some(2), Some(2))
+    );
+    assert_ne!(g0["hash"], g16["hash"], "the context changes the ids: {v}");
+    let js = rows(&out);
+    assert_eq!(js.len(), 4);
+    for budget in ["floor", "3x floor"] {
+        let at: Vec<&serde_json::Value> =
+            js.iter().filter(|r| r["budget_spec"] == budget).collect();
+        assert_eq!(at.len(), 2, "{budget}");
+        let (a, b) = if at[0]["depth"] == "0" {
+            (at[0], at[1])
+        } else {
+            (at[1], at[0])
+        };
+        assert_eq!((&a["depth"], &b["depth"]), (&"0".into(), &"16".into()));
+        assert_eq!(a["budget_bytes"], b["budget_bytes"], "{a} {b}");
+        // The deeper context's plan holds more (its activations and caches): the
+        // shared budget is resolved against it.
+        assert!(
+            b["planned_floor_bytes"].as_u64() > a["planned_floor_bytes"].as_u64(),
+            "{a} {b}"
+        );
+        if budget == "floor" {
+            assert_eq!(b["budget_bytes"], b["planned_floor_bytes"], "{b}");
+        }
+        assert_eq!(
+            (&a["depth_tokens"], &b["depth_tokens"]),
+            (&0.into(), &16.into())
+        );
+        assert_eq!((&a["n_depth"], &b["n_depth"]), (&0.into(), &16.into()));
+        assert!(b["depth_prefill_s"].as_f64().unwrap() > 0.0, "{b}");
+        // 16 positions more: the context the run's MLA cache holds.
+        assert_eq!(
+            b["max_context"].as_u64().unwrap(),
+            a["max_context"].as_u64().unwrap() + 16
+        );
+        assert!(b["point_key"].as_str().unwrap().ends_with(";depth=16"));
+    }
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert!(
+        csv.lines().next().unwrap().ends_with(",speculate,depth"),
+        "{csv}"
+    );
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("## Depth: decode after a context"), "{md}");
+    assert!(
+        md.contains("![decode time vs context depth](depth.svg)"),
+        "{md}"
+    );
+    assert!(out.join("depth.png").is_file() && out.join("depth.svg").is_file());
 }

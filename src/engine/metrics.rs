@@ -253,6 +253,14 @@ pub struct RunMetrics {
     /// Bytes read during decode ÷ `forwards` (streamed runs).
     #[serde(deserialize_with = "finite_f64")]
     pub bytes_read_per_forward: Option<f64>,
+    /// Context tokens prefilled before the prompt (`--depth`, llama-bench's
+    /// `n_depth`; 0 without it).
+    #[serde(deserialize_with = "lenient_u64")]
+    pub depth_tokens: Option<u64>,
+    /// Seconds prefilling those context tokens (with `--depth` above 0), apart from
+    /// `prefill_s` (the prompt's) and `ttft_s`.
+    #[serde(deserialize_with = "finite_f64")]
+    pub depth_prefill_s: Option<f64>,
     /// Who measured each figure present (field name → source).
     pub metric_sources: BTreeMap<String, Source>,
 }

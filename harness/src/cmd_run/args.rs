@@ -91,9 +91,17 @@ pub struct RunArgs {
     /// not in `load_s`, the bytes read or the device reads.
     #[arg(long, value_enum, default_value_t = StartMode::Cold)]
     pub start: StartMode,
-    /// Positions the MLA latent cache is sized for (default: prompt + max-tokens).
+    /// Positions the MLA latent cache is sized for (default: depth + prompt +
+    /// max-tokens; with `--depth`, a smaller value is refused).
     #[arg(long)]
     pub max_context: Option<usize>,
+    /// Decode at depth N (llama-bench's `-d`): N deterministic context ids (a fixed
+    /// SplitMix64 stream modulo the vocabulary, `memdial::engine::depth`) are
+    /// prefilled before the prompt, timed apart (`depth_prefill_s`); the prompt's
+    /// prefill, `ttft_s` and the decode figures are those after them. The ids
+    /// generated are those of `--prompt-ids` of the N ids followed by the prompt.
+    #[arg(long, default_value_t = 0)]
+    pub depth: usize,
     /// Write run metrics (timings, bytes read, hit rates, RSS, output hashes) as JSON.
     #[arg(long)]
     pub metrics_json: Option<PathBuf>,

@@ -35,6 +35,8 @@ pub(super) struct Generated {
     pub(super) warm: Option<Warm>,
     /// Speculation's counters (`None` with `--speculate off`).
     pub(super) spec: Option<memdial::engine::speculate::SpecStats>,
+    /// Seconds prefilling the `--depth` context (`None` without one).
+    pub(super) depth_prefill_s: Option<f64>,
 }
 
 /// Everything a run's metrics are computed from.
@@ -150,6 +152,8 @@ impl RunFacts<'_> {
                 .then(|| (m.lossless_decode_s - first_m.lossless_decode_s) / steps as f64),
             warm_fill_s: self.g.warm.map(|w| w.fill.seconds),
             warm_fill_bytes: self.g.warm.map(|w| w.fill.bytes),
+            depth_tokens: Some(a.depth as u64),
+            depth_prefill_s: self.g.depth_prefill_s,
             ..Default::default()
         };
         rm.set_sched(&out.decode_s, &out.sched);

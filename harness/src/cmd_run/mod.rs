@@ -80,8 +80,10 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
     check_args(a)?;
     let cfg = load_config(&a.model)?;
     let prompt = load_prompt(a, cfg.vocab_size)?;
+    let depth = memdial::engine::depth::context_ids(a.depth, cfg.vocab_size);
     let max_context = context_for(a, &cfg, prompt.len())?;
-    let chunks = prefill_chunks(a, prompt.len(), max_context);
+    // The arena fits the longest forward: a chunk of the depth context or of the prompt.
+    let chunks = prefill_chunks(a, prompt.len().max(depth.len()), max_context);
     // The state and arena are allocated at once for max_context positions: refuse what
     // this machine cannot hold before loading (an allocation failure aborts).
     memdial::engine::loader::check_run_memory(
@@ -104,10 +106,15 @@ pub fn run(a: &RunArgs) -> Result<ExitCode> {
         } else {
             chunks.0
         };
-        s.note_run(prompt.len(), chunk, warm.is_some());
+        // The trace's prefill forwards are the depth context's, then the prompt's.
+        s.note_run(depth.len() + prompt.len(), chunk, warm.is_some());
     }
     mem.sample();
-    let mut g = generate_ids(a, &cfg, &opened, &prompt, max_context, chunks, &mut mem)?;
+    let input = Input {
+        depth: &depth,
+        prompt: &prompt,
+    };
+    let mut g = generate_ids(a, &cfg, &opened, input, max_context, chunks, &mut mem)?;
     g.warm = warm;
     write_outputs(a, &cfg, &opened, &prompt, max_context, load_s, &g, &mem)
 }
@@ -205,8 +212,9 @@ fn load_prompt(a: &RunArgs, vocab_size: usize) -> Result<Vec<u32>> {
     Ok(prompt)
 }
 
-/// Positions the MLA cache is sized for: `--max-context`, at least prompt +
-/// max-tokens. Errors: the count overflows, or its cache is not a byte count.
+/// Positions the MLA cache is sized for: `--max-context`, at least depth + prompt +
+/// max-tokens. Errors: the count overflows, its cache is not a byte count, or
+/// `--depth` with a `--max-context` that cannot hold depth + prompt + max-tokens.
 fn context_for(a: &RunArgs, cfg: &ModelConfig, prompt_len: usize) -> Result<usize> {
     let needed = prompt_len.checked_add(a.max_tokens).ok_or_else(|| {
         usage(format!(
@@ -214,6 +222,23 @@ fn context_for(a: &RunArgs, cfg: &ModelConfig, prompt_len: usize) -> Result<usiz
             a.max_tokens
         ))
     })?;
+    let limit = crate::sweep::spec::MAX_CONTEXT;
+    let needed = match needed.checked_add(a.depth) {
+        Some(n) if a.depth == 0 || n <= limit => n,
+        _ => {
+            return Err(usage(format!(
+                "--depth {} plus the prompt's {prompt_len} tokens plus --max-tokens {} is more than {limit} positions",
+                a.depth, a.max_tokens
+            )))
+        }
+    };
+    if let Some(m) = a.max_context.filter(|&m| a.depth > 0 && m < needed) {
+        return Err(usage(format!(
+            "--depth {}: the depth context, the prompt's {prompt_len} tokens and --max-tokens {} \
+             need {needed} positions, beyond --max-context {m} (raise --max-context or lower --depth)",
+            a.depth, a.max_tokens
+        )));
+    }
     let max_context = a.max_context.unwrap_or(needed).max(needed);
     // The MLA latent cache of every MLA layer for max_context positions must be a
     // representable byte count (the plan and the state size it).
@@ -293,13 +318,20 @@ fn prefill_chunks(a: &RunArgs, prompt_len: usize, max_context: usize) -> (usize,
     }
 }
 
-/// Prefills the prompt and decodes, sampling memory at every token. `chunks`:
-/// (prefill chunk, arena chunk) of [`prefill_chunks`].
+/// What a run feeds the model: the depth context (`--depth`), then the prompt.
+#[derive(Clone, Copy)]
+struct Input<'a> {
+    depth: &'a [u32],
+    prompt: &'a [u32],
+}
+
+/// Prefills the depth context (timed apart), then the prompt, and decodes, sampling
+/// memory at every token. `chunks`: (prefill chunk, arena chunk) of [`prefill_chunks`].
 fn generate_ids(
     a: &RunArgs,
     cfg: &ModelConfig,
     opened: &Opened,
-    prompt: &[u32],
+    Input { depth, prompt }: Input,
     max_context: usize,
     (prefill_chunk, arena_chunk): (usize, usize),
     mem: &mut PeakTracker,
@@ -326,6 +358,10 @@ fn generate_ids(
         prefill_chunk,
         perturb_logit: a.perturb_logit,
     };
+    let depth_prefill_s = (!depth.is_empty())
+        .then(|| memdial::engine::depth::prefill_context(model, &mut state, depth, prefill_chunk))
+        .transpose()?;
+    mem.sample();
     let mut at_first: Option<memdial::store::metrics::StoreMetrics> = None;
     let mut device_at_first: Option<u64> = None;
     let t_gen = Instant::now();
@@ -377,6 +413,7 @@ fn generate_ids(
         gen_wall,
         warm: None,
         spec,
+        depth_prefill_s,
     })
 }
 
@@ -419,19 +456,15 @@ fn write_outputs(
         }
         None => Ok(()),
     };
-    print_output(a, out, text.as_deref(), load_s)?;
+    print_output(a, g, text.as_deref(), load_s)?;
     logits?;
     metrics?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// Prints the output: text, ids, or the JSON object of `--output json`.
-fn print_output(
-    a: &RunArgs,
-    out: &memdial::engine::generate::GenerateOutput,
-    text: Option<&str>,
-    load_s: f64,
-) -> Result<()> {
+fn print_output(a: &RunArgs, g: &Generated, text: Option<&str>, load_s: f64) -> Result<()> {
+    let out = &g.out;
     let ids_str = out
         .output_ids
         .iter()
@@ -454,8 +487,10 @@ fn print_output(
                 "output_ids": out.output_ids,
                 "text": text,
                 "stopped_on_eos": out.stopped,
+                "depth_tokens": a.depth,
                 "timings": {
                     "load_s": load_s,
+                    "depth_prefill_s": g.depth_prefill_s,
                     "prefill_s": out.prefill_s,
                     "ttft_s": out.ttft_s,
                     "decode_s_per_token_median": out.decode_median_s(),

@@ -21,7 +21,8 @@
 //!
 //! `Spec::points` expands the declared axes innermost, after engines, in the order
 //! of [`super::spec::Spec::later_axes`]. Declared so far: [`super::start::Start`], [`super::layout::Layout`],
-//! [`super::concurrency::Concurrency`], [`super::speculate::Speculate`].
+//! [`super::concurrency::Concurrency`], [`super::speculate::Speculate`],
+//! [`super::depth::Depth`].
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

@@ -49,14 +49,14 @@ fn a_default_valued_axis_changes_no_hash_or_key_and_appends_its_column() {
     assert_eq!(&cols[..COLUMNS.len()], COLUMNS);
     assert_eq!(
         &cols[COLUMNS.len()..],
-        ["start", "layout", "concurrency", "speculate"]
+        ["start", "layout", "concurrency", "speculate", "depth"]
     );
     assert!(String::from_utf8(to_csv(&[row]).unwrap())
         .unwrap()
         .lines()
         .nth(1)
         .unwrap()
-        .ends_with(",cold,safetensors,1,off"));
+        .ends_with(",cold,safetensors,1,off,0"));
     // Rows of sweeps recorded before any later axis keep exactly the schema's columns.
     assert_eq!(columns(&[Row::default()]), COLUMNS);
 }

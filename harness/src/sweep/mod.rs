@@ -18,7 +18,8 @@
 //!   cross-engine verdict layered over the ids verdict;
 //! - [`start`]: the `start` axis (cold or warm caches); [`layout`]: the `layout`
 //!   axis (safetensors or the lossless streamed layout); [`concurrency`]: the
-//!   `concurrency` axis (concurrent clients of `memdial serve`);
+//!   `concurrency` axis (concurrent clients of `memdial serve`); [`depth`]: the
+//!   `depth` axis (decode after a deterministic context, `run --depth`);
 //! - [`predict`]: the spec's `trace` checked against the sweep and replayed at
 //!   every point (predicted bytes and s/token beside the measured ones);
 //! - [`verify`]: a finished run directory re-checked offline (`memdial report
@@ -30,6 +31,9 @@ pub mod axes;
 #[cfg(test)]
 mod axes_example;
 pub mod concurrency;
+pub mod depth;
+#[cfg(test)]
+mod depth_tests;
 pub mod engines;
 pub mod layout;
 #[cfg(test)]

@@ -182,6 +182,8 @@ pub fn prepare(
         if !matching.contains(&pt.prompt_index)
             || !memdial_engine
             || LayoutKind::of(&pt.axes).is_packed()
+            // The trace was recorded without a depth context: no prediction at one.
+            || crate::sweep::depth::of(&pt.axes) > 0
             || res.budget_bytes < res.floor_bytes
         {
             continue;

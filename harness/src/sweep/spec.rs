@@ -128,6 +128,10 @@ pub struct Spec {
     /// `["off", "ngram:4", "replay:ids.txt:4"]` (files relative to the spec file).
     #[serde(default, skip_serializing_if = "Values::is_default")]
     pub speculate: Values<super::speculate::Speculate>,
+    /// Context tokens before the prompt (`super::depth`, `memdial run --depth`):
+    /// `[0]` (default), or e.g. `[0, 512]`.
+    #[serde(default, skip_serializing_if = "Values::is_default")]
+    pub depth: Values<super::depth::Depth>,
     /// When a run counts as `noisy` (the `[noise]` table; absent: the defaults of
     /// [`memdial::tools::noise::Thresholds`], left out of the spec hash).
     #[serde(default, skip_serializing_if = "is_default_noise")]
@@ -287,6 +291,12 @@ impl Spec {
         super::concurrency::check(&self.concurrency.0)?;
         super::speculate::check(&self.speculate.0)?;
         super::speculate::check_with_concurrency(&self.speculate.0, &self.concurrency.0)?;
+        super::depth::check(
+            &self.depth.0,
+            &self.concurrency.0,
+            MAX_CONTEXT,
+            (self.max_context, self.max_tokens),
+        )?;
         self.io = Vec::new();
         for io in &self.io_names {
             self.io.push(IoMode::parse(io)?);
@@ -540,6 +550,7 @@ impl Spec {
             self.layout.coords(),
             self.concurrency.coords(),
             self.speculate.coords(),
+            self.depth.coords(),
         ]
     }
 

@@ -4,7 +4,7 @@
 //! left out (their speed was bought with memory the budget does not count), and so
 //! are points whose every run was `noisy`. With a `start` axis the answer is made from
 //! the `warm` points (the steady state) and the cold start shown beside it
-//! ([`recommend_steady`]); how sure the answer is, is [`super::bottom_line`]'s.
+//! ([`recommend_steady`]), and with a `depth` axis from the deepest points; how sure the answer is, is [`super::bottom_line`]'s.
 //!
 //! Definitions:
 //! - a mode's point at a budget is its fastest prefetch policy there (lowest median
@@ -343,11 +343,25 @@ fn knee_of(by_budget: &[Winner], best: &Pick) -> Option<(String, Pick)> {
 }
 
 /// [`recommend`] over the sweep's steady state: its `warm` points when it has any
-/// (with the recommended point's cold start beside it), else every point.
+/// (with the recommended point's cold start beside it), else every point; with
+/// several values of the `depth` axis, of the deepest only (every depth runs at the
+/// same budgets, and the deepest context is the one a budget must carry).
 pub fn recommend_steady(
     stats: &[PointStats],
     runs: &crate::sweep::analysis::stats::PointRuns,
 ) -> Recommendation {
+    let deepest = stats.iter().map(|p| p.depth).max().unwrap_or(0);
+    let at_depth: Vec<PointStats>;
+    let stats = if stats.iter().any(|p| p.depth != deepest) {
+        at_depth = stats
+            .iter()
+            .filter(|p| p.depth == deepest)
+            .cloned()
+            .collect();
+        &at_depth[..]
+    } else {
+        stats
+    };
     if !stats.iter().any(|p| p.start == "warm") {
         return recommend(stats, runs);
     }
@@ -582,6 +596,7 @@ pub(crate) mod tests {
             noisy: 0,
             noisy_only: false,
             layout: "safetensors".into(),
+            depth: 0,
         }
     }
 

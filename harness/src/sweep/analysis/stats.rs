@@ -97,6 +97,13 @@ pub struct PointStats {
     /// The model layout read (`safetensors` or `lossless`, the `layout` axis;
     /// `safetensors` in rows of sweeps before it).
     pub layout: String,
+    /// Context tokens before the prompt (the `depth` axis; 0 without it).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub depth: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Per-token decode times of each point's runs (by point index), with the round each run
@@ -267,6 +274,7 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                 noisy_only,
                 layout: crate::sweep::layout::LayoutKind::of_row(first)
                     .map_or_else(|| "unknown".to_string(), |k| k.to_string()),
+                depth: crate::sweep::depth::of_row(first),
             }
         })
         .collect()

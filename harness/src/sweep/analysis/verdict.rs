@@ -1,7 +1,8 @@
 //! The verdict: every run of the same prompt and token count must produce the same
 //! output ids, whatever the budget, IO mode, prefetch policy, cache or threads.
 //!
-//! Runs are grouped by (prompt, max_tokens). In each group the reference is the
+//! Runs are grouped by (prompt, depth, max_tokens): the `depth` axis's context
+//! changes the ids, so runs are compared within a depth. In each group the reference is the
 //! most common hash (ties: the hash of the earliest run in point order), so a
 //! single deviating point is the one named. Any run that failed (non-zero exit,
 //! timeout, no metrics) also fails the verdict, and so does a finished run whose
@@ -41,7 +42,7 @@ pub struct Mismatch {
     pub got_id: Option<u32>,
 }
 
-/// One (prompt, max_tokens, engine) group.
+/// One (prompt, depth, max_tokens, engine) group.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Group {
     /// Engine (empty for single-engine sweeps of memdial).
@@ -49,6 +50,9 @@ pub struct Group {
     pub engine: String,
     /// Prompt index.
     pub prompt_index: usize,
+    /// Context tokens before the prompt (the `depth` axis; 0 without it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub depth: usize,
     /// Generated tokens requested.
     pub max_tokens: usize,
     /// Reference hash.
@@ -121,12 +125,22 @@ pub fn first_difference(a: &[u32], b: &[u32]) -> Option<usize> {
         .or((a.len() != b.len()).then_some(n))
 }
 
+/// The group of a run: (prompt, depth, max_tokens, engine).
+fn group_key(r: &Row) -> (usize, usize, usize, String) {
+    (
+        r.prompt_index,
+        crate::sweep::depth::of_row(r),
+        r.max_tokens,
+        r.engine.clone(),
+    )
+}
+
 /// Computes the verdict of `rows`.
 pub fn verdict(rows: &[Row]) -> Verdict {
     let all = rows;
     // A served run (the `concurrency` axis) is compared request by request.
     let rows = &crate::sweep::concurrency::per_request_rows(rows)[..];
-    let mut groups: BTreeMap<(usize, usize, String), Vec<&Row>> = BTreeMap::new();
+    let mut groups: BTreeMap<(usize, usize, usize, String), Vec<&Row>> = BTreeMap::new();
     let mut not_applicable = vec![];
     let mut failed = vec![];
     let mut below_floor = vec![];
@@ -149,10 +163,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
                     continue;
                 }
                 points.insert(r.point_index);
-                groups
-                    .entry((r.prompt_index, r.max_tokens, r.engine.clone()))
-                    .or_default()
-                    .push(r);
+                groups.entry(group_key(r)).or_default().push(r);
             }
             RunStatus::BelowFloor => below_floor.push(r.point_key.clone()),
             RunStatus::NotApplicable => {
@@ -167,7 +178,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
     }
     let mut out = vec![];
     let mut runs_compared = 0;
-    for ((prompt_index, max_tokens, engine), mut rs) in groups {
+    for ((prompt_index, depth, max_tokens, engine), mut rs) in groups {
         rs.sort_by_key(|r| (r.point_index, r.warmup, r.repeat));
         runs_compared += rs.len();
         // most common hash; ties → earliest
@@ -201,6 +212,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
         out.push(Group {
             engine,
             prompt_index,
+            depth,
             max_tokens,
             hash,
             reference_run: reference.run_id.clone(),

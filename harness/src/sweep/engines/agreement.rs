@@ -97,10 +97,12 @@ fn text_status(a: &Out, b: &Out) -> &'static str {
     }
 }
 
-/// The reference output of every (engine, prompt, max_tokens) group of the verdict.
+/// The reference output of every (engine, prompt, max_tokens) group of the verdict
+/// at depth 0.
 fn group_ids<'a>(v: &Verdict, rows: &'a [Row]) -> BTreeMap<(String, usize, usize), Out<'a>> {
     let mut m = BTreeMap::new();
-    for g in &v.groups {
+    // Only memdial takes a depth context: engines meet at depth 0.
+    for g in v.groups.iter().filter(|g| g.depth == 0) {
         if let Some(r) = rows.iter().find(|r| r.run_id == g.reference_run) {
             m.insert(
                 (

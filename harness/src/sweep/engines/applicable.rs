@@ -154,14 +154,17 @@ fn text_only_na(e: &Engine, spec: &Spec, p: &Point) -> Option<String> {
     })
 }
 
-/// Why the point's `layout`, `speculate` or `concurrency` coordinate rules engine `e`
-/// out (only memdial reads the lossless layout, speculates and is served to
-/// concurrent clients).
+/// Why the point's `layout`, `speculate`, `depth` or `concurrency` coordinate rules
+/// engine `e` out (only memdial reads the lossless layout, speculates, takes a depth
+/// context and is served to concurrent clients).
 fn axes_na(e: &Engine, p: &Point) -> Option<String> {
     if let Some(why) = crate::sweep::layout::not_applicable(e.is_memdial(), &p.axes, p.io) {
         return Some(why);
     }
     if let Some(why) = crate::sweep::speculate::not_applicable(e.is_memdial(), &p.axes) {
+        return Some(why);
+    }
+    if let Some(why) = crate::sweep::depth::not_applicable(e.is_memdial(), &p.axes) {
         return Some(why);
     }
     (!e.is_memdial() && crate::sweep::concurrency::of(&p.axes) > 1).then(|| {

@@ -1,7 +1,7 @@
 //! llama-bench's field names beside memdial's own in every row, so a sweep's
 //! `results.csv` reads like `llama-bench -o csv` for the fields both have (names and
 //! meanings from llama.cpp's `tools/llama-bench`: `n_prompt`, `n_gen`, `avg_ts`,
-//! `stddev_ts`, `load_mode`).
+//! `stddev_ts`, `load_mode`, `n_depth`).
 
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +29,10 @@ pub struct LlamaBench {
     /// `none` (buffered reads), `dio` (direct IO).
     #[serde(default)]
     pub load_mode: Option<String>,
+    /// Context tokens before the prompt (llama-bench `n_depth`, memdial's
+    /// `depth_tokens`).
+    #[serde(default)]
+    pub n_depth: Option<u64>,
 }
 
 /// llama.cpp's load-mode name of IO mode `io`.
@@ -60,6 +64,7 @@ impl LlamaBench {
             avg_ts: avg,
             stddev_ts: sd,
             load_mode: Some(load_mode(io).into()),
+            n_depth: m.depth_tokens,
         }
     }
 }

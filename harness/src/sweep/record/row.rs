@@ -373,6 +373,10 @@ pub const COLUMNS: &[&str] = &[
     "accepted_tokens",
     "mean_accepted_length",
     "bytes_read_per_forward",
+    // The `depth` axis: RunMetrics fields, then llama-bench's name (appended).
+    "depth_tokens",
+    "depth_prefill_s",
+    "n_depth",
 ];
 
 impl Row {

@@ -39,27 +39,43 @@ pub struct Resolved {
 /// and sequences.
 type FloorKey = (LayoutKind, IoMode, Prefetch, usize, usize, usize);
 
-/// The context each prompt's runs are planned for: max(`max_context`, prompt +
-/// `max_tokens`), or `max_context` (else [`DEFAULT_PLAN_CONTEXT`]) when the prompt
-/// cannot be tokenized.
-fn plan_contexts(spec: &Spec, model: &Path) -> Vec<usize> {
+/// Tokens of each prompt (`None`: it cannot be tokenized).
+fn prompt_lengths(spec: &Spec, model: &Path) -> Vec<Option<usize>> {
     let tok = memdial::format::tokenizer::Tokenizer::from_dir(model).ok();
     spec.prompts
         .iter()
-        .map(|p| {
-            let n = match p {
-                PromptSpec::Ids { ids } => Some(ids.len()),
-                PromptSpec::Text(t) => tok.as_ref().map(|k| k.encode(t, true).len()),
-                PromptSpec::File { file } => std::fs::read_to_string(file)
-                    .ok()
-                    .and_then(|t| tok.as_ref().map(|k| k.encode(&t, true).len())),
-            };
-            match n {
-                Some(n) => spec.max_context.unwrap_or(0).max(n + spec.max_tokens),
-                None => spec.max_context.unwrap_or(DEFAULT_PLAN_CONTEXT),
-            }
+        .map(|p| match p {
+            PromptSpec::Ids { ids } => Some(ids.len()),
+            PromptSpec::Text(t) => tok.as_ref().map(|k| k.encode(t, true).len()),
+            PromptSpec::File { file } => std::fs::read_to_string(file)
+                .ok()
+                .and_then(|t| tok.as_ref().map(|k| k.encode(&t, true).len())),
         })
         .collect()
+}
+
+/// The context a run of a prompt of `n` tokens at `depth` is planned for:
+/// max(`max_context`, depth + prompt + `max_tokens`), or `max_context` (else
+/// [`DEFAULT_PLAN_CONTEXT`] + depth) when the prompt cannot be tokenized.
+fn plan_context(spec: &Spec, n: Option<usize>, depth: usize) -> usize {
+    match n {
+        Some(n) => spec
+            .max_context
+            .unwrap_or(0)
+            .max(depth + n + spec.max_tokens),
+        None => spec.max_context.unwrap_or(DEFAULT_PLAN_CONTEXT + depth),
+    }
+}
+
+/// The largest K of the spec's `speculate` values (0: none speculates).
+fn longest_drafts(spec: &Spec) -> usize {
+    spec.speculate
+        .0
+        .iter()
+        .filter_map(|v| memdial::engine::speculate::Speculate::parse(v).ok())
+        .map(|v| v.k())
+        .max()
+        .unwrap_or(0)
 }
 
 /// All points of a spec resolved against one model.
@@ -110,19 +126,15 @@ impl Points {
             .map(|p| Ok((p.kind, Checkpoint::open(&p.dir)?)))
             .collect::<Result<_>>()
             .map_err(as_usage)?;
-        let contexts = plan_contexts(spec, model);
+        let lengths = prompt_lengths(spec, model);
+        let contexts: Vec<usize> = lengths.iter().map(|&n| plan_context(spec, n, 0)).collect();
+        // Every depth of a budget runs at the same bytes: the floor of the deepest.
+        let deepest = spec.depth.0.iter().copied().max().unwrap_or(0) as usize;
         let mut floors: HashMap<FloorKey, (u64, u64)> = HashMap::new();
         // Every concurrency of a budget runs at the same bytes: the floor of the largest.
         let top = spec.concurrency.0.iter().copied().max().unwrap_or(1) as usize;
         // Every `speculate` value of a budget too: the floor of the longest drafts.
-        let draft_k = spec
-            .speculate
-            .0
-            .iter()
-            .filter_map(|v| memdial::engine::speculate::Speculate::parse(v).ok())
-            .map(|v| v.k())
-            .max()
-            .unwrap_or(0);
+        let draft_k = longest_drafts(spec);
         let mut floor_of = |layout: LayoutKind,
                             p: &Point,
                             ctx: usize,
@@ -168,13 +180,15 @@ impl Points {
         };
         let mut out = vec![];
         for p in spec.points() {
-            let ctx = contexts[p.prompt_index];
+            let depth = crate::sweep::depth::of(&p.axes);
+            let ctx = plan_context(spec, lengths[p.prompt_index], depth);
+            let deep_ctx = plan_context(spec, lengths[p.prompt_index], deepest);
             let own = LayoutKind::of(&p.axes);
             let seqs = crate::sweep::concurrency::of(&p.axes);
             // A served point's clients send every prompt: planned for the longest.
             let served_ctx = contexts.iter().copied().max().unwrap_or(ctx);
             let ctx = if seqs > 1 { served_ctx } else { ctx };
-            let top_ctx = if top > 1 { served_ctx } else { ctx };
+            let top_ctx = if top > 1 { served_ctx } else { deep_ctx };
             if own.is_packed() && p.io == IoMode::Mmap {
                 // `n/a` (the layout cannot be mapped): its budget is the safetensors one.
                 let (floor, model_bytes) = floor_of(LayoutKind::Safetensors, &p, ctx, seqs)?;

@@ -124,6 +124,11 @@ impl RunRequest<'_> {
         if let Some(v) = crate::sweep::speculate::of(&p.axes) {
             a.extend(["--speculate".into(), v.to_string()]);
         }
+        // Only above 0: a sweep without the axis runs the command it always ran.
+        let depth = crate::sweep::depth::of(&p.axes);
+        if depth > 0 {
+            a.extend(["--depth".into(), depth.to_string()]);
+        }
         if let Some(id) = self.perturb_logit {
             a.extend(["--perturb-logit".into(), id.to_string()]);
         }

@@ -59,6 +59,7 @@ pub(super) fn series(
         v.len() > 1
     };
     let vl = distinct(&|s| s.layout.clone());
+    let vd = distinct(&|s| s.depth.to_string());
     let (vc, vt, vp, ve, vs) = (
         distinct(&|s| s.cache.clone()),
         distinct(&|s| s.threads.to_string()),
@@ -89,6 +90,9 @@ pub(super) fn series(
         }
         if vl {
             rest += &format!(" / {}", s.layout);
+        }
+        if vd {
+            rest += &format!(" / depth {}", s.depth);
         }
         let label = format!("{} / {rest}", s.io);
         match out.iter_mut().find(|x| x.label == label) {

@@ -3,7 +3,8 @@
 //!
 //! - [`report`]: `verdict.json` and `report.md`;
 //! - [`charts`], [`metric_chart`], [`ttft_chart`]: `curve.*`, `io.*`, `ttft.*`;
-//!   [`predicted_chart`]: `predicted.*` (a sweep given a trace);
+//!   [`predicted_chart`]: `predicted.*` (a sweep given a trace); [`depth_chart`]:
+//!   `depth.*` (a sweep of several depths);
 //! - [`ci`] (over [`junit`] and [`gha`]): the JUnit report and GitHub Actions' job
 //!   summary and annotations;
 //! - [`versus`]: `memdial compare`'s Markdown, CSV and JSON tables.
@@ -11,6 +12,7 @@
 pub(crate) mod chart_parts;
 pub mod charts;
 pub mod ci;
+pub mod depth_chart;
 pub mod gha;
 pub mod junit;
 mod metric_chart;

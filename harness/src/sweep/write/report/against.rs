@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::contents::*;
-use super::{concurrency, speculation};
+use super::{concurrency, depth, speculation};
 
 /// The comparison with the baseline, when one was given.
 pub(super) fn baseline_md(s: &mut String, c: &Sections) {
@@ -118,6 +118,11 @@ pub(super) fn speculation_md(s: &mut String, c: &Sections) {
     s.push_str(&speculation::markdown(c.rows));
 }
 
+/// Decode against the context depth (sweeps with several values of the `depth` axis).
+pub(super) fn depth_md(s: &mut String, c: &Sections) {
+    s.push_str(&depth::markdown(c.stats, c.rows));
+}
+
 /// The charts and how to read them, and the files of the directory.
 pub(super) fn charts_md(s: &mut String, c: &Sections) {
     let Sections {
@@ -165,11 +170,23 @@ pub(super) fn charts_md(s: &mut String, c: &Sections) {
             super::super::ttft_chart::LONG_PROMPT_TOKENS
         );
     }
+    let deep = super::super::depth_chart::several_depths(stats);
+    if deep {
+        let _ = writeln!(
+            s,
+            "![decode time vs context depth](depth.svg)\n\n\
+             Decode s/token against the context tokens prefilled before the prompt (the `depth` axis, `memdial run --depth`): \
+             one line per budget (and IO mode / prefetch policy), a marker per point (median) with its 95 % interval. \
+             Every depth of a budget runs at the same bytes (the deepest point's floor), so a rising line is the cost of the \
+             longer context: the MLA latent cache grows with it, a KDA state does not.\n"
+        );
+    }
     let _ = writeln!(
         s,
         "Files: `results.csv` / `results.json` (one row per run, schema in docs/results.md), `verdict.json`, \
-         `curve.svg`/`curve.png`, `io.svg`/`io.png`{}{}, `runs/<point>-<repeat>/` (metrics.json, stdout, stderr of each run).",
+         `curve.svg`/`curve.png`, `io.svg`/`io.png`{}{}{}, `runs/<point>-<repeat>/` (metrics.json, stdout, stderr of each run).",
         if long { ", `ttft.svg`/`ttft.png`" } else { "" },
+        if deep { ", `depth.svg`/`depth.png`" } else { "" },
         if c.meta.predictions.is_some() { ", `predicted.svg`/`predicted.png`" } else { "" }
     );
 }

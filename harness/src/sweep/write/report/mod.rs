@@ -4,7 +4,7 @@
 //!
 //! Here: the verdict's composition ([`SweepVerdict`]) and the writers; the Markdown
 //! sections in `sections.rs` (header to noise), `medians.rs` (the per-point table),
-//! `against.rs` (baseline, same budget, layouts, served runs, speculation, charts) and the
+//! `against.rs` (baseline, same budget, layouts, served runs, speculation, depth, charts) and the
 //! section modules below.
 
 use std::path::Path;
@@ -19,13 +19,16 @@ use crate::sweep::record::rundir::Meta;
 mod against;
 mod concurrency;
 mod contents;
+mod depth;
 mod medians;
 mod noise;
 mod predicted;
 mod sections;
 mod speculation;
 
-use against::{baseline_md, charts_md, concurrency_md, layouts_md, same_budget_md, speculation_md};
+use against::{
+    baseline_md, charts_md, concurrency_md, depth_md, layouts_md, same_budget_md, speculation_md,
+};
 use contents::Sections;
 pub use contents::{ResultsDigests, SweepVerdict};
 use medians::medians_md;
@@ -76,6 +79,7 @@ pub fn write_all(
         }
         None => Ok(()),
     })
+    .and_then(|_| crate::sweep::write::depth_chart::write_depth_chart(dir, &stats, &title))
     .and_then(|_| {
         crate::sweep::write::ttft_chart::write_ttft_chart(
             dir,
@@ -124,6 +128,7 @@ pub fn markdown(
         predicted_md,
         concurrency_md,
         speculation_md,
+        depth_md,
         charts_md,
     ] {
         section(&mut s, &c);
