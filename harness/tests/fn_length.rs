@@ -174,11 +174,16 @@ fn no_function_is_over_the_limit() {
     );
 }
 
-/// Lines of `text` before its unit-test module (`#[cfg(test)]` at the start of a line).
+/// Lines of `text` before its unit-test module (`#[cfg(test)]` at the start of a line,
+/// then a `mod` line); all its lines without one.
 fn lines_before_tests(text: &str) -> usize {
-    text.lines()
-        .take_while(|l| !l.starts_with("#[cfg(test)]"))
-        .count()
+    let lines: Vec<&str> = text.lines().collect();
+    (0..lines.len())
+        .find(|&i| {
+            lines[i].starts_with("#[cfg(test)]")
+                && lines.get(i + 1).is_some_and(|l| l.starts_with("mod "))
+        })
+        .unwrap_or(lines.len())
 }
 
 #[test]
@@ -195,8 +200,8 @@ fn no_source_file_is_over_the_limit() {
         "source files over {MAX_FILE_LINES} lines (before their tests):\n{}",
         long.join("\n")
     );
-    let t = "a\nb\n#[cfg(test)]\nmod tests {}\n";
-    assert_eq!(lines_before_tests(t), 2, "counted by hand");
+    let t = "a\n#[cfg(test)]\nfn f() {}\nb\n#[cfg(test)]\nmod tests {}\n";
+    assert_eq!(lines_before_tests(t), 4, "counted by hand");
 }
 
 /// The reader measures what it is meant to (a known text, counted by hand).
