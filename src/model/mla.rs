@@ -22,7 +22,7 @@ use super::state::MlaCache;
 use super::weights::{Mat, Weights};
 use crate::engine::arena::{zeroed, Dims, Mla};
 use crate::format::config::ModelConfig;
-use crate::kernels::{attend_latent_heads_in, attend_latent_ref};
+use crate::kernels::{attend_latent_heads, attend_latent_ref, HeadQueries, Latents};
 use crate::kernels::{Par, Workspace};
 use crate::util::profile::{self, Op};
 
@@ -143,7 +143,13 @@ pub fn attend_latent(
     q_pe: &[f32],
     tau: f32,
 ) -> Vec<f32> {
-    attend_latent_ref(&cache.latents, cache.len, r, dr, qh, q_pe, tau)
+    let lat = Latents {
+        data: &cache.latents,
+        len: cache.len,
+        r,
+        dr,
+    };
+    attend_latent_ref(lat, qh, q_pe, tau)
 }
 
 /// MLA sub-layer over `n` consecutive tokens `xs: [n, D]` (after `input_layernorm`),
@@ -288,19 +294,19 @@ pub fn mla_attend(
                 .tmv_into(&qh[..dn], &mut q_abs[hh * r..(hh + 1) * r]);
             q_pe[hh * dr..(hh + 1) * dr].copy_from_slice(&qh[dn..]);
         }
-        attend_latent_heads_in(
-            par,
-            ws,
-            &cache.latents,
-            cache.len,
+        let lat = Latents {
+            data: &cache.latents,
+            len: cache.len,
             r,
             dr,
-            h,
+        };
+        let q = HeadQueries {
             q_abs,
             q_pe,
+            heads: h,
             tau,
-            ctx,
-        );
+        };
+        attend_latent_heads(par, ws, lat, q, ctx);
         for hh in 0..h {
             let base = hh * (dn + dv);
             let o = &mut outs[(t * h + hh) * dv..(t * h + hh + 1) * dv];
