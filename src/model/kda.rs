@@ -22,6 +22,7 @@
 use anyhow::Result;
 
 use super::ctx::Ctx;
+use super::lend::{Lent, Recycle};
 use super::norm::{rms_norm_inplace, sigmoid, silu, softplus};
 use super::state::KdaState;
 use super::weights::{Mat, Weights};
@@ -72,9 +73,19 @@ impl KdaWeights {
         Self::load_from(w, cfg, layer, &mut Kda::default())
     }
 
-    /// [`KdaWeights::load`] decoding the small vectors into the arena's buffers
-    /// (moved out of `sc`; give them back with [`KdaWeights::recycle`]).
-    pub fn load_from(w: &Weights, cfg: &ModelConfig, layer: usize, sc: &mut Kda) -> Result<Self> {
+    /// [`KdaWeights::load`] decoding the small vectors into the arena's buffers,
+    /// which the returned guard gives back to `sc` when dropped.
+    pub fn lend<'a>(
+        w: &Weights,
+        cfg: &ModelConfig,
+        layer: usize,
+        sc: &'a mut Kda,
+    ) -> Result<Lent<'a, Self>> {
+        Ok(Lent::new(Self::load_from(w, cfg, layer, sc)?, sc))
+    }
+
+    /// Loads with the vectors moved out of `sc` (see [`KdaWeights::lend`]).
+    fn load_from(w: &Weights, cfg: &ModelConfig, layer: usize, sc: &mut Kda) -> Result<Self> {
         let l = Some(layer);
         let d = cfg.hidden_size;
         let h = cfg.kda.num_heads;
@@ -119,9 +130,13 @@ impl KdaWeights {
             o: w.mat(l, "self_attn.o_proj.weight", d, p)?,
         })
     }
+}
 
-    /// Gives the decoded vectors back to the arena (see [`KdaWeights::load_from`]).
-    pub fn recycle(self, sc: &mut Kda) {
+impl Recycle for KdaWeights {
+    type Arena = Kda;
+
+    /// Gives the decoded vectors back to the arena (see [`KdaWeights::lend`]).
+    fn recycle(self, sc: &mut Kda) {
         sc.conv_w = self.conv;
         sc.dt_bias = self.dt_bias;
         sc.a_log = self.a_log;

@@ -162,19 +162,19 @@ impl Model {
         out: &mut [f32],
     ) -> Result<()> {
         let n = xin.len() / self.cfg.hidden_size;
-        let w = kda::KdaWeights::load_from(&self.w, cx.cfg, i, sc)?;
-        kda::kda_project(cx, &w, xin, n, sc);
+        let mut lent = kda::KdaWeights::lend(&self.w, cx.cfg, i, sc)?;
+        let (w, sc) = lent.split();
+        kda::kda_project(cx, w, xin, n, sc);
         for s in segs.iter_mut() {
             let run = s.start..s.start + s.tokens.len();
             if let LayerState::Kda(st) = &mut s.layers[i] {
                 if let Some(rw) = s.rewind.as_deref_mut() {
-                    rw.save_kda(cx.cfg, i, st, &w, sc, run.clone());
+                    rw.save_kda(cx.cfg, i, st, w, sc, run.clone());
                 }
-                kda::kda_recur(cx, &w, n, run, st, sc);
+                kda::kda_recur(cx, w, n, run, st, sc);
             }
         }
-        kda::kda_output(cx, &w, n, sc, out);
-        w.recycle(sc);
+        kda::kda_output(cx, w, n, sc, out);
         Ok(())
     }
 
@@ -191,19 +191,19 @@ impl Model {
         out: &mut [f32],
     ) -> Result<()> {
         let n = xin.len() / self.cfg.hidden_size;
-        let w = mla::MlaWeights::load_from(&self.w, cx.cfg, i, sc)?;
-        mla::mla_project(cx, &w, xin, n, sc);
+        let mut lent = mla::MlaWeights::lend(&self.w, cx.cfg, i, sc)?;
+        let (w, sc) = lent.split();
+        mla::mla_project(cx, w, xin, n, sc);
         for s in segs.iter_mut() {
             let run = s.start..s.start + s.tokens.len();
             if let LayerState::Mla(cache) = &mut s.layers[i] {
                 if let Some(rw) = s.rewind.as_deref_mut() {
                     rw.save_mla(i, cache.len, run.len());
                 }
-                mla::mla_attend(cx, &w, run, cache, sc);
+                mla::mla_attend(cx, w, run, cache, sc);
             }
         }
-        mla::mla_output(cx, &w, n, sc, out);
-        w.recycle(sc);
+        mla::mla_output(cx, w, n, sc, out);
         Ok(())
     }
 
@@ -249,21 +249,20 @@ impl Model {
             router,
             mlp,
         } = bufs;
-        let trunk = moe::MoeWeights::load_from(&self.w, cfg, moe, i, ms)?;
+        let mut lent = moe::MoeWeights::lend(&self.w, cfg, moe, i, ms)?;
+        let (trunk, ms) = lent.split();
         let l = moe::MoeLayer {
             layer: i,
             moe,
             w: &self.w,
-            trunk: &trunk,
+            trunk,
         };
         let bufs = moe::MoeScratch {
-            moe: &mut *ms,
+            moe: ms,
             router,
             mlp,
         };
-        moe::moe_forward(cx, l, xs, n, bufs, out)?;
-        trunk.recycle(ms);
-        Ok(())
+        moe::moe_forward(cx, l, xs, n, bufs, out)
     }
 }
 

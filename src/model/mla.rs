@@ -18,6 +18,7 @@
 use anyhow::Result;
 
 use super::ctx::Ctx;
+use super::lend::{Lent, Recycle};
 use super::norm::{rms_norm_inplace, rms_norm_into, sigmoid};
 use super::state::MlaCache;
 use super::weights::{Mat, Weights};
@@ -78,9 +79,19 @@ impl MlaWeights {
         Self::load_from(w, cfg, layer, &mut Mla::default())
     }
 
-    /// [`MlaWeights::load`] decoding the norm weights into the arena's buffers
-    /// (moved out of `sc`; give them back with [`MlaWeights::recycle`]).
-    pub fn load_from(w: &Weights, cfg: &ModelConfig, layer: usize, sc: &mut Mla) -> Result<Self> {
+    /// [`MlaWeights::load`] decoding the norm weights into the arena's buffers,
+    /// which the returned guard gives back to `sc` when dropped.
+    pub fn lend<'a>(
+        w: &Weights,
+        cfg: &ModelConfig,
+        layer: usize,
+        sc: &'a mut Mla,
+    ) -> Result<Lent<'a, Self>> {
+        Ok(Lent::new(Self::load_from(w, cfg, layer, sc)?, sc))
+    }
+
+    /// Loads with the norm weights moved out of `sc` (see [`MlaWeights::lend`]).
+    fn load_from(w: &Weights, cfg: &ModelConfig, layer: usize, sc: &mut Mla) -> Result<Self> {
         let l = Some(layer);
         let m = &cfg.mla;
         let d = cfg.hidden_size;
@@ -122,9 +133,13 @@ impl MlaWeights {
             },
         })
     }
+}
 
-    /// Gives the decoded norm weights back to the arena (see [`MlaWeights::load_from`]).
-    pub fn recycle(self, sc: &mut Mla) {
+impl Recycle for MlaWeights {
+    type Arena = Mla;
+
+    /// Gives the decoded norm weights back to the arena (see [`MlaWeights::lend`]).
+    fn recycle(self, sc: &mut Mla) {
         if let QProj::Lora { norm, .. } = self.q {
             sc.q_norm = norm;
         }

@@ -21,6 +21,7 @@ mod forward;
 pub mod gpt_oss;
 pub mod kda;
 mod layer;
+pub mod lend;
 pub mod mla;
 pub mod mlp;
 pub mod moe;

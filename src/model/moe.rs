@@ -22,6 +22,7 @@ use std::cmp::Ordering;
 use anyhow::{Context, Result};
 
 use super::ctx::Ctx;
+use super::lend::{Lent, Recycle};
 use super::mlp::GatedMlp;
 use super::norm::{rms_norm_inplace, sigmoid};
 use super::weights::{Mat, Weights};
@@ -115,8 +116,19 @@ impl MoeWeights {
     }
 
     /// [`MoeWeights::load`] decoding the bias and latent norm into the arena's
-    /// buffers (moved out of `sc`; give them back with [`MoeWeights::recycle`]).
-    pub fn load_from(
+    /// buffers, which the returned guard gives back to `sc` when dropped.
+    pub fn lend<'a>(
+        w: &Weights,
+        cfg: &ModelConfig,
+        moe: &MoeConfig,
+        layer: usize,
+        sc: &'a mut Moe,
+    ) -> Result<Lent<'a, Self>> {
+        Ok(Lent::new(Self::load_from(w, cfg, moe, layer, sc)?, sc))
+    }
+
+    /// Loads with the vectors moved out of `sc` (see [`MoeWeights::lend`]).
+    fn load_from(
         w: &Weights,
         cfg: &ModelConfig,
         moe: &MoeConfig,
@@ -167,9 +179,13 @@ impl MoeWeights {
             latent_norm,
         })
     }
+}
 
-    /// Gives the decoded vectors back to the arena (see [`MoeWeights::load_from`]).
-    pub fn recycle(self, sc: &mut Moe) {
+impl Recycle for MoeWeights {
+    type Arena = Moe;
+
+    /// Gives the decoded vectors back to the arena (see [`MoeWeights::lend`]).
+    fn recycle(self, sc: &mut Moe) {
         sc.bias = self.bias;
         if let Some(v) = self.latent_norm {
             sc.latent_norm = v;
