@@ -264,7 +264,7 @@ fn mla_attend_batched_matches_reference_bitwise(isa: Isa) {
             HeadQueries {
                 q_abs: &qa,
                 q_pe: &qp,
-                heads: heads,
+                heads,
                 tau,
             },
             &mut want,
@@ -299,7 +299,7 @@ fn mla_attend_batched_matches_reference_bitwise(isa: Isa) {
                 HeadQueries {
                     q_abs: &qa,
                     q_pe: &qp,
-                    heads: heads,
+                    heads,
                     tau,
                 },
                 &mut got,
