@@ -27,8 +27,8 @@ use thread_cpu::ThreadCpu;
 use criterion::measurement::Measurement;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use memdial::kernels::{
-    f32_peak_flops, matmul_bf16_in, matmul_mxfp4_in, matvec_bf16, matvec_mxfp4, ram_read_bandwidth,
-    Isa, Par, Workspace,
+    f32_peak_flops, matmul_bf16, matmul_mxfp4, matvec_bf16, matvec_mxfp4, ram_read_bandwidth,
+    DenseMat, Isa, Mxfp4Mat, Par, Workspace,
 };
 
 const GIB: usize = 1 << 30;
@@ -120,7 +120,7 @@ fn overhead(c: &mut Criterion) {
             let par = Par::new(t);
             g.bench_function(
                 BenchmarkId::new(format!("bf16_{rows}x{cols}"), format!("t{t}")),
-                |b| b.iter(|| matvec_bf16(&par, &w, rows, cols, &x, &mut y)),
+                |b| b.iter(|| matvec_bf16(&par, DenseMat::new(&w, rows, cols), &x, &mut y)),
             );
         }
     }
@@ -146,7 +146,7 @@ fn bf16_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &[u
                     |b| {
                         b.iter(|| {
                             k = (k + 1) % mats.len();
-                            matvec_bf16(&par, &mats[k], rows, cols, &x, &mut y)
+                            matvec_bf16(&par, DenseMat::new(&mats[k], rows, cols), &x, &mut y)
                         })
                     },
                 );
@@ -192,7 +192,13 @@ fn mxfp4_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &[
                         |b| {
                             b.iter(|| {
                                 k = (k + 1) % ps.len();
-                                matvec_mxfp4(&par, &ps[k], &ss[k], rows, cols, &x, &mut y)
+                                matvec_mxfp4(
+                                    &par,
+                                    &mut Workspace::default(),
+                                    Mxfp4Mat::new(&ps[k], &ss[k], rows, cols),
+                                    &x,
+                                    &mut y,
+                                )
                             })
                         },
                     );
@@ -227,7 +233,16 @@ fn matmul_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &
                 BenchmarkId::new(format!("{rows}x{cols}"), format!("t{t}")),
                 |b| {
                     let mut ws = Workspace::default();
-                    b.iter(|| matmul_bf16_in(&par, &mut ws, &w, rows, cols, &xs, n, &mut ys))
+                    b.iter(|| {
+                        matmul_bf16(
+                            &par,
+                            &mut ws,
+                            DenseMat::new(&w, rows, cols),
+                            &xs,
+                            n,
+                            &mut ys,
+                        )
+                    })
                 },
             );
         }
@@ -243,7 +258,7 @@ fn matmul_benches<M: Measurement>(c: &mut Criterion<M>, prefix: &str, threads: &
                     let mut ws = Workspace::default();
                     b.iter(|| {
                         let xs = &xs[..n * mc];
-                        matmul_mxfp4_in(&par, &mut ws, &p, &s, mr, mc, xs, n, &mut ys)
+                        matmul_mxfp4(&par, &mut ws, Mxfp4Mat::new(&p, &s, mr, mc), xs, n, &mut ys)
                     })
                 },
             );

@@ -16,7 +16,7 @@
 //! Run: `cargo bench -p memdial --bench model_steps`.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use memdial::kernels::{attend_latent_heads, f32_peak_flops, Par};
+use memdial::kernels::{attend_latent_heads, f32_peak_flops, HeadQueries, Latents, Par, Workspace};
 use memdial::model::kda::{decay, delta_rule_step};
 use memdial::model::mla::attend_latent;
 use memdial::model::MlaCache;
@@ -105,14 +105,19 @@ fn mla_step(c: &mut Criterion) {
                     b.iter(|| {
                         attend_latent_heads(
                             &par,
-                            &cache.latents,
-                            ctx,
-                            r,
-                            dr,
-                            H,
-                            &qh,
-                            &qpe,
-                            tau,
+                            &mut Workspace::default(),
+                            Latents {
+                                data: &cache.latents,
+                                len: ctx,
+                                r,
+                                dr,
+                            },
+                            HeadQueries {
+                                q_abs: &qh,
+                                q_pe: &qpe,
+                                heads: H,
+                                tau,
+                            },
                             &mut out,
                         );
                         black_box(&out);

@@ -390,7 +390,7 @@ fn independent_mxfp4_decoder_is_the_spec() {
 }
 
 fn mxfp4_dequant_bit_identical_for_every_routed_expert() {
-    use memdial::kernels::{dequant_mxfp4, matvec_mxfp4, Par};
+    use memdial::kernels::{dequant_mxfp4, matvec_mxfp4, Mxfp4Mat, Par, Workspace};
     use safetensors::SafeTensors;
 
     let fx = TmpFixture::new("tiny-k3", "mxfp4");
@@ -471,7 +471,13 @@ fn mxfp4_dequant_bit_identical_for_every_routed_expert() {
                 let u = (2f64).powi(-24);
                 for par in &pars {
                     let mut y = vec![0f32; rows];
-                    matvec_mxfp4(par, &packed, &scale, rows, cols, &x, &mut y);
+                    matvec_mxfp4(
+                        par,
+                        &mut Workspace::default(),
+                        Mxfp4Mat::new(&packed, &scale, rows, cols),
+                        &x,
+                        &mut y,
+                    );
                     for r in 0..rows {
                         let wr = &want[r * cols..(r + 1) * cols];
                         let exact: f64 =

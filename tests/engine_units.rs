@@ -3,7 +3,7 @@
 
 use memdial::engine::sampler::{argmax, Sampler, SamplerConfig};
 use memdial::format::config::{Activation, ExpertFormat, ModelConfig, MoeConfig};
-use memdial::kernels::{dequant_mxfp4, matvec_mxfp4, Par};
+use memdial::kernels::{dequant_mxfp4, matvec_mxfp4, Mxfp4Mat, Par, Workspace};
 use memdial::model::attn_res::{mix, mix_weights, Blocks};
 use memdial::model::kda::{decay, delta_rule_step, l2norm_scaled, short_conv_step};
 use memdial::model::mla::{mla_forward, MlaWeights, QProj};
@@ -250,7 +250,13 @@ fn mxfp4_decode_and_matvec() {
     assert_eq!(&w[32..34], &[0.25, 3.0]); // scale 126 → ×0.5
     let x: Vec<f32> = (0..cols).map(|i| 1.0 + i as f32).collect();
     let mut y = [0f32; 2];
-    matvec_mxfp4(&Par::new(1), &packed, &scales, rows, cols, &x, &mut y);
+    matvec_mxfp4(
+        &Par::new(1),
+        &mut Workspace::default(),
+        Mxfp4Mat::new(&packed, &scales, rows, cols),
+        &x,
+        &mut y,
+    );
     assert_eq!(y, [-12.0 + 4.0, 0.25 + 6.0]);
 }
 

@@ -6,9 +6,9 @@ mod isa_util;
 use isa_util::{panics_with, per_isa, with_scalar};
 use memdial::kernels::workspace::product_floats;
 use memdial::kernels::{
-    attend_latent_heads, attend_latent_ref, bf16_to_f32, matmul_bf16, matmul_bf16_in, matmul_f32,
-    matmul_mxfp4, matmul_mxfp4_in, matvec_bf16, matvec_f32, matvec_mxfp4, matvec_mxfp4_in, Isa,
-    Par, Workspace,
+    attend_latent_heads, attend_latent_ref, bf16_to_f32, matmul_bf16, matmul_f32, matmul_mxfp4,
+    matvec_bf16, matvec_f32, matvec_mxfp4, DenseMat, HeadQueries, Isa, Latents, Mxfp4Mat, Par,
+    Workspace,
 };
 use memdial_testkit as testkit;
 
@@ -78,7 +78,7 @@ fn bf16_known_values() {
     let w = [0x80u8, 0x3F, 0x00, 0xC0, 0x00, 0x3F, 0x80, 0x3F];
     let par = Par::new(1);
     let mut y = [0f32; 2];
-    matvec_bf16(&par, &w, 2, 2, &[3.0, 5.0], &mut y);
+    matvec_bf16(&par, DenseMat::new(&w, 2, 2), &[3.0, 5.0], &mut y);
     assert_eq!(y, [3.0 - 10.0, 1.5 + 5.0]);
 }
 
@@ -91,7 +91,7 @@ fn bf16_matvec_matches_f64_reference(only: Isa) {
         for isa in with_scalar(only) {
             let par = Par::with_isa(2, isa);
             let mut y = vec![0f32; rows];
-            matvec_bf16(&par, &wb, rows, cols, &x, &mut y);
+            matvec_bf16(&par, DenseMat::new(&wb, rows, cols), &x, &mut y);
             for (r, (&yr, &(s, a))) in y.iter().zip(&refs).enumerate() {
                 let tol = 1e-5 * a + 1e-30;
                 assert!(
@@ -113,7 +113,7 @@ fn f32_matvec_matches_f64_reference(only: Isa) {
         for isa in with_scalar(only) {
             let par = Par::with_isa(3, isa);
             let mut y = vec![0f32; rows];
-            matvec_f32(&par, &wb, rows, cols, &x, &mut y);
+            matvec_f32(&par, DenseMat::new(&wb, rows, cols), &x, &mut y);
             for (r, (&yr, &(s, a))) in y.iter().zip(&refs).enumerate() {
                 let tol = 1e-5 * a + 1e-30;
                 assert!(
@@ -146,7 +146,7 @@ fn bit_identical_across_threads_isas_and_alignment(only: Isa) {
                 let par = Par::with_isa(t, isa);
                 let mut y = vec![0f32; rows];
                 for w in [&wb[..], &shifted[1..]] {
-                    matvec_bf16(&par, w, rows, cols, &x, &mut y);
+                    matvec_bf16(&par, DenseMat::new(w, rows, cols), &x, &mut y);
                     let b = bits(&y);
                     match &want_bf16 {
                         None => want_bf16 = Some(b),
@@ -156,7 +156,7 @@ fn bit_identical_across_threads_isas_and_alignment(only: Isa) {
                     }
                 }
                 for w in [&wf32[..], &shifted32[3..]] {
-                    matvec_f32(&par, w, rows, cols, &x, &mut y);
+                    matvec_f32(&par, DenseMat::new(w, rows, cols), &x, &mut y);
                     let b = bits(&y);
                     match &want_f32 {
                         None => want_f32 = Some(b),
@@ -184,14 +184,38 @@ fn matmul_equals_repeated_matvec_bitwise(only: Isa) {
                     let par = Par::with_isa(t, isa);
                     let mut ys = vec![0f32; n * rows];
                     let mut y = vec![0f32; rows];
-                    matmul_bf16(&par, &wb, rows, cols, &xs, n, &mut ys);
+                    matmul_bf16(
+                        &par,
+                        &mut Workspace::default(),
+                        DenseMat::new(&wb, rows, cols),
+                        &xs,
+                        n,
+                        &mut ys,
+                    );
                     for v in 0..n {
-                        matvec_bf16(&par, &wb, rows, cols, &xs[v * cols..][..cols], &mut y);
+                        matvec_bf16(
+                            &par,
+                            DenseMat::new(&wb, rows, cols),
+                            &xs[v * cols..][..cols],
+                            &mut y,
+                        );
                         assert_eq!(bits(&ys[v * rows..][..rows]), bits(&y), "bf16 n={n} v={v}");
                     }
-                    matmul_f32(&par, &wf32, rows, cols, &xs, n, &mut ys);
+                    matmul_f32(
+                        &par,
+                        &mut Workspace::default(),
+                        DenseMat::new(&wf32, rows, cols),
+                        &xs,
+                        n,
+                        &mut ys,
+                    );
                     for v in 0..n {
-                        matvec_f32(&par, &wf32, rows, cols, &xs[v * cols..][..cols], &mut y);
+                        matvec_f32(
+                            &par,
+                            DenseMat::new(&wf32, rows, cols),
+                            &xs[v * cols..][..cols],
+                            &mut y,
+                        );
                         assert_eq!(bits(&ys[v * rows..][..rows]), bits(&y), "f32 n={n} v={v}");
                     }
                 }
@@ -204,7 +228,7 @@ fn shape_mismatch_panics() {
     panics_with("matvec_bf16: weight has", || {
         let par = Par::new(1);
         let mut y = [0f32; 2];
-        matvec_bf16(&par, &[0u8; 6], 2, 2, &[0.0; 2], &mut y);
+        matvec_bf16(&par, DenseMat::new(&[0u8; 6], 2, 2), &[0.0; 2], &mut y);
     });
 }
 
@@ -228,16 +252,58 @@ fn mla_attend_batched_matches_reference_bitwise(isa: Isa) {
         let tau = 1.0 / ((r / 4 + dr) as f32).sqrt();
         let mut want = vec![0f32; heads * r];
         let scalar = Par::with_isa(1, Isa::Scalar);
-        attend_latent_heads(&scalar, &lat, len, r, dr, heads, &qa, &qp, tau, &mut want);
+        attend_latent_heads(
+            &scalar,
+            &mut Workspace::default(),
+            Latents {
+                data: &lat,
+                len,
+                r,
+                dr,
+            },
+            HeadQueries {
+                q_abs: &qa,
+                q_pe: &qp,
+                heads,
+                tau,
+            },
+            &mut want,
+        );
         for h in 0..heads {
             let (a, p) = (&qa[h * r..(h + 1) * r], &qp[h * dr..(h + 1) * dr]);
-            let one = attend_latent_ref(&lat, len, r, dr, a, p, tau);
+            let one = attend_latent_ref(
+                Latents {
+                    data: &lat,
+                    len,
+                    r,
+                    dr,
+                },
+                a,
+                p,
+                tau,
+            );
             assert_eq!(bits(&one), bits(&want[h * r..(h + 1) * r]), "head {h}");
         }
         for threads in [1, 2] {
             let mut got = vec![f32::NAN; heads * r];
             let par = Par::with_isa(threads, isa);
-            attend_latent_heads(&par, &lat, len, r, dr, heads, &qa, &qp, tau, &mut got);
+            attend_latent_heads(
+                &par,
+                &mut Workspace::default(),
+                Latents {
+                    data: &lat,
+                    len,
+                    r,
+                    dr,
+                },
+                HeadQueries {
+                    q_abs: &qa,
+                    q_pe: &qp,
+                    heads,
+                    tau,
+                },
+                &mut got,
+            );
             let at = format!("{isa:?} t{threads} len {len} r {r} dr {dr} heads {heads}");
             assert_eq!(bits(&got), bits(&want), "{at}");
         }
@@ -263,25 +329,75 @@ fn reused_workspace_gives_identical_bits_and_stays_put(isa: Isa) {
         let mut ws = Workspace::with_capacity(sh, per, threads);
         let nan = vec![f32::NAN; n * cols];
         let mut dirty = vec![0f32; n * rows];
-        matmul_bf16_in(&par, &mut ws, &w, rows, cols, &nan, n, &mut dirty);
-        matmul_mxfp4_in(
-            &par, &mut ws, &packed, &scales, rows, cols, &nan, n, &mut dirty,
+        matmul_bf16(
+            &par,
+            &mut ws,
+            DenseMat::new(&w, rows, cols),
+            &nan,
+            n,
+            &mut dirty,
+        );
+        matmul_mxfp4(
+            &par,
+            &mut ws,
+            Mxfp4Mat::new(&packed, &scales, rows, cols),
+            &nan,
+            n,
+            &mut dirty,
         );
         let before = ws.bytes();
         let mut want = vec![0f32; n * rows];
         let mut got = vec![0f32; n * rows];
-        matmul_bf16(&par, &w, rows, cols, &xs, n, &mut want);
-        matmul_bf16_in(&par, &mut ws, &w, rows, cols, &xs, n, &mut got);
+        matmul_bf16(
+            &par,
+            &mut Workspace::default(),
+            DenseMat::new(&w, rows, cols),
+            &xs,
+            n,
+            &mut want,
+        );
+        matmul_bf16(
+            &par,
+            &mut ws,
+            DenseMat::new(&w, rows, cols),
+            &xs,
+            n,
+            &mut got,
+        );
         assert_eq!(bits(&got), bits(&want), "bf16 {isa:?} t{threads}");
-        matmul_mxfp4(&par, &packed, &scales, rows, cols, &xs, n, &mut want);
-        matmul_mxfp4_in(
-            &par, &mut ws, &packed, &scales, rows, cols, &xs, n, &mut got,
+        matmul_mxfp4(
+            &par,
+            &mut Workspace::default(),
+            Mxfp4Mat::new(&packed, &scales, rows, cols),
+            &xs,
+            n,
+            &mut want,
+        );
+        matmul_mxfp4(
+            &par,
+            &mut ws,
+            Mxfp4Mat::new(&packed, &scales, rows, cols),
+            &xs,
+            n,
+            &mut got,
         );
         assert_eq!(bits(&got), bits(&want), "mxfp4 {isa:?} t{threads}");
         let (x, y0) = (&xs[..cols], &mut want[..rows]);
-        matvec_mxfp4(&par, &packed, &scales, rows, cols, x, y0);
+        matvec_mxfp4(
+            &par,
+            &mut Workspace::default(),
+            Mxfp4Mat::new(&packed, &scales, rows, cols),
+            x,
+            y0,
+        );
         let y1 = &mut got[..rows];
-        matvec_mxfp4_in(&par, &mut ws, &packed, &scales, rows, cols, x, y1);
+        matvec_mxfp4(
+            &par,
+            &mut ws,
+            Mxfp4Mat::new(&packed, &scales, rows, cols),
+            x,
+            y1,
+        );
         assert_eq!(bits(y1), bits(y0), "mxfp4 matvec {isa:?} t{threads}");
         assert_eq!(ws.bytes(), before, "workspace grew");
     }

@@ -5,7 +5,7 @@
 mod isa_util;
 
 use isa_util::{panics_with, per_isa, with_scalar};
-use memdial::kernels::{dequant_mxfp4, matmul_mxfp4, matvec_mxfp4, Isa, Par};
+use memdial::kernels::{dequant_mxfp4, matmul_mxfp4, matvec_mxfp4, Isa, Mxfp4Mat, Par, Workspace};
 use memdial_testkit as testkit;
 
 /// Test data from the project's one deterministic generator.
@@ -90,13 +90,25 @@ fn hand_derived_cases() {
     let mut two = [0u8; 32];
     two[..16].copy_from_slice(&packed);
     two[16..].copy_from_slice(&packed);
-    matvec_mxfp4(&par, &two, &[127, 128], 2, 32, &x, &mut y);
+    matvec_mxfp4(
+        &par,
+        &mut Workspace::default(),
+        Mxfp4Mat::new(&two, &[127, 128], 2, 32),
+        &x,
+        &mut y,
+    );
     let r0 = 0.5 * 1.0 + 1.0 * 2.0 + 6.0 * 3.0 - 6.0 * 4.0;
     assert_eq!(y, [r0, 2.0 * r0]);
 
     // All codes 2 (=1.0) with scale 126 (0.5): sum of 0.5*x over 64 columns.
     let x: Vec<f32> = (0..64).map(|v| v as f32).collect();
-    matvec_mxfp4(&par, &[0x22; 32], &[126, 126], 1, 64, &x, &mut y[..1]);
+    matvec_mxfp4(
+        &par,
+        &mut Workspace::default(),
+        Mxfp4Mat::new(&[0x22; 32], &[126, 126], 1, 64),
+        &x,
+        &mut y[..1],
+    );
     assert_eq!(y[0], 0.5 * (63.0 * 64.0 / 2.0));
 }
 
@@ -111,7 +123,13 @@ fn nan_scale_poisons_only_its_row(only: Isa) {
     for isa in with_scalar(only) {
         let par = Par::with_isa(1, isa);
         let mut y = [0f32; 4];
-        matvec_mxfp4(&par, &p, &s, 4, 64, &x, &mut y);
+        matvec_mxfp4(
+            &par,
+            &mut Workspace::default(),
+            Mxfp4Mat::new(&p, &s, 4, 64),
+            &x,
+            &mut y,
+        );
         assert!(y[2].is_nan() && !y[0].is_nan() && !y[1].is_nan() && !y[3].is_nan());
     }
 }
@@ -125,7 +143,13 @@ fn matvec_matches_f64_reference(only: Isa) {
         for isa in with_scalar(only) {
             let par = Par::with_isa(2, isa);
             let mut y = vec![0f32; rows];
-            matvec_mxfp4(&par, &p, &s, rows, cols, &x, &mut y);
+            matvec_mxfp4(
+                &par,
+                &mut Workspace::default(),
+                Mxfp4Mat::new(&p, &s, rows, cols),
+                &x,
+                &mut y,
+            );
             for r in 0..rows {
                 let (mut sum, mut abs) = (0f64, 0f64);
                 for c in 0..cols {
@@ -174,10 +198,8 @@ fn bit_identical_across_threads_isas_and_prefill(only: Isa) {
                 for v in 0..n {
                     matvec_mxfp4(
                         &par,
-                        &ps[1..],
-                        &ss[3..],
-                        rows,
-                        cols,
+                        &mut Workspace::default(),
+                        Mxfp4Mat::new(&ps[1..], &ss[3..], rows, cols),
                         &xs[v * cols..][..cols],
                         &mut y,
                     );
@@ -188,7 +210,14 @@ fn bit_identical_across_threads_isas_and_prefill(only: Isa) {
                     Some(w) => assert_eq!(&all, w, "{rows}x{cols} {isa:?} threads {t}"),
                 }
                 let mut ys = vec![0f32; n * rows];
-                matmul_mxfp4(&par, &p, &s, rows, cols, &xs, n, &mut ys);
+                matmul_mxfp4(
+                    &par,
+                    &mut Workspace::default(),
+                    Mxfp4Mat::new(&p, &s, rows, cols),
+                    &xs,
+                    n,
+                    &mut ys,
+                );
                 assert_eq!(&bits(&ys), want.as_ref().unwrap(), "matmul {isa:?} t {t}");
             }
         }
@@ -199,7 +228,13 @@ fn bad_cols_panics() {
     panics_with("not a multiple of the MXFP4 block size", || {
         let par = Par::new(1);
         let mut y = [0f32; 1];
-        matvec_mxfp4(&par, &[0u8; 8], &[127], 1, 16, &[0.0; 16], &mut y);
+        matvec_mxfp4(
+            &par,
+            &mut Workspace::default(),
+            Mxfp4Mat::new(&[0u8; 8], &[127], 1, 16),
+            &[0.0; 16],
+            &mut y,
+        );
     });
 }
 
@@ -243,10 +278,23 @@ fn matmul_equals_matvec_at_the_edges_of_the_normal_range(only: Isa) {
         for isa in with_scalar(only) {
             let par = Par::with_isa(2, isa);
             let mut ys = vec![0f32; n * rows];
-            matmul_mxfp4(&par, &p, &s, rows, cols, &xs, n, &mut ys);
+            matmul_mxfp4(
+                &par,
+                &mut Workspace::default(),
+                Mxfp4Mat::new(&p, &s, rows, cols),
+                &xs,
+                n,
+                &mut ys,
+            );
             let mut y = vec![0f32; rows];
             for v in 0..n {
-                matvec_mxfp4(&par, &p, &s, rows, cols, &xs[v * cols..][..cols], &mut y);
+                matvec_mxfp4(
+                    &par,
+                    &mut Workspace::default(),
+                    Mxfp4Mat::new(&p, &s, rows, cols),
+                    &xs[v * cols..][..cols],
+                    &mut y,
+                );
                 assert_eq!(
                     bits(&ys[v * rows..][..rows]),
                     bits(&y),

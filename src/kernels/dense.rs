@@ -72,139 +72,107 @@ impl Dtype {
     }
 }
 
+/// A dense weight matrix `[rows, cols]` as stored: row-major little-endian BF16 or
+/// F32 bytes (`rows·cols·2` or `rows·cols·4`; no alignment needed). The element type
+/// is the kernel's (`*_bf16` / `*_f32`).
+#[derive(Clone, Copy, Debug)]
+pub struct DenseMat<'a> {
+    /// The stored bytes.
+    pub bytes: &'a [u8],
+    /// Output width.
+    pub rows: usize,
+    /// Input width.
+    pub cols: usize,
+}
+
+impl<'a> DenseMat<'a> {
+    /// The view of `bytes` as `[rows, cols]` (sizes are checked by the kernels).
+    pub fn new(bytes: &'a [u8], rows: usize, cols: usize) -> Self {
+        DenseMat { bytes, rows, cols }
+    }
+}
+
 /// `y[r] = Σ_c W[r,c]·x[c]` with `W` = little-endian BF16 bytes `[rows, cols]`.
 ///
-/// `w.len() == rows*cols*2`, `x.len() == cols`, `y.len() == rows`; f32
+/// `w.bytes.len() == rows*cols*2`, `x.len() == cols`, `y.len() == rows`; f32
 /// accumulation in the fixed order documented in [`self`](crate::kernels::dense).
 ///
 /// # Panics
 /// On any length mismatch.
-pub fn matvec_bf16(par: &Par, w: &[u8], rows: usize, cols: usize, x: &[f32], y: &mut [f32]) {
-    matvec(par, Dtype::Bf16, w, rows, cols, x, y)
+pub fn matvec_bf16(par: &Par, w: DenseMat<'_>, x: &[f32], y: &mut [f32]) {
+    matvec(par, Dtype::Bf16, w, x, y)
 }
 
 /// `y[r] = Σ_c W[r,c]·x[c]` with `W` = little-endian F32 bytes `[rows, cols]`
-/// (e.g. router / gate weights). `w.len() == rows*cols*4`, `x.len() == cols`,
+/// (e.g. router / gate weights). `w.bytes.len() == rows*cols*4`, `x.len() == cols`,
 /// `y.len() == rows`. Same summation order as [`matvec_bf16`].
 ///
 /// # Panics
 /// On any length mismatch.
-pub fn matvec_f32(par: &Par, w: &[u8], rows: usize, cols: usize, x: &[f32], y: &mut [f32]) {
-    matvec(par, Dtype::F32, w, rows, cols, x, y)
+pub fn matvec_f32(par: &Par, w: DenseMat<'_>, x: &[f32], y: &mut [f32]) {
+    matvec(par, Dtype::F32, w, x, y)
 }
 
 /// Prefill variant of [`matvec_bf16`]: `xs` is `[n, cols]`, `ys` is
 /// `[n, rows]`; `ys[v*rows + r]` is bit-identical to `matvec_bf16` on
 /// `xs[v*cols..][..cols]`. Each weight row is read from memory once for all
-/// `n` vectors.
+/// `n` vectors. Scratch in `ws`: no allocation while it holds
+/// [`product_floats`]`(cols, n)` (results never depend on its size or contents).
 ///
 /// # Panics
 /// On any length mismatch.
 pub fn matmul_bf16(
     par: &Par,
-    w: &[u8],
-    rows: usize,
-    cols: usize,
-    xs: &[f32],
-    n: usize,
-    ys: &mut [f32],
-) {
-    matmul(
-        par,
-        &mut Workspace::default(),
-        Dtype::Bf16,
-        w,
-        rows,
-        cols,
-        xs,
-        n,
-        ys,
-    )
-}
-
-/// [`matmul_bf16`] working in `ws` (no allocation while `ws` holds
-/// [`product_floats`]`(cols, n)`; bit-identical results).
-///
-/// # Panics
-/// On any length mismatch.
-#[allow(clippy::too_many_arguments)]
-pub fn matmul_bf16_in(
-    par: &Par,
     ws: &mut Workspace,
-    w: &[u8],
-    rows: usize,
-    cols: usize,
+    w: DenseMat<'_>,
     xs: &[f32],
     n: usize,
     ys: &mut [f32],
 ) {
-    matmul(par, ws, Dtype::Bf16, w, rows, cols, xs, n, ys)
+    matmul(par, ws, Dtype::Bf16, w, xs, n, ys)
 }
 
 /// Prefill variant of [`matvec_f32`]: `xs` `[n, cols]` → `ys` `[n, rows]`,
-/// bit-identical to `n` calls of [`matvec_f32`].
+/// bit-identical to `n` calls of [`matvec_f32`]; scratch in `ws` as [`matmul_bf16`].
 ///
 /// # Panics
 /// On any length mismatch.
 pub fn matmul_f32(
     par: &Par,
-    w: &[u8],
-    rows: usize,
-    cols: usize,
-    xs: &[f32],
-    n: usize,
-    ys: &mut [f32],
-) {
-    matmul(
-        par,
-        &mut Workspace::default(),
-        Dtype::F32,
-        w,
-        rows,
-        cols,
-        xs,
-        n,
-        ys,
-    )
-}
-
-/// [`matmul_f32`] working in `ws` (see [`matmul_bf16_in`]).
-///
-/// # Panics
-/// On any length mismatch.
-#[allow(clippy::too_many_arguments)]
-pub fn matmul_f32_in(
-    par: &Par,
     ws: &mut Workspace,
-    w: &[u8],
-    rows: usize,
-    cols: usize,
+    w: DenseMat<'_>,
     xs: &[f32],
     n: usize,
     ys: &mut [f32],
 ) {
-    matmul(par, ws, Dtype::F32, w, rows, cols, xs, n, ys)
+    matmul(par, ws, Dtype::F32, w, xs, n, ys)
 }
 
-fn check_w(kernel: &str, dt: Dtype, w: &[u8], rows: usize, cols: usize) {
+fn check_w(kernel: &str, dt: Dtype, w: DenseMat<'_>) {
+    let DenseMat { bytes, rows, cols } = w;
     let want = rows
         .checked_mul(cols)
         .and_then(|e| e.checked_mul(dt.size()))
         .expect("shape overflows usize");
     assert!(
-        w.len() == want,
+        bytes.len() == want,
         "{kernel}: weight has {} bytes, expected rows {rows} x cols {cols} x {} = {want}",
-        w.len(),
+        bytes.len(),
         dt.size()
     );
 }
 
-fn matvec(par: &Par, dt: Dtype, w: &[u8], rows: usize, cols: usize, x: &[f32], y: &mut [f32]) {
+fn matvec(par: &Par, dt: Dtype, w: DenseMat<'_>, x: &[f32], y: &mut [f32]) {
     let k = match dt {
         Dtype::Bf16 => "matvec_bf16",
         Dtype::F32 => "matvec_f32",
     };
-    check_w(k, dt, w, rows, cols);
+    check_w(k, dt, w);
+    let DenseMat {
+        bytes: w,
+        rows,
+        cols,
+    } = w;
     assert!(
         x.len() == cols,
         "{k}: x has {} elements, cols = {cols}",
@@ -227,14 +195,11 @@ fn matvec(par: &Par, dt: Dtype, w: &[u8], rows: usize, cols: usize, x: &[f32], y
     });
 }
 
-#[allow(clippy::too_many_arguments)]
 fn matmul(
     par: &Par,
     ws: &mut Workspace,
     dt: Dtype,
-    w: &[u8],
-    rows: usize,
-    cols: usize,
+    w: DenseMat<'_>,
     xs: &[f32],
     n: usize,
     ys: &mut [f32],
@@ -243,7 +208,8 @@ fn matmul(
         Dtype::Bf16 => "matmul_bf16",
         Dtype::F32 => "matmul_f32",
     };
-    check_w(k, dt, w, rows, cols);
+    check_w(k, dt, w);
+    let (rows, cols) = (w.rows, w.cols);
     assert!(
         xs.len() == n * cols,
         "{k}: xs has {} elements, expected n {n} x cols {cols}",
@@ -260,8 +226,9 @@ fn matmul(
     let isa = par.isa();
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar {
-        return super::matmul::dense(par, ws, dt == Dtype::Bf16, w, rows, cols, xs, n, ys);
+        return super::matmul::dense(par, ws, dt == Dtype::Bf16, w, xs, n, ys);
     }
+    let w = w.bytes;
     let rb = cols * dt.size();
     let (shared, per) = product_floats(cols, n);
     let (_, slots) = ws.split(shared, per, par.threads());

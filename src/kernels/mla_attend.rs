@@ -41,40 +41,63 @@ pub const POS_BLOCK: usize = 32;
 /// (never affects results).
 const PAR_MIN_WORK: usize = 1 << 16;
 
+/// A latent cache as the attention reads it: `len` positions of `ld = r + dr` f32
+/// each, `[c_s (r) | k_pe,s (dr)]`, in `data` (at least `len·ld` long).
+#[derive(Clone, Copy, Debug)]
+pub struct Latents<'a> {
+    /// `[len, r + dr]` (or longer: a cache with room for more positions).
+    pub data: &'a [f32],
+    /// Cached positions.
+    pub len: usize,
+    /// Latent rank (`kv_lora_rank`).
+    pub r: usize,
+    /// Rope part of a latent (`qk_rope_head_dim`).
+    pub dr: usize,
+}
+
+/// The queries of all heads of one position: absorbed `q_abs: [heads, r]`
+/// (`W_UK,hᵀ q_nope,h`), `q_pe: [heads, dr]` and the softmax scale `tau`
+/// (`(dn + dr)^−½`).
+#[derive(Clone, Copy, Debug)]
+pub struct HeadQueries<'a> {
+    /// `[heads, r]`.
+    pub q_abs: &'a [f32],
+    /// `[heads, dr]`.
+    pub q_pe: &'a [f32],
+    /// Query heads.
+    pub heads: usize,
+    /// Softmax scale.
+    pub tau: f32,
+}
+
 /// Reference attention of one head over the cache (the definition above):
-/// `latents: [len, r + dr]`, `qh: [r]`, `q_pe: [dr]`; returns `ctx: [r]`.
+/// `qh: [r]`, `q_pe: [dr]`; returns `ctx: [r]`.
 ///
 /// # Panics
-/// If `latents` is shorter than `len·(r+dr)` or `qh`/`q_pe` are shorter than `r`/`dr`.
-pub fn attend_latent_ref(
-    latents: &[f32],
-    len: usize,
-    r: usize,
-    dr: usize,
-    qh: &[f32],
-    q_pe: &[f32],
-    tau: f32,
-) -> Vec<f32> {
-    let mut scores = vec![0f32; len];
-    let mut ctx = vec![0f32; r];
-    attend_one(latents, len, r, dr, qh, q_pe, tau, &mut scores, &mut ctx);
+/// If the cache is shorter than `len·(r+dr)` or `qh`/`q_pe` are shorter than `r`/`dr`.
+pub fn attend_latent_ref(cache: Latents<'_>, qh: &[f32], q_pe: &[f32], tau: f32) -> Vec<f32> {
+    let mut scores = vec![0f32; cache.len];
+    let mut ctx = vec![0f32; cache.r];
+    attend_one(cache, qh, q_pe, tau, &mut scores, &mut ctx);
     ctx
 }
 
 /// [`attend_latent_ref`] into `ctx: [r]` with `scores: [len]` as scratch (the same
 /// operations in the same order).
-#[allow(clippy::too_many_arguments)]
 fn attend_one(
-    latents: &[f32],
-    len: usize,
-    r: usize,
-    dr: usize,
+    cache: Latents<'_>,
     qh: &[f32],
     q_pe: &[f32],
     tau: f32,
     scores: &mut [f32],
     ctx: &mut [f32],
 ) {
+    let Latents {
+        data: latents,
+        len,
+        r,
+        dr,
+    } = cache;
     let ld = r + dr;
     assert!(
         latents.len() >= len * ld,
@@ -103,59 +126,32 @@ fn attend_one(
     }
 }
 
-/// Attention of all `heads` heads for one query over the cache, bit-identical
-/// to [`attend_latent_ref`] per head (for every thread count and ISA).
-///
-/// Shapes: `latents: [len, r + dr]` (at least), `q_abs: [heads, r]` (absorbed
-/// queries `W_UK,hᵀ q_nope,h`), `q_pe: [heads, dr]`, `ctx: [heads, r]` (output,
-/// `Σ_s p_{h,s} c_s`); `tau` is the softmax scale `(dn + dr)^−½`.
-/// Allocates its scratch per call; the forward uses [`attend_latent_heads_in`].
+/// Attention of all heads of one query over the cache, bit-identical to
+/// [`attend_latent_ref`] per head (for every thread count and ISA), into
+/// `ctx: [heads, r]` (`Σ_s p_{h,s} c_s`). Scratch in `ws`'s shared region: no
+/// allocation while it holds [`attend_floats`]`(len, r, dr, heads)` f32.
 ///
 /// # Panics
 /// On a length mismatch.
-#[allow(clippy::too_many_arguments)]
 pub fn attend_latent_heads(
     par: &Par,
-    latents: &[f32],
-    len: usize,
-    r: usize,
-    dr: usize,
-    heads: usize,
-    q_abs: &[f32],
-    q_pe: &[f32],
-    tau: f32,
-    ctx: &mut [f32],
-) {
-    let mut ws = Workspace::default();
-    attend_latent_heads_in(
-        par, &mut ws, latents, len, r, dr, heads, q_abs, q_pe, tau, ctx,
-    )
-}
-
-/// [`attend_latent_heads`] with its scratch in `ws`'s shared region
-/// ([`attend_floats`]`(len, r, dr, heads)` f32: no allocation while `ws` holds it).
-///
-/// # Panics
-/// On a length mismatch.
-#[allow(clippy::too_many_arguments)]
-pub fn attend_latent_heads_in(
-    par: &Par,
     ws: &mut Workspace,
-    latents: &[f32],
-    len: usize,
-    r: usize,
-    dr: usize,
-    heads: usize,
-    q_abs: &[f32],
-    q_pe: &[f32],
-    tau: f32,
+    cache: Latents<'_>,
+    q: HeadQueries<'_>,
     ctx: &mut [f32],
 ) {
+    let Latents { len, r, dr, .. } = cache;
+    let HeadQueries {
+        q_abs,
+        q_pe,
+        heads,
+        tau,
+    } = q;
     let ld = r + dr;
     assert!(
-        latents.len() >= len * ld,
+        cache.data.len() >= len * ld,
         "attend_latent_heads: cache has {} f32, need len {len} x {ld}",
-        latents.len()
+        cache.data.len()
     );
     assert!(
         q_abs.len() == heads * r && q_pe.len() == heads * dr && ctx.len() == heads * r,
@@ -168,16 +164,13 @@ pub fn attend_latent_heads_in(
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::Avx512 => {
             let buf = ws.shared(attend_floats(len, r, dr, heads));
-            batched(par, buf, latents, len, r, dr, heads, q_abs, q_pe, tau, ctx)
+            batched(par, buf, cache, q, ctx)
         }
         _ => {
             let scores = ws.shared(len);
             for h in 0..heads {
                 attend_one(
-                    latents,
-                    len,
-                    r,
-                    dr,
+                    cache,
                     &q_abs[h * r..(h + 1) * r],
                     &q_pe[h * dr..(h + 1) * dr],
                     tau,
@@ -190,20 +183,19 @@ pub fn attend_latent_heads_in(
 }
 
 #[cfg(target_arch = "x86_64")]
-#[allow(clippy::too_many_arguments)]
-fn batched(
-    par: &Par,
-    buf: &mut [f32],
-    latents: &[f32],
-    len: usize,
-    r: usize,
-    dr: usize,
-    heads: usize,
-    q_abs: &[f32],
-    q_pe: &[f32],
-    tau: f32,
-    ctx: &mut [f32],
-) {
+fn batched(par: &Par, buf: &mut [f32], cache: Latents<'_>, q: HeadQueries<'_>, ctx: &mut [f32]) {
+    let Latents {
+        data: latents,
+        len,
+        r,
+        dr,
+    } = cache;
+    let HeadQueries {
+        q_abs,
+        q_pe,
+        heads,
+        tau,
+    } = q;
     ctx.fill(0.0);
     if len == 0 {
         return;
@@ -320,6 +312,7 @@ mod avx2 {
     ///
     /// # Safety
     /// AVX2; `qt: [ld, hp]`, `hp % 8 == 0`, latents cover `range`.
+    // Exception: a SIMD inner kernel over raw tiles and ranges the caller sliced.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn scores(
@@ -357,6 +350,7 @@ mod avx2 {
 
     /// One tile: positions `s0..s0+P`, head vectors `v0..v0+V`; writes
     /// `o[p*hp + 8*(v0+v) ..]`.
+    // Exception: a SIMD inner kernel over raw tiles and ranges the caller sliced.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -415,6 +409,7 @@ mod avx2 {
     ///
     /// # Safety
     /// AVX2; shapes as in `batched`; no other thread writes these columns.
+    // Exception: a SIMD inner kernel over raw tiles and ranges the caller sliced.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn context(
@@ -454,6 +449,7 @@ mod avx2 {
         }
     }
 
+    // Exception: a SIMD inner kernel over raw tiles and ranges the caller sliced.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx2")]

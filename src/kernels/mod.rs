@@ -23,9 +23,12 @@
 //! * Denormals are not flushed (Rust default MXCSR).
 //!
 //! # Memory
-//! The `*_in` variants work in a caller-held [`Workspace`] (sized by
-//! [`workspace::product_floats`] / [`workspace::attend_floats`]) and allocate
-//! nothing; the plain variants allocate a workspace per call (tests, benches).
+//! One entry point per kernel. Those that need scratch take a caller-held
+//! [`Workspace`] (sized by [`workspace::product_floats`] /
+//! [`workspace::attend_floats`]) and allocate nothing while it holds that much;
+//! tests and tools pass `&mut Workspace::default()`, which grows on first use.
+//! Matrices are passed as views of their stored bytes ([`DenseMat`], [`Mxfp4Mat`]),
+//! the MLA cache and queries as [`Latents`] and [`HeadQueries`].
 //!
 //! # Errors
 //! Shape mismatches are programming errors and panic with a message naming
@@ -41,12 +44,9 @@ pub mod peak;
 pub mod workspace;
 
 pub use bandwidth::ram_read_bandwidth;
-pub use dense::{
-    bf16_le, bf16_to_f32, matmul_bf16, matmul_bf16_in, matmul_f32, matmul_f32_in, matvec_bf16,
-    matvec_f32,
-};
-pub use mla_attend::{attend_latent_heads, attend_latent_heads_in, attend_latent_ref};
-pub use mxfp4::{dequant_mxfp4, matmul_mxfp4, matmul_mxfp4_in, matvec_mxfp4, matvec_mxfp4_in};
+pub use dense::{bf16_le, bf16_to_f32, matmul_bf16, matmul_f32, matvec_bf16, matvec_f32, DenseMat};
+pub use mla_attend::{attend_latent_heads, attend_latent_ref, HeadQueries, Latents};
+pub use mxfp4::{dequant_mxfp4, matmul_mxfp4, matvec_mxfp4, Mxfp4Mat};
 pub use par::Par;
 pub use peak::f32_peak_flops;
 pub use workspace::Workspace;

@@ -99,7 +99,40 @@ const BYTE_X2: [[f32; 2]; 256] = {
     t
 };
 
-fn check(kernel: &str, packed: &[u8], scales: &[u8], rows: usize, cols: usize) {
+/// An MXFP4 weight matrix `[rows, cols]` as stored (see [the module docs](self)):
+/// `weight_packed` `[rows, cols/2]` bytes and `weight_scale` `[rows, cols/32]` E8M0
+/// bytes; `cols` a multiple of 32.
+#[derive(Clone, Copy, Debug)]
+pub struct Mxfp4Mat<'a> {
+    /// `weight_packed`: two E2M1 codes per byte (low nibble first).
+    pub packed: &'a [u8],
+    /// `weight_scale`: one E8M0 byte per 32-element block.
+    pub scales: &'a [u8],
+    /// Output width.
+    pub rows: usize,
+    /// Input width (multiple of 32).
+    pub cols: usize,
+}
+
+impl<'a> Mxfp4Mat<'a> {
+    /// The view of `packed` and `scales` as `[rows, cols]` (sizes are checked by the kernels).
+    pub fn new(packed: &'a [u8], scales: &'a [u8], rows: usize, cols: usize) -> Self {
+        Mxfp4Mat {
+            packed,
+            scales,
+            rows,
+            cols,
+        }
+    }
+}
+
+fn check(kernel: &str, w: Mxfp4Mat<'_>) {
+    let Mxfp4Mat {
+        packed,
+        scales,
+        rows,
+        cols,
+    } = w;
     assert!(
         cols.is_multiple_of(32),
         "{kernel}: cols {cols} is not a multiple of the MXFP4 block size 32"
@@ -127,7 +160,13 @@ fn check(kernel: &str, packed: &[u8], scales: &[u8], rows: usize, cols: usize) {
 /// If `cols % 32 != 0`, `packed.len() != rows*cols/2` or
 /// `scales.len() != rows*cols/32`.
 pub fn dequant_mxfp4(packed: &[u8], scales: &[u8], rows: usize, cols: usize) -> Vec<f32> {
-    check("dequant_mxfp4", packed, scales, rows, cols);
+    let w = Mxfp4Mat {
+        packed,
+        scales,
+        rows,
+        cols,
+    };
+    check("dequant_mxfp4", w);
     let mut out = Vec::with_capacity(rows * cols);
     for (i, &b) in packed.iter().enumerate() {
         let c = (2 * i) % cols;
@@ -139,51 +178,21 @@ pub fn dequant_mxfp4(packed: &[u8], scales: &[u8], rows: usize, cols: usize) -> 
     out
 }
 
-/// `y[r] = Σ_c W[r,c]·x[c]` for an MXFP4 matrix given as `weight_packed`
-/// (`[rows, cols/2]` bytes) and `weight_scale` (`[rows, cols/32]` E8M0
-/// bytes), decoded on the fly. `x.len() == cols`, `y.len() == rows`.
-/// Summation order: see [the module docs](crate::kernels::mxfp4).
+/// `y[r] = Σ_c W[r,c]·x[c]` for an MXFP4 matrix `w`, decoded on the fly.
+/// `x.len() == cols`, `y.len() == rows`. Summation order: see
+/// [the module docs](crate::kernels::mxfp4). Scratch (the SIMD paths' permuted copy
+/// of `x`) in `ws`: no allocation while it holds [`product_floats`]`(cols, 1)`.
 ///
 /// # Panics
 /// On shape mismatch or `cols % 32 != 0`.
-pub fn matvec_mxfp4(
-    par: &Par,
-    packed: &[u8],
-    scales: &[u8],
-    rows: usize,
-    cols: usize,
-    x: &[f32],
-    y: &mut [f32],
-) {
-    matvec_mxfp4_in(
-        par,
-        &mut Workspace::default(),
+pub fn matvec_mxfp4(par: &Par, ws: &mut Workspace, w: Mxfp4Mat<'_>, x: &[f32], y: &mut [f32]) {
+    check("matvec_mxfp4", w);
+    let Mxfp4Mat {
         packed,
         scales,
         rows,
         cols,
-        x,
-        y,
-    )
-}
-
-/// [`matvec_mxfp4`] working in `ws` (the permuted copy of `x`: no allocation while
-/// `ws` holds [`product_floats`]`(cols, 1)`; bit-identical results).
-///
-/// # Panics
-/// On shape mismatch or `cols % 32 != 0`.
-#[allow(clippy::too_many_arguments)]
-pub fn matvec_mxfp4_in(
-    par: &Par,
-    ws: &mut Workspace,
-    packed: &[u8],
-    scales: &[u8],
-    rows: usize,
-    cols: usize,
-    x: &[f32],
-    y: &mut [f32],
-) {
-    check("matvec_mxfp4", packed, scales, rows, cols);
+    } = w;
     assert!(
         x.len() == cols,
         "matvec_mxfp4: x has {} elements, cols = {cols}",
@@ -221,52 +230,26 @@ pub fn matvec_mxfp4_in(
 /// `ys[v*rows + r]` bit-identical to `matvec_mxfp4` on vector `v`. Each
 /// weight row is read and decoded once (into a per-thread f32 row buffer of
 /// `cols` doubled codes, the same values the on-the-fly decoder produces)
-/// for all `n` vectors.
+/// for all `n` vectors. Scratch in `ws`: no allocation while it holds
+/// [`product_floats`]`(cols, n)`.
 ///
 /// # Panics
 /// On shape mismatch or `cols % 32 != 0`.
-#[allow(clippy::too_many_arguments)]
 pub fn matmul_mxfp4(
     par: &Par,
-    packed: &[u8],
-    scales: &[u8],
-    rows: usize,
-    cols: usize,
+    ws: &mut Workspace,
+    w: Mxfp4Mat<'_>,
     xs: &[f32],
     n: usize,
     ys: &mut [f32],
 ) {
-    matmul_mxfp4_in(
-        par,
-        &mut Workspace::default(),
+    check("matmul_mxfp4", w);
+    let Mxfp4Mat {
         packed,
         scales,
         rows,
         cols,
-        xs,
-        n,
-        ys,
-    )
-}
-
-/// [`matmul_mxfp4`] working in `ws` (no allocation while `ws` holds
-/// [`product_floats`]`(cols, n)`; bit-identical results).
-///
-/// # Panics
-/// On shape mismatch or `cols % 32 != 0`.
-#[allow(clippy::too_many_arguments)]
-pub fn matmul_mxfp4_in(
-    par: &Par,
-    ws: &mut Workspace,
-    packed: &[u8],
-    scales: &[u8],
-    rows: usize,
-    cols: usize,
-    xs: &[f32],
-    n: usize,
-    ys: &mut [f32],
-) {
-    check("matmul_mxfp4", packed, scales, rows, cols);
+    } = w;
     assert!(
         xs.len() == n * cols,
         "matmul_mxfp4: xs has {} elements, expected n {n} x cols {cols}",
@@ -284,7 +267,7 @@ pub fn matmul_mxfp4_in(
     let (pb, sb) = (cols / 2, cols / 32);
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar {
-        return super::matmul::mxfp4(par, ws, packed, scales, rows, cols, xs, n, ys);
+        return super::matmul::mxfp4(par, ws, w, xs, n, ys);
     }
     // The decoded row and x in the permuted block order.
     let (shared, per) = product_floats(cols, n);

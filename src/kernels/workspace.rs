@@ -36,7 +36,7 @@ pub fn product_floats(cols: usize, n: usize) -> (usize, usize) {
     )
 }
 
-/// f32 elements of shared workspace [`super::attend_latent_heads_in`] uses for
+/// f32 elements of shared workspace [`super::attend_latent_heads`] uses for
 /// `len` cached positions, latent rank `r`, rope dim `dr` and `heads` heads:
 /// `hp·(r + dr + len + 2)` with `hp = 8·⌈heads/8⌉` (queries transposed `[r+dr, hp]`,
 /// scores `[len, hp]`, running max and sum `[hp]` each); the scalar path uses

@@ -21,6 +21,8 @@
 
 use anyhow::Result;
 
+use super::ctx::Ctx;
+use super::lend::{Lent, Recycle};
 use super::norm::{rms_norm_inplace, sigmoid, silu, softplus};
 use super::state::KdaState;
 use super::weights::{Mat, Weights};
@@ -71,9 +73,19 @@ impl KdaWeights {
         Self::load_from(w, cfg, layer, &mut Kda::default())
     }
 
-    /// [`KdaWeights::load`] decoding the small vectors into the arena's buffers
-    /// (moved out of `sc`; give them back with [`KdaWeights::recycle`]).
-    pub fn load_from(w: &Weights, cfg: &ModelConfig, layer: usize, sc: &mut Kda) -> Result<Self> {
+    /// [`KdaWeights::load`] decoding the small vectors into the arena's buffers,
+    /// which the returned guard gives back to `sc` when dropped.
+    pub fn lend<'a>(
+        w: &Weights,
+        cfg: &ModelConfig,
+        layer: usize,
+        sc: &'a mut Kda,
+    ) -> Result<Lent<'a, Self>> {
+        Ok(Lent::new(Self::load_from(w, cfg, layer, sc)?, sc))
+    }
+
+    /// Loads with the vectors moved out of `sc` (see [`KdaWeights::lend`]).
+    fn load_from(w: &Weights, cfg: &ModelConfig, layer: usize, sc: &mut Kda) -> Result<Self> {
         let l = Some(layer);
         let d = cfg.hidden_size;
         let h = cfg.kda.num_heads;
@@ -118,9 +130,13 @@ impl KdaWeights {
             o: w.mat(l, "self_attn.o_proj.weight", d, p)?,
         })
     }
+}
 
-    /// Gives the decoded vectors back to the arena (see [`KdaWeights::load_from`]).
-    pub fn recycle(self, sc: &mut Kda) {
+impl Recycle for KdaWeights {
+    type Arena = Kda;
+
+    /// Gives the decoded vectors back to the arena (see [`KdaWeights::lend`]).
+    fn recycle(self, sc: &mut Kda) {
         sc.conv_w = self.conv;
         sc.dt_bias = self.dt_bias;
         sc.a_log = self.a_log;
@@ -243,67 +259,61 @@ pub fn kda_forward(
 ) -> Vec<f32> {
     let mut sc = Kda::new(&Dims::new(cfg, n));
     let mut out = vec![0f32; n * cfg.hidden_size];
-    let ws = &mut Workspace::default();
-    kda_forward_into(par, ws, cfg, w, xs, n, st, &mut sc, &mut out);
+    let cx = &mut Ctx {
+        cfg,
+        par,
+        ws: &mut Workspace::default(),
+    };
+    kda_forward_into(cx, w, &xs[..n * cfg.hidden_size], st, &mut sc, &mut out);
     out
 }
 
-/// [`kda_forward`] into `out: [n, D]` with every intermediate in the arena `sc` and
-/// the kernels' scratch in `ws`: [`kda_project`], [`kda_recur`] over all `n`
-/// tokens, [`kda_output`].
-#[allow(clippy::too_many_arguments)]
+/// [`kda_forward`] of the `n = xs.len() / D` tokens into `out: [n, D]` with every
+/// intermediate in the arena `sc` and the kernels' scratch in `cx`: [`kda_project`],
+/// [`kda_recur`] over all `n` tokens, [`kda_output`].
 pub fn kda_forward_into(
-    par: &Par,
-    ws: &mut Workspace,
-    cfg: &ModelConfig,
+    cx: &mut Ctx<'_>,
     w: &KdaWeights,
     xs: &[f32],
-    n: usize,
     st: &mut KdaState,
     sc: &mut Kda,
     out: &mut [f32],
 ) {
-    kda_project(par, ws, cfg, w, xs, n, sc);
-    kda_recur(par, cfg, w, n, 0..n, st, sc);
-    kda_output(par, ws, w, n, sc, out);
+    let n = xs.len() / cx.cfg.hidden_size;
+    kda_project(cx, w, xs, n, sc);
+    kda_recur(cx, w, n, 0..n, st, sc);
+    kda_output(cx, w, n, sc, out);
 }
 
 /// The projections of `n` tokens `xs: [n, D]` into the arena (`q, k, v, a, g: [n, P]`,
 /// `b: [n, H]`) and the head outputs `y: [n, P]` zeroed. The tokens may belong to
 /// different sequences: each token's projections are the same products whatever
 /// `n` is (batched matmul ≡ matvec per row).
-pub fn kda_project(
-    par: &Par,
-    ws: &mut Workspace,
-    cfg: &ModelConfig,
-    w: &KdaWeights,
-    xs: &[f32],
-    n: usize,
-    sc: &mut Kda,
-) {
+pub fn kda_project(cx: &mut Ctx<'_>, w: &KdaWeights, xs: &[f32], n: usize, sc: &mut Kda) {
+    let cfg = cx.cfg;
     let h = cfg.kda.num_heads;
     let k = cfg.kda.head_dim;
     let p = h * k;
     let _prof = profile::scope(Op::KdaProj);
     let qs = zeroed(&mut sc.q, n * p);
-    w.q.mm_into(par, ws, xs, n, qs);
+    cx.mm(&w.q, xs, n, qs);
     let ks = zeroed(&mut sc.k, n * p);
-    w.k.mm_into(par, ws, xs, n, ks);
+    cx.mm(&w.k, xs, n, ks);
     let vs = zeroed(&mut sc.v, n * p);
-    w.v.mm_into(par, ws, xs, n, vs);
+    cx.mm(&w.v, xs, n, vs);
     let fa = zeroed(&mut sc.fa, n * k);
-    w.f_a.mm_into(par, ws, xs, n, fa);
+    cx.mm(&w.f_a, xs, n, fa);
     let a_all = zeroed(&mut sc.a, n * p);
-    w.f_b.mm_into(par, ws, fa, n, a_all);
+    cx.mm(&w.f_b, fa, n, a_all);
     let b_all = zeroed(&mut sc.b, n * h);
-    w.b.mm_into(par, ws, xs, n, b_all);
+    cx.mm(&w.b, xs, n, b_all);
     let g_all = zeroed(&mut sc.g, n * p);
     match &w.gate {
-        OutGate::Full(g) => g.mm_into(par, ws, xs, n, g_all),
+        OutGate::Full(g) => cx.mm(g, xs, n, g_all),
         OutGate::LowRank(ga, gb) => {
             let t = zeroed(&mut sc.fa, n * k);
-            ga.mm_into(par, ws, xs, n, t);
-            gb.mm_into(par, ws, t, n, g_all);
+            cx.mm(ga, xs, n, t);
+            cx.mm(gb, t, n, g_all);
         }
     }
     zeroed(&mut sc.y, n * p);
@@ -313,14 +323,14 @@ pub fn kda_project(
 /// consecutive run of one sequence, within the `n` projected by [`kda_project`]),
 /// in order, on that sequence's state `st`; writes their rows of the arena's `y`.
 pub fn kda_recur(
-    par: &Par,
-    cfg: &ModelConfig,
+    cx: &Ctx<'_>,
     w: &KdaWeights,
     n: usize,
     tokens: std::ops::Range<usize>,
     st: &mut KdaState,
     sc: &mut Kda,
 ) {
+    let (cfg, par) = (cx.cfg, cx.par);
     let h = cfg.kda.num_heads;
     let k = cfg.kda.head_dim;
     let p = h * k;
@@ -390,7 +400,8 @@ pub fn kda_recur(
                 for t in tokens.clone() {
                     // SAFETY: as above (head hh's columns of token t).
                     let y = unsafe { y_out.slice(t * p + hh * k..t * p + (hh + 1) * k) };
-                    step.run(hh, t, s, &mut qh[..k], &mut kh[..k], &mut alpha[..k], y);
+                    let tmp = (&mut qh[..k], &mut kh[..k], &mut alpha[..k]);
+                    step.run(hh, t, s, tmp, y);
                 }
             }
         });
@@ -402,24 +413,20 @@ pub fn kda_recur(
             let s = &mut st.s[hh * k * k..(hh + 1) * k * k];
             for t in tokens.clone() {
                 let y = &mut ys[t * p + hh * k..t * p + (hh + 1) * k];
-                step.run(hh, t, s, qh, kh, alpha, y);
+                step.run(hh, t, s, (&mut *qh, &mut *kh, &mut *alpha), y);
             }
         }
     }
 }
 
 /// `o_proj` of the `n` tokens' head outputs (the arena's `y: [n, P]`) into `out: [n, D]`.
-pub fn kda_output(
-    par: &Par,
-    ws: &mut Workspace,
-    w: &KdaWeights,
-    n: usize,
-    sc: &Kda,
-    out: &mut [f32],
-) {
+pub fn kda_output(cx: &mut Ctx<'_>, w: &KdaWeights, n: usize, sc: &Kda, out: &mut [f32]) {
     let _prof = profile::scope(Op::KdaOut);
-    w.o.mm_into(par, ws, &sc.y, n, out);
+    cx.mm(&w.o, &sc.y, n, out);
 }
+
+/// One head step's scratch `(qh, kh, alpha)`, `[K]` each.
+type HeadTmp<'a> = (&'a mut [f32], &'a mut [f32], &'a mut [f32]);
 
 /// Largest head dimension whose recurrence scratch (3 × `[K]`) the threads keep
 /// on their stacks; larger heads run on the calling thread with the arena's.
@@ -447,17 +454,8 @@ struct HeadStep<'a> {
 impl HeadStep<'_> {
     /// Head `hh` at token `t`: normalise q and k, decay, the delta rule on its state
     /// `s: [K, K]`, the output norm and gate into `y: [K]` (scratch `qh, kh, alpha: [K]`).
-    #[allow(clippy::too_many_arguments)]
-    fn run(
-        &self,
-        hh: usize,
-        t: usize,
-        s: &mut [f32],
-        qh: &mut [f32],
-        kh: &mut [f32],
-        alpha: &mut [f32],
-        y: &mut [f32],
-    ) {
+    fn run(&self, hh: usize, t: usize, s: &mut [f32], tmp: HeadTmp<'_>, y: &mut [f32]) {
+        let (qh, kh, alpha) = tmp;
         let (k, p) = (self.k, self.p);
         let r = t * p + hh * k..t * p + (hh + 1) * k;
         let hr = hh * k..(hh + 1) * k;

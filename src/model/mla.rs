@@ -17,12 +17,14 @@
 
 use anyhow::Result;
 
+use super::ctx::Ctx;
+use super::lend::{Lent, Recycle};
 use super::norm::{rms_norm_inplace, rms_norm_into, sigmoid};
 use super::state::MlaCache;
 use super::weights::{Mat, Weights};
 use crate::engine::arena::{zeroed, Dims, Mla};
 use crate::format::config::ModelConfig;
-use crate::kernels::{attend_latent_heads_in, attend_latent_ref};
+use crate::kernels::{attend_latent_heads, attend_latent_ref, HeadQueries, Latents};
 use crate::kernels::{Par, Workspace};
 use crate::util::profile::{self, Op};
 
@@ -77,9 +79,19 @@ impl MlaWeights {
         Self::load_from(w, cfg, layer, &mut Mla::default())
     }
 
-    /// [`MlaWeights::load`] decoding the norm weights into the arena's buffers
-    /// (moved out of `sc`; give them back with [`MlaWeights::recycle`]).
-    pub fn load_from(w: &Weights, cfg: &ModelConfig, layer: usize, sc: &mut Mla) -> Result<Self> {
+    /// [`MlaWeights::load`] decoding the norm weights into the arena's buffers,
+    /// which the returned guard gives back to `sc` when dropped.
+    pub fn lend<'a>(
+        w: &Weights,
+        cfg: &ModelConfig,
+        layer: usize,
+        sc: &'a mut Mla,
+    ) -> Result<Lent<'a, Self>> {
+        Ok(Lent::new(Self::load_from(w, cfg, layer, sc)?, sc))
+    }
+
+    /// Loads with the norm weights moved out of `sc` (see [`MlaWeights::lend`]).
+    fn load_from(w: &Weights, cfg: &ModelConfig, layer: usize, sc: &mut Mla) -> Result<Self> {
         let l = Some(layer);
         let m = &cfg.mla;
         let d = cfg.hidden_size;
@@ -121,9 +133,13 @@ impl MlaWeights {
             },
         })
     }
+}
 
-    /// Gives the decoded norm weights back to the arena (see [`MlaWeights::load_from`]).
-    pub fn recycle(self, sc: &mut Mla) {
+impl Recycle for MlaWeights {
+    type Arena = Mla;
+
+    /// Gives the decoded norm weights back to the arena (see [`MlaWeights::lend`]).
+    fn recycle(self, sc: &mut Mla) {
         if let QProj::Lora { norm, .. } = self.q {
             sc.q_norm = norm;
         }
@@ -143,7 +159,13 @@ pub fn attend_latent(
     q_pe: &[f32],
     tau: f32,
 ) -> Vec<f32> {
-    attend_latent_ref(&cache.latents, cache.len, r, dr, qh, q_pe, tau)
+    let lat = Latents {
+        data: &cache.latents,
+        len: cache.len,
+        r,
+        dr,
+    };
+    attend_latent_ref(lat, qh, q_pe, tau)
 }
 
 /// MLA sub-layer over `n` consecutive tokens `xs: [n, D]` (after `input_layernorm`),
@@ -160,45 +182,38 @@ pub fn mla_forward(
 ) -> Vec<f32> {
     let mut sc = Mla::new(&Dims::new(cfg, n));
     let mut out = vec![0f32; n * cfg.hidden_size];
-    let ws = &mut Workspace::default();
-    mla_forward_into(par, ws, cfg, w, xs, n, cache, &mut sc, &mut out);
+    let cx = &mut Ctx {
+        cfg,
+        par,
+        ws: &mut Workspace::default(),
+    };
+    mla_forward_into(cx, w, &xs[..n * cfg.hidden_size], cache, &mut sc, &mut out);
     out
 }
 
-/// [`mla_forward`] into `out: [n, D]` with every intermediate in the arena `sc` and
-/// the kernels' scratch (products, attention scores) in `ws`: [`mla_project`],
-/// [`mla_attend`] over all `n` tokens, [`mla_output`].
-#[allow(clippy::too_many_arguments)]
+/// [`mla_forward`] of the `n = xs.len() / D` tokens into `out: [n, D]` with every
+/// intermediate in the arena `sc` and the kernels' scratch (products, attention
+/// scores) in `cx`: [`mla_project`], [`mla_attend`] over all `n` tokens, [`mla_output`].
 pub fn mla_forward_into(
-    par: &Par,
-    ws: &mut Workspace,
-    cfg: &ModelConfig,
+    cx: &mut Ctx<'_>,
     w: &MlaWeights,
     xs: &[f32],
-    n: usize,
     cache: &mut MlaCache,
     sc: &mut Mla,
     out: &mut [f32],
 ) {
-    mla_project(par, ws, cfg, w, xs, n, sc);
-    mla_attend(par, ws, cfg, w, 0..n, cache, sc);
-    mla_output(par, ws, w, n, sc, out);
+    let n = xs.len() / cx.cfg.hidden_size;
+    mla_project(cx, w, xs, n, sc);
+    mla_attend(cx, w, 0..n, cache, sc);
+    mla_output(cx, w, n, sc, out);
 }
 
 /// The projections of `n` tokens `xs: [n, D]` into the arena (queries
 /// `q: [n, h·(dn+dr)]`, `kv_a_proj_with_mqa` outputs `kv: [n, r+dr]`, gate logits
 /// `gate: [n, h·dv]`) and the head outputs `out: [n, h·dv]` zeroed. The tokens may
 /// belong to different sequences (batched matmul ≡ matvec per row).
-pub fn mla_project(
-    par: &Par,
-    ws: &mut Workspace,
-    cfg: &ModelConfig,
-    w: &MlaWeights,
-    xs: &[f32],
-    n: usize,
-    sc: &mut Mla,
-) {
-    let m = &cfg.mla;
+pub fn mla_project(cx: &mut Ctx<'_>, w: &MlaWeights, xs: &[f32], n: usize, sc: &mut Mla) {
+    let m = &cx.cfg.mla;
     let (h, dn, dr, dv, r) = (
         m.num_heads,
         m.qk_nope_head_dim,
@@ -211,22 +226,22 @@ pub fn mla_project(
     let _prof = profile::scope(Op::MlaProj);
     let qs = zeroed(&mut sc.q, n * h * qhd);
     match &w.q {
-        QProj::Full(q) => q.mm_into(par, ws, xs, n, qs),
+        QProj::Full(q) => cx.mm(q, xs, n, qs),
         QProj::Lora { a, norm, b } => {
             let ql = a.rows();
             let qa = zeroed(&mut sc.qa, n * ql);
-            a.mm_into(par, ws, xs, n, qa);
+            cx.mm(a, xs, n, qa);
             for t in 0..n {
                 rms_norm_inplace(&mut qa[t * ql..(t + 1) * ql], norm, Q_NORM_EPS);
             }
-            b.mm_into(par, ws, qa, n, qs);
+            cx.mm(b, qa, n, qs);
         }
     }
     let kvs = zeroed(&mut sc.kv, n * ld);
-    w.kv_a.mm_into(par, ws, xs, n, kvs);
+    cx.mm(&w.kv_a, xs, n, kvs);
     if let Some(g) = &w.g {
         let gs = zeroed(&mut sc.gate, n * h * dv);
-        g.mm_into(par, ws, xs, n, gs);
+        cx.mm(g, xs, n, gs);
     }
     zeroed(&mut sc.out, n * h * dv);
 }
@@ -234,16 +249,14 @@ pub fn mla_project(
 /// Attention of tokens `tokens` (a consecutive run of one sequence, within the
 /// tokens projected by [`mla_project`]) in order over that sequence's latent
 /// cache, appending their latents to `cache`; writes their rows of the arena's `out`.
-#[allow(clippy::too_many_arguments)]
 pub fn mla_attend(
-    par: &Par,
-    ws: &mut Workspace,
-    cfg: &ModelConfig,
+    cx: &mut Ctx<'_>,
     w: &MlaWeights,
     tokens: std::ops::Range<usize>,
     cache: &mut MlaCache,
     sc: &mut Mla,
 ) {
+    let cfg = cx.cfg;
     let m = &cfg.mla;
     let (h, dn, dr, dv, r) = (
         m.num_heads,
@@ -288,25 +301,27 @@ pub fn mla_attend(
                 .tmv_into(&qh[..dn], &mut q_abs[hh * r..(hh + 1) * r]);
             q_pe[hh * dr..(hh + 1) * dr].copy_from_slice(&qh[dn..]);
         }
-        attend_latent_heads_in(
-            par,
-            ws,
-            &cache.latents,
-            cache.len,
+        let lat = Latents {
+            data: &cache.latents,
+            len: cache.len,
             r,
             dr,
-            h,
+        };
+        let q = HeadQueries {
             q_abs,
             q_pe,
+            heads: h,
             tau,
-            ctx,
-        );
+        };
+        attend_latent_heads(cx.par, cx.ws, lat, q, ctx);
         for hh in 0..h {
             let base = hh * (dn + dv);
             let o = &mut outs[(t * h + hh) * dv..(t * h + hh + 1) * dv];
-            w.kv_b
-                .row_block(base + dn, dv)
-                .mv_into(par, ws, &ctx[hh * r..(hh + 1) * r], o);
+            cx.mv(
+                &w.kv_b.row_block(base + dn, dv),
+                &ctx[hh * r..(hh + 1) * r],
+                o,
+            );
         }
         if let Some(g) = gates {
             let o = &mut outs[t * h * dv..(t + 1) * h * dv];
@@ -318,14 +333,7 @@ pub fn mla_attend(
 }
 
 /// `o_proj` of the `n` tokens' head outputs (the arena's `out: [n, h·dv]`) into `out: [n, D]`.
-pub fn mla_output(
-    par: &Par,
-    ws: &mut Workspace,
-    w: &MlaWeights,
-    n: usize,
-    sc: &Mla,
-    out: &mut [f32],
-) {
+pub fn mla_output(cx: &mut Ctx<'_>, w: &MlaWeights, n: usize, sc: &Mla, out: &mut [f32]) {
     let _prof = profile::scope(Op::MlaOut);
-    w.o.mm_into(par, ws, &sc.out, n, out);
+    cx.mm(&w.o, &sc.out, n, out);
 }

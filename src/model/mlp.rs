@@ -3,9 +3,10 @@
 
 use anyhow::Result;
 
+use super::ctx::Ctx;
 use super::norm::{sigmoid, silu};
 use super::weights::Mat;
-use crate::engine::arena::zeroed;
+use crate::engine::arena::{zeroed, Mlp};
 use crate::format::config::Activation;
 use crate::kernels::Par;
 
@@ -64,25 +65,23 @@ impl GatedMlp {
         Ok(self.down.mm(par, &h, n))
     }
 
-    /// [`GatedMlp::forward`] into `out: [n, D]`, with the intermediates in the
-    /// arena's `g` / `u` buffers and the kernels' scratch in `ws` (bit-identical to `forward`).
-    #[allow(clippy::too_many_arguments)]
+    /// [`GatedMlp::forward`] with the configuration's activation into `out: [n, D]`,
+    /// with the intermediates in the arena's `g` / `u` buffers and the kernels'
+    /// scratch in `cx` (bit-identical to `forward`).
     pub fn forward_into(
         &self,
-        par: &Par,
-        ws: &mut crate::kernels::Workspace,
-        act: Activation,
+        cx: &mut Ctx<'_>,
         xs: &[f32],
         n: usize,
-        sc: &mut crate::engine::arena::Mlp,
+        sc: &mut Mlp,
         out: &mut [f32],
     ) {
         let f = self.gate.rows();
         let g = zeroed(&mut sc.g, n * f);
-        self.gate.mm_into(par, ws, xs, n, g);
+        cx.mm(&self.gate, xs, n, g);
         let u = zeroed(&mut sc.u, n * f);
-        self.up.mm_into(par, ws, xs, n, u);
-        gated_act_inplace(par, act, g, u);
-        self.down.mm_into(par, ws, g, n, out);
+        cx.mm(&self.up, xs, n, u);
+        gated_act_inplace(cx.par, cx.cfg.activation, g, u);
+        cx.mm(&self.down, g, n, out);
     }
 }

@@ -21,12 +21,13 @@ use std::cmp::Ordering;
 
 use anyhow::{Context, Result};
 
+use super::ctx::Ctx;
+use super::lend::{Lent, Recycle};
 use super::mlp::GatedMlp;
 use super::norm::{rms_norm_inplace, sigmoid};
 use super::weights::{Mat, Weights};
 use crate::engine::arena::{zeroed, Mlp, Moe, Router};
-use crate::format::config::{Activation, ModelConfig, MoeConfig};
-use crate::kernels::{Par, Workspace};
+use crate::format::config::{ModelConfig, MoeConfig};
 use crate::util::profile::{self, Op};
 
 /// Routing decision for one token: `(expert id, weight)` in router-rank order.
@@ -115,8 +116,19 @@ impl MoeWeights {
     }
 
     /// [`MoeWeights::load`] decoding the bias and latent norm into the arena's
-    /// buffers (moved out of `sc`; give them back with [`MoeWeights::recycle`]).
-    pub fn load_from(
+    /// buffers, which the returned guard gives back to `sc` when dropped.
+    pub fn lend<'a>(
+        w: &Weights,
+        cfg: &ModelConfig,
+        moe: &MoeConfig,
+        layer: usize,
+        sc: &'a mut Moe,
+    ) -> Result<Lent<'a, Self>> {
+        Ok(Lent::new(Self::load_from(w, cfg, moe, layer, sc)?, sc))
+    }
+
+    /// Loads with the vectors moved out of `sc` (see [`MoeWeights::lend`]).
+    fn load_from(
         w: &Weights,
         cfg: &ModelConfig,
         moe: &MoeConfig,
@@ -167,9 +179,13 @@ impl MoeWeights {
             latent_norm,
         })
     }
+}
 
-    /// Gives the decoded vectors back to the arena (see [`MoeWeights::load_from`]).
-    pub fn recycle(self, sc: &mut Moe) {
+impl Recycle for MoeWeights {
+    type Arena = Moe;
+
+    /// Gives the decoded vectors back to the arena (see [`MoeWeights::lend`]).
+    fn recycle(self, sc: &mut Moe) {
         sc.bias = self.bias;
         if let Some(v) = self.latent_norm {
             sc.latent_norm = v;
@@ -198,8 +214,36 @@ pub struct MoeScratch<'a> {
     pub router: &'a mut Router,
     /// Gated-MLP intermediates (experts and shared experts).
     pub mlp: &'a mut Mlp,
-    /// The kernels' scratch.
-    pub kern: &'a mut Workspace,
+}
+
+/// One MoE layer as [`moe_forward`] dispatches it: its settings, where its routed
+/// experts are read from, and its trunk weights.
+#[derive(Clone, Copy)]
+pub struct MoeLayer<'a> {
+    /// The layer's index (the store's expert and hint keys).
+    pub layer: usize,
+    /// The MoE settings.
+    pub moe: &'a MoeConfig,
+    /// The weight accessor the routed experts are fetched through.
+    pub w: &'a Weights,
+    /// Router, shared experts and latent projections.
+    pub trunk: &'a MoeWeights,
+}
+
+impl MoeLayer<'_> {
+    /// Routed expert `e` ([`load_expert`] on the layer's expert width).
+    fn expert(&self, cfg: &ModelConfig, e: usize) -> Result<GatedMlp> {
+        let ed = self.moe.expert_dim(cfg.hidden_size);
+        load_expert(self.w, self.layer, e, ed, self.moe.moe_intermediate_size)
+    }
+}
+
+/// What the expert dispatch of one chunk reads: the layer, the tokens' expert
+/// inputs `zs: [n, ed]` and the routing width `k` (routes per token).
+struct Dispatch<'a> {
+    l: MoeLayer<'a>,
+    zs: &'a [f32],
+    k: usize,
 }
 
 /// MoE sub-layer over `n` tokens `xs: [n, D]` (after `post_attention_layernorm`),
@@ -209,37 +253,32 @@ pub struct MoeScratch<'a> {
 /// expert once over all the tokens that picked it (`grouped_experts`). Either
 /// way each token's expert outputs are summed in its router-rank order, so a
 /// token's result is bit-identical whatever the chunk size.
-#[allow(clippy::too_many_arguments)]
 pub fn moe_forward(
-    par: &Par,
-    cfg: &ModelConfig,
-    moe: &MoeConfig,
-    w: &Weights,
-    mw: &MoeWeights,
-    layer: usize,
+    cx: &mut Ctx<'_>,
+    l: MoeLayer<'_>,
     xs: &[f32],
     n: usize,
     sc: MoeScratch<'_>,
     out: &mut [f32],
 ) -> Result<()> {
+    let cfg = cx.cfg;
+    let (moe, mw) = (l.moe, l.trunk);
     let d = cfg.hidden_size;
     let e = moe.num_experts;
     let ed = moe.expert_dim(d);
-    let act: Activation = cfg.activation;
     let MoeScratch {
         moe: ms,
         router,
         mlp,
-        kern: ws,
     } = sc;
     let prof = profile::scope(Op::Router);
 
     let logits = zeroed(&mut ms.logits, n * e);
-    mw.gate.mm_into(par, ws, xs, n, logits);
+    cx.mm(&mw.gate, xs, n, logits);
     let zs: &[f32] = match &mw.latent {
         Some((down, _)) => {
             let z = zeroed(&mut ms.z, n * ed);
-            down.mm_into(par, ws, xs, n, z);
+            cx.mm(down, xs, n, z);
             z
         }
         None => xs,
@@ -251,25 +290,12 @@ pub fn moe_forward(
     let k = router.routes.len() / n;
     drop(prof);
     let ys = zeroed(&mut ms.ys, n * ed);
-    if n == 1 || !w.store.groups_chunk_experts() {
-        per_token_experts(
-            par,
-            ws,
-            cfg,
-            moe,
-            w,
-            layer,
-            &router.routes,
-            k,
-            &mut router.ids,
-            zs,
-            mlp,
-            &mut ms.eo,
-            ys,
-        )?;
+    let dis = Dispatch { l, zs, k };
+    if n == 1 || !l.w.store.groups_chunk_experts() {
+        per_token_experts(cx, &dis, router, mlp, &mut ms.eo, ys)?;
     } else {
         let bufs = (&mut ms.zg, &mut ms.eo, &mut ms.slots);
-        grouped_experts(par, ws, cfg, moe, w, layer, router, k, zs, mlp, bufs, ys)?;
+        grouped_experts(cx, &dis, router, mlp, bufs, ys)?;
     }
     let _prof = profile::scope(Op::SharedLatent);
     if let Some(nw) = &mw.latent_norm {
@@ -278,12 +304,12 @@ pub fn moe_forward(
         }
     }
     match &mw.latent {
-        Some((_, up)) => up.mm_into(par, ws, ys, n, out),
+        Some((_, up)) => cx.mm(up, ys, n, out),
         None => out.copy_from_slice(ys),
     }
     if let Some(sh) = &mw.shared {
         let s = zeroed(&mut ms.shared, n * d);
-        sh.forward_into(par, ws, act, xs, n, mlp, s);
+        sh.forward_into(cx, xs, n, mlp, s);
         for (o, v) in out.iter_mut().zip(s.iter()) {
             *o += v;
         }
@@ -293,38 +319,31 @@ pub fn moe_forward(
 
 /// Token by token (decode): report the selection, fetch each expert, accumulate
 /// `y += w·Expert(z)` in router-rank order into `ys: [n, ed]` (zeros on entry).
-/// `routes: [n, k]` flat.
-#[allow(clippy::too_many_arguments)]
+/// The routes are `router.routes: [n, k]` flat; `router.ids` is scratch.
 fn per_token_experts(
-    par: &Par,
-    ws: &mut Workspace,
-    cfg: &ModelConfig,
-    moe: &MoeConfig,
-    w: &Weights,
-    layer: usize,
-    routes: &[(usize, f32)],
-    k: usize,
-    ids: &mut Vec<usize>,
-    zs: &[f32],
+    cx: &mut Ctx<'_>,
+    dis: &Dispatch<'_>,
+    router: &mut Router,
     mlp: &mut Mlp,
     eo: &mut Vec<f32>,
     ys: &mut [f32],
 ) -> Result<()> {
-    let ed = moe.expert_dim(cfg.hidden_size);
-    let fi = moe.moe_intermediate_size;
+    let Dispatch { l, zs, k } = *dis;
+    let ed = l.moe.expert_dim(cx.cfg.hidden_size);
+    let Router { routes, ids, .. } = router;
     for (t, routing) in routes.chunks_exact(k.max(1)).enumerate() {
         ids.clear();
         ids.extend(routing.iter().map(|r| r.0));
-        w.store.experts_selected(layer, ids);
+        l.w.store.experts_selected(l.layer, ids);
         let z = &zs[t * ed..(t + 1) * ed];
         let y = &mut ys[t * ed..(t + 1) * ed];
         for &(eid, wt) in routing {
             let fetch = profile::scope(Op::ExpertFetch);
-            let ex = load_expert(w, layer, eid, ed, fi)?;
+            let ex = l.expert(cx.cfg, eid)?;
             drop(fetch);
             let _prof = profile::scope(Op::ExpertMlp);
             let o = zeroed(eo, ed);
-            ex.forward_into(par, ws, cfg.activation, z, 1, mlp, o);
+            ex.forward_into(cx, z, 1, mlp, o);
             for (yv, ov) in y.iter_mut().zip(o.iter()) {
                 *yv += wt * ov;
             }
@@ -410,6 +429,10 @@ pub fn index_chunk(r: &mut Router, k: usize, num_experts: usize) {
     }
 }
 
+/// The arena's buffers of [`grouped_experts`]: one expert's gathered inputs `zg`,
+/// its outputs `eo` and the per-`(token, rank)` output slots.
+type GroupBufs<'a> = (&'a mut Vec<f32>, &'a mut Vec<f32>, &'a mut Vec<f32>);
+
 /// Expert-grouped chunk (prefill): tells the store the chunk's routing
 /// ([`WeightStore::chunk_experts_selected`](crate::store::WeightStore::chunk_experts_selected)),
 /// then fetches each distinct expert once, in first-use order, and runs it as a
@@ -418,33 +441,26 @@ pub fn index_chunk(r: &mut Router, k: usize, num_experts: usize) {
 /// and summed per token in router-rank order afterwards into `ys` (zeros on
 /// entry), exactly as [`per_token_experts`] sums them. The routing index is the
 /// router's arena buffers ([`index_chunk`]).
-#[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn grouped_experts(
-    par: &Par,
-    ws: &mut Workspace,
-    cfg: &ModelConfig,
-    moe: &MoeConfig,
-    w: &Weights,
-    layer: usize,
+    cx: &mut Ctx<'_>,
+    dis: &Dispatch<'_>,
     router: &mut Router,
-    k: usize,
-    zs: &[f32],
     mlp: &mut Mlp,
-    (zg, eo, slots): (&mut Vec<f32>, &mut Vec<f32>, &mut Vec<f32>),
+    (zg, eo, slots): GroupBufs<'_>,
     ys: &mut [f32],
 ) -> Result<()> {
-    let ed = moe.expert_dim(cfg.hidden_size);
-    let fi = moe.moe_intermediate_size;
-    index_chunk(router, k, moe.num_experts);
+    let Dispatch { l, zs, k } = *dis;
+    let ed = l.moe.expert_dim(cx.cfg.hidden_size);
+    index_chunk(router, k, l.moe.num_experts);
     let routes = &router.routes;
     let n = routes.len() / k.max(1);
-    w.store
-        .chunk_experts_selected(layer, &router.tok_ids, k, &router.chunk_order);
+    l.w.store
+        .chunk_experts_selected(l.layer, &router.tok_ids, k, &router.chunk_order);
     let slots = zeroed(slots, n * k * ed);
     for (g, eid) in router.chunk_order.iter().enumerate() {
         let users = &router.users[router.starts[g]..router.starts[g + 1]];
         let fetch = profile::scope(Op::ExpertFetch);
-        let ex = load_expert(w, layer, *eid, ed, fi)?;
+        let ex = l.expert(cx.cfg, *eid)?;
         drop(fetch);
         let _prof = profile::scope(Op::ExpertMlp);
         zg.clear();
@@ -452,7 +468,7 @@ fn grouped_experts(
             zg.extend_from_slice(&zs[t * ed..(t + 1) * ed]);
         }
         let o = zeroed(eo, users.len() * ed);
-        ex.forward_into(par, ws, cfg.activation, zg, users.len(), mlp, o);
+        ex.forward_into(cx, zg, users.len(), mlp, o);
         for (j, &(t, r)) in users.iter().enumerate() {
             slots[(t * k + r) * ed..][..ed].copy_from_slice(&o[j * ed..(j + 1) * ed]);
         }

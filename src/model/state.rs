@@ -72,7 +72,7 @@ pub struct State {
     /// One state per decoder layer.
     pub layers: Vec<LayerState>,
     /// Every scratch buffer of the forward pass ([`crate::engine::arena`]), sized for
-    /// forwards of up to `scratch.dims.c` tokens.
+    /// forwards of up to `scratch.dims.chunk` tokens.
     pub scratch: Scratch,
     /// The restore point of a speculative verification forward, once armed
     /// ([`State::arm_rewind`]; `None` until then).

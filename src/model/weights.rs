@@ -14,7 +14,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 
 use crate::format::schema::Dtype;
-use crate::kernels::{self, bf16_le, Par, Workspace};
+use crate::kernels::{self, bf16_le, DenseMat, Mxfp4Mat, Par, Workspace};
 use crate::store::{Bytes, ExpertMat, WeightStore};
 
 /// Element type of a dense weight as the model reads it.
@@ -77,25 +77,43 @@ impl Mat {
 
     /// `y = W x` into `y: [rows]`, the kernels' scratch in `ws`.
     pub fn mv_into(&self, par: &Par, ws: &mut Workspace, x: &[f32], y: &mut [f32]) {
+        match self.view() {
+            View::Bf16(w) => kernels::matvec_bf16(par, w, x, y),
+            View::F32(w) => kernels::matvec_f32(par, w, x, y),
+            View::Mxfp4(w) => kernels::matvec_mxfp4(par, ws, w, x, y),
+        }
+    }
+
+    /// The kernels' view of the stored bytes.
+    fn view(&self) -> View<'_> {
         match self {
             Mat::Dense {
                 bytes,
-                elem: Elem::Bf16,
+                elem,
                 rows,
                 cols,
-            } => kernels::matvec_bf16(par, bytes, *rows, *cols, x, y),
-            Mat::Dense {
-                bytes,
-                elem: Elem::F32,
-                rows,
-                cols,
-            } => kernels::matvec_f32(par, bytes, *rows, *cols, x, y),
+            } => {
+                let w = DenseMat {
+                    bytes,
+                    rows: *rows,
+                    cols: *cols,
+                };
+                match elem {
+                    Elem::Bf16 => View::Bf16(w),
+                    Elem::F32 => View::F32(w),
+                }
+            }
             Mat::Mxfp4 {
                 packed,
                 scale,
                 rows,
                 cols,
-            } => kernels::matvec_mxfp4_in(par, ws, packed, scale, *rows, *cols, x, y),
+            } => View::Mxfp4(Mxfp4Mat {
+                packed,
+                scales: scale,
+                rows: *rows,
+                cols: *cols,
+            }),
         }
     }
 
@@ -193,20 +211,10 @@ impl Mat {
     pub fn mm_into(&self, par: &Par, ws: &mut Workspace, xs: &[f32], n: usize, ys: &mut [f32]) {
         let (rows, cols) = (self.rows(), self.cols());
         let ys = &mut ys[..n * rows];
-        match self {
-            Mat::Dense {
-                bytes,
-                elem: Elem::Bf16,
-                ..
-            } if n > 1 => kernels::matmul_bf16_in(par, ws, bytes, rows, cols, xs, n, ys),
-            Mat::Dense {
-                bytes,
-                elem: Elem::F32,
-                ..
-            } if n > 1 => kernels::matmul_f32_in(par, ws, bytes, rows, cols, xs, n, ys),
-            Mat::Mxfp4 { packed, scale, .. } if n > 1 => {
-                kernels::matmul_mxfp4_in(par, ws, packed, scale, rows, cols, xs, n, ys)
-            }
+        match self.view() {
+            View::Bf16(w) if n > 1 => kernels::matmul_bf16(par, ws, w, xs, n, ys),
+            View::F32(w) if n > 1 => kernels::matmul_f32(par, ws, w, xs, n, ys),
+            View::Mxfp4(w) if n > 1 => kernels::matmul_mxfp4(par, ws, w, xs, n, ys),
             _ => {
                 for v in 0..n {
                     self.mv_into(
@@ -219,6 +227,13 @@ impl Mat {
             }
         }
     }
+}
+
+/// A [`Mat`] as the kernel that multiplies it takes it.
+enum View<'a> {
+    Bf16(DenseMat<'a>),
+    F32(DenseMat<'a>),
+    Mxfp4(Mxfp4Mat<'a>),
 }
 
 /// Decodes little-endian F32 bytes.

@@ -221,6 +221,8 @@ unsafe fn dense_tile<const R: usize, const T: usize>(a: TileArgs) {
 ///
 /// # Safety
 /// AVX2; shapes as stated.
+// Exception: a SIMD inner kernel; its operands are raw panels and ranges the caller
+// already sliced, which a struct would only rename.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn mxfp4_block(

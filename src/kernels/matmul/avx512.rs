@@ -189,6 +189,8 @@ pub(super) unsafe fn pack_mxfp4_inputs(xs: &[f32], cols: usize, n: usize, xk: &m
 ///
 /// # Safety
 /// AVX-512F; `panel` at least `nr·m`, `part` at least `nr·n·32`.
+// Exception: a SIMD inner kernel; its operands are raw panels and ranges the caller
+// already sliced, which a struct would only rename.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx2")]
 pub(super) unsafe fn dense_rows(
@@ -283,6 +285,8 @@ unsafe fn dense_tile<const R: usize, const T: usize>(a: Tile) {
 ///
 /// # Safety
 /// AVX-512F; `panel`, `sp`, `part` at least `nr·m`, `nr·nb`, `nr·n·16`.
+// Exception: a SIMD inner kernel; its operands are raw panels and ranges the caller
+// already sliced, which a struct would only rename.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx2")]
 pub(super) unsafe fn mxfp4_rows(

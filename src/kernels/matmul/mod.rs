@@ -36,8 +36,8 @@
 //! * Columns past the last whole 32-block (dense only) are added after the
 //!   tree, in order, as the matvec does.
 
-use super::dense::{bf16_le, PAR_MIN_ELEMS};
-use super::mxfp4::HALF_SCALE;
+use super::dense::{bf16_le, DenseMat, PAR_MIN_ELEMS};
+use super::mxfp4::{Mxfp4Mat, HALF_SCALE};
 use super::par::OutPtr;
 use super::workspace::{product_floats, Workspace};
 use super::{Isa, Par};
@@ -58,20 +58,22 @@ fn row_stride(nb: usize) -> usize {
 }
 
 /// Dense (BF16 when `bf16`, else F32) tiled matmul; shapes already checked
-/// by the caller: `w: [rows, cols]` bytes, `xs: [n, cols]`, `ys: [n, rows]`;
+/// by the caller: `w: [rows, cols]`, `xs: [n, cols]`, `ys: [n, rows]`;
 /// scratch in `ws` ([`product_floats`]).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn dense(
     par: &Par,
     ws: &mut Workspace,
     bf16: bool,
-    w: &[u8],
-    rows: usize,
-    cols: usize,
+    w: DenseMat<'_>,
     xs: &[f32],
     n: usize,
     ys: &mut [f32],
 ) {
+    let DenseMat {
+        bytes: w,
+        rows,
+        cols,
+    } = w;
     let es = if bf16 { 2 } else { 4 };
     let nb = cols / 32;
     let m = nb * 32;
@@ -146,18 +148,20 @@ pub(crate) fn dense(
 
 /// MXFP4 tiled matmul; shapes already checked by the caller (`cols` a multiple
 /// of 32): `xs: [n, cols]` in natural order, scratch in `ws` ([`product_floats`]).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn mxfp4(
     par: &Par,
     ws: &mut Workspace,
-    packed: &[u8],
-    scales: &[u8],
-    rows: usize,
-    cols: usize,
+    w: Mxfp4Mat<'_>,
     xs: &[f32],
     n: usize,
     ys: &mut [f32],
 ) {
+    let Mxfp4Mat {
+        packed,
+        scales,
+        rows,
+        cols,
+    } = w;
     let nb = cols / 32;
     let ms = row_stride(nb);
     let (shared, per) = product_floats(cols, n);

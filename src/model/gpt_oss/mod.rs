@@ -288,16 +288,8 @@ impl Model {
         let g = self.gpt_oss()?;
         let _prof = profile::scope(Op::ExpertMlp);
         let bias = (&b.gate_up_bias[..], &b.down_bias[..]);
-        expert.forward(
-            &self.par,
-            ws,
-            g,
-            bias,
-            x,
-            &mut b.gate_up,
-            &mut b.h,
-            &mut b.y,
-        );
+        let bufs = (&mut b.gate_up[..], &mut b.h[..], &mut b.y[..]);
+        expert.forward(&self.par, ws, g, bias, x, bufs);
         Ok(())
     }
 

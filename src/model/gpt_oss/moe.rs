@@ -156,14 +156,13 @@ impl Expert {
         })
     }
 
-    /// The expert's output `y: [D]` for input `x: [D]` (`gu: [2I]`, `h: [I]` scratch;
-    /// `gu_bias: [2I]`, `down_bias: [D]` its decoded biases).
+    /// The expert's output `y: [D]` for input `x: [D]` (`bufs = (gu, h, y)`, with
+    /// `gu: [2I]`, `h: [I]` scratch; `gu_bias: [2I]`, `down_bias: [D]` its decoded biases).
     ///
     /// MXFP4: the `[2I, D]` and `[D, I]` products of [`crate::kernels`] (fixed
     /// order, docs in `kernels/mxfp4.rs`). Dense layout `[D, 2I]` / `[I, D]`
     /// (`[in, out]`): the transposed product [`Mat::tmv_into`], accumulated over
     /// the input index in order (`y += x[r]·W[r, :]`), no copy at load.
-    #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
         par: &Par,
@@ -171,9 +170,7 @@ impl Expert {
         g: &GptOssConfig,
         (gu_bias, down_bias): (&[f32], &[f32]),
         x: &[f32],
-        gu: &mut [f32],
-        h: &mut [f32],
-        y: &mut [f32],
+        (gu, h, y): ExpertBufs<'_>,
     ) {
         match self.layout {
             GptOssExperts::Mxfp4 => self.gate_up.mv_into(par, ws, x, gu),
@@ -192,3 +189,6 @@ impl Expert {
         }
     }
 }
+
+/// An expert's buffers `(gate_up: [2I], h: [I], y: [D])` ([`Expert::forward`]).
+pub type ExpertBufs<'a> = (&'a mut [f32], &'a mut [f32], &'a mut [f32]);

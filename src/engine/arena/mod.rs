@@ -25,8 +25,11 @@
 //! experts, top-`k`, expert width `ed`, routed / shared / dense intermediate.
 //! Layer kinds a config lacks get no buffers.
 
-use crate::format::config::{AttnKind, MlpKind, ModelConfig};
-use crate::kernels::workspace::{attend_floats, product_floats};
+mod dims;
+
+pub use dims::Dims;
+
+use crate::format::config::ModelConfig;
 use crate::kernels::Workspace;
 use crate::store::plan::{Activations, Sequences};
 
@@ -46,199 +49,6 @@ pub fn planned_prefill_chunk(max_context: usize) -> usize {
 /// `max_batch` 1 gives the single-sequence chunk).
 pub fn planned_step_tokens(max_context: usize, max_batch: usize) -> usize {
     planned_prefill_chunk(max_context).max(max_batch)
-}
-
-/// The widths the arena is sized from (all element counts).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Dims {
-    /// Tokens per forward call (the prefill chunk, ≥ 1).
-    pub c: usize,
-    /// `hidden_size`.
-    pub d: usize,
-    /// `vocab_size`.
-    pub vocab: usize,
-    /// Completed AttnRes blocks per token (`⌈layers / block_size⌉`; 0 without AttnRes).
-    pub blocks: usize,
-    /// Whether any layer is KDA / MLA / dense / MoE.
-    pub kda: bool,
-    /// See `kda`.
-    pub mla: bool,
-    /// See `kda`.
-    pub moe: bool,
-    /// KDA heads `H`, head dim `K`, projection `P = H·K`, conv width `W`.
-    pub kda_h: usize,
-    /// See `kda_h`.
-    pub kda_k: usize,
-    /// See `kda_h`.
-    pub kda_p: usize,
-    /// See `kda_h`.
-    pub kda_w: usize,
-    /// MLA heads and head dims.
-    pub mla_h: usize,
-    /// See `mla_h`.
-    pub dn: usize,
-    /// See `mla_h`.
-    pub dr: usize,
-    /// See `mla_h`.
-    pub dv: usize,
-    /// `kv_lora_rank`.
-    pub r: usize,
-    /// `q_lora_rank` (0 without the low-rank query).
-    pub q_lora: usize,
-    /// `mla_use_output_gate`.
-    pub mla_gate: bool,
-    /// Experts, top-k, expert groups, expert width, routed intermediate, latent norm width.
-    pub e: usize,
-    /// See `e`.
-    pub topk: usize,
-    /// See `e`.
-    pub groups: usize,
-    /// See `e`.
-    pub ed: usize,
-    /// See `e`.
-    pub latent_norm: usize,
-    /// Widest gated-MLP intermediate: dense `intermediate_size`, routed
-    /// `moe_intermediate_size`, shared `moe_intermediate_size · num_shared_experts`.
-    pub f: usize,
-    /// Widest input of a matrix product of the forward: the max of `D`, `q_lora`,
-    /// `r`, `P`, `K`, `F`, `ed` and `h·dv` (present layer kinds only).
-    pub cols: usize,
-    /// Kernel threads (the kernel workspace holds one region per thread).
-    pub threads: usize,
-    /// Positions the MLA attention scores (and gpt-oss's) are sized for (`max_context`).
-    pub ctx: usize,
-    /// gpt-oss: whether the config is one, its heads `H`, query width `H·hd`,
-    /// key/value width `KV·hd` and expert width `I` (its experts and top-k are `e`, `topk`).
-    pub gqa: bool,
-    /// See `gqa`.
-    pub gqa_h: usize,
-    /// See `gqa`.
-    pub gqa_q: usize,
-    /// See `gqa`.
-    pub gqa_kv: usize,
-    /// See `gqa`.
-    pub gqa_i: usize,
-    /// Rows of logits one forward returns at most (1 for a single sequence; a
-    /// batch forward returns one row per sequence that asks for logits).
-    pub logit_rows: usize,
-}
-
-impl Dims {
-    /// The widths of `cfg` for forwards of up to `chunk` tokens with one kernel
-    /// thread and `chunk` positions of context (the layer buffers alone; a run's
-    /// arena uses [`Dims::for_run`]).
-    pub fn new(cfg: &ModelConfig, chunk: usize) -> Dims {
-        Dims::for_run(cfg, chunk, 1, chunk)
-    }
-
-    /// The widths of `cfg` for forwards of up to `chunk` tokens (a `chunk` of 0
-    /// counts as 1) on `threads` kernel threads (0 counts as 1), with up to
-    /// `max_context` positions in the MLA caches.
-    pub fn for_run(cfg: &ModelConfig, chunk: usize, threads: usize, max_context: usize) -> Dims {
-        Dims::for_batch(cfg, chunk, threads, max_context, 1)
-    }
-
-    /// [`Dims::for_run`] for the shared arena of a batch: forwards of up to `chunk`
-    /// tokens in all returning up to `logit_rows` rows of logits (0 counts as 1);
-    /// `max_context` is the context of one sequence.
-    pub fn for_batch(
-        cfg: &ModelConfig,
-        chunk: usize,
-        threads: usize,
-        max_context: usize,
-        logit_rows: usize,
-    ) -> Dims {
-        let m = &cfg.mla;
-        let kda = cfg.attn_kinds.contains(&AttnKind::Kda);
-        let mla = cfg.attn_kinds.contains(&AttnKind::Mla);
-        let dense = cfg.mlp_kinds.contains(&MlpKind::Dense);
-        let moe = cfg
-            .moe
-            .as_ref()
-            .filter(|_| cfg.mlp_kinds.contains(&MlpKind::Moe));
-        let mut f = if dense { cfg.intermediate_size } else { 0 };
-        if let Some(x) = moe {
-            f = f
-                .max(x.moe_intermediate_size)
-                .max(x.moe_intermediate_size * x.num_shared_experts);
-        }
-        let mut cols = cfg.hidden_size;
-        if kda {
-            cols = cols.max(cfg.kda_proj_dim()).max(cfg.kda.head_dim);
-        }
-        if mla {
-            cols = cols
-                .max(m.q_lora_rank.unwrap_or(0))
-                .max(m.kv_lora_rank)
-                .max(m.num_heads * m.v_head_dim);
-        }
-        cols = cols.max(f);
-        if let Some(x) = moe {
-            cols = cols.max(x.expert_dim(cfg.hidden_size));
-        }
-        let g = cfg.gpt_oss.as_ref();
-        if let Some(g) = g {
-            cols = cols.max(g.q_dim()).max(g.intermediate_size);
-        }
-        Dims {
-            c: chunk.max(1),
-            d: cfg.hidden_size,
-            vocab: cfg.vocab_size,
-            blocks: cfg
-                .attn_res_block_size
-                .map(|b| cfg.num_hidden_layers.div_ceil(b.max(1)))
-                .unwrap_or(0),
-            kda,
-            mla,
-            moe: moe.is_some(),
-            kda_h: cfg.kda.num_heads,
-            kda_k: cfg.kda.head_dim,
-            kda_p: cfg.kda_proj_dim(),
-            kda_w: cfg.kda.short_conv_kernel_size,
-            mla_h: m.num_heads,
-            dn: m.qk_nope_head_dim,
-            dr: m.qk_rope_head_dim,
-            dv: m.v_head_dim,
-            r: m.kv_lora_rank,
-            q_lora: m.q_lora_rank.unwrap_or(0),
-            mla_gate: m.use_output_gate,
-            e: moe
-                .map(|x| x.num_experts)
-                .or(g.map(|g| g.num_local_experts))
-                .unwrap_or(0),
-            topk: moe
-                .map(|x| x.num_experts_per_token)
-                .or(g.map(|g| g.num_experts_per_tok))
-                .unwrap_or(0),
-            groups: moe.map(|x| x.num_expert_group.max(1)).unwrap_or(1),
-            ed: moe.map(|x| x.expert_dim(cfg.hidden_size)).unwrap_or(0),
-            latent_norm: moe
-                .filter(|x| x.latent_moe_use_norm)
-                .and_then(|x| x.routed_expert_hidden_size)
-                .unwrap_or(0),
-            f,
-            cols,
-            threads: threads.max(1),
-            ctx: max_context,
-            logit_rows: logit_rows.max(1),
-            gqa: g.is_some(),
-            gqa_h: g.map_or(0, |g| g.num_attention_heads),
-            gqa_q: g.map_or(0, |g| g.q_dim()),
-            gqa_kv: g.map_or(0, |g| g.kv_dim()),
-            gqa_i: g.map_or(0, |g| g.intermediate_size),
-        }
-    }
-
-    /// `(shared, per-thread)` f32 of the kernel workspace: the products' needs at
-    /// the widest input and the chunk ([`product_floats`]), the shared region also
-    /// covering MLA attention over `ctx` positions ([`attend_floats`]).
-    pub fn kernel_floats(&self) -> (usize, usize) {
-        let (mut shared, per) = product_floats(self.cols, self.c);
-        if self.mla {
-            shared = shared.max(attend_floats(self.ctx, self.r, self.dr, self.mla_h));
-        }
-        (shared, per)
-    }
 }
 
 /// Declares a group of buffers once: the struct, its allocation from [`Dims`],
@@ -270,27 +80,27 @@ buffers! {
     /// decoded norm weights, AttnRes blocks, and the logits row.
     Main(d) {
         /// Residual stream (or AttnRes partial sum) `[c, D]`.
-        hidden: f32 = d.c * d.d,
+        hidden: f32 = d.chunk * d.hidden,
         /// Attention input after `input_layernorm` `[c, D]`; final-norm rows for `lm_head`.
-        xin: f32 = d.c * d.d,
+        xin: f32 = d.chunk * d.hidden,
         /// MLP input after `post_attention_layernorm` `[c, D]`.
-        xin2: f32 = d.c * d.d,
+        xin2: f32 = d.chunk * d.hidden,
         /// Attention output `[c, D]`.
-        attn_out: f32 = d.c * d.d,
+        attn_out: f32 = d.chunk * d.hidden,
         /// MLP output `[c, D]`.
-        mlp_out: f32 = d.c * d.d,
+        mlp_out: f32 = d.chunk * d.hidden,
         /// `input_layernorm` weight `[D]`.
-        ln_in: f32 = d.d,
+        ln_in: f32 = d.hidden,
         /// `post_attention_layernorm` / final norm weight `[D]`.
-        ln_post: f32 = d.d,
+        ln_post: f32 = d.hidden,
         /// AttnRes `w_eff` of the current sub-layer `[D]`.
-        res_w: f32 = d.d,
+        res_w: f32 = d.hidden,
         /// AttnRes projection weight while forming `w_eff` `[D]`.
-        res_tmp: f32 = d.d,
+        res_tmp: f32 = d.hidden,
         /// Completed AttnRes blocks per token `[c, blocks, D]`.
-        blocks: f32 = d.c * d.blocks * d.d,
+        blocks: f32 = d.chunk * d.blocks * d.hidden,
         /// Their `rsqrt(mean(b²)+eps)` `[c, blocks]`.
-        blocks_inv: f32 = d.c * d.blocks,
+        blocks_inv: f32 = d.chunk * d.blocks,
         /// AttnRes mixing logits / weights `[blocks + 1]` (0 without AttnRes).
         mix: f32 = if d.blocks > 0 { d.blocks + 1 } else { 0 },
         /// Logits of the last position `[V]` (a batch: one row per sequence `[logit_rows, V]`).
@@ -301,7 +111,7 @@ buffers! {
         /// A batch's tokens whose logits the call returns `[logit_rows]` (0 for one row).
         logit_ids: usize = if d.logit_rows > 1 { d.logit_rows } else { 0 },
         /// Token ids of the call as embedding rows `[c]`.
-        ids: usize = d.c,
+        ids: usize = d.chunk,
     }
 }
 
@@ -309,39 +119,39 @@ buffers! {
     /// KDA layer buffers (none when the config has no KDA layer).
     Kda(d) {
         /// Conv weights `[3P, W]`.
-        conv_w: f32 = 3 * d.kda_p * d.kda_w,
+        conv_w: f32 = 3 * d.kda_proj * d.kda_conv_width,
         /// `dt_bias` `[P]`.
-        dt_bias: f32 = d.kda_p,
+        dt_bias: f32 = d.kda_proj,
         /// `A_log` `[H]`.
-        a_log: f32 = d.kda_h,
+        a_log: f32 = d.kda_heads,
         /// `o_norm` weight `[K]`.
-        o_norm: f32 = d.kda_k,
+        o_norm: f32 = d.kda_head_dim,
         /// `q_proj` / `k_proj` / `v_proj` outputs `[c, P]` each.
-        q: f32 = d.c * d.kda_p,
+        q: f32 = d.chunk * d.kda_proj,
         /// See `q`.
-        k: f32 = d.c * d.kda_p,
+        k: f32 = d.chunk * d.kda_proj,
         /// See `q`.
-        v: f32 = d.c * d.kda_p,
+        v: f32 = d.chunk * d.kda_proj,
         /// `f_a_proj` output (then `g_a_proj` output) `[c, K]`.
-        fa: f32 = d.c * d.kda_k,
+        fa: f32 = d.chunk * d.kda_head_dim,
         /// `f_b_proj` output `[c, P]`.
-        a: f32 = d.c * d.kda_p,
+        a: f32 = d.chunk * d.kda_proj,
         /// β logits `[c, H]`.
-        b: f32 = d.c * d.kda_h,
+        b: f32 = d.chunk * d.kda_heads,
         /// Output gate logits `[c, P]`.
-        g: f32 = d.c * d.kda_p,
+        g: f32 = d.chunk * d.kda_proj,
         /// Gated, normalised head outputs `[c, P]`.
-        y: f32 = d.c * d.kda_p,
+        y: f32 = d.chunk * d.kda_proj,
         /// Conv input and output of one token `[3P]` each.
-        u: f32 = 3 * d.kda_p,
+        u: f32 = 3 * d.kda_proj,
         /// See `u`.
-        uc: f32 = 3 * d.kda_p,
+        uc: f32 = 3 * d.kda_proj,
         /// One head's q, k and decay `[K]` each.
-        qh: f32 = d.kda_k,
+        qh: f32 = d.kda_head_dim,
         /// See `qh`.
-        kh: f32 = d.kda_k,
+        kh: f32 = d.kda_head_dim,
         /// See `qh`.
-        alpha: f32 = d.kda_k,
+        alpha: f32 = d.kda_head_dim,
     }
 }
 
@@ -349,27 +159,27 @@ buffers! {
     /// MLA layer buffers (none when the config has no MLA layer).
     Mla(d) {
         /// `q_a_layernorm` weight `[q_lora]`.
-        q_norm: f32 = d.q_lora,
+        q_norm: f32 = d.q_lora_rank,
         /// `kv_a_layernorm` weight `[r]`.
-        kv_norm: f32 = d.r,
+        kv_norm: f32 = d.kv_lora_rank,
         /// Queries `[c, h·(dn+dr)]`.
-        q: f32 = d.c * d.mla_h * (d.dn + d.dr),
+        q: f32 = d.chunk * d.mla_heads * (d.qk_nope_head_dim + d.qk_rope_head_dim),
         /// `q_a_proj` output `[c, q_lora]`.
-        qa: f32 = d.c * d.q_lora,
+        qa: f32 = d.chunk * d.q_lora_rank,
         /// `kv_a_proj_with_mqa` output `[c, r+dr]`.
-        kv: f32 = d.c * (d.r + d.dr),
+        kv: f32 = d.chunk * (d.kv_lora_rank + d.qk_rope_head_dim),
         /// Output gate logits `[c, h·dv]` (with `mla_use_output_gate`).
-        gate: f32 = if d.mla_gate { d.c * d.mla_h * d.dv } else { 0 },
+        gate: f32 = if d.mla_output_gate { d.chunk * d.mla_heads * d.v_head_dim } else { 0 },
         /// Head outputs `[c, h·dv]`.
-        out: f32 = d.c * d.mla_h * d.dv,
+        out: f32 = d.chunk * d.mla_heads * d.v_head_dim,
         /// Absorbed queries `[h, r]`, rope queries `[h, dr]`, contexts `[h, r]`.
-        q_abs: f32 = d.mla_h * d.r,
+        q_abs: f32 = d.mla_heads * d.kv_lora_rank,
         /// See `q_abs`.
-        q_pe: f32 = d.mla_h * d.dr,
+        q_pe: f32 = d.mla_heads * d.qk_rope_head_dim,
         /// See `q_abs`.
-        ctx: f32 = d.mla_h * d.r,
+        ctx: f32 = d.mla_heads * d.kv_lora_rank,
         /// One normalised latent `[r]`.
-        lat: f32 = d.r,
+        lat: f32 = d.kv_lora_rank,
     }
 }
 
@@ -377,9 +187,9 @@ buffers! {
     /// Gated-MLP buffers shared by dense MLPs, shared experts and routed experts.
     Mlp(d) {
         /// Gate and up projections `[c, F]` each (`F` the widest intermediate).
-        g: f32 = d.c * d.f,
+        g: f32 = d.chunk * d.intermediate,
         /// See `g`.
-        u: f32 = d.c * d.f,
+        u: f32 = d.chunk * d.intermediate,
     }
 }
 
@@ -387,23 +197,23 @@ buffers! {
     /// MoE layer buffers (none when the config has no MoE layer).
     Moe(d) {
         /// `e_score_correction_bias` `[E]`.
-        bias: f32 = d.e,
+        bias: f32 = d.num_experts,
         /// `routed_expert_norm` weight `[latent]`.
-        latent_norm: f32 = d.latent_norm,
+        latent_norm: f32 = d.latent_norm_dim,
         /// Router logits `[c, E]`.
-        logits: f32 = d.c * d.e,
+        logits: f32 = d.chunk * d.num_experts,
         /// Expert inputs (latent down projection or a copy of the MLP input) `[c, ed]`.
-        z: f32 = d.c * d.ed,
+        z: f32 = d.chunk * d.expert_dim,
         /// One expert's gathered inputs `[c, ed]`.
-        zg: f32 = d.c * d.ed,
+        zg: f32 = d.chunk * d.expert_dim,
         /// One expert's outputs `[c, ed]`.
-        eo: f32 = d.c * d.ed,
+        eo: f32 = d.chunk * d.expert_dim,
         /// Rank-ordered sums of the routed outputs `[c, ed]`.
-        ys: f32 = d.c * d.ed,
+        ys: f32 = d.chunk * d.expert_dim,
         /// Routed outputs per `(token, rank)` slot `[c, k, ed]` (grouped prefill).
-        slots: f32 = if d.c > 1 { d.c * d.topk * d.ed } else { 0 },
+        slots: f32 = if d.chunk > 1 { d.chunk * d.experts_per_token * d.expert_dim } else { 0 },
         /// Shared experts' output `[c, D]`.
-        shared: f32 = d.c * d.d,
+        shared: f32 = d.chunk * d.hidden,
     }
 }
 
@@ -411,30 +221,30 @@ buffers! {
     /// Router buffers (MoE configs only): the routing of the call and the router's scratch.
     Router(d) {
         /// Routing `(expert, weight)` per token in rank order `[c, k]`.
-        routes: (usize, f32) = d.c * d.topk,
+        routes: (usize, f32) = d.chunk * d.experts_per_token,
         /// Router scratch: scores `s` and selection scores `s'` `[E]` each.
-        s: f32 = d.e,
+        s: f32 = d.num_experts,
         /// See `s`.
-        sel: f32 = d.e,
+        sel: f32 = d.num_experts,
         /// Ranking `(score, expert)` `[E]`.
-        order: (f32, usize) = d.e,
+        order: (f32, usize) = d.num_experts,
         /// Group ranking `(score, group)` `[groups]` and one group's scores `[E/groups]`.
-        granks: (f32, usize) = d.groups,
+        granks: (f32, usize) = d.expert_groups,
         /// See `granks`.
-        gvals: f32 = d.e / d.groups.max(1),
+        gvals: f32 = d.num_experts / d.expert_groups.max(1),
         /// Selected expert ids of one token `[k]`.
-        ids: usize = d.topk,
+        ids: usize = d.experts_per_token,
         /// Expert-grouped prefill (chunks of more than one token): the chunk's
         /// expert ids per token `[c, k]`.
-        tok_ids: usize = if d.c > 1 { d.c * d.topk } else { 0 },
+        tok_ids: usize = if d.chunk > 1 { d.chunk * d.experts_per_token } else { 0 },
         /// Distinct experts of the chunk in first-use order `[min(c·k, E)]`.
-        chunk_order: usize = if d.c > 1 { (d.c * d.topk).min(d.e) } else { 0 },
+        chunk_order: usize = if d.chunk > 1 { (d.chunk * d.experts_per_token).min(d.num_experts) } else { 0 },
         /// `(token, rank)` slots grouped by expert, groups in `chunk_order` `[c, k]`.
-        users: (usize, usize) = if d.c > 1 { d.c * d.topk } else { 0 },
+        users: (usize, usize) = if d.chunk > 1 { d.chunk * d.experts_per_token } else { 0 },
         /// Group boundaries into `users` `[min(c·k, E) + 1]`.
-        starts: usize = if d.c > 1 { (d.c * d.topk).min(d.e) + 1 } else { 0 },
+        starts: usize = if d.chunk > 1 { (d.chunk * d.experts_per_token).min(d.num_experts) + 1 } else { 0 },
         /// Group of each expert while indexing (`usize::MAX`: none yet) `[E]`.
-        group_of: usize = if d.c > 1 { d.e } else { 0 },
+        group_of: usize = if d.chunk > 1 { d.num_experts } else { 0 },
     }
 }
 
@@ -442,39 +252,39 @@ buffers! {
     /// gpt-oss layer buffers (none for the Kimi models; `crate::model::gpt_oss`).
     Gqa(d) {
         /// Queries, keys, values `[c, H·hd]`, `[c, KV·hd]`, `[c, KV·hd]`.
-        q: f32 = d.c * d.gqa_q,
+        q: f32 = d.chunk * d.gqa_q_dim,
         /// See `q`.
-        k: f32 = d.c * d.gqa_kv,
+        k: f32 = d.chunk * d.gqa_kv_dim,
         /// See `q`.
-        v: f32 = d.c * d.gqa_kv,
+        v: f32 = d.chunk * d.gqa_kv_dim,
         /// Attention head outputs `[c, H·hd]`.
-        att: f32 = d.c * d.gqa_q,
+        att: f32 = d.chunk * d.gqa_q_dim,
         /// A projection's bias `[max(H·hd, D)]`; the sinks `[H]`.
-        bias: f32 = d.gqa_q.max(d.d),
+        bias: f32 = d.gqa_q_dim.max(d.hidden),
         /// See `bias`.
-        sinks: f32 = d.gqa_h,
+        sinks: f32 = d.gqa_heads,
         /// One head's scores over the visible positions `[ctx]`.
-        scores: f32 = d.ctx,
+        scores: f32 = d.max_context,
         /// Router logits `[c, E]`, router bias `[E]`, expert ids by logit `[E]`.
-        logits: f32 = d.c * d.e,
+        logits: f32 = d.chunk * d.num_experts,
         /// See `logits`.
-        router_bias: f32 = d.e,
+        router_bias: f32 = d.num_experts,
         /// See `logits`.
-        order: usize = d.e,
+        order: usize = d.num_experts,
         /// One token's `(expert, weight)` in rank order `[k]`.
-        routes: (usize, f32) = d.topk,
+        routes: (usize, f32) = d.experts_per_token,
         /// One expert's biases `[2I]` and `[D]`.
-        gate_up_bias: f32 = 2 * d.gqa_i,
+        gate_up_bias: f32 = 2 * d.gqa_intermediate,
         /// See `gate_up_bias`.
-        down_bias: f32 = d.d,
+        down_bias: f32 = d.hidden,
         /// One expert's `gate_up` `[2I]`, SwiGLU `[I]` and output `[D]`.
-        gate_up: f32 = 2 * d.gqa_i,
+        gate_up: f32 = 2 * d.gqa_intermediate,
         /// See `gate_up`.
-        h: f32 = d.gqa_i,
+        h: f32 = d.gqa_intermediate,
         /// See `gate_up`.
-        y: f32 = d.d,
+        y: f32 = d.hidden,
         /// Expert outputs per `(token, rank)` slot `[c, k, D]` (grouped prefill).
-        slots: f32 = if d.c > 1 { d.c * d.topk * d.d } else { 0 },
+        slots: f32 = if d.chunk > 1 { d.chunk * d.experts_per_token * d.hidden } else { 0 },
     }
 }
 
@@ -573,7 +383,7 @@ impl Scratch {
             main: Main::new(&d),
             kda: if d.kda { Kda::new(&d) } else { Kda::default() },
             mla: if d.mla { Mla::new(&d) } else { Mla::default() },
-            mlp: if d.f > 0 {
+            mlp: if d.intermediate > 0 {
                 Mlp::new(&d)
             } else {
                 Mlp::default()
@@ -658,7 +468,7 @@ impl Scratch {
         add("main", true, Main::planned(&d));
         add("kda", d.kda, Kda::planned(&d));
         add("mla", d.mla, Mla::planned(&d));
-        add("mlp", d.f > 0, Mlp::planned(&d));
+        add("mlp", d.intermediate > 0, Mlp::planned(&d));
         add("moe", d.moe, Moe::planned(&d));
         add("router", d.moe || d.gqa, Router::planned(&d));
         add("gqa", d.gqa, Gqa::planned(&d));
