@@ -57,6 +57,8 @@ pub struct Metrics {
     running: AtomicU64,
     waiting: AtomicU64,
     store_bytes_read: AtomicU64,
+    decode_store_bytes_read: AtomicU64,
+    decode_tokens: AtomicU64,
     hists: Mutex<Hists>,
 }
 
@@ -112,6 +114,15 @@ impl Metrics {
             .unwrap_or_else(|p| p.into_inner())
             .step
             .observe(secs);
+    }
+
+    /// A batch step that fed no prompt token (every sequence was decoding): the
+    /// store's bytes read during it and the tokens it chose.
+    pub fn count_decode_step(&self, store_bytes: u64, tokens: usize) {
+        self.decode_store_bytes_read
+            .fetch_add(store_bytes, Ordering::Relaxed);
+        self.decode_tokens
+            .fetch_add(tokens as u64, Ordering::Relaxed);
     }
 
     /// The Prometheus text exposition (format 0.0.4) of every counter, with the
@@ -194,6 +205,20 @@ impl Metrics {
             "counter",
             "Bytes the streaming store read (0 when resident).",
             get(&self.store_bytes_read),
+        );
+        c(
+            &mut out,
+            "memdial_decode_store_bytes_read_total",
+            "counter",
+            "Bytes the streaming store read in batch steps that fed no prompt token.",
+            get(&self.decode_store_bytes_read),
+        );
+        c(
+            &mut out,
+            "memdial_decode_tokens_total",
+            "counter",
+            "Tokens chosen by batch steps that fed no prompt token.",
+            get(&self.decode_tokens),
         );
         let mem = memdial::util::sysmem::read();
         c(

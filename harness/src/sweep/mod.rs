@@ -18,7 +18,8 @@
 //!   cross-engine verdict layered over the ids verdict;
 //! - [`start`]: the `start` axis (cold or warm caches); [`layout`]: the `layout`
 //!   axis (safetensors or the lossless streamed layout); [`concurrency`]: the
-//!   `concurrency` axis (concurrent clients of `memdial serve`);
+//!   `concurrency` axis (concurrent clients of `memdial serve`); [`goodput`]: the
+//!   share and rate of requests meeting the spec's `slo`;
 //! - [`predict`]: the spec's `trace` checked against the sweep and replayed at
 //!   every point (predicted bytes and s/token beside the measured ones);
 //! - [`verify`]: a finished run directory re-checked offline (`memdial report
@@ -31,6 +32,7 @@ pub mod axes;
 mod axes_example;
 pub mod concurrency;
 pub mod engines;
+pub mod goodput;
 pub mod layout;
 #[cfg(test)]
 mod layout_tests;

@@ -236,6 +236,11 @@ pub struct Spec {
     /// the spec hash. At most [`MAX_DELAY_S`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub delay_s: f64,
+    /// Latency targets of goodput (`slo = { ttft_s = 2.0, tpot_s = 0.5 }`,
+    /// `super::goodput`): each row's share and rate of requests meeting both. Absent:
+    /// no goodput columns, left out of the spec hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<super::goodput::Slo>,
     /// IO modes (the spec's `io`), set by [`Spec::validate`].
     #[serde(skip)]
     pub io: Vec<IoMode>,
@@ -681,6 +686,9 @@ impl Spec {
             }
         }
         self.check_prediction()?;
+        if let Some(slo) = &self.slo {
+            slo.check()?;
+        }
         if let Some(a) = self.extra_args.iter().find(|a| a.contains('\0')) {
             bail!("extra_args: {a:?} holds a NUL character, which a command-line argument cannot hold");
         }

@@ -134,8 +134,15 @@ fn fastest_ttft(stats: &[PointStats]) -> Option<(String, TtftPick)> {
         })
 }
 
-fn pick(p: &PointStats) -> Option<Pick> {
+/// The sweep has a `layout` axis: some point reads a layout other than the default.
+fn names_layout(stats: &[PointStats]) -> bool {
+    stats.iter().any(|p| p.layout != "safetensors")
+}
+
+/// `p` as the recommendation names it; with its layout when `named`.
+fn pick(p: &PointStats, named: bool) -> Option<Pick> {
     Some(Pick {
+        layout: named.then(|| p.layout.clone()),
         point_index: p.point_index,
         budget_spec: p.budget_spec.clone(),
         budget_bytes: p.budget_bytes,
@@ -163,6 +170,7 @@ pub fn recommend(
         .map(|p| p.point_index)
         .collect();
     let ok: Vec<&PointStats> = stats.iter().filter(|p| usable(p)).collect();
+    let named = names_layout(stats);
     let mut ios: Vec<String> = vec![];
     let mut budgets: Vec<String> = vec![];
     for p in stats {
@@ -178,7 +186,7 @@ pub fn recommend(
         ok.iter()
             .filter(|p| p.io == io && p.budget_spec == budget)
             .min_by(|a, b| a.s_per_token.unwrap().total_cmp(&b.s_per_token.unwrap()))
-            .and_then(|p| pick(p))
+            .and_then(|p| pick(p, named))
     };
     let mut modes = vec![];
     let mut cands: Vec<(String, Pick)> = vec![];
@@ -312,7 +320,7 @@ fn at_budget(
             ok.iter()
                 .filter(|p| &p.io == io && p.prefetch == pf && p.budget_spec == budget)
                 .min_by(|a, b| a.s_per_token.unwrap().total_cmp(&b.s_per_token.unwrap()))
-                .and_then(|p| pick(p))
+                .and_then(|p| pick(p, names_layout(stats)))
                 .map(|p| (io.clone(), p))
         })
         .collect()
@@ -383,7 +391,7 @@ pub fn recommend_steady(
             point_index: c.point_index,
             ttft_s: c.ttft_s,
             warm_ttft_s: w.ttft_s,
-            pick: pick(c),
+            pick: pick(c, names_layout(stats)),
         })
     });
     r
@@ -479,7 +487,7 @@ impl Recommendation {
                         "**{}**, {} s/token ({})",
                         label(&k.budget_spec, k.budget_bytes),
                         ci(k),
-                        k.prefetch
+                        k.settings()
                     ))
                     .unwrap_or_else(|| "–".into()),
                 m.best
@@ -511,7 +519,7 @@ impl Recommendation {
                 "| {} | **{}** ({}) | {} | {} | {} |",
                 label(&w.budget_spec, w.winner.budget_bytes),
                 w.io,
-                w.winner.prefetch,
+                w.winner.settings(),
                 ci(&w.winner),
                 next,
                 margin
@@ -653,6 +661,40 @@ pub(crate) mod tests {
             md.contains("No finished runs to recommend from yet."),
             "{md}"
         );
+    }
+
+    /// A sweep with a `layout` axis: at one budget, direct reads safetensors at 0.5
+    /// s/token and lossless at 0.25 (next-layer): the bottom line and the tables name
+    /// the layout picked; without the axis they name only the prefetch policy.
+    #[test]
+    fn the_layout_picked_is_named() {
+        let mut s = vec![
+            p(0, "direct", "a", 100, 0.5),
+            PointStats {
+                layout: "lossless".into(),
+                prefetch: "next-layer".into(),
+                ..p(1, "direct", "a", 100, 0.25)
+            },
+        ];
+        let runs = constant_runs(&mut s);
+        let r = recommend(&s, &runs.clone().into());
+        let (_, k) = r.overall_knee.as_ref().unwrap();
+        assert_eq!((k.point_index, k.layout.as_deref()), (1, Some("lossless")));
+        let md = r.markdown(&|s, _| s.to_string());
+        assert!(
+            md.contains("**a** with **direct** (lossless, next-layer, 0.2500"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| a | **direct** (lossless, next-layer) |"),
+            "{md}"
+        );
+        let mut plain = vec![p(0, "direct", "a", 100, 0.5)];
+        let runs = constant_runs(&mut plain);
+        let r = recommend(&plain, &runs.into());
+        assert_eq!(r.overall_knee.as_ref().unwrap().1.layout, None);
+        let md = r.markdown(&|s, _| s.to_string());
+        assert!(md.contains("**a** with **direct** (none, 0.5000"), "{md}");
     }
 
     /// Three runs of three decode times, all the point's median, for every point of
