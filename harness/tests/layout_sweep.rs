@@ -156,8 +156,8 @@ fn both_layouts_run_at_equal_budgets_with_identical_ids() {
              ttft_p90_s,itl_p50_s,itl_p90_s,requests_output_ids,requests_prompt_index,\
              decode_run_queue_wait_s,run_queue_wait_fraction,uncontended_s_per_token,\
              uncontended_s_per_token_median,cpu_s_per_token,forwards,drafted_tokens,\
-             accepted_tokens,mean_accepted_length,bytes_read_per_forward,start,layout,concurrency,\
-             speculate"
+             accepted_tokens,mean_accepted_length,bytes_read_per_forward,goodput_fraction,\
+             goodput_requests_per_s,start,layout,concurrency,speculate"
         ),
         "{header}"
     );
