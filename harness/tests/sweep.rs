@@ -982,7 +982,11 @@ fn concurrency_sweep_serves_clients_whose_ids_equal_the_single_runs() {
             "budgets = [\"floor\", \"3x floor\"]",
             "budgets = [\"floor\", \"2x floor\"]",
         )
-        .replace("[noise]", "concurrency = [1, 2]\n[noise]");
+        // Targets no run on this machine misses (1000 s): every request is goodput.
+        .replace(
+            "[noise]",
+            "concurrency = [1, 2]\nslo = { ttft_s = 1000.0, tpot_s = 1000.0 }\n[noise]",
+        );
     let o = sweep(&spec_file("concurrency.toml", &spec), &out, &["--check"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
@@ -1039,7 +1043,17 @@ fn concurrency_sweep_serves_clients_whose_ids_equal_the_single_runs() {
             assert!(r["aggregate_tokens_per_s"].as_f64().unwrap() > 0.0, "{r}");
             assert!(r["ttft_p50_s"].as_f64().unwrap() > 0.0, "{r}");
             assert!(r["itl_p90_s"].as_f64().unwrap() >= r["itl_p50_s"].as_f64().unwrap());
+            assert_eq!(r["goodput_fraction"], 1.0, "{r}");
+            assert!(r["goodput_requests_per_s"].as_f64().unwrap() > 0.0, "{r}");
         }
+        // Every request of the served run met the SLO: its goodput rate is its
+        // requests over its clients' time, 2 ÷ (2 × 4 tokens ÷ aggregate tokens/s).
+        let rate = two["goodput_requests_per_s"].as_f64().unwrap();
+        let agg = two["aggregate_tokens_per_s"].as_f64().unwrap();
+        assert!((rate - agg / 4.0).abs() <= 1e-9 * rate, "{two}");
+        // The server's decode bytes per token after the first, from its /metrics.
+        assert!(two["bytes_read_total"].as_f64().unwrap() > 0.0, "{two}");
+        assert!(two["bytes_read_per_token"].as_f64().is_some(), "{two}");
         assert!(one["requests_output_ids"].as_array().unwrap().is_empty());
     }
     let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
@@ -1052,9 +1066,14 @@ fn concurrency_sweep_serves_clients_whose_ids_equal_the_single_runs() {
     );
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(
-        md.contains("## Concurrency: the memory/throughput curve"),
+        md.contains("## Concurrency: the memory/throughput curve")
+            && md.contains("goodput share | goodput requests/s |")
+            && md.contains("](concurrency.svg)"),
         "{md}"
     );
+    for f in ["concurrency.svg", "concurrency.png"] {
+        assert!(out.join(f).is_file(), "{f} not written");
+    }
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("verdict.json")).unwrap()).unwrap();
     // Two ordinary runs and two served runs of two requests each.

@@ -318,6 +318,11 @@ fn step(
         .filter_map(|r| r.job.logprobs.map(|k| (r.seq, k)))
         .collect();
     let mut lps: HashMap<SeqId, Logprobs> = HashMap::new();
+    // A step feeds no prompt token when every sequence already has an id.
+    let decoding = running
+        .iter()
+        .all(|r| batch.output(r.seq).is_some_and(|o| !o.is_empty()));
+    let bytes_before = store.map(|s| s.metrics().bytes_read);
     let t = Instant::now();
     let res = batch.step_with(model, &mut |seq, tok, logits| {
         if let Some(&k) = want.get(&seq) {
@@ -327,7 +332,14 @@ fn step(
     let secs = t.elapsed().as_secs_f64();
     match res {
         Ok(tokens) => {
-            metrics.count_step(secs, tokens.len(), store.map(|s| s.metrics().bytes_read));
+            let bytes_after = store.map(|s| s.metrics().bytes_read);
+            metrics.count_step(secs, tokens.len(), bytes_after);
+            if decoding {
+                let read = bytes_after
+                    .zip(bytes_before)
+                    .map_or(0, |(a, b)| a.saturating_sub(b));
+                metrics.count_decode_step(read, tokens.len());
+            }
             for st in tokens {
                 let Some(i) = running.iter().position(|r| r.seq == st.id) else {
                     continue;

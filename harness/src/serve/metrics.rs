@@ -57,6 +57,8 @@ pub struct Metrics {
     running: AtomicU64,
     waiting: AtomicU64,
     store_bytes_read: AtomicU64,
+    decode_store_bytes_read: AtomicU64,
+    decode_tokens: AtomicU64,
     hists: Mutex<Hists>,
 }
 
@@ -114,6 +116,15 @@ impl Metrics {
             .observe(secs);
     }
 
+    /// A batch step that fed no prompt token (every sequence was decoding): the
+    /// store's bytes read during it and the tokens it chose.
+    pub fn count_decode_step(&self, store_bytes: u64, tokens: usize) {
+        self.decode_store_bytes_read
+            .fetch_add(store_bytes, Ordering::Relaxed);
+        self.decode_tokens
+            .fetch_add(tokens as u64, Ordering::Relaxed);
+    }
+
     /// The Prometheus text exposition (format 0.0.4) of every counter, with the
     /// process's resident memory.
     pub fn render(&self) -> String {
@@ -124,77 +135,83 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
             );
         };
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        c(
-            &mut out,
-            "memdial_prompt_tokens_total",
-            "counter",
-            "Prompt tokens of admitted requests.",
-            get(&self.prompt_tokens),
-        );
-        c(
-            &mut out,
-            "memdial_generated_tokens_total",
-            "counter",
-            "Tokens generated, all requests.",
-            get(&self.generated_tokens),
-        );
-        c(
-            &mut out,
-            "memdial_batch_steps_total",
-            "counter",
-            "Batch forward steps.",
-            get(&self.steps),
-        );
-        c(
-            &mut out,
-            "memdial_requests_cancelled_total",
-            "counter",
-            "Sequences dropped because the client disconnected or the server shut down.",
-            get(&self.cancelled),
-        );
-        c(
-            &mut out,
-            "memdial_requests_timed_out_total",
-            "counter",
-            "Requests ended at the request time limit.",
-            get(&self.timeouts),
-        );
-        c(
-            &mut out,
-            "memdial_requests_rejected_total",
-            "counter",
-            "Requests refused with 429 (batch and queue full).",
-            get(&self.rejected),
-        );
-        c(
-            &mut out,
-            "memdial_engine_errors_total",
-            "counter",
-            "Failed batch steps.",
-            get(&self.engine_errors),
-        );
-        c(
-            &mut out,
-            "memdial_sequences_running",
-            "gauge",
-            "Sequences in the batch.",
-            get(&self.running),
-        );
-        c(
-            &mut out,
-            "memdial_requests_waiting",
-            "gauge",
-            "Requests waiting for a batch slot.",
-            get(&self.waiting),
-        );
-        c(
-            &mut out,
-            "memdial_store_bytes_read_total",
-            "counter",
-            "Bytes the streaming store read (0 when resident).",
-            get(&self.store_bytes_read),
-        );
+        let counters: [(&str, &str, &str, &AtomicU64); 12] = [
+            (
+                "memdial_prompt_tokens_total",
+                "counter",
+                "Prompt tokens of admitted requests.",
+                &self.prompt_tokens,
+            ),
+            (
+                "memdial_generated_tokens_total",
+                "counter",
+                "Tokens generated, all requests.",
+                &self.generated_tokens,
+            ),
+            (
+                "memdial_batch_steps_total",
+                "counter",
+                "Batch forward steps.",
+                &self.steps,
+            ),
+            (
+                "memdial_requests_cancelled_total",
+                "counter",
+                "Sequences dropped because the client disconnected or the server shut down.",
+                &self.cancelled,
+            ),
+            (
+                "memdial_requests_timed_out_total",
+                "counter",
+                "Requests ended at the request time limit.",
+                &self.timeouts,
+            ),
+            (
+                "memdial_requests_rejected_total",
+                "counter",
+                "Requests refused with 429 (batch and queue full).",
+                &self.rejected,
+            ),
+            (
+                "memdial_engine_errors_total",
+                "counter",
+                "Failed batch steps.",
+                &self.engine_errors,
+            ),
+            (
+                "memdial_sequences_running",
+                "gauge",
+                "Sequences in the batch.",
+                &self.running,
+            ),
+            (
+                "memdial_requests_waiting",
+                "gauge",
+                "Requests waiting for a batch slot.",
+                &self.waiting,
+            ),
+            (
+                "memdial_store_bytes_read_total",
+                "counter",
+                "Bytes the streaming store read (0 when resident).",
+                &self.store_bytes_read,
+            ),
+            (
+                "memdial_decode_store_bytes_read_total",
+                "counter",
+                "Bytes the streaming store read in batch steps that fed no prompt token.",
+                &self.decode_store_bytes_read,
+            ),
+            (
+                "memdial_decode_tokens_total",
+                "counter",
+                "Tokens chosen by batch steps that fed no prompt token.",
+                &self.decode_tokens,
+            ),
+        ];
+        for (name, kind, help, v) in counters {
+            c(&mut out, name, kind, help, v.load(Ordering::Relaxed));
+        }
         let mem = memdial::util::sysmem::read();
         c(
             &mut out,

@@ -19,7 +19,8 @@
 //! - [`start`]: the `start` axis (cold or warm caches); [`layout`]: the `layout`
 //!   axis (safetensors or the lossless streamed layout); [`concurrency`]: the
 //!   `concurrency` axis (concurrent clients of `memdial serve`); [`depth`]: the
-//!   `depth` axis (decode after a deterministic context, `run --depth`);
+//!   `depth` axis (decode after a deterministic context, `run --depth`); [`goodput`]: the
+//!   share and rate of requests meeting the spec's `slo`;
 //! - [`predict`]: the spec's `trace` checked against the sweep and replayed at
 //!   every point (predicted bytes and s/token beside the measured ones);
 //! - [`verify`]: a finished run directory re-checked offline (`memdial report
@@ -35,6 +36,9 @@ pub mod depth;
 #[cfg(test)]
 mod depth_tests;
 pub mod engines;
+pub mod goodput;
+#[cfg(test)]
+mod goodput_tests;
 pub mod layout;
 #[cfg(test)]
 mod layout_tests;

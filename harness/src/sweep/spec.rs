@@ -25,7 +25,7 @@ mod repeats;
 
 pub use hash::spec_hash;
 pub use points::{Point, RunSlot, Shard};
-use prompt::prompt_file_problem;
+use prompt::check_prompts;
 pub use prompt::PromptSpec;
 pub use repeats::{
     parse_precision, AutoRepeats, Precision, Repeats, DEFAULT_MAX_REPEATS, DEFAULT_PRECISION,
@@ -165,6 +165,11 @@ pub struct Spec {
     /// the spec hash. At most [`MAX_DELAY_S`].
     #[serde(default, skip_serializing_if = "is_zero")]
     pub delay_s: f64,
+    /// Latency targets of goodput (`slo = { ttft_s = 2.0, tpot_s = 0.5 }`,
+    /// `super::goodput`): each row's share and rate of requests meeting both. Absent:
+    /// no goodput columns, left out of the spec hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<super::goodput::Slo>,
     /// IO modes (the spec's `io`), set by [`Spec::validate`].
     #[serde(skip)]
     pub io: Vec<IoMode>,
@@ -367,25 +372,11 @@ impl Spec {
             self.reference_engine.as_deref(),
             &self.engine,
         )?;
-        for (i, p) in self.prompts.iter().enumerate() {
-            match p {
-                PromptSpec::File { file } => {
-                    if let Some(why) = prompt_file_problem(file) {
-                        bail!("{why}");
-                    }
-                }
-                PromptSpec::Text(t) => {
-                    if let Some(at) = t.find('\0') {
-                        bail!(
-                            "prompt {i} holds a NUL character (at byte {at}), which a command-line argument cannot hold: \
-                             remove it, or give the prompt as {{ file = \"…\" }} or {{ ids = [...] }}"
-                        );
-                    }
-                }
-                PromptSpec::Ids { .. } => {}
-            }
-        }
+        check_prompts(&self.prompts)?;
         self.check_prediction()?;
+        if let Some(slo) = &self.slo {
+            slo.check()?;
+        }
         if let Some(a) = self.extra_args.iter().find(|a| a.contains('\0')) {
             bail!("extra_args: {a:?} holds a NUL character, which a command-line argument cannot hold");
         }

@@ -494,8 +494,8 @@ pub fn markdown(
     let in_group = bl.group.iter().any(|(_, g)| g.point_index == b.point_index);
     let (answer, fastest) = match &bl.pooled {
         Some(p) if bl.group.len() > 1 => {
-            let prefetch = if bl.group.iter().all(|(_, g)| g.prefetch == k.prefetch) {
-                format!("{}, ", k.prefetch)
+            let prefetch = if bl.group.iter().all(|(_, g)| g.settings() == k.settings()) {
+                format!("{}, ", k.settings())
             } else {
                 String::new()
             };
@@ -521,7 +521,7 @@ pub fn markdown(
         _ => (
             format!(
                 "**{budget}** with **{kio}** ({}, {} s/token)",
-                k.prefetch,
+                k.settings(),
                 ci(k)
             ),
             if k.point_index == b.point_index {

@@ -27,6 +27,7 @@ pub mod layouts;
 pub mod outcome;
 pub mod pick;
 pub mod recommend;
+mod recommend_md;
 pub mod repeats;
 pub mod stats;
 pub mod uncontended;

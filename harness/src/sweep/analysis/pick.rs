@@ -25,6 +25,21 @@ pub struct Pick {
     pub hi: Option<f64>,
     /// Quiet measured runs behind the median.
     pub n: usize,
+    /// The point's model layout, when the sweep has a `layout` axis (points of a
+    /// layout other than `safetensors`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layout: Option<String>,
+}
+
+impl Pick {
+    /// `next-layer`, or `lossless, next-layer` when the pick names its layout: the
+    /// settings the recommendation quotes beside the IO mode.
+    pub fn settings(&self) -> String {
+        match &self.layout {
+            Some(l) => format!("{l}, {}", self.prefetch),
+            None => self.prefetch.clone(),
+        }
+    }
 }
 
 /// `0.1467 [0.1223–0.4722]`: a pick's median s/token and its 95 % interval.

@@ -134,8 +134,15 @@ fn fastest_ttft(stats: &[PointStats]) -> Option<(String, TtftPick)> {
         })
 }
 
-fn pick(p: &PointStats) -> Option<Pick> {
+/// The sweep has a `layout` axis: some point reads a layout other than the default.
+fn names_layout(stats: &[PointStats]) -> bool {
+    stats.iter().any(|p| p.layout != "safetensors")
+}
+
+/// `p` as the recommendation names it; with its layout when `named`.
+fn pick(p: &PointStats, named: bool) -> Option<Pick> {
     Some(Pick {
+        layout: named.then(|| p.layout.clone()),
         point_index: p.point_index,
         budget_spec: p.budget_spec.clone(),
         budget_bytes: p.budget_bytes,
@@ -163,6 +170,7 @@ pub fn recommend(
         .map(|p| p.point_index)
         .collect();
     let ok: Vec<&PointStats> = stats.iter().filter(|p| usable(p)).collect();
+    let named = names_layout(stats);
     let mut ios: Vec<String> = vec![];
     let mut budgets: Vec<String> = vec![];
     for p in stats {
@@ -178,7 +186,7 @@ pub fn recommend(
         ok.iter()
             .filter(|p| p.io == io && p.budget_spec == budget)
             .min_by(|a, b| a.s_per_token.unwrap().total_cmp(&b.s_per_token.unwrap()))
-            .and_then(|p| pick(p))
+            .and_then(|p| pick(p, named))
     };
     let mut modes = vec![];
     let mut cands: Vec<(String, Pick)> = vec![];
@@ -312,7 +320,7 @@ fn at_budget(
             ok.iter()
                 .filter(|p| &p.io == io && p.prefetch == pf && p.budget_spec == budget)
                 .min_by(|a, b| a.s_per_token.unwrap().total_cmp(&b.s_per_token.unwrap()))
-                .and_then(|p| pick(p))
+                .and_then(|p| pick(p, names_layout(stats)))
                 .map(|p| (io.clone(), p))
         })
         .collect()
@@ -397,157 +405,10 @@ pub fn recommend_steady(
             point_index: c.point_index,
             ttft_s: c.ttft_s,
             warm_ttft_s: w.ttft_s,
-            pick: pick(c),
+            pick: pick(c, names_layout(stats)),
         })
     });
     r
-}
-
-impl Recommendation {
-    /// Why there is no recommendation, in Markdown: no finished run yet, runs that
-    /// timed no decode step (with the fastest first token instead), only noisy runs,
-    /// or only points over their budget.
-    fn no_answer(&self, label: &dyn Fn(&str, u64) -> String) -> String {
-        if self.finished_runs == 0 {
-            return "No finished runs to recommend from yet.\n\n".into();
-        }
-        if self.first_token_only {
-            let mut s = format!(
-                "**Bottom line: no answer** — none of the {} finished run(s) timed a decode step: \
-                 s/token needs at least 2 generated tokens per run (the first token is timed as the \
-                 time to first token), and these generated one (`max_tokens = 1`, or a stop id first). \
-                 Raise `max_tokens` to rank budgets and IO modes by decode speed.",
-                self.finished_runs
-            );
-            if let Some((io, t)) = &self.fastest_ttft {
-                s += &format!(
-                    " Fastest time to first token: **{:.4} s** at {} ({io}, {}){}.",
-                    t.ttft_s,
-                    label(&t.budget_spec, t.budget_bytes),
-                    t.prefetch,
-                    if t.noisy { ", from noisy runs" } else { "" }
-                );
-            }
-            return s + "\n\n";
-        }
-        if self.noisy_runs > 0 {
-            return format!(
-                "**Bottom line: no answer** — no quiet runs to recommend from: {} finished run(s) were marked noisy (see `noisy` in results.csv). A quieter machine would decide it.\n\n",
-                self.noisy_runs
-            );
-        }
-        format!(
-            "**Bottom line: no answer** — {} finished run(s), but no point can be recommended: \
-             {} point(s) went over their budget (left out; see `over_budget` in results.csv).\n\n",
-            self.finished_runs,
-            self.excluded_over_budget.len()
-        )
-    }
-
-    /// The Markdown section (`## Recommendation`).
-    pub fn markdown(&self, label: &dyn Fn(&str, u64) -> String) -> String {
-        use std::fmt::Write as _;
-        let mut s = String::from("## Recommendation\n\n");
-        let tried = self
-            .uncontended_undecided
-            .as_ref()
-            .map(|w| {
-                format!(
-                    "Uncontended times (CPU contention taken out) did not decide either: {w}.\n\n"
-                )
-            })
-            .unwrap_or_default();
-        if self.modes.iter().all(|m| m.best.is_none()) {
-            s += &self.no_answer(label);
-            s += &tried;
-            return s;
-        }
-        s += &super::bottom_line::markdown(
-            self.overall_knee.as_ref().zip(self.overall_best.as_ref()),
-            self.bottom_line.as_ref(),
-            &self.start,
-            self.cold_beside.as_ref(),
-            label,
-        );
-        s += &tried;
-        let _ = writeln!(
-            s,
-            "| IO mode | knee (smallest budget within 10 % of its best) | best | Pareto frontier (budget → s/token) |\n|---|---|---|---|"
-        );
-        for m in &self.modes {
-            let f = |p: &Pick| {
-                format!(
-                    "{} → {:.4} ({})",
-                    label(&p.budget_spec, p.budget_bytes),
-                    p.s_per_token,
-                    p.prefetch
-                )
-            };
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} |",
-                m.io,
-                m.knee
-                    .as_ref()
-                    .map(|k| format!(
-                        "**{}**, {} s/token ({})",
-                        label(&k.budget_spec, k.budget_bytes),
-                        ci(k),
-                        k.prefetch
-                    ))
-                    .unwrap_or_else(|| "–".into()),
-                m.best
-                    .as_ref()
-                    .map(|b| format!(
-                        "{} s/token at {}",
-                        ci(b),
-                        label(&b.budget_spec, b.budget_bytes)
-                    ))
-                    .unwrap_or_else(|| "–".into()),
-                m.frontier.iter().map(f).collect::<Vec<_>>().join("; ")
-            );
-        }
-        let _ = writeln!(
-            s,
-            "\n| budget | fastest IO mode | s/token [95% CI] | next | margin (next / fastest) [95% CI] |\n|---|---|---|---|---|"
-        );
-        for w in &self.by_budget {
-            let (next, margin) = match (&w.runner_up, &w.margin) {
-                (Some((io, p)), Some(r)) => (
-                    format!("{io} ({:.4}, {})", p.s_per_token, p.prefetch),
-                    r.describe(),
-                ),
-                (Some((io, p)), None) => (format!("{io} ({:.4})", p.s_per_token), "–".into()),
-                _ => ("–".into(), "–".into()),
-            };
-            let _ = writeln!(
-                s,
-                "| {} | **{}** ({}) | {} | {} | {} |",
-                label(&w.budget_spec, w.winner.budget_bytes),
-                w.io,
-                w.winner.prefetch,
-                ci(&w.winner),
-                next,
-                margin
-            );
-        }
-        s.push('\n');
-        if self.excluded_over_budget.is_empty() {
-            s += "Every point counted was held to its budget or stayed within budget + slack.\n\n";
-        } else {
-            let _ = writeln!(
-                s,
-                "Left out: {} point(s) with runs over budget (page cache not charged to the budget): {}.\n",
-                self.excluded_over_budget.len(),
-                self.excluded_over_budget
-                    .iter()
-                    .map(|i| format!("p{i}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-        s
-    }
 }
 
 #[cfg(test)]
@@ -668,6 +529,40 @@ pub(crate) mod tests {
             md.contains("No finished runs to recommend from yet."),
             "{md}"
         );
+    }
+
+    /// A sweep with a `layout` axis: at one budget, direct reads safetensors at 0.5
+    /// s/token and lossless at 0.25 (next-layer): the bottom line and the tables name
+    /// the layout picked; without the axis they name only the prefetch policy.
+    #[test]
+    fn the_layout_picked_is_named() {
+        let mut s = vec![
+            p(0, "direct", "a", 100, 0.5),
+            PointStats {
+                layout: "lossless".into(),
+                prefetch: "next-layer".into(),
+                ..p(1, "direct", "a", 100, 0.25)
+            },
+        ];
+        let runs = constant_runs(&mut s);
+        let r = recommend(&s, &runs.clone().into());
+        let (_, k) = r.overall_knee.as_ref().unwrap();
+        assert_eq!((k.point_index, k.layout.as_deref()), (1, Some("lossless")));
+        let md = r.markdown(&|s, _| s.to_string());
+        assert!(
+            md.contains("**a** with **direct** (lossless, next-layer, 0.2500"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| a | **direct** (lossless, next-layer) |"),
+            "{md}"
+        );
+        let mut plain = vec![p(0, "direct", "a", 100, 0.5)];
+        let runs = constant_runs(&mut plain);
+        let r = recommend(&plain, &runs.into());
+        assert_eq!(r.overall_knee.as_ref().unwrap().1.layout, None);
+        let md = r.markdown(&|s, _| s.to_string());
+        assert!(md.contains("**a** with **direct** (none, 0.5000"), "{md}");
     }
 
     /// Three runs of three decode times, all the point's median, for every point of

@@ -221,6 +221,16 @@ pub struct Row {
     /// clients of a spec with several prompts decode different sequences.
     #[serde(default)]
     pub requests_prompt_index: Vec<usize>,
+    // --- goodput under the spec's `slo` (`sweep::goodput`; appended)
+    /// Share of the run's requests that met both targets of the spec's `slo`
+    /// (TTFT ≤ `ttft_s` and `(e2e − TTFT) / (output tokens − 1)` ≤ `tpot_s`), [0, 1];
+    /// `None` without an `slo`.
+    #[serde(default)]
+    pub goodput_fraction: Option<f64>,
+    /// Requests that met the `slo` per second of the run (first request sent to last
+    /// finished).
+    #[serde(default)]
+    pub goodput_requests_per_s: Option<f64>,
     // --- axes declared after engines (`sweep::axes`): one column each, appended
     /// The point's value on each later axis, by axis name (the point's
     /// [`crate::sweep::axes::Coord`]s); empty for sweeps without one.
@@ -377,6 +387,9 @@ pub const COLUMNS: &[&str] = &[
     "depth_tokens",
     "depth_prefill_s",
     "n_depth",
+    // Goodput under the spec's `slo` (appended).
+    "goodput_fraction",
+    "goodput_requests_per_s",
 ];
 
 impl Row {

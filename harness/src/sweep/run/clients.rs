@@ -68,6 +68,8 @@ pub struct Request {
     pub itl_s: Vec<f64>,
     /// The clients' start to this request's end, seconds.
     pub done_s: f64,
+    /// Request sent to its stream's end, seconds (vLLM's request latency).
+    pub e2e_s: Option<f64>,
     /// `finish_reason`.
     pub finish_reason: Option<String>,
     /// Why it failed.
@@ -85,6 +87,33 @@ pub struct Served {
     pub clients_wall_s: Option<f64>,
     /// Each request's prompt (its index in the spec).
     pub prompt_index: Vec<usize>,
+}
+
+/// The server's store counters (`GET /metrics`) once every request finished.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StoreBytes {
+    /// `memdial_store_bytes_read_total`: every byte the store read (load included).
+    pub total: u64,
+    /// `memdial_decode_store_bytes_read_total`: bytes read by the steps that fed no
+    /// prompt token.
+    pub decode: u64,
+    /// `memdial_decode_tokens_total`: the tokens those steps chose.
+    pub decode_tokens: u64,
+}
+
+impl StoreBytes {
+    /// The counters in a Prometheus text exposition; `None` when one is missing.
+    pub fn parse(text: &str) -> Option<StoreBytes> {
+        let get = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        };
+        Some(StoreBytes {
+            total: get("memdial_store_bytes_read_total")?,
+            decode: get("memdial_decode_store_bytes_read_total")?,
+            decode_tokens: get("memdial_decode_tokens_total")?,
+        })
+    }
 }
 
 impl ServeRequest<'_> {
@@ -168,6 +197,7 @@ impl ServeRequest<'_> {
         }
         let mut requests = vec![];
         let mut clients_wall_s = None;
+        let mut store = None;
         if let Some(a) = addr {
             let left = self.timeout.saturating_sub(t0.elapsed());
             let bodies = self.bodies();
@@ -176,11 +206,12 @@ impl ServeRequest<'_> {
                 on_poll(&child, Event::Running);
                 std::thread::sleep(Duration::from_millis(10));
             }
-            let (rs, wall) = driver
+            let (rs, wall, st) = driver
                 .join()
                 .map_err(|_| anyhow::anyhow!("the sweep's client thread panicked"))??;
             requests = rs;
             clients_wall_s = wall;
+            store = st;
         }
         let timed_out = early.is_none() && t0.elapsed() >= self.timeout;
         // SIGTERM, then at most the grace and 10 s more.
@@ -197,8 +228,13 @@ impl ServeRequest<'_> {
         let noise = memdial::tools::noise::Noise::between(&before, &after, sentinel.ticks_per_s());
         mem.sample(None, self.watch_files, None);
         let exit_code = status.code();
-        let (metrics, metrics_error, stderr_tail) =
-            self.record(&requests, addr.is_some(), timed_out, exit_code, &err_path)?;
+        let (metrics, metrics_error, stderr_tail) = self.record(
+            &requests,
+            (addr.is_some(), store),
+            timed_out,
+            exit_code,
+            &err_path,
+        )?;
         use std::os::unix::process::ExitStatusExt;
         let by_harness = exit_code == Some(0) && metrics_error.is_some() && addr.is_some();
         Ok(Served {
@@ -254,11 +290,13 @@ impl ServeRequest<'_> {
 
     /// Writes the run's record (`sweep::record::proof`): every request in
     /// `requests.json`, and request 0's figures as `metrics.json` once every request
-    /// finished. Returns (those metrics, why there are none, the line the row quotes).
+    /// finished, with the store's bytes read during decode ÷ the tokens those steps
+    /// chose when `store` has them. Returns (those metrics, why there are none, the
+    /// line the row quotes).
     fn record(
         &self,
         requests: &[Request],
-        listened: bool,
+        (listened, store): (bool, Option<StoreBytes>),
         timed_out: bool,
         exit_code: Option<i32>,
         err_path: &Path,
@@ -288,6 +326,10 @@ impl ServeRequest<'_> {
                 "generated_tokens": ids.len(),
                 "output_ids": ids,
                 "output_ids_sha256": memdial::engine::generate::ids_sha256(ids),
+                "bytes_read_total": store.map(|b| b.total as f64),
+                "bytes_read_per_token": store
+                    .filter(|b| b.decode_tokens > 0)
+                    .map(|b| b.decode as f64 / b.decode_tokens as f64),
             }));
         }
         if let Some(m) = &metrics {
@@ -329,13 +371,13 @@ fn first_failure(requests: &[Request], clients: usize) -> Option<(usize, String)
 }
 
 /// Runs one concurrent client per body against `addr` on a current-thread runtime,
-/// at most `within`: each request, and the time from the first sent to the last
-/// finished.
+/// at most `within`: each request, the time from the first sent to the last
+/// finished, and the server's store counters then.
 fn drive(
     addr: SocketAddr,
     bodies: Vec<String>,
     within: Duration,
-) -> Result<(Vec<Request>, Option<f64>)> {
+) -> Result<(Vec<Request>, Option<f64>, Option<StoreBytes>)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -356,11 +398,33 @@ fn drive(
         match tokio::time::timeout(within, futures_util::future::join_all(tasks)).await {
             Ok(rs) => {
                 let wall = rs.iter().map(|r| r.done_s).fold(0.0, f64::max);
-                Ok((rs, Some(wall)))
+                let scrape = tokio::time::timeout(Duration::from_secs(10), scrape(addr));
+                let store = match scrape.await {
+                    Ok(Ok(text)) => StoreBytes::parse(&text),
+                    _ => None,
+                };
+                Ok((rs, Some(wall), store))
             }
-            Err(_) => Ok((vec![], None)),
+            Err(_) => Ok((vec![], None, None)),
         }
     })
+}
+
+/// The server's `GET /metrics` text.
+async fn scrape(addr: SocketAddr) -> Result<String> {
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let (mut tx, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
+    tokio::spawn(conn);
+    let req = hyper::Request::get("/metrics")
+        .header(hyper::header::HOST, addr.to_string())
+        .body(Full::new(Bytes::new()))?;
+    let res = tx.send_request(req).await?;
+    if res.status() != hyper::StatusCode::OK {
+        bail!("GET /metrics: HTTP {}", res.status());
+    }
+    let b = res.into_body().collect().await?.to_bytes();
+    Ok(String::from_utf8_lossy(&b).into_owned())
 }
 
 /// One streamed completion into `r`.
@@ -439,11 +503,17 @@ async fn stream_one(addr: SocketAddr, body: Bytes, r: &mut Request) -> Result<()
     if !done {
         bail!("the stream ended without `data: [DONE]`");
     }
+    r.e2e_s = Some(sent.elapsed().as_secs_f64());
     Ok(())
 }
 
-/// Fills the row's concurrency columns from a served run's requests.
-pub fn fill_row(row: &mut crate::sweep::record::row::Row, s: &Served) {
+/// Fills the row's concurrency columns (and goodput under `slo`) from a served run's
+/// requests.
+pub fn fill_row(
+    row: &mut crate::sweep::record::row::Row,
+    s: &Served,
+    slo: Option<&crate::sweep::goodput::Slo>,
+) {
     if s.outcome.metrics.is_none() {
         return;
     }
@@ -460,4 +530,47 @@ pub fn fill_row(row: &mut crate::sweep::record::row::Row, s: &Served) {
     row.itl_p90_s = memdial::util::stats::percentile(&itl, 0.9);
     row.requests_output_ids = s.requests.iter().map(|r| r.ids.clone()).collect();
     row.requests_prompt_index = s.prompt_index.clone();
+    if let (Some(slo), Some(wall)) = (slo, s.clients_wall_s) {
+        // Every request finished (the metrics say so), so each has its timings.
+        let timings: Vec<_> = s.requests.iter().filter_map(timing).collect();
+        (row.goodput_fraction, row.goodput_requests_per_s) =
+            crate::sweep::goodput::goodput(slo, &timings, wall);
+    }
+}
+
+/// A finished request's timings for goodput.
+fn timing(r: &Request) -> Option<crate::sweep::goodput::Timing> {
+    Some(crate::sweep::goodput::Timing {
+        ttft_s: r.ttft_s?,
+        e2e_s: r.e2e_s?,
+        output_tokens: r.ids.len(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoreBytes;
+
+    /// The three counters out of a `/metrics` text (names as `serve::metrics` writes
+    /// them, HELP/TYPE lines around); a text without one of them gives `None`.
+    #[test]
+    fn store_bytes_from_the_metrics_text() {
+        let text = "# HELP memdial_store_bytes_read_total Bytes.\n\
+                    # TYPE memdial_store_bytes_read_total counter\n\
+                    memdial_store_bytes_read_total 9000\n\
+                    memdial_decode_store_bytes_read_total 600\n\
+                    memdial_decode_tokens_total 12\n";
+        assert_eq!(
+            StoreBytes::parse(text),
+            Some(StoreBytes {
+                total: 9000,
+                decode: 600,
+                decode_tokens: 12
+            })
+        );
+        assert_eq!(
+            StoreBytes::parse("memdial_store_bytes_read_total 1\n"),
+            None
+        );
+    }
 }

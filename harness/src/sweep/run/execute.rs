@@ -267,6 +267,7 @@ impl RunEnv<'_> {
             .iter()
             .any(|c| c.name == "concurrency" && c.in_key);
         crate::sweep::concurrency::fill_single(&mut row, listed);
+        crate::sweep::goodput::fill_single(&mut row, self.spec.slo.as_ref());
         Ok(row)
     }
 
@@ -306,7 +307,7 @@ impl RunEnv<'_> {
         row.started_utc = utc_now_rfc3339();
         let s = served.execute()?;
         self.finish_row(&mut row, &s.outcome, cg, r.budget_bytes);
-        super::clients::fill_row(&mut row, &s);
+        super::clients::fill_row(&mut row, &s, self.spec.slo.as_ref());
         Ok(row)
     }
 

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
 /// A prompt: literal text, a file holding the text, or token ids.
@@ -67,7 +68,7 @@ impl TryFrom<RawPrompt> for PromptSpec {
 /// Why `file` cannot be a sweep's prompt file (`None`: it can). A sweep reads it
 /// several times (its identity, the engines' tokens, every run), so it must be a
 /// regular file: a FIFO would block or give each reader different text.
-pub(super) fn prompt_file_problem(file: &Path) -> Option<String> {
+fn prompt_file_problem(file: &Path) -> Option<String> {
     use std::os::unix::fs::FileTypeExt;
     let shown = file.display();
     let t = match std::fs::metadata(file) {
@@ -93,4 +94,30 @@ pub(super) fn prompt_file_problem(file: &Path) -> Option<String> {
     Some(format!(
         "prompt file {shown} is {kind}, not a text file (a sweep reads its prompt files more than once, so they must be regular files)"
     ))
+}
+
+/// Refuses a prompt file that is not a regular file and a text prompt holding a NUL
+/// (a command-line argument cannot carry it).
+///
+/// Errors: the first such prompt, by index and why.
+pub(super) fn check_prompts(prompts: &[PromptSpec]) -> Result<()> {
+    for (i, p) in prompts.iter().enumerate() {
+        match p {
+            PromptSpec::File { file } => {
+                if let Some(why) = prompt_file_problem(file) {
+                    bail!("{why}");
+                }
+            }
+            PromptSpec::Text(t) => {
+                if let Some(at) = t.find('\0') {
+                    bail!(
+                        "prompt {i} holds a NUL character (at byte {at}), which a command-line argument cannot hold: \
+                         remove it, or give the prompt as {{ file = \"…\" }} or {{ ids = [...] }}"
+                    );
+                }
+            }
+            PromptSpec::Ids { .. } => {}
+        }
+    }
+    Ok(())
 }

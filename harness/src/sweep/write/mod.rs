@@ -5,6 +5,7 @@
 //! - [`charts`], [`metric_chart`], [`ttft_chart`]: `curve.*`, `io.*`, `ttft.*`;
 //!   [`predicted_chart`]: `predicted.*` (a sweep given a trace); [`depth_chart`]:
 //!   `depth.*` (a sweep of several depths);
+//!   [`concurrency_chart`]: `concurrency.*` (a sweep above concurrency 1);
 //! - [`ci`] (over [`junit`] and [`gha`]): the JUnit report and GitHub Actions' job
 //!   summary and annotations;
 //! - [`versus`]: `memdial compare`'s Markdown, CSV and JSON tables.
@@ -12,6 +13,7 @@
 pub(crate) mod chart_parts;
 pub mod charts;
 pub mod ci;
+pub mod concurrency_chart;
 pub mod depth_chart;
 pub mod gha;
 pub mod junit;

@@ -181,12 +181,25 @@ pub(super) fn charts_md(s: &mut String, c: &Sections) {
              longer context: the MLA latent cache grows with it, a KDA state does not.\n"
         );
     }
+    let served = rows
+        .iter()
+        .any(|r| crate::sweep::concurrency::of_row(r) > 1);
+    if served {
+        let _ = writeln!(
+            s,
+            "![aggregate tokens/s and goodput vs concurrency](concurrency.svg)\n\n\
+             Aggregate tokens/s (top) and, with the spec's `slo`, goodput — requests meeting both its targets per second — \
+             (bottom) against concurrent clients: one line per budget, IO mode / prefetch and threads, the median over each \
+             point's quiet runs (section \"Concurrency\").\n"
+        );
+    }
     let _ = writeln!(
         s,
         "Files: `results.csv` / `results.json` (one row per run, schema in docs/results.md), `verdict.json`, \
-         `curve.svg`/`curve.png`, `io.svg`/`io.png`{}{}{}, `runs/<point>-<repeat>/` (metrics.json, stdout, stderr of each run).",
+         `curve.svg`/`curve.png`, `io.svg`/`io.png`{}{}{}{}, `runs/<point>-<repeat>/` (metrics.json, stdout, stderr of each run).",
         if long { ", `ttft.svg`/`ttft.png`" } else { "" },
         if deep { ", `depth.svg`/`depth.png`" } else { "" },
-        if c.meta.predictions.is_some() { ", `predicted.svg`/`predicted.png`" } else { "" }
+        if c.meta.predictions.is_some() { ", `predicted.svg`/`predicted.png`" } else { "" },
+        if served { ", `concurrency.svg`/`concurrency.png`" } else { "" }
     );
 }

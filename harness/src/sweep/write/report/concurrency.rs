@@ -32,7 +32,11 @@ pub fn markdown(rows: &[Row]) -> String {
          serve --max-batch N` with N concurrent streaming clients on loopback (client-side timings): \
          aggregate tokens/s is every request's generated tokens over the time from the first request \
          sent to the last one finished; TTFT from a request sent to its first token; inter-token \
-         latency between its streamed tokens. Medians over each point's quiet measured runs (a point \
+         latency between its streamed tokens; bytes read per token, the store's bytes read during \
+         decode over the tokens decoded (a served run: the server's batch steps that fed no prompt \
+         token); with the spec's `slo`, goodput: the share of requests meeting both its TTFT and \
+         TPOT targets (TPOT = (e2e latency − TTFT) / (output tokens − 1)) and those requests per \
+         second of the run. Medians over each point's quiet measured runs (a point \
          with none: over its noisy ones, marked *noisy*); every request's ids are in the \
          verdict.\n\n",
     );
@@ -105,6 +109,10 @@ fn curve_md(
     noisy: &std::collections::BTreeSet<usize>,
 ) {
     type Key = (u64, String, String, String, usize);
+    let slo = by_point
+        .values()
+        .flatten()
+        .any(|r| r.goodput_fraction.is_some());
     let key = |r: &Row, c: usize| -> Key {
         (
             r.budget_bytes,
@@ -121,17 +129,22 @@ fn curve_md(
         e.1 |= noisy.contains(i);
     }
     s.push_str(
-        "| budget | io / prefetch | threads | concurrency | runs | aggregate tokens/s | × concurrency 1 | TTFT p50 / p90 (s) | inter-token p50 / p90 (s) |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| budget | io / prefetch | threads | concurrency | runs | aggregate tokens/s | × concurrency 1 | TTFT p50 / p90 (s) | inter-token p50 / p90 (s) | bytes read / token |",
     );
+    s.push_str(if slo {
+        " goodput share | goodput requests/s |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+    } else {
+        "\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+    });
     for (k, (rs, loud)) in &curve {
         let agg = median_of(rs, |r| r.aggregate_tokens_per_s);
         let base = curve
             .get(&(k.0, k.1.clone(), k.2.clone(), k.3.clone(), 1))
             .and_then(|(b, _)| median_of(b, |r| r.aggregate_tokens_per_s));
-        let _ = writeln!(
+        let _ = write!(
             s,
-            "| {} | {} | {} | {} | {}{} | {} | {} | {} / {} | {} / {} |",
+            "| {} | {} | {} | {} | {}{} | {} | {} | {} / {} | {} / {} | {} |",
             k.1,
             k.2,
             k.3,
@@ -145,7 +158,19 @@ fn curve_md(
             cell(median_of(rs, |r| r.ttft_p90_s), 3),
             cell(median_of(rs, |r| r.itl_p50_s), 4),
             cell(median_of(rs, |r| r.itl_p90_s), 4),
+            median_of(rs, |r| r.metrics.bytes_read_per_token).map_or("–".into(), |b| {
+                memdial::util::units::fmt_bytes(b.round() as u64)
+            }),
         );
+        if slo {
+            let _ = write!(
+                s,
+                " {} | {} |",
+                cell(median_of(rs, |r| r.goodput_fraction), 2),
+                cell(median_of(rs, |r| r.goodput_requests_per_s), 3)
+            );
+        }
+        s.push('\n');
     }
     s.push('\n');
 }
@@ -268,5 +293,22 @@ mod tests {
         let md = markdown(&[one, loud]);
         assert!(md.contains("| 2 | 1 *noisy* | 9.00 | 6.00× |"), "{md}");
         assert_eq!(markdown(&[Row::default()]), "");
+    }
+
+    /// Rows with goodput (a spec with an `slo`) add its two columns to the curve,
+    /// after the bytes read per token: 2048 B is `2.00 KiB`.
+    #[test]
+    fn goodput_and_bytes_read_reach_the_curve() {
+        let mut two = row(1, "budget=floor;concurrency=2", &[1], &[&[1][..]; 2]);
+        two.axes.insert("concurrency".into(), "2".into());
+        two.metrics.bytes_read_per_token = Some(2048.0);
+        let md = markdown(std::slice::from_ref(&two));
+        assert!(!md.contains("goodput share"), "{md}");
+        assert!(md.contains("| 2.00 KiB |\n"), "{md}");
+        two.goodput_fraction = Some(0.5);
+        two.goodput_requests_per_s = Some(0.25);
+        let md = markdown(&[two]);
+        assert!(md.contains("goodput share | goodput requests/s |"), "{md}");
+        assert!(md.contains("| 2.00 KiB | 0.50 | 0.250 |\n"), "{md}");
     }
 }

@@ -90,6 +90,9 @@ pub fn write_all(
             meta.opaque_model.is_some(),
         )
     })
+    .and_then(|_| {
+        crate::sweep::write::concurrency_chart::write_concurrency_chart(dir, rows, &title)
+    })
     .err();
     let md = markdown(meta, rows, &v, &stats, cmp.as_ref(), chart_err.as_ref());
     crate::export::write_text(&dir.join("report.md"), &md)?;
