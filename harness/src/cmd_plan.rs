@@ -2,41 +2,22 @@
 //! allocation of a budget, what each pinned byte saves, and the bytes (and, with a
 //! device bandwidth, the IO lower bound of seconds) per token at a ladder of budgets.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use memdial::engine::arena::Scratch;
-use memdial::engine::loader::Checkpointed;
-use memdial::format::checkpoint::Checkpoint;
 use memdial::format::config::{AttnKind, ModelConfig};
-use memdial::io::IoMode;
-use memdial::store::paper::paper_checkpoint;
-use memdial::store::plan::{plan_unchecked, Plan, Prefetch, Sequences};
+use memdial::store::plan::{plan_unchecked, Plan, Sequences};
 use memdial::store::rank::{predict_speculation, ranking, SpeculationPrediction};
 use memdial::util::budget::parse_size;
 use memdial::util::error::UsageError;
 use memdial::util::units::fmt_bytes;
 
+use crate::planning::floor_for;
+use crate::planning::rates::iobench_gbps;
+use crate::planning::source::source_of;
 use crate::store_flags::IoFlags;
-
-/// Shipped configs of the published shapes (`fixtures/configs/README.md` says where
-/// every number comes from).
-const PRESETS: [(&str, &str); 4] = [
-    ("k3", include_str!("../../fixtures/configs/k3.json")),
-    (
-        "kimi-linear-48b",
-        include_str!("../../fixtures/configs/kimi-linear-48b.json"),
-    ),
-    (
-        "gpt-oss-20b",
-        include_str!("../../fixtures/configs/gpt-oss-20b.json"),
-    ),
-    (
-        "gpt-oss-120b",
-        include_str!("../../fixtures/configs/gpt-oss-120b.json"),
-    ),
-];
 
 /// Arguments of `memdial plan`.
 #[derive(clap::Args)]
@@ -90,136 +71,9 @@ pub struct PlanArgs {
     pub json: bool,
 }
 
-/// Config + checkpoint index to plan with, and where they came from.
-pub(crate) struct Source {
-    pub(crate) cfg: ModelConfig,
-    pub(crate) ck: Checkpoint,
-    /// `None` for a real checkpoint; else what the paper plan was derived from.
-    pub(crate) paper: Option<String>,
-}
-
-fn config_from_text(text: &str, what: &str) -> Result<ModelConfig> {
-    let parse = || -> Result<ModelConfig> {
-        let root: serde_json::Value = serde_json::from_str(text)?;
-        // Without a checkpoint nothing would catch a default standing in for a missing
-        // key: the model type and the main dimensions must be stated.
-        let has = |k: &str| root.get(k).is_some() || root["text_config"].get(k).is_some();
-        for k in [
-            "model_type",
-            "vocab_size",
-            "hidden_size",
-            "num_hidden_layers",
-        ] {
-            if !has(k) {
-                anyhow::bail!("the config does not state {k}");
-            }
-        }
-        let mut cfg = ModelConfig::from_json_str(text)?;
-        cfg.apply_quantization(&root)?;
-        Ok(cfg)
-    };
-    parse().map_err(|e| UsageError::Invalid(format!("cannot plan {what}: {e:#}")).into())
-}
-
-fn source(a: &PlanArgs) -> Result<Source> {
-    source_of(a.model.as_deref(), a.config.as_deref(), a.preset.as_deref())
-}
-
-/// The [`Source`] of `--model DIR`, `--config FILE` or `--preset NAME` (a shipped
-/// config, or a fixture preset's config: planned without weights).
-///
-/// Errors: an unreadable checkpoint or config, an unknown preset (usage error).
-pub(crate) fn source_of(
-    model: Option<&Path>,
-    config: Option<&Path>,
-    preset: Option<&str>,
-) -> Result<Source> {
-    let (text, what) = match (model, config, preset) {
-        (Some(dir), ..) => {
-            let c = Checkpointed::read(dir)?;
-            return Ok(Source {
-                cfg: c.cfg,
-                ck: c.ck,
-                paper: None,
-            });
-        }
-        (_, Some(path), _) => (
-            std::fs::read_to_string(path)
-                .map_err(|e| UsageError::Invalid(format!("cannot read {}: {e}", path.display())))?,
-            path.display().to_string(),
-        ),
-        (_, _, Some(p)) => match PRESETS.iter().find(|(n, _)| *n == p) {
-            Some((_, t)) => (
-                t.to_string(),
-                format!("preset {p} (fixtures/configs/{p}.json)"),
-            ),
-            None => match memdial::tools::fixture::presets::preset(p) {
-                Some(f) => (
-                    f.config.to_string(),
-                    format!("fixture preset {p} (memdial fixture --preset {p})"),
-                ),
-                None => {
-                    return Err(UsageError::Invalid(format!(
-                        "unknown preset {p:?}: k3, kimi-linear-48b, gpt-oss-20b, gpt-oss-120b or a fixture preset ({})",
-                        memdial::tools::fixture::presets::PRESET_NAMES.join(", ")
-                    ))
-                    .into())
-                }
-            },
-        },
-        _ => unreachable!("clap requires one source"),
-    };
-    let cfg = config_from_text(&text, &what)?;
-    let ck = paper_checkpoint(&cfg, &what)?;
-    Ok(Source {
-        cfg,
-        ck,
-        paper: Some(what),
-    })
-}
-
-/// Best measured bandwidth (GB/s) of a `memdial iobench` report for `io`: the fastest
-/// `memdial` row with status ok, cold cache and this IO mode; with its description.
-pub(crate) fn iobench_gbps(dir: &Path, io: IoMode) -> Result<(f64, String)> {
-    let path = dir.join("results.json");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| UsageError::Invalid(format!("cannot read {}: {e}", path.display())))?;
-    let rows: Vec<serde_json::Value> = serde_json::from_str(&text).map_err(|e| {
-        UsageError::Invalid(format!("{} is not an iobench report: {e}", path.display()))
-    })?;
-    let s = |r: &serde_json::Value, k: &str| r[k].as_str().unwrap_or("").to_string();
-    rows.iter()
-        .filter(|r| {
-            s(r, "tool") == "memdial" && s(r, "status") == "ok" && s(r, "io") == io.as_str()
-        })
-        .filter(|r| s(r, "cache") == "cold")
-        .filter_map(|r| r["gb_per_s"].as_f64().map(|g| (g, r)))
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(g, r)| {
-            (
-                g,
-                format!(
-                    "{} pattern {} qd {} ({})",
-                    path.display(),
-                    s(r, "pattern"),
-                    r["qd"],
-                    io.as_str()
-                ),
-            )
-        })
-        .ok_or_else(|| {
-            UsageError::Invalid(format!(
-                "{} has no successful cold-cache memdial cell for IO mode {}",
-                path.display(),
-                io.as_str()
-            ))
-            .into()
-        })
-}
-
 pub fn run(a: &PlanArgs) -> Result<ExitCode> {
     let (io, prefetch) = (a.policy.io.0, a.policy.prefetch.0);
-    let src = source(a)?;
+    let src = source_of(a.model.as_deref(), a.config.as_deref(), a.preset.as_deref())?;
     let (cfg, ck) = (&src.cfg, &src.ck);
     let seqs = Sequences {
         max_context: a.max_context.unwrap_or(DEFAULT_MAX_CONTEXT),
@@ -448,27 +302,6 @@ fn line(s: &mut String, k: &str, v: String) {
 
 /// Positions `memdial plan` sizes the MLA cache for without `--max-context`.
 pub const DEFAULT_MAX_CONTEXT: usize = 4096;
-
-/// The settings a floor is for, as `plan`, `run` and `sweep` print them: `direct /
-/// next-layer, 2 kernel thread(s), 13 positions` (` × 4 sequences` when batched).
-pub fn floor_for(
-    io: IoMode,
-    prefetch: Prefetch,
-    threads: usize,
-    positions: usize,
-    sequences: usize,
-) -> String {
-    format!(
-        "{} / {}, {threads} kernel thread(s), {positions} positions{}",
-        io.as_str(),
-        prefetch.as_str(),
-        if sequences > 1 {
-            format!(" × {sequences} sequences")
-        } else {
-            String::new()
-        }
-    )
-}
 
 /// Human-readable plan (what `memdial plan` prints): the budget and what is pinned,
 /// the buffers that stream, then the predictions. `default_context`: the positions

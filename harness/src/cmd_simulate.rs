@@ -15,17 +15,18 @@ use plotters::prelude::*;
 use serde::Serialize;
 
 use crate::args::usage;
-use crate::cmd_plan::{iobench_gbps, source_of};
+use crate::planning::compute::{compute_time, embedding_rows};
+use crate::planning::rates::iobench_gbps;
+use crate::planning::source::source_of;
 use crate::store_flags::IoFlags;
 use crate::sweep::start::StartMode;
 use crate::sweep::write::chart_parts::{budget_panel, legend, pe, BudgetFrame, COLORS};
 use memdial::engine::arena::Scratch;
-use memdial::engine::metrics::MetricsFile;
 use memdial::store::plan::{plan_unchecked, Plan, Prefetch, Sequences};
 use memdial::store::sim::passes::Speculation;
 use memdial::store::sim::pool::SimPolicy;
 use memdial::store::sim::predict::{predict, DecodeBytes, TimeModel};
-use memdial::store::sim::{replay, EmbeddingRows, Replayable, SimOptions, SimReport};
+use memdial::store::sim::{replay, Replayable, SimOptions, SimReport};
 use memdial::store::trace;
 use memdial::util::budget::parse_size;
 
@@ -217,41 +218,6 @@ pub fn parse_budgets(single: &[u64], list: Option<&str>) -> Result<Vec<u64>> {
     Ok(v)
 }
 
-/// Compute seconds per token: `given` (`--compute-s-per-token`), else the median
-/// decode s/token of `resident`, a `memdial run --metrics-json` file of a run without
-/// `--budget`; `None` when neither is given.
-///
-/// Errors (usage): a negative or non-finite `given`; an unreadable file, a streamed
-/// run's, or one without `decode_s_per_token_median`.
-pub fn compute_time(given: Option<f64>, resident: Option<&std::path::Path>) -> Result<Option<f64>> {
-    if let Some(s) = given {
-        if !(s.is_finite() && s >= 0.0) {
-            return Err(usage(format!("compute time {s} s/token is not ≥ 0")));
-        }
-        return Ok(Some(s));
-    }
-    let Some(p) = resident else {
-        return Ok(None);
-    };
-    let text = std::fs::read_to_string(p)
-        .map_err(|e| usage(format!("cannot read {}: {e}", p.display())))?;
-    let f: MetricsFile = serde_json::from_str(&text)
-        .map_err(|e| usage(format!("{} is not a metrics JSON: {e}", p.display())))?;
-    if let Some(b) = f.budget_bytes {
-        return Err(usage(format!(
-            "{} is a streamed run (budget {b}); --resident-metrics needs a run without --budget",
-            p.display()
-        )));
-    }
-    let m = f.metrics.decode_s_per_token_median.ok_or_else(|| {
-        usage(format!(
-            "{} has no decode_s_per_token_median (a run of at least 2 tokens)",
-            p.display()
-        ))
-    })?;
-    Ok(Some(m))
-}
-
 /// Runs `memdial simulate`.
 pub fn run(a: &SimulateArgs) -> Result<ExitCode> {
     let t0 = Instant::now();
@@ -391,24 +357,6 @@ fn speculation(a: &SimulateArgs) -> Result<Option<Speculation>> {
             "--mean-accepted-length {l} is outside 0..={k} (the drafts per pass)"
         ))),
     }
-}
-
-/// Where `plan`'s embedding table sits in `ck`, for the replay's row reads.
-///
-/// Errors: the checkpoint lacks the table.
-pub fn embedding_rows(
-    cfg: &memdial::format::config::ModelConfig,
-    ck: &memdial::format::checkpoint::Checkpoint,
-    plan: &Plan,
-) -> Result<EmbeddingRows> {
-    let emb_name = format!("{}{}", cfg.weight_prefix, plan.embedding_key);
-    let loc = ck
-        .get(&emb_name)
-        .ok_or_else(|| anyhow::anyhow!("tensor {emb_name} is missing"))?;
-    Ok(EmbeddingRows {
-        offset: loc.offset,
-        row_bytes: loc.len / cfg.vocab_size.max(1) as u64,
-    })
 }
 
 fn per_token(v: u64, n: usize) -> Option<f64> {

@@ -458,7 +458,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
 /// cold direct probe when the spec gives no bandwidth.
 fn attach_predictions(
     meta: &mut Meta,
-    p: Option<crate::sweep::predict::Predictions>,
+    p: Option<crate::sweep::record::predictions::Predictions>,
     out: &Path,
 ) -> Result<()> {
     if let Some(mut p) = p {
@@ -527,7 +527,7 @@ fn open_run_dir(
     meta.opaque_model = inp
         .opaque
         .as_ref()
-        .map(|m| engines::opaque::OpaqueMeta::of(m, &engines.floors));
+        .map(|m| crate::sweep::record::engine_meta::OpaqueMeta::of(m, &engines.floors));
     // sweep.json first: a directory with it is resumable; one without it holds at
     // most the same spec.toml, which a new sweep accepts (see rundir::open).
     meta.save(out)?;

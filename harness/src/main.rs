@@ -29,6 +29,7 @@ mod docs_schema;
 mod export;
 mod hf_tokenizer;
 mod iobench;
+mod planning;
 mod serve;
 mod store_flags;
 mod sweep;

@@ -17,53 +17,15 @@ use memdial::store::sim::pool::SimPolicy;
 use memdial::store::sim::predict::{predict, DecodeBytes, TimeModel};
 use memdial::store::sim::{replay, Replayable, SimCounts, SimOptions};
 use memdial::store::trace;
-use serde::{Deserialize, Serialize};
 
 use crate::args::usage;
 use crate::sweep::analysis::stats::PointStats;
 use crate::sweep::layout::LayoutKind;
+use crate::sweep::record::predictions::{PointPrediction, Predictions};
 use crate::sweep::record::row::Row;
 use crate::sweep::run::points::Points;
 use crate::sweep::spec::Spec;
 use crate::sweep::start::StartMode;
-
-/// The predictions of a sweep given a trace (`sweep.json`'s `predictions`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Predictions {
-    /// The trace, as the spec gives it (absolute).
-    pub trace: String,
-    /// Device read bandwidth, GB/s (`None`: unknown, no predicted s/token).
-    pub device_gbps: Option<f64>,
-    /// Where the bandwidth comes from.
-    pub device_source: String,
-    /// Compute seconds per decoded token (`None`: not given, no predicted s/token).
-    pub compute_s_per_token: Option<f64>,
-    /// Where the compute time comes from.
-    pub compute_source: String,
-    /// Token ids the trace's decode forwards ran (the first generated tokens): a run
-    /// whose output does not begin with them did not route as the trace did.
-    pub decode_ids: Vec<u32>,
-    /// Per point index: the replay of its configuration.
-    pub points: BTreeMap<usize, PointPrediction>,
-}
-
-/// One point's replay.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PointPrediction {
-    /// IO mode, prefetch policy and start of the point (for the chart and report).
-    pub io: IoMode,
-    pub prefetch: Prefetch,
-    pub start: StartMode,
-    pub budget_bytes: u64,
-    /// Decode bytes read per token (the simulator's), by what the time model needs.
-    pub bytes: DecodeBytes,
-    /// Decode expert hit rate, [0, 1].
-    pub expert_hit_rate: f64,
-    /// Predicted decode s/token (`None` without a bandwidth and a compute time).
-    pub s_per_token: Option<f64>,
-    /// What the model leaves out for this point (page cache, timing-dependent guesses).
-    pub caveat: Option<String>,
-}
 
 /// `PointStats` and the point's prediction side by side (the report's table).
 #[derive(Debug, Clone)]
@@ -140,17 +102,17 @@ pub fn prepare(
     let what = format!("trace {}", path.display());
     let bad = |m: String| usage(format!("{what} does not match the sweep: {m}"));
     let t = trace::read_full(path).map_err(|e| usage(format!("{e:#}")))?;
-    let src = crate::cmd_plan::source_of(Some(model), None, None)?;
+    let src = crate::planning::source::source_of(Some(model), None, None)?;
     let (cfg, ck) = (&src.cfg, &src.ck);
     let r = Replayable::new(&t, cfg, &what).map_err(|e| bad(format!("{e:#}")))?;
     let (matching, ctx) = check_fit(spec, &t, &r, prompt_ids, &what)?;
     let p = r.header.prompt_tokens;
     let device = match (spec.device_gbps, &spec.iobench) {
         (Some(g), _) => Some((g, "the spec's device_gbps".to_string())),
-        (None, Some(dir)) => Some(crate::cmd_plan::iobench_gbps(dir, IoMode::Direct)?),
+        (None, Some(dir)) => Some(crate::planning::rates::iobench_gbps(dir, IoMode::Direct)?),
         (None, None) => None,
     };
-    let compute = crate::cmd_simulate::compute_time(
+    let compute = crate::planning::compute::compute_time(
         spec.compute_s_per_token,
         spec.resident_metrics.as_deref(),
     )?;
@@ -195,7 +157,7 @@ pub fn prepare(
         let act = Scratch::activations(cfg, Sequences::single(ctx), pt.threads);
         let p0 = plan_unchecked(cfg, ck, 0, pt.io, pt.prefetch, act)?;
         let plan = p0.with_budget(cfg, res.budget_bytes);
-        let emb = crate::cmd_simulate::embedding_rows(cfg, ck, &p0)?;
+        let emb = crate::planning::compute::embedding_rows(cfg, ck, &p0)?;
         let opts = SimOptions {
             policy,
             warm: start == StartMode::Warm,

@@ -19,8 +19,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::def::engine_or_default;
-use super::registry::EngineMeta;
 use crate::sweep::analysis::verdict::{first_difference, Verdict};
+use crate::sweep::record::engine_meta::EngineMeta;
 use crate::sweep::record::row::Row;
 
 /// Largest top-2 logit margin of the reference that counts as a near-tie, in logit

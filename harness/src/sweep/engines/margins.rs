@@ -9,8 +9,8 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 use super::agreement::{cross, margin_key, Margins};
-use super::registry::EngineMeta;
 use crate::sweep::analysis::verdict::verdict;
+use crate::sweep::record::engine_meta::EngineMeta;
 use crate::sweep::record::row::Row;
 
 /// Reads a little-endian float32 C-order 2-D `.npy` (format 1.0 / 2.0) as

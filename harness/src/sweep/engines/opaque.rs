@@ -17,6 +17,7 @@ use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
 use super::gguf_meta;
+use crate::sweep::record::engine_meta::{FloorMeta, OpaqueMeta};
 use crate::sweep::spec::Spec;
 
 /// An opaque model: its path and files.
@@ -36,33 +37,6 @@ pub struct OpaqueModel {
     pub model_type: String,
     /// The GGUF's `tokenizer.ggml.eos_token_id`, else config.json's `eos_token_id`.
     pub eos_ids: Vec<u32>,
-}
-
-/// What `sweep.json` records of an opaque model.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct OpaqueMeta {
-    /// Regular files of the model.
-    pub files: usize,
-    /// Their bytes (the model size budgets are fractions of).
-    pub bytes: u64,
-    /// The GGUF's architecture or config.json's `model_type` (may be empty).
-    pub model_type: String,
-    /// Each engine's floor per IO mode, where one is known.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub floors: Vec<FloorMeta>,
-}
-
-/// One engine's floor at one IO mode.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct FloorMeta {
-    /// Engine name.
-    pub engine: String,
-    /// IO mode.
-    pub io: String,
-    /// Bytes.
-    pub bytes: u64,
-    /// `declared`, `floor_command`, `search`, `search (cached)`.
-    pub source: String,
 }
 
 /// An engine's floor at one IO mode.

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::sweep::record::engine_meta::EngineMeta;
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
 
 use super::def::{bin_env, how_to_build, BudgetHold, EngineDef};
 use super::template::Vars;
@@ -61,23 +61,6 @@ impl Engine {
     pub fn is_memdial(&self) -> bool {
         self.adapter == "memdial"
     }
-}
-
-/// What `sweep.json` records of each engine.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct EngineMeta {
-    /// Engine name.
-    pub name: String,
-    /// Adapter.
-    pub adapter: String,
-    /// Version or commit.
-    pub version: String,
-    /// Ids must equal the reference engine's.
-    pub must_match: bool,
-    /// This engine is the reference.
-    pub reference: bool,
-    /// How its budget is held (`flag`, `cgroup`, `both`).
-    pub budget: String,
 }
 
 /// Everything a command template needs for one run.

@@ -10,9 +10,12 @@
 //! - [`host`]: machine and storage facts (recorded in `sweep.json` and every row).
 
 pub mod baseline;
+pub mod engine_meta;
 pub mod host;
 pub mod llama_bench;
+pub mod memory;
 pub mod merge;
+pub mod predictions;
 pub mod proof;
 pub mod row;
 pub mod rundir;

@@ -490,7 +490,7 @@ impl Row {
 
     /// Records the harness's memory samples and decides `over_budget` (call after
     /// [`Row::fill_metrics`], so the engine's anonymous peak is known).
-    pub fn fill_memory(&mut self, m: &crate::sweep::run::memwatch::MemSamples, slack: u64) {
+    pub fn fill_memory(&mut self, m: &super::memory::MemSamples, slack: u64) {
         self.cgroup_slack_bytes = Some(slack);
         self.memory_samples = Some(m.samples);
         self.rss_anon_peak_sampled_bytes = Some(m.anon_peak_bytes);
@@ -508,7 +508,7 @@ impl Row {
             .zip(self.metrics.page_cache_resident_bytes_end)
             .map(|(a, p)| a + p);
         self.over_budget = self.status == RunStatus::Ok
-            && crate::sweep::run::memwatch::over_budget(
+            && super::memory::over_budget(
                 self.cgroup_enforced,
                 &[
                     self.anon_plus_page_cache_peak_bytes,

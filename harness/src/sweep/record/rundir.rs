@@ -361,7 +361,7 @@ pub struct Meta {
     pub model_content_hash: Option<String>,
     /// The engines of the sweep (empty for memdial-only sweeps).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub engines: Vec<crate::sweep::engines::registry::EngineMeta>,
+    pub engines: Vec<super::engine_meta::EngineMeta>,
     /// The model's identity over its files ([`memdial::tools::identity::Identity`]): a
     /// resume onto a changed model is refused.
     #[serde(default)]
@@ -379,7 +379,7 @@ pub struct Meta {
     /// The model when memdial's engine does not read it: its files and the engines'
     /// floors (absent for checkpoints memdial reads).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub opaque_model: Option<crate::sweep::engines::opaque::OpaqueMeta>,
+    pub opaque_model: Option<super::engine_meta::OpaqueMeta>,
     /// `repeats = "auto"` resolved (absent: a fixed count): which planned runs a
     /// point that reached its precision did not need.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -387,7 +387,7 @@ pub struct Meta {
     /// The spec's `trace` replayed at every point (absent without one): what the
     /// report sets beside the measurements ([`crate::sweep::predict`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub predictions: Option<crate::sweep::predict::Predictions>,
+    pub predictions: Option<super::predictions::Predictions>,
     /// The spec's `delay_s`, the cool-down before every run after the first (absent: 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_s: Option<f64>,

@@ -21,9 +21,10 @@ use serde_json::{json, Value};
 
 use super::cgroup::RunCgroup;
 use super::child::{self, Child, Event};
-use super::memwatch::{interval_at, MemSamples};
+use super::memwatch::interval_at;
 use super::runner::{stderr_head, stderr_summary, RunOutcome};
 use crate::store_flags::StoreFlags;
+use crate::sweep::record::memory::MemSamples;
 use crate::sweep::spec::Point;
 
 /// The model id the served runs use.

@@ -11,7 +11,7 @@
 //! between samples, can miss spikes shorter than the interval; the engine's own
 //! end-of-run reading (its anonymous peak plus the model's page cache it measured
 //! before exiting) and its anonymous peak alone are also considered, and the
-//! largest decides `over_budget` (see [`over_budget`]).
+//! largest decides `over_budget` (see [`crate::sweep::record::memory::over_budget`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,6 +19,7 @@ use std::time::Duration;
 use memdial::io::pagecache::resident_bytes;
 
 use super::cgroup::RunCgroup;
+use crate::sweep::record::memory::MemSamples;
 
 /// Time between samples.
 pub const INTERVAL: Duration = Duration::from_millis(100);
@@ -32,24 +33,6 @@ pub fn interval_at(elapsed: Duration) -> Duration {
     } else {
         INTERVAL
     }
-}
-
-/// Peaks over the samples of one run. Bytes throughout.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MemSamples {
-    /// Samples taken.
-    pub samples: u64,
-    /// Peak page-cache residency of the model's shard files.
-    pub page_cache_peak_bytes: u64,
-    /// Peak `RssAnon` of the child.
-    pub anon_peak_bytes: u64,
-    /// Peak of `RssAnon + page-cache residency` taken at the same sample.
-    pub anon_plus_page_cache_peak_bytes: u64,
-    /// Peak charge of the run's memory cgroup (`memory.usage_in_bytes` /
-    /// `memory.current`), when there is one.
-    pub cgroup_usage_peak_bytes: Option<u64>,
-    /// OOM kills last read from the cgroup's files while it existed.
-    pub cgroup_oom_kills: Option<u64>,
 }
 
 /// `RssAnon` of `pid`, bytes (`None` once the process has exited).
@@ -97,19 +80,6 @@ impl MemSamples {
     }
 }
 
-/// Whether an unenforced finished run held more than `budget + slack` bytes as the
-/// budget sees them: the largest of `seen` (the sampled `anon + page cache` peak,
-/// the engine's end-of-run `anon peak + page cache`, its anonymous peak) against
-/// `budget + slack`. Runs in a memory cgroup are never over budget (the kernel
-/// holds them to it).
-pub fn over_budget(enforced: bool, seen: &[Option<u64>], budget: u64, slack: u64) -> bool {
-    if enforced {
-        return false;
-    }
-    let m = seen.iter().map(|x| x.unwrap_or(0)).max().unwrap_or(0);
-    m > budget.saturating_add(slack)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,14 +91,5 @@ mod tests {
         assert!(a >= 8 << 20, "{a}");
         drop(v);
         assert_eq!(rss_anon_bytes(u32::MAX), None);
-    }
-
-    #[test]
-    fn over_budget_rule() {
-        assert!(!over_budget(true, &[Some(10_000)], 100, 10));
-        assert!(!over_budget(false, &[Some(110), Some(50)], 100, 10));
-        assert!(over_budget(false, &[Some(111), Some(50)], 100, 10));
-        assert!(over_budget(false, &[Some(20), None, Some(200)], 100, 10));
-        assert!(!over_budget(false, &[None, None], 100, 10));
     }
 }

@@ -27,7 +27,7 @@ pub struct Resolved {
     pub budget_bytes: u64,
     /// The plan's floor for its IO mode, prefetch policy and context, bytes.
     pub floor_bytes: u64,
-    /// The settings that floor is for ([`crate::cmd_plan::floor_for`]): IO mode,
+    /// The settings that floor is for ([`crate::planning::floor_for`]): IO mode,
     /// prefetch, kernel threads, positions, sequences.
     pub floor_for: String,
     /// Positions per sequence the point is planned for (a served point's
@@ -196,7 +196,7 @@ impl Points {
                 let budget = BudgetExpr::parse(&p.budget_spec)?
                     .resolve(model_bytes, floor.max(top_floor))?;
                 out.push(Resolved {
-                    floor_for: crate::cmd_plan::floor_for(p.io, p.prefetch, p.threads, ctx, seqs),
+                    floor_for: crate::planning::floor_for(p.io, p.prefetch, p.threads, ctx, seqs),
                     point: p,
                     budget_bytes: budget,
                     floor_bytes: floor,
@@ -213,7 +213,7 @@ impl Points {
             }
             let budget = BudgetExpr::parse(&p.budget_spec)?.resolve(model_bytes, budget_floor)?;
             out.push(Resolved {
-                floor_for: crate::cmd_plan::floor_for(p.io, p.prefetch, p.threads, ctx, seqs),
+                floor_for: crate::planning::floor_for(p.io, p.prefetch, p.threads, ctx, seqs),
                 point: p,
                 budget_bytes: budget,
                 floor_bytes: floor,

@@ -10,8 +10,9 @@ use serde_json::Value;
 
 use super::cgroup::RunCgroup;
 use super::child::{self, Event};
-use super::memwatch::{interval_at, MemSamples};
+use super::memwatch::interval_at;
 use crate::store_flags::StoreFlags;
+use crate::sweep::record::memory::MemSamples;
 use crate::sweep::spec::{Point, PromptSpec};
 
 /// Environment variable naming the binary used for child runs instead of this

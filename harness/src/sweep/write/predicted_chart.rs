@@ -12,7 +12,7 @@ use plotters::prelude::*;
 
 use super::chart_parts::{budget_panel, legend, pe, whisker, BudgetFrame, COLORS};
 use crate::sweep::analysis::stats::PointStats;
-use crate::sweep::predict::Predictions;
+use crate::sweep::record::predictions::Predictions;
 
 struct PredictedChart<'a> {
     stats: &'a [PointStats],

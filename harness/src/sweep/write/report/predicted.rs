@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use memdial::util::units::fmt_bytes;
 
 use crate::sweep::analysis::stats::PointStats;
-use crate::sweep::predict::{Compared, Predictions};
+use crate::sweep::predict::Compared;
+use crate::sweep::record::predictions::Predictions;
 use crate::sweep::record::row::Row;
 use crate::sweep::record::rundir::Meta;
 
