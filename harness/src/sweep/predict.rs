@@ -139,8 +139,8 @@ pub fn prepare(
     };
     for res in &points.resolved {
         let pt = &res.point;
-        let memdial_engine = crate::sweep::engines::def::engine_or_default(&pt.engine)
-            == crate::sweep::engines::def::DEFAULT_ENGINE;
+        let memdial_engine = crate::sweep::spec::engines::def::engine_or_default(&pt.engine)
+            == crate::sweep::spec::engines::def::DEFAULT_ENGINE;
         if !matching.contains(&pt.prompt_index)
             || !memdial_engine
             || LayoutKind::of(&pt.axes).is_packed()
