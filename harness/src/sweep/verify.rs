@@ -10,10 +10,11 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use crate::sweep::analysis::stats::per_point;
+use crate::sweep::analysis::sweep_verdict::SweepVerdict;
+use crate::sweep::record::digests::ResultsDigests;
 use crate::sweep::record::proof;
 use crate::sweep::record::row;
 use crate::sweep::record::rundir::Meta;
-use crate::sweep::write::report::{ResultsDigests, SweepVerdict};
 
 /// What `verify` checked and what it found.
 #[derive(Debug, Default)]

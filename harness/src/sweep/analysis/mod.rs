@@ -15,14 +15,20 @@
 //! - [`compare`]: IO modes and prefetch policies at the same budget;
 //! - [`layouts`]: the lossless layout against safetensors at the same point;
 //! - [`uncontended`]: runs' uncontended times and the bottom line decided on them when the wall times do not decide;
-//! - [`versus`]: two sweeps point by point (`memdial compare A B`).
+//! - [`versus`]: two sweeps point by point (`memdial compare A B`);
+//! - [`baseline`]: the baseline gate (`--baseline OLD --max-regression 25%`);
+//! - [`agreement`], [`engine_ratio`]: other engines' ids against the reference engine's, and their speed;
+//! - [`sweep_verdict`]: the sweep's verdict composed from all of the above (`verdict.json`).
 
+pub mod agreement;
 pub mod anomaly;
+pub mod baseline;
 pub mod bottom_line;
 #[cfg(test)]
 mod bottom_line_tests;
 pub mod compare;
 pub mod counts;
+pub mod engine_ratio;
 pub mod layouts;
 pub mod outcome;
 pub mod pick;
@@ -30,6 +36,7 @@ pub mod recommend;
 mod recommend_md;
 pub mod repeats;
 pub mod stats;
+pub mod sweep_verdict;
 pub mod uncontended;
 pub mod verdict;
 pub mod versus;

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use super::agreement::{cross, margin_key, Margins};
+use crate::sweep::analysis::agreement::{cross, margin_key, Margins};
 use crate::sweep::analysis::verdict::verdict;
 use crate::sweep::record::engine_meta::EngineMeta;
 use crate::sweep::record::row::Row;

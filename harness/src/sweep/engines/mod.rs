@@ -4,8 +4,8 @@
 //! run --metrics-json`); every other engine is a command template ([`template`]) run
 //! as the child instead, in the same cold cache and (when its budget is held by a
 //! cgroup) the same memory cgroup, whose output ids (and timings, when it reports
-//! them) are read back by [`output`]. [`agreement`] compares the engines' ids with
-//! the reference engine's and [`ratio`] their speed.
+//! them) are read back by [`output`]. [`crate::sweep::analysis::agreement`] compares the engines' ids with
+//! the reference engine's and [`crate::sweep::analysis::engine_ratio`] their speed.
 //!
 //! - [`def`]: the `[engine.NAME]` table and the built-in adapters;
 //! - [`resolve`]: an engine's definition merged from the built-in and the spec;
@@ -19,7 +19,6 @@
 //! - [`opaque`], [`gguf_meta`]: models memdial's engine does not read (a GGUF, another
 //!   architecture's checkpoint), taken as their files.
 
-pub mod agreement;
 pub mod applicable;
 pub mod check;
 pub mod floor;
@@ -29,7 +28,6 @@ pub mod opaque;
 pub mod output;
 pub mod plugin;
 pub mod program;
-pub mod ratio;
 pub mod registry;
 pub mod runs;
 pub mod setup;

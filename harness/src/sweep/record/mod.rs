@@ -5,11 +5,13 @@
 //! - [`rundir`]: the locked run directory and its metadata (`sweep.json`, [`rundir::Meta`]);
 //! - [`merge`]: combining shard directories;
 //! - [`proof`]: rows checked against each run's own `metrics.json`;
-//! - [`baseline`]: an earlier `results.csv` and the comparison with it;
+//! - [`baseline`]: an earlier `results.csv`, read and checked for the baseline gate;
+//! - [`digests`]: the results files' SHA-256 recorded in `verdict.json`;
 //! - [`llama_bench`]: llama-bench's field names in every row;
 //! - [`host`]: machine and storage facts (recorded in `sweep.json` and every row).
 
 pub mod baseline;
+pub mod digests;
 pub mod engine_meta;
 pub mod host;
 pub mod llama_bench;

@@ -19,8 +19,8 @@ use anyhow::Result;
 
 use super::gha::{self, Level};
 use super::junit::{self, Case, Outcome, Suite};
-use super::report::SweepVerdict;
-use crate::sweep::record::baseline::Comparison;
+use crate::sweep::analysis::baseline::Comparison;
+use crate::sweep::analysis::sweep_verdict::SweepVerdict;
 use crate::sweep::record::row::Row;
 use crate::sweep::record::rundir::Meta;
 use crate::sweep::record::status::RunStatus;

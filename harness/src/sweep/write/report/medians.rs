@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use super::contents::*;
+use crate::sweep::analysis::sweep_verdict::{fmt_pct, SweepVerdict};
 use crate::sweep::record::row::Row;
 use memdial::util::units::fmt_bytes;
 

@@ -2,7 +2,8 @@
 //! `verdict.json`, charts), regenerated after every finished run so an
 //! interrupted sweep always leaves a valid partial report.
 //!
-//! Here: the verdict's composition ([`SweepVerdict`]) and the writers; the Markdown
+//! Here: the writers (the verdict is composed in
+//! [`crate::sweep::analysis::sweep_verdict`]); the Markdown
 //! sections in `sections.rs` (header to noise), `medians.rs` (the per-point table),
 //! `against.rs` (baseline, same budget, layouts, served runs, speculation, depth, charts) and the
 //! section modules below.
@@ -11,8 +12,10 @@ use std::path::Path;
 
 use anyhow::Result;
 
+use crate::sweep::analysis::baseline::Comparison;
 use crate::sweep::analysis::stats::{per_point, PointStats};
-use crate::sweep::record::baseline::{Baseline, Comparison};
+use crate::sweep::analysis::sweep_verdict::SweepVerdict;
+use crate::sweep::record::baseline::Baseline;
 use crate::sweep::record::row::Row;
 use crate::sweep::record::rundir::Meta;
 
@@ -30,7 +33,6 @@ use against::{
     baseline_md, charts_md, concurrency_md, depth_md, layouts_md, same_budget_md, speculation_md,
 };
 use contents::Sections;
-pub use contents::{ResultsDigests, SweepVerdict};
 use medians::medians_md;
 use sections::{
     engines_md, environment_md, header_md, noise_md, predicted_md, recommendation_md, verdict_md,
@@ -56,7 +58,13 @@ pub fn write_all(
     };
     crate::sweep::record::row::save(dir, rows)?;
     let cmp = baseline.map(|b| {
-        crate::sweep::record::baseline::compare(&b.path, &b.runs, &b.unreadable, rows, b.tolerance)
+        crate::sweep::analysis::baseline::compare(
+            &b.path,
+            &b.runs,
+            &b.unreadable,
+            rows,
+            b.tolerance,
+        )
     });
     let v = SweepVerdict::new(dir, meta, rows, &stats)
         .settle(cmp.as_ref(), baseline.is_some_and(|b| b.undecided_passes));

@@ -158,7 +158,7 @@ pub(super) fn engines_md(s: &mut String, c: &Sections) {
         }
         s.push('\n');
         if let Some(r) = meta.engines.iter().find(|e| e.reference) {
-            *s += &crate::sweep::engines::ratio::markdown(
+            *s += &crate::sweep::analysis::engine_ratio::markdown(
                 v.engine_ratios.as_deref().unwrap_or_default(),
                 &r.name,
             );
