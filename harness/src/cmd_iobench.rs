@@ -17,7 +17,8 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use memdial::io::IoMode;
 use memdial::tools::iobench::{
-    fio_job, fio_version, run_matrix, CacheState, Matrix, Pattern, Row, Workload, DEFAULT_SEED,
+    fio_job, fio_version, run_matrix, CacheState, CellStatus, Matrix, Pattern, Row, Workload,
+    DEFAULT_SEED,
 };
 use memdial::util::units::fmt_bytes;
 
@@ -160,7 +161,7 @@ fn new_meta(
 
 /// One line of the live table on stdout.
 fn print_row(r: &Row) {
-    if r.status == "ok" {
+    if r.status == CellStatus::Ok {
         println!(
             "{:<8} {:<10} {:<8} {:>3} {:<5} {:>6} {:>8.3} {:>9.1} {:>10.0} {:>10.0} {:>8.3}",
             r.tool,
@@ -270,7 +271,7 @@ pub fn run(a: &Args) -> Result<ExitCode> {
     );
     let failed = rows
         .iter()
-        .filter(|r| r.tool == "memdial" && r.status != "ok")
+        .filter(|r| r.tool == "memdial" && r.status != CellStatus::Ok)
         .count();
     if failed > 0 {
         eprintln!("error: {failed} cell(s) failed (see report.md)");

@@ -60,7 +60,7 @@ fn cold_cells_start_empty_and_direct_reads_leave_the_cache_empty() {
             };
             let r = run_cell(&w, &spec).unwrap();
             let what = format!("{} {}", w.name, mode.as_str());
-            assert_eq!(r.status, "ok", "{what}");
+            assert_eq!(r.status.as_str(), "ok", "{what}");
             assert_eq!(r.cache, "cold");
             assert_eq!(r.resident_before_bytes, 0, "{what}: not cold");
             assert!(r.cold_verified, "{what}");

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use anyhow::{anyhow, Result};
-use memdial::tools::iobench::Row;
+use memdial::tools::iobench::{CellStatus, Row};
 use plotters::prelude::*;
 
 use super::report::twin;
@@ -96,7 +96,7 @@ fn x_max(cells: &[&Row], rows: &[Row]) -> f64 {
         .iter()
         .flat_map(|r| [Some(*r), twin(rows, r)])
         .flatten()
-        .filter(|r| r.status == "ok")
+        .filter(|r| r.status == CellStatus::Ok)
         .map(|r| r.gb_per_s)
         .fold(0.0f64, f64::max)
         .max(0.1)
@@ -174,7 +174,7 @@ where
         for (i, r) in cells.iter().enumerate() {
             let y = (n - 1 - i) as f64;
             for (k, row, color) in [(0, Some(*r), OURS), (1, twin(rows, r), FIO)] {
-                let Some(row) = row.filter(|x| x.status == "ok") else {
+                let Some(row) = row.filter(|x| x.status == CellStatus::Ok) else {
                     continue;
                 };
                 let (y0, y1) = if k == 0 {
@@ -207,7 +207,10 @@ where
             .map_err(pe)?
             .label("memdial")
             .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], OURS.filled()));
-        if rows.iter().any(|r| r.tool == "fio" && r.status == "ok") {
+        if rows
+            .iter()
+            .any(|r| r.tool == "fio" && r.status == CellStatus::Ok)
+        {
             chart
                 .draw_series(std::iter::once(Rectangle::new(
                     [(0.0, 0.0), (0.0, 0.0)],

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, Result};
 use memdial::tools::iobench::{
-    fio_job, fio_replay, CellSpec, Matrix, Row, Workload, KNEE_TOLERANCE,
+    fio_job, fio_replay, CellSpec, CellStatus, Matrix, Row, Workload, KNEE_TOLERANCE,
 };
 use memdial::util::units::fmt_bytes;
 use serde::Serialize;
@@ -65,8 +65,8 @@ pub fn twin<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
 
 fn gbps(r: Option<&Row>) -> String {
     match r {
-        Some(r) if r.status == "ok" => format!("{:.3}", r.gb_per_s),
-        Some(r) if r.status == "skipped" => "n/a".into(),
+        Some(r) if r.status == CellStatus::Ok => format!("{:.3}", r.gb_per_s),
+        Some(r) if r.status == CellStatus::Skipped => "n/a".into(),
         Some(_) => "error".into(),
         None => "–".into(),
     }
@@ -75,7 +75,7 @@ fn gbps(r: Option<&Row>) -> String {
 /// Trust checks on one memdial row: the reasons its figure may not be what it says.
 fn warnings(r: &Row) -> Vec<String> {
     let mut v = Vec::new();
-    if r.status != "ok" {
+    if r.status != CellStatus::Ok {
         return v;
     }
     if r.cache == "cold" && !r.cold_verified {
@@ -207,7 +207,7 @@ fn pattern(s: &mut String, w: &Workload, rows: &[Row], matrix: &Matrix) {
 /// One row of memdial's table (`notes` collects its error or warnings).
 fn memdial_row(s: &mut String, rows: &[Row], r: &Row, notes: &mut Vec<String>) {
     let f = twin(rows, r);
-    if r.status != "ok" {
+    if r.status != CellStatus::Ok {
         let _ = writeln!(
             s,
             "| {} | {} | {} | – | error | {} | – | | | | | | | | |",
@@ -220,7 +220,7 @@ fn memdial_row(s: &mut String, rows: &[Row], r: &Row, notes: &mut Vec<String>) {
         return;
     }
     let ratio = match f {
-        Some(f) if f.status == "ok" && f.gb_per_s > 0.0 => {
+        Some(f) if f.status == CellStatus::Ok && f.gb_per_s > 0.0 => {
             format!("{:.2}", r.gb_per_s / f.gb_per_s)
         }
         _ => "–".into(),
@@ -264,7 +264,7 @@ fn fio_notes(s: &mut String, w: &Workload, rows: &[Row], matrix: &Matrix) {
         .iter()
         .filter(|r| r.tool == "fio" && r.pattern == w.name)
         .collect();
-    if let Some(r) = fio_rows.iter().find(|r| r.status == "ok") {
+    if let Some(r) = fio_rows.iter().find(|r| r.status == CellStatus::Ok) {
         let _ = writeln!(
             s,
             "\nfio jobs ({}): e.g. `{}`",
@@ -283,18 +283,18 @@ fn fio_notes(s: &mut String, w: &Workload, rows: &[Row], matrix: &Matrix) {
             "- **fio's IO buffers were 4 KiB pages** (not enough free hugetlb pages; `sysctl vm.nr_hugepages=N` as root gives them): its direct reads were cut into more, smaller device requests than ours, so ours/fio is too high (docs/io.md §2)"
         );
     }
-    if fio_rows.iter().any(|r| r.status == "skipped") {
+    if fio_rows.iter().any(|r| r.status == CellStatus::Skipped) {
         let _ = writeln!(
             s,
             "- fio mmap at qd > 1 is n/a: fio's mmap engine ignores `offset_increment`, so its jobs would share one slice"
         );
     }
-    for r in fio_rows.iter().filter(|r| r.status == "error") {
+    for r in fio_rows.iter().filter(|r| r.status == CellStatus::Error) {
         let _ = writeln!(s, "- fio {} qd{} {}: {}", r.io, r.qd, r.cache, r.note);
     }
     let fio_unverified = fio_rows
         .iter()
-        .filter(|r| r.status == "ok" && r.cache == "cold" && !r.cold_verified)
+        .filter(|r| r.status == CellStatus::Ok && r.cache == "cold" && !r.cold_verified)
         .count();
     if fio_unverified > 0 {
         let _ = writeln!(
@@ -374,9 +374,9 @@ fn knee_table(s: &mut String, rows: &[Row], pattern: &str) {
         let cells: Vec<String> = qds
             .iter()
             .map(|q| match series.iter().find(|r| r.qd == *q) {
-                Some(r) if r.status == "ok" && r.knee => format!("**{:.3}**", r.gb_per_s),
-                Some(r) if r.status == "ok" => format!("{:.3}", r.gb_per_s),
-                Some(r) if r.status == "skipped" => "n/a".into(),
+                Some(r) if r.status == CellStatus::Ok && r.knee => format!("**{:.3}**", r.gb_per_s),
+                Some(r) if r.status == CellStatus::Ok => format!("{:.3}", r.gb_per_s),
+                Some(r) if r.status == CellStatus::Skipped => "n/a".into(),
                 Some(_) => "error".into(),
                 None => "–".into(),
             })
@@ -403,7 +403,7 @@ mod tests {
             tool: "memdial".into(),
             io: "direct".into(),
             cache: "cold".into(),
-            status: "ok".into(),
+            status: CellStatus::Ok,
             resident_before_bytes: 4096,
             resident_after_bytes: 1 << 20,
             bytes: 1 << 20,

@@ -79,8 +79,8 @@ pub struct Row {
     pub device_read_bytes: u64,
     /// Passes over the working set (requests / distinct requests; fio: bytes / region).
     pub passes: f64,
-    /// `ok`, `error`, or `skipped` (fio cells that would not be comparable).
-    pub status: String,
+    /// Whether the cell ran (written `ok`, `error` or `skipped`).
+    pub status: CellStatus,
     /// Error message, or what the fio job was.
     pub note: String,
     /// True on the row at the io-depth knee of its series (same tool, pattern, io
@@ -88,6 +88,37 @@ pub struct Row {
     /// within 5 % of the series' best ([`super::mark_knees`]).
     #[serde(default)]
     pub knee: bool,
+}
+
+/// How an iobench cell ended (serialised lower-case: `ok`, `error`, `skipped`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CellStatus {
+    /// The cell ran and its figures stand.
+    Ok,
+    /// The cell could not run (`note` says why); its figures are zero. A row not
+    /// yet marked is an error, never a figure.
+    #[default]
+    Error,
+    /// A fio cell that would not be comparable with memdial's (not run).
+    Skipped,
+}
+
+impl CellStatus {
+    /// `ok`, `error` or `skipped`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CellStatus::Ok => "ok",
+            CellStatus::Error => "error",
+            CellStatus::Skipped => "skipped",
+        }
+    }
+}
+
+impl std::fmt::Display for CellStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl Row {
@@ -99,7 +130,7 @@ impl Row {
             io: spec.mode.as_str().into(),
             qd: spec.qd,
             cache: spec.cache.as_str().into(),
-            status: "error".into(),
+            status: CellStatus::Error,
             note: format!("{e:#}"),
             ..Default::default()
         }
@@ -561,7 +592,7 @@ fn row_of(w: &Workload, spec: &CellSpec, p: &Pass, cold_ok: bool) -> Row {
         cpu_s_per_gb: if gb > 0.0 { cpu / gb } else { 0.0 },
         device_read_bytes: p.device_read_bytes,
         passes: n as f64 / distinct as f64,
-        status: "ok".into(),
+        status: CellStatus::Ok,
         note: String::new(),
         knee: false,
     }

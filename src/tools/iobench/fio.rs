@@ -20,7 +20,9 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
-use super::cells::{evict_all, page_map, preload_range, resident_bytes, rusage, CellSpec, Row};
+use super::cells::{
+    evict_all, page_map, preload_range, resident_bytes, rusage, CellSpec, CellStatus, Row,
+};
 use super::workload::{CacheState, Workload};
 use crate::io::IoMode;
 
@@ -220,7 +222,7 @@ pub fn run_fio_cell(w: &Workload, spec: &CellSpec, ours: Option<&Row>) -> Result
         // `offset`/`offset_increment` (checked with mincore), so parallel jobs would
         // re-read one shared slice from the page cache and the figure would be too good.
         return Ok(Row {
-            status: "skipped".into(),
+            status: CellStatus::Skipped,
             note: "fio's mmap engine ignores offset_increment, so parallel jobs would read the same bytes; only qd 1 is comparable".into(),
             ..Row::error("fio", &w.name, spec, &anyhow::anyhow!(""))
         });
@@ -270,7 +272,7 @@ pub fn run_fio_cell(w: &Workload, spec: &CellSpec, ours: Option<&Row>) -> Result
         } else {
             0.0
         },
-        status: "ok".into(),
+        status: CellStatus::Ok,
         note: format!("{}: {}", run.version, job.describe()),
         knee: false,
     })

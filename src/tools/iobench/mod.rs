@@ -158,10 +158,10 @@ pub fn mark_knees(rows: &mut [Row]) {
         .map(|r| {
             let pts: Vec<(usize, f64)> = rows
                 .iter()
-                .filter(|x| x.status == "ok" && key(x) == key(r))
+                .filter(|x| x.status == CellStatus::Ok && key(x) == key(r))
                 .map(|x| (x.qd, x.gb_per_s))
                 .collect();
-            r.status == "ok" && knee_of(&pts) == Some(r.qd)
+            r.status == CellStatus::Ok && knee_of(&pts) == Some(r.qd)
         })
         .collect();
     for (r, k) in rows.iter_mut().zip(knees) {
@@ -189,7 +189,7 @@ mod tests {
             cache: "cold".into(),
             qd,
             gb_per_s: gb,
-            status: "ok".into(),
+            status: CellStatus::Ok,
             ..Default::default()
         };
         let mut rows = vec![

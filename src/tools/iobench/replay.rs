@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
-use super::cells::{evict_all, per_second, resident_bytes, rusage, CellSpec, Row};
+use super::cells::{evict_all, per_second, resident_bytes, rusage, CellSpec, CellStatus, Row};
 use super::workload::{CacheState, Workload};
 use crate::io::IoMode;
 
@@ -239,7 +239,7 @@ fn iolog_path() -> PathBuf {
 pub fn run_fio_replay(w: &Workload, spec: &CellSpec, ours: Option<&Row>) -> Result<Row> {
     let cold = spec.cache == CacheState::Cold;
     let distinct = w.cold_sequence().len();
-    let (passes, requests) = match (cold, ours.filter(|r| r.status == "ok")) {
+    let (passes, requests) = match (cold, ours.filter(|r| r.status == CellStatus::Ok)) {
         (true, Some(r)) => ((r.passes.round() as usize).max(1), distinct),
         (true, None) => (1, distinct),
         (false, Some(r)) => (1, (r.requests as usize).max(1)),
@@ -319,7 +319,7 @@ pub fn run_fio_replay(w: &Workload, spec: &CellSpec, ours: Option<&Row>) -> Resu
         } else {
             requests as f64 / distinct.max(1) as f64
         },
-        status: "ok".into(),
+        status: CellStatus::Ok,
         note,
         knee: false,
     })

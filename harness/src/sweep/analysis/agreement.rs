@@ -447,7 +447,7 @@ mod tests {
                 output_text_sha256: Some(h.repeat(64)),
                 ..Default::default()
             };
-            r.output_kind = Some(crate::sweep::record::row::TEXT_ONLY.into());
+            r.output_kind = Some(crate::sweep::spec::engines::def::OutputKind::Text);
             r
         };
         let mut me = row("memdial", 0, &[1, 2, 3]);

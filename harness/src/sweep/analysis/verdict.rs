@@ -546,7 +546,7 @@ mod tests {
                 output_text_sha256: Some(h.into()),
                 ..Default::default()
             };
-            r.output_kind = Some(crate::sweep::record::row::TEXT_ONLY.into());
+            r.output_kind = Some(crate::sweep::spec::engines::def::OutputKind::Text);
             r
         };
         let a = "a".repeat(64);

@@ -244,7 +244,7 @@ pub fn finish_run(
     );
     row.engine_version = (!e.version.is_empty()).then(|| e.version.clone());
     if e.def.output == Some(crate::sweep::spec::engines::def::OutputKind::Text) {
-        row.output_kind = Some(crate::sweep::record::row::TEXT_ONLY.into());
+        row.output_kind = Some(crate::sweep::spec::engines::def::OutputKind::Text);
     }
     if e.is_memdial() || o.timed_out || o.exit_code != Some(0) {
         return;

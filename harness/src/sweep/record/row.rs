@@ -16,14 +16,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::status::RunStatus;
+use crate::sweep::spec::engines::def::OutputKind;
 
 /// Version of the results schema (the columns of [`COLUMNS`] and their meaning),
 /// recorded in `sweep.json` as `results_schema`. 2: memory columns from
 /// `cgroup_reason` on, and baselines checked against it.
 pub const RESULTS_SCHEMA: u32 = 2;
-
-/// [`Row::output_kind`] of a text-only engine's run.
-pub const TEXT_ONLY: &str = "text";
 
 /// SHA-256 of the empty string: a text-only run with this hash printed nothing.
 pub const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
@@ -175,11 +173,12 @@ pub struct Row {
     /// thread(s), 13 positions` (as `memdial plan` prints them).
     #[serde(default)]
     pub planned_floor_for: Option<String>,
-    /// What the run is compared on: `text` for a text-only engine's run (the SHA-256
-    /// of its output text, `output_text_sha256`: a weaker claim than ids); `None`:
-    /// its output ids (appended).
+    /// What the run is compared on: [`OutputKind::Text`] (written `text`) for a
+    /// text-only engine's run (the SHA-256 of its output text, `output_text_sha256`: a
+    /// weaker claim than ids); `None` (an empty cell): its output ids (appended). A
+    /// results file with any other value is refused when read.
     #[serde(default)]
-    pub output_kind: Option<String>,
+    pub output_kind: Option<OutputKind>,
     // --- predictions of the spec's `trace` (`sweep::predict`; appended, never renamed)
     /// The simulator's predicted decode s/token for this point's configuration (the
     /// same on every run of the point; `None` without a trace, a bandwidth and a
@@ -436,7 +435,7 @@ impl Row {
 
     /// A text-only engine's run ([`Row::output_kind`] `text`).
     pub fn is_text_only(&self) -> bool {
-        self.output_kind.as_deref() == Some(TEXT_ONLY)
+        self.output_kind == Some(OutputKind::Text)
     }
 
     /// A text-only run proves its output by a SHA-256 of non-empty text and finite,

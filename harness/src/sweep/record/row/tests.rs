@@ -91,3 +91,25 @@ fn metrics_fill_and_csv() {
         .fill_metrics(&serde_json::json!({"output_ids": [-1]}))
         .is_err());
 }
+
+/// `output_kind` is typed: a text-only run is written `text` (its CSV cell and JSON
+/// value, as results files have always held it), an ids run leaves it empty, and a
+/// results file naming any other kind is refused with the kinds that exist.
+#[test]
+fn output_kind_is_written_as_before_and_unknown_kinds_are_refused() {
+    let mut r = Row {
+        output_kind: Some(OutputKind::Text),
+        ..Row::default()
+    };
+    let mut v = serde_json::to_value(&r).unwrap();
+    assert_eq!(v["output_kind"], serde_json::json!("text"));
+    assert_eq!(cell(&v["output_kind"]), "text");
+    r.output_kind = None;
+    assert_eq!(cell(&serde_json::to_value(&r).unwrap()["output_kind"]), "");
+    v["output_kind"] = serde_json::json!("txt");
+    let e = serde_json::from_value::<Row>(v).unwrap_err().to_string();
+    assert!(
+        e.contains("unknown variant `txt`, expected `ids` or `text`"),
+        "{e}"
+    );
+}
