@@ -615,6 +615,8 @@ pub fn save(dir: &Path, rows: &[Row]) -> Result<()> {
 }
 
 /// Reads `results.json` of a run directory (empty when it does not exist yet).
+/// Errors: an unreadable or malformed file; a row whose later-axis cell holds a
+/// value its axis does not have ([`Row::check_axes`], naming the row's run id).
 pub fn load(dir: &Path) -> Result<Vec<Row>> {
     let p = dir.join("results.json");
     if !p.exists() {
@@ -622,7 +624,13 @@ pub fn load(dir: &Path) -> Result<Vec<Row>> {
     }
     let text =
         std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("{} is not a results file", p.display()))
+    let rows: Vec<Row> = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a results file", p.display()))?;
+    for (i, r) in rows.iter().enumerate() {
+        r.check_axes()
+            .with_context(|| format!("{} row {} ({})", p.display(), i + 1, r.run_id))?;
+    }
+    Ok(rows)
 }
 
 mod coords;

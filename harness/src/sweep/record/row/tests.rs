@@ -113,3 +113,70 @@ fn output_kind_is_written_as_before_and_unknown_kinds_are_refused() {
         "{e}"
     );
 }
+
+/// A results file's later-axis cells hold only values their axes have: each unknown
+/// value is refused, naming the axis and what it allows, never read as the default.
+#[test]
+fn unknown_axis_values_are_refused_naming_the_axis() {
+    let with = |name: &str, v: serde_json::Value| {
+        let mut r = Row::default();
+        r.axes.insert(name.into(), v);
+        r
+    };
+    let refused = [
+        (
+            "start",
+            serde_json::json!("hot"),
+            "axis `start` holds \"hot\": allowed values are cold, warm",
+        ),
+        (
+            "layout",
+            serde_json::json!("rvq3"),
+            "axis `layout` holds \"rvq3\": allowed values are safetensors, lossless, raw",
+        ),
+        (
+            "concurrency",
+            serde_json::json!("0"),
+            "axis `concurrency` holds \"0\": allowed values are whole numbers 1 to 256",
+        ),
+        (
+            "concurrency",
+            serde_json::json!(257),
+            "axis `concurrency` holds \"257\"",
+        ),
+        (
+            "depth",
+            serde_json::json!("-1"),
+            "axis `depth` holds \"-1\": allowed values are whole numbers",
+        ),
+    ];
+    for (name, v, want) in refused {
+        let e = with(name, v).check_axes().unwrap_err().to_string();
+        assert!(e.contains(want), "{e}");
+    }
+    for (name, v) in [
+        ("start", serde_json::json!("warm")),
+        ("start", serde_json::json!("")),
+        ("layout", serde_json::json!("lossless")),
+        ("concurrency", serde_json::json!(4)),
+        ("depth", serde_json::json!("0")),
+        ("speculate", serde_json::json!("ngram:4")),
+    ] {
+        with(name, v).check_axes().unwrap();
+    }
+    let dir = std::env::temp_dir().join(format!("memdial-axes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut bad = with("layout", serde_json::json!("rvq3"));
+    bad.run_id = "p0-r0".into();
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string(&[bad]).unwrap(),
+    )
+    .unwrap();
+    let e = format!("{:#}", load(&dir).unwrap_err());
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        e.contains("row 1 (p0-r0)") && e.contains("axis `layout`"),
+        "{e}"
+    );
+}
