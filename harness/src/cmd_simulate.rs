@@ -236,24 +236,7 @@ pub fn run(a: &SimulateArgs) -> Result<ExitCode> {
     let compute = compute.map(|c| (c, share));
     let src = source_of(a.model.as_deref(), a.config.as_deref(), a.preset.as_deref())?;
     let (cfg, ck) = (&src.cfg, &src.ck);
-    let bw = match (a.device_gbps, &a.iobench) {
-        (Some(g), _) if g.is_finite() && g > 0.0 => Some((g, g)),
-        (Some(g), _) => return Err(usage(format!("--device-gbps {g} is not positive"))),
-        (None, Some(dir)) => {
-            let top_k = cfg.routed_experts().map_or(1, |(_, k)| k.max(1));
-            let threads = crate::store_flags::DEFAULT_IO_THREADS;
-            let r = iobench_rates(dir, a.policy.io.0, top_k, threads)?;
-            eprintln!("read rates: {}", r.source);
-            Some((r.trunk_gbps, r.expert_gbps))
-        }
-        (None, None) => None,
-    };
-    if bw.is_some() && !crate::planning::compute::predicted_io(a.policy.io.0) {
-        eprintln!(
-            "s/token: unpredicted under --io {} (the time model has no page cache)",
-            a.policy.io.0.as_str()
-        );
-    }
+    let bw = read_rates(a, cfg)?;
     if ck.lossless.is_some() {
         return Err(usage(
             "the simulator models safetensors layouts; a lossless pack reads coded blocks \
@@ -375,6 +358,36 @@ fn speculation(a: &SimulateArgs) -> Result<Option<Speculation>> {
 
 fn per_token(v: u64, n: usize) -> Option<f64> {
     (n > 0).then(|| v as f64 / n as f64)
+}
+
+/// The trunk and expert read rates, GB/s, from `--device-gbps` or `--iobench` (`None`
+/// without either); notes on stderr where they come from, and that s/token is
+/// unpredicted under `buffered` / `mmap`.
+///
+/// Errors (usage): a non-positive `--device-gbps`; an iobench report without a cell.
+fn read_rates(
+    a: &SimulateArgs,
+    cfg: &memdial::format::config::ModelConfig,
+) -> Result<Option<(f64, f64)>> {
+    let bw = match (a.device_gbps, &a.iobench) {
+        (Some(g), _) if g.is_finite() && g > 0.0 => Some((g, g)),
+        (Some(g), _) => return Err(usage(format!("--device-gbps {g} is not positive"))),
+        (None, Some(dir)) => {
+            let top_k = cfg.routed_experts().map_or(1, |(_, k)| k.max(1));
+            let threads = crate::store_flags::DEFAULT_IO_THREADS;
+            let r = iobench_rates(dir, a.policy.io.0, top_k, threads)?;
+            eprintln!("read rates: {}", r.source);
+            Some((r.trunk_gbps, r.expert_gbps))
+        }
+        (None, None) => None,
+    };
+    if bw.is_some() && !crate::planning::compute::predicted_io(a.policy.io.0) {
+        eprintln!(
+            "s/token: unpredicted under --io {} (the time model has no page cache)",
+            a.policy.io.0.as_str()
+        );
+    }
+    Ok(bw)
 }
 
 fn row(
