@@ -15,7 +15,7 @@ use plotters::prelude::*;
 use serde::Serialize;
 
 use crate::args::usage;
-use crate::planning::compute::{compute_time, embedding_rows};
+use crate::planning::compute::{compute_time, embedding_rows, expert_share};
 use crate::planning::rates::iobench_rates;
 use crate::planning::source::source_of;
 use crate::store_flags::IoFlags;
@@ -253,6 +253,8 @@ pub fn run(a: &SimulateArgs) -> Result<ExitCode> {
     }
     let budgets = parse_budgets(&a.budget, a.budgets.as_deref())?;
     let compute = compute_time(a.compute_s_per_token, a.resident_metrics.as_deref())?;
+    let share = expert_share(a.resident_metrics.as_deref())?;
+    let compute = compute.map(|c| (c, share));
     let src = source_of(a.model.as_deref(), a.config.as_deref(), a.preset.as_deref())?;
     let (cfg, ck) = (&src.cfg, &src.ck);
     let bw = read_rates(a, cfg)?;
@@ -379,24 +381,59 @@ fn per_token(v: u64, n: usize) -> Option<f64> {
     (n > 0).then(|| v as f64 / n as f64)
 }
 
+/// The trunk and expert read rates, GB/s, from `--device-gbps` or `--iobench` (`None`
+/// without either); notes on stderr where they come from, and that s/token is
+/// unpredicted under `buffered` / `mmap`.
+///
+/// Errors (usage): a non-positive `--device-gbps`; an iobench report without a cell.
+fn read_rates(
+    a: &SimulateArgs,
+    cfg: &memdial::format::config::ModelConfig,
+) -> Result<Option<(f64, f64)>> {
+    let bw = match (a.device_gbps, &a.iobench) {
+        (Some(g), _) if g.is_finite() && g > 0.0 => Some((g, g)),
+        (Some(g), _) => return Err(usage(format!("--device-gbps {g} is not positive"))),
+        (None, Some(dir)) => {
+            let top_k = cfg.routed_experts().map_or(1, |(_, k)| k.max(1));
+            let threads = crate::store_flags::DEFAULT_IO_THREADS;
+            let r = iobench_rates(dir, a.policy.io.0, top_k, threads)?;
+            eprintln!("read rates: {}", r.source);
+            Some((r.trunk_gbps, r.expert_gbps))
+        }
+        (None, None) => None,
+    };
+    if bw.is_some() && !crate::planning::compute::predicted_io(a.policy.io.0) {
+        eprintln!(
+            "s/token: unpredicted under --io {} (the time model has no page cache)",
+            a.policy.io.0.as_str()
+        );
+    }
+    Ok(bw)
+}
+
 fn row(
     plan: &Plan,
     a: &SimulateArgs,
     pol: SimPolicy,
     rep: Option<&SimReport>,
     bw: Option<(f64, f64)>,
-    compute: Option<f64>,
+    compute: Option<(f64, f64)>,
 ) -> SimRow {
     let n = rep.map_or(0, |r| r.decode_tokens);
     let d = rep.map(|r| &r.decode);
     let bpt = d.and_then(|d| per_token(d.bytes_read, n));
-    let predicted = d.zip(bw).zip(compute).and_then(|((d, (t, e)), c)| {
-        let m = TimeModel {
-            expert_bytes_per_s: e * 1e9,
-            ..TimeModel::one_rate(t * 1e9, c)
-        };
-        DecodeBytes::per_token(d, n).and_then(|b| predict(&b, a.policy.prefetch.0, &m))
-    });
+    let io_ok = crate::planning::compute::predicted_io(a.policy.io.0);
+    let predicted = d
+        .zip(bw.filter(|_| io_ok))
+        .zip(compute)
+        .and_then(|((d, (t, e)), (c, s))| {
+            let m = TimeModel {
+                expert_bytes_per_s: e * 1e9,
+                expert_compute_share: s,
+                ..TimeModel::one_rate(t * 1e9, c)
+            };
+            DecodeBytes::per_token(d, n).and_then(|b| predict(&b, a.policy.prefetch.0, &m))
+        });
     let io_s = predicted.map(|p| p.io_s_per_token);
     SimRow {
         budget_bytes: plan.budget_bytes,

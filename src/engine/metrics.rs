@@ -261,6 +261,24 @@ pub struct RunMetrics {
     /// `prefill_s` (the prompt's) and `ttft_s`.
     #[serde(deserialize_with = "finite_f64")]
     pub depth_prefill_s: Option<f64>,
+    /// Decode IO wait of the compute thread ÷ decode steps, seconds (streamed runs),
+    /// and its parts (`store::metrics::IoWaitSplit`): trunk groups (waited for before a
+    /// layer's router), of which reads a prefetch queued ahead; routed experts (after
+    /// the router), of which reads a prefetch queued ahead. The rest is embedding rows.
+    #[serde(deserialize_with = "finite_f64")]
+    pub io_wait_s_per_token: Option<f64>,
+    #[serde(deserialize_with = "finite_f64")]
+    pub io_wait_trunk_s_per_token: Option<f64>,
+    #[serde(deserialize_with = "finite_f64")]
+    pub io_wait_trunk_prefetched_s_per_token: Option<f64>,
+    #[serde(deserialize_with = "finite_f64")]
+    pub io_wait_expert_s_per_token: Option<f64>,
+    #[serde(deserialize_with = "finite_f64")]
+    pub io_wait_expert_prefetched_s_per_token: Option<f64>,
+    /// `--profile-ops`: seconds in the routed experts' products (`moe/routed_experts`)
+    /// ÷ decode steps: the compute after the router.
+    #[serde(deserialize_with = "finite_f64")]
+    pub expert_compute_s_per_token: Option<f64>,
     /// Who measured each figure present (field name → source).
     pub metric_sources: BTreeMap<String, Source>,
 }
@@ -282,6 +300,32 @@ impl RunMetrics {
                 crate::util::stats::median(&self.uncontended_s_per_token);
         }
         self.cpu_s_per_token = f.cpu_s.filter(|_| steps > 0).map(|c| c / steps as f64);
+    }
+
+    /// Fills the decode IO-wait figures (`io_wait_s_per_token` and its parts) from the
+    /// store's counters at the end (`end`) and at the first token (`first`), over
+    /// `steps` decode steps (> 0).
+    pub fn set_io_waits(
+        &mut self,
+        end: &crate::store::metrics::StoreMetrics,
+        first: &crate::store::metrics::StoreMetrics,
+        steps: usize,
+    ) {
+        let n = steps.max(1) as f64;
+        let (a, b) = (&end.io_wait_split, &first.io_wait_split);
+        let per = |x: f64, y: f64| Some((x - y).max(0.0) / n);
+        self.io_wait_s_per_token = per(end.io_wait_s, first.io_wait_s);
+        self.io_wait_trunk_s_per_token = per(
+            a.trunk_demand_s + a.trunk_prefetched_s,
+            b.trunk_demand_s + b.trunk_prefetched_s,
+        );
+        self.io_wait_trunk_prefetched_s_per_token = per(a.trunk_prefetched_s, b.trunk_prefetched_s);
+        self.io_wait_expert_s_per_token = per(
+            a.expert_demand_s + a.expert_prefetched_s,
+            b.expert_demand_s + b.expert_prefetched_s,
+        );
+        self.io_wait_expert_prefetched_s_per_token =
+            per(a.expert_prefetched_s, b.expert_prefetched_s);
     }
 
     /// Records `source` for every figure that is present (non-null, non-empty) and

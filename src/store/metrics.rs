@@ -14,6 +14,8 @@ pub struct StoreMetrics {
     pub reads: u64,
     /// Time the compute thread spent blocked waiting for IO.
     pub io_wait_s: f64,
+    /// `io_wait_s` by what was waited for (the parts sum to it).
+    pub io_wait_split: IoWaitSplit,
     /// Trunk bytes the model needed, per token summed, and the part served from
     /// pinned memory (a hit); streamed layers are misses even when prefetched.
     pub trunk_request_bytes: u64,
@@ -52,6 +54,23 @@ pub struct StoreMetrics {
     /// checking and decoding them.
     pub lossless_decoded_bytes: u64,
     pub lossless_decode_s: f64,
+}
+
+/// The compute thread's IO wait by what it waited for, seconds; the parts sum to
+/// [`StoreMetrics::io_wait_s`]. A layer's trunk groups are waited for before its
+/// router runs (the `moe` group holds the router), its routed experts after, so the
+/// classes are also the phases. *Prefetched*: the read was queued ahead by the
+/// prefetch policy (`next-layer`'s next group, a look-ahead or oracle guess, a
+/// prefill chunk's read-ahead) and was still in flight when the forward needed it;
+/// *demand*: queued when needed, or waiting for a buffer to free.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct IoWaitSplit {
+    pub trunk_demand_s: f64,
+    pub trunk_prefetched_s: f64,
+    pub expert_demand_s: f64,
+    pub expert_prefetched_s: f64,
+    /// Embedding rows read on demand.
+    pub rows_s: f64,
 }
 
 /// The counts behind the store's four ratios, and the ratios: one definition shared

@@ -154,14 +154,28 @@ impl RunFacts<'_> {
             warm_fill_bytes: self.g.warm.map(|w| w.fill.bytes),
             depth_tokens: Some(a.depth as u64),
             depth_prefill_s: self.g.depth_prefill_s,
+            expert_compute_s_per_token: (a.profile_ops && steps > 0)
+                .then(|| profiled_s(memdial::util::profile::Op::ExpertMlp) / steps as f64),
             ..Default::default()
         };
+        if streamed && steps > 0 {
+            rm.set_io_waits(&m, &first_m, steps);
+        }
         rm.set_sched(&out.decode_s, &out.sched);
         self.speculation_figures(&mut rm, decode_bytes);
         mark_os_sources(&mut rm);
         rm.fill_sources(Source::Engine);
         rm
     }
+}
+
+/// Decode seconds the per-op timer counted for `op` (it is reset at the first token).
+fn profiled_s(op: memdial::util::profile::Op) -> f64 {
+    memdial::util::profile::totals()
+        .iter()
+        .filter(|t| t.0 == op)
+        .map(|t| t.1)
+        .sum()
 }
 
 /// Marks the figures the kernel measured (memory, device reads, the scheduler's

@@ -43,6 +43,34 @@ pub fn compute_time(given: Option<f64>, resident: Option<&std::path::Path>) -> R
     Ok(Some(m))
 }
 
+/// Whether the time model predicts s/token under `io`: `direct` only (it has no
+/// page-cache model; `buffered` and `mmap` keep their bytes and say "unpredicted").
+pub fn predicted_io(io: memdial::io::IoMode) -> bool {
+    io == memdial::io::IoMode::Direct
+}
+
+/// The share of a resident run's decode compute that runs after the router (the time
+/// model's `s`): its `expert_compute_s_per_token` (recorded with `--profile-ops`) ÷ its
+/// median decode s/token, clamped to [0, 1]; 0 without `resident` or without the field.
+///
+/// Errors (usage): an unreadable file, or one that is not a metrics JSON.
+pub fn expert_share(resident: Option<&std::path::Path>) -> Result<f64> {
+    let Some(p) = resident else {
+        return Ok(0.0);
+    };
+    let text = std::fs::read_to_string(p)
+        .map_err(|e| usage(format!("cannot read {}: {e}", p.display())))?;
+    let f: MetricsFile = serde_json::from_str(&text)
+        .map_err(|e| usage(format!("{} is not a metrics JSON: {e}", p.display())))?;
+    let m = &f.metrics;
+    Ok(
+        match (m.expert_compute_s_per_token, m.decode_s_per_token_median) {
+            (Some(e), Some(c)) if c > 0.0 => (e / c).clamp(0.0, 1.0),
+            _ => 0.0,
+        },
+    )
+}
+
 /// Where `plan`'s embedding table sits in `ck`, for the replay's row reads.
 ///
 /// Errors: the checkpoint lacks the table.

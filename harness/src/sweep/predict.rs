@@ -43,7 +43,7 @@ pub struct Compared<'a> {
 fn caveat(io: IoMode, prefetch: Prefetch) -> Option<String> {
     match (io, prefetch) {
         (IoMode::Buffered | IoMode::Mmap, _) => Some(format!(
-            "{}: page-cache hits and the kernel's copy/fault costs are not modelled",
+            "unpredicted ({}: page-cache hits and the kernel's copy/fault costs are not modelled)",
             io.as_str()
         )),
         (_, Prefetch::Lookahead) => Some(
@@ -121,6 +121,7 @@ pub fn prepare(
         spec.compute_s_per_token,
         spec.resident_metrics.as_deref(),
     )?;
+    let share = crate::planning::compute::expert_share(spec.resident_metrics.as_deref())?;
     let compute_source = match (&spec.compute_s_per_token, &spec.resident_metrics) {
         (Some(_), _) => "the spec's compute_s_per_token".to_string(),
         (None, Some(m)) => format!("the resident run {}", m.display()),
@@ -135,6 +136,7 @@ pub fn prepare(
         expert_gbps,
         compute_s_per_token: compute,
         compute_source,
+        expert_compute_share: share,
         decode_ids: t
             .forwards
             .iter()
@@ -294,10 +296,12 @@ impl Predictions {
             .zip(self.compute_s_per_token)
             .map(|(g, c)| TimeModel {
                 expert_bytes_per_s: self.expert_gbps.unwrap_or(g) * 1e9,
+                expert_compute_share: self.expert_compute_share,
                 ..TimeModel::one_rate(g * 1e9, c)
             });
         for p in self.points.values_mut() {
             p.s_per_token = model
+                .filter(|_| crate::planning::compute::predicted_io(p.io))
                 .and_then(|m| predict(&p.bytes, p.prefetch, &m))
                 .map(|x| x.s_per_token);
         }
@@ -356,5 +360,55 @@ impl Predictions {
                 })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(io: IoMode) -> PointPrediction {
+        PointPrediction {
+            io,
+            prefetch: Prefetch::None,
+            start: StartMode::Warm,
+            budget_bytes: 1 << 26,
+            bytes: DecodeBytes {
+                bytes: 3e8,
+                expert_bytes: 1e8,
+                embedding_bytes: 0.0,
+                lookahead_recall: None,
+            },
+            expert_hit_rate: 0.0,
+            s_per_token: None,
+            caveat: caveat(io, Prefetch::None),
+        }
+    }
+
+    #[test]
+    fn buffered_and_mmap_points_are_unpredicted_and_say_so() {
+        let mut p = Predictions {
+            device_gbps: Some(2.0),
+            expert_gbps: Some(1.0),
+            compute_s_per_token: Some(0.05),
+            expert_compute_share: 0.2,
+            ..Default::default()
+        };
+        for (i, io) in [IoMode::Direct, IoMode::Buffered, IoMode::Mmap]
+            .into_iter()
+            .enumerate()
+        {
+            p.points.insert(i, point(io));
+        }
+        p.retime();
+        // direct, none: 0.05 + 2e8 / 2e9 + 1e8 / 1e9 = 0.05 + 0.1 + 0.1 = 0.25 s.
+        let d = p.points[&0].s_per_token.unwrap();
+        assert!((d - 0.25).abs() < 1e-12, "{d}");
+        assert!(p.points[&0].caveat.is_none());
+        for i in [1, 2] {
+            assert_eq!(p.points[&i].s_per_token, None);
+            let cv = p.points[&i].caveat.as_deref().unwrap();
+            assert!(cv.starts_with("unpredicted ("), "{cv}");
+        }
     }
 }

@@ -25,6 +25,14 @@ pub(super) enum Req {
     Wait,
 }
 
+/// What a blocked compute thread waits for: `key` (`true`: its read was queued by
+/// a prefetch), or the warm fill (not counted: the fill's figures are reported apart).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Waited {
+    Key(Key, bool),
+    Fill,
+}
+
 /// What an entry holds: a streamed trunk group (index into `Plan::groups`), or one
 /// routed expert (layer, expert).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -69,6 +77,8 @@ pub(super) struct Inner {
     pub(super) allocated_slot_bufs: usize,
     pub(super) allocated_expert_bufs: usize,
     pub(super) queue: VecDeque<Job>,
+    /// Entries whose read a prefetch queued and no forward has waited for yet.
+    pub(super) prefetched: HashSet<Key>,
     /// mmap mode: evicted records whose pages an IO thread drops before its next read.
     pub(super) releases: Vec<Key>,
     /// Page ranges `(shard, lo, hi)` an IO thread is dropping now (no read of an
@@ -241,6 +251,11 @@ impl StreamingStore {
             }
         };
         g.entries.insert(key, Entry::Loading);
+        if optional {
+            g.prefetched.insert(key);
+        } else {
+            g.prefetched.remove(&key);
+        }
         g.queue.push_back(Job { key, buf });
         self.update_peak(g);
         self.shared.cv.notify_all();
@@ -293,10 +308,12 @@ impl StreamingStore {
     }
 
     /// Runs `step` under the lock until it returns `Some`, sleeping on the condvar
-    /// between tries; the time from the first sleep on counts as IO wait (`io_wait_s`).
+    /// between tries; the time from the first sleep on counts as IO wait (`io_wait_s`,
+    /// and its part in `io_wait_split` for what `on` says was waited for).
     pub(super) fn block_on<'a, T>(
         &'a self,
         mut g: MutexGuard<'a, Inner>,
+        on: Waited,
         mut step: impl FnMut(&mut Inner) -> Option<T>,
     ) -> (MutexGuard<'a, Inner>, T) {
         let t0 = Instant::now();
@@ -304,7 +321,16 @@ impl StreamingStore {
         loop {
             if let Some(v) = step(&mut g) {
                 if waited {
-                    g.metrics.io_wait_s += t0.elapsed().as_secs_f64();
+                    let dt = t0.elapsed().as_secs_f64();
+                    g.metrics.io_wait_s += dt;
+                    let w = &mut g.metrics.io_wait_split;
+                    match on {
+                        Waited::Key(Key::Group(_), false) => w.trunk_demand_s += dt,
+                        Waited::Key(Key::Group(_), true) => w.trunk_prefetched_s += dt,
+                        Waited::Key(Key::Expert(..), false) => w.expert_demand_s += dt,
+                        Waited::Key(Key::Expert(..), true) => w.expert_prefetched_s += dt,
+                        Waited::Fill => {}
+                    }
                 }
                 return (g, v);
             }
@@ -320,15 +346,16 @@ impl StreamingStore {
         g: MutexGuard<'a, Inner>,
         key: Key,
     ) -> MutexGuard<'a, Inner> {
-        self.block_on(g, |g| {
+        self.block_on(g, Waited::Key(key, false), |g| {
             (self.request(g, key, false) != Req::Wait).then_some(())
         })
         .0
     }
 
     /// Blocks until `key` is loaded (requesting it if needed).
-    pub(super) fn wait(&self, g: MutexGuard<'_, Inner>, key: Key) -> Result<Arc<Loaded>> {
-        let (_g, r) = self.block_on(g, |g| match g.entries.get(&key) {
+    pub(super) fn wait(&self, mut g: MutexGuard<'_, Inner>, key: Key) -> Result<Arc<Loaded>> {
+        let ahead = g.prefetched.remove(&key);
+        let (_g, r) = self.block_on(g, Waited::Key(key, ahead), |g| match g.entries.get(&key) {
             Some(Entry::Ready(a)) => Some(Ok(a.clone())),
             Some(Entry::Failed(e)) => Some(Err(e.clone())),
             Some(Entry::Loading) => None,

@@ -90,7 +90,9 @@ impl StreamingStore {
         g.metrics.bytes_read += n;
         g.metrics.reads += 1;
         g.metrics.embedding_bytes_read += n;
-        g.metrics.io_wait_s += t0.elapsed().as_secs_f64();
+        let dt = t0.elapsed().as_secs_f64();
+        g.metrics.io_wait_s += dt;
+        g.metrics.io_wait_split.rows_s += dt;
         Ok(bytes)
     }
 

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 
-use super::caches::{Entry, Key, Req};
+use super::caches::{Entry, Key, Req, Waited};
 use super::io::lock;
 use super::StreamingStore;
 
@@ -77,7 +77,7 @@ impl StreamingStore {
                 queued.push(key);
             }
         }
-        let (mut g, failed) = self.block_on(g, |g| {
+        let (mut g, failed) = self.block_on(g, Waited::Fill, |g| {
             let mut loading = false;
             for k in &queued {
                 match g.entries.get(k) {

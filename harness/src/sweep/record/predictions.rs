@@ -27,6 +27,10 @@ pub struct Predictions {
     pub compute_s_per_token: Option<f64>,
     /// Where the compute time comes from.
     pub compute_source: String,
+    /// Share of that compute after the router (the time model's `s`, [0, 1]; 0 when
+    /// the resident run was not profiled).
+    #[serde(default)]
+    pub expert_compute_share: f64,
     /// Token ids the trace's decode forwards ran (the first generated tokens): a run
     /// whose output does not begin with them did not route as the trace did.
     pub decode_ids: Vec<u32>,
@@ -46,7 +50,8 @@ pub struct PointPrediction {
     pub bytes: DecodeBytes,
     /// Decode expert hit rate, [0, 1].
     pub expert_hit_rate: f64,
-    /// Predicted decode s/token (`None` without a bandwidth and a compute time).
+    /// Predicted decode s/token (`None` without a bandwidth and a compute time, and
+    /// for `buffered` and `mmap`: unpredicted).
     pub s_per_token: Option<f64>,
     /// What the model leaves out for this point (page cache, timing-dependent guesses).
     pub caveat: Option<String>,

@@ -389,6 +389,13 @@ pub const COLUMNS: &[&str] = &[
     // Goodput under the spec's `slo` (appended).
     "goodput_fraction",
     "goodput_requests_per_s",
+    // RunMetrics fields of the time model: decode IO wait by class, compute after the router.
+    "io_wait_s_per_token",
+    "io_wait_trunk_s_per_token",
+    "io_wait_trunk_prefetched_s_per_token",
+    "io_wait_expert_s_per_token",
+    "io_wait_expert_prefetched_s_per_token",
+    "expert_compute_s_per_token",
 ];
 
 impl Row {
