@@ -9,89 +9,15 @@
 //! A module belongs to the entry that is the longest prefix of its path. The
 //! exceptions are the table under "### Known exceptions": `| from | to | why |`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::Path;
 
-use memdial_testkit::modgraph::{build, circles, name, Graph, Module};
+use memdial_testkit::layers::{
+    component_circles, entry_of, layers, path, table, ticked, upward_imports,
+};
+use memdial_testkit::modgraph::{build, name, Graph, Module};
 
 const DOC: &str = include_str!("../docs/architecture.md");
-
-struct Layer {
-    rank: u32,
-    name: String,
-}
-
-/// The backticked names in a table cell (`` `a`, `b::c` `` → `["a", "b::c"]`).
-fn ticked(cell: &str) -> Vec<String> {
-    cell.split('`')
-        .skip(1)
-        .step_by(2)
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect()
-}
-
-/// The rows of the first Markdown table after the heading line `heading`.
-fn table(doc: &str, heading: &str) -> Vec<Vec<String>> {
-    let at = doc
-        .lines()
-        .position(|l| l.trim() == heading)
-        .unwrap_or_else(|| panic!("docs/architecture.md has no heading {heading:?}"));
-    doc.lines()
-        .skip(at + 1)
-        .take_while(|l| !l.starts_with('#')) // the section's own table only
-        .skip_while(|l| !l.starts_with('|'))
-        .take_while(|l| l.starts_with('|'))
-        .skip(2) // header and separator
-        .map(|l| {
-            l.trim()
-                .trim_matches('|')
-                .split('|')
-                .map(|c| c.trim().to_string())
-                .collect()
-        })
-        .collect()
-}
-
-fn path(s: &str) -> Module {
-    if s == "crate" {
-        vec![]
-    } else {
-        s.split("::").map(str::to_string).collect()
-    }
-}
-
-/// Module prefix → its layer, from the doc.
-fn layers(doc: &str) -> BTreeMap<Module, Layer> {
-    let mut out = BTreeMap::new();
-    for row in table(doc, "## Layers") {
-        let rank: u32 = row[0]
-            .parse()
-            .unwrap_or_else(|_| panic!("rank {:?}", row[0]));
-        for m in ticked(&row[2]) {
-            let layer = Layer {
-                rank,
-                name: row[1].clone(),
-            };
-            assert!(out.insert(path(&m), layer).is_none(), "{m} listed twice");
-        }
-    }
-    out
-}
-
-fn layer_of<'a>(layers: &'a BTreeMap<Module, Layer>, m: &Module) -> &'a Layer {
-    layers
-        .iter()
-        .filter(|(p, _)| m.starts_with(p))
-        .max_by_key(|(p, _)| p.len())
-        .map(|(_, l)| l)
-        .unwrap_or_else(|| panic!("module {} is in no layer of docs/architecture.md", name(m)))
-}
-
-/// Whether the exception `(from, to)` (module prefixes) covers the edge `a → b`.
-fn covers(e: &(Module, Module), a: &Module, b: &Module) -> bool {
-    a.starts_with(&e.0) && b.starts_with(&e.1)
-}
 
 /// The layer folders: top-level modules whose `mod.rs` only declares modules
 /// (`util`, `format`, `engine`, `tools`).
@@ -119,47 +45,20 @@ fn graph() -> Graph {
 
 #[test]
 fn every_import_stays_in_its_layer_or_below_and_no_module_circles() {
-    let layers = layers(DOC);
+    let layers = layers(DOC, "## Layers");
     let exceptions: Vec<(Module, Module)> = table(DOC, "### Known exceptions")
         .iter()
         .map(|r| (path(&ticked(&r[0])[0]), path(&ticked(&r[1])[0])))
         .collect();
     let g = graph();
-    let mut used = BTreeSet::new();
-    let mut msg = String::new();
-    let mut kept = g.edges.clone();
-    for (a, tos) in &g.edges {
-        if a.is_empty() {
-            continue; // lib.rs: declarations and the old paths
-        }
-        for b in tos {
-            if b.is_empty() {
-                msg += &format!(
-                    "{} names an item of the crate root (an old path kept for one release; use the layer path)  at {}\n",
-                    name(a),
-                    g.seen_at[&(a.clone(), b.clone())]
-                );
-                continue;
-            }
-            let (la, lb) = (layer_of(&layers, a), layer_of(&layers, b));
-            let ok = la.name == lb.name || lb.rank < la.rank;
-            if let Some(k) = exceptions.iter().position(|e| covers(e, a, b)) {
-                used.insert(k);
-                kept.get_mut(a).unwrap().remove(b);
-                continue;
-            }
-            if !ok {
-                msg += &format!(
-                    "{} ({}, rank {}) imports {} ({}, rank {})  at {}\n",
-                    name(a),
-                    la.name,
-                    la.rank,
-                    name(b),
-                    lb.name,
-                    lb.rank,
-                    g.seen_at[&(a.clone(), b.clone())]
-                );
-            }
+    let (mut msg, used, kept) = upward_imports(&g, &layers, &exceptions);
+    for (a, tos) in g.edges.iter().filter(|(a, _)| !a.is_empty()) {
+        if tos.contains(&vec![]) {
+            msg += &format!(
+                "{} names an item of the crate root (an old path kept for one release; use the layer path)  at {}\n",
+                name(a),
+                g.seen_at[&(a.clone(), vec![])]
+            );
         }
     }
     for (k, e) in exceptions.iter().enumerate() {
@@ -177,44 +76,10 @@ fn every_import_stays_in_its_layer_or_below_and_no_module_circles() {
     // is one module (`store`, `model`); the crate root is left out (it only declares
     // modules and keeps the old paths).
     let folders = layer_folders(&g);
-    let comp = |m: &Module| -> Module {
+    msg += &component_circles(&g, &kept, |m: &Module| {
         let k = if folders.contains(&m[..1]) { 2 } else { 1 };
         m[..k.min(m.len())].to_vec()
-    };
-    let mut cg = Graph {
-        mods: g.mods.iter().filter(|m| !m.is_empty()).map(comp).collect(),
-        edges: BTreeMap::new(),
-        seen_at: BTreeMap::new(),
-    };
-    for (a, tos) in kept.iter().filter(|(a, _)| !a.is_empty()) {
-        for b in tos.iter().filter(|b| !b.is_empty()) {
-            let (ca, cb) = (comp(a), comp(b));
-            if ca != cb {
-                cg.edges.entry(ca.clone()).or_default().insert(cb.clone());
-                cg.seen_at
-                    .entry((ca, cb))
-                    .or_insert_with(|| g.seen_at[&(a.clone(), b.clone())].clone());
-            }
-        }
-    }
-    for c in circles(&cg) {
-        msg += &format!(
-            "circle: {}\n",
-            c.iter().map(name).collect::<Vec<_>>().join(", ")
-        );
-        for a in &c {
-            for b in cg.edges.get(a).into_iter().flatten() {
-                if c.contains(b) {
-                    msg += &format!(
-                        "  {} -> {}  ({})\n",
-                        name(a),
-                        name(b),
-                        cg.seen_at[&(a.clone(), b.clone())]
-                    );
-                }
-            }
-        }
-    }
+    });
     assert!(
         msg.is_empty(),
         "layering of src/ against docs/architecture.md:\n{msg}"
@@ -224,10 +89,10 @@ fn every_import_stays_in_its_layer_or_below_and_no_module_circles() {
 /// Every module of `src/` is in the table, and every table entry names a module.
 #[test]
 fn the_layer_table_names_the_real_tree() {
-    let layers = layers(DOC);
+    let layers = layers(DOC, "## Layers");
     let g = graph();
     for m in g.mods.iter().filter(|m| !m.is_empty()) {
-        layer_of(&layers, m);
+        entry_of(&layers, m);
     }
     for p in layers.keys() {
         assert!(

@@ -5,7 +5,6 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Result;
-use indicatif::{ProgressBar, ProgressStyle};
 use memdial::tools::fixture::{self, PRESET_NAMES};
 use memdial::util::error::UsageError;
 
@@ -45,7 +44,7 @@ pub fn run(a: &FixtureArgs) -> Result<ExitCode> {
         None => None,
     };
     let t0 = Instant::now();
-    let g = generate_inner(&a.preset, a.seed, &a.out, a.force, routing)?;
+    let g = crate::fixture_progress::generate_inner(&a.preset, a.seed, &a.out, a.force, routing)?;
     println!(
         "wrote {} ({} tensors, {} shards, {:.1} MB of tensor data) in {:.1} s",
         g.dir.display(),
@@ -55,47 +54,4 @@ pub fn run(a: &FixtureArgs) -> Result<ExitCode> {
         t0.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// Generates a preset with an indicatif progress bar on stderr (hidden when stderr
-/// is not a terminal). Shared by `memdial fixture` and `memdial sweep`.
-pub fn generate_with_progress(
-    preset: &str,
-    seed: u64,
-    out: &std::path::Path,
-    force: bool,
-) -> Result<memdial::tools::fixture::Generated> {
-    generate_inner(preset, seed, out, force, None)
-}
-
-fn generate_inner(
-    preset: &str,
-    seed: u64,
-    out: &std::path::Path,
-    force: bool,
-    routing: Option<fixture::Routing>,
-) -> Result<memdial::tools::fixture::Generated> {
-    let pb = ProgressBar::new(0);
-    pb.set_style(
-        ProgressStyle::with_template(
-            "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-        )
-        .expect("valid template")
-        .progress_chars("=> "),
-    );
-    pb.set_message(format!("fixture {preset}"));
-    let g = fixture::generate_shaped(
-        preset,
-        seed,
-        out,
-        force,
-        Some(fixture::write_tokenizer),
-        routing,
-        &mut |d, t| {
-            pb.set_length(t);
-            pb.set_position(d);
-        },
-    )?;
-    pb.finish_and_clear();
-    Ok(g)
 }

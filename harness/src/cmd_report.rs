@@ -105,7 +105,7 @@ fn run_merge(a: &MergeArgs) -> Result<ExitCode> {
     check_inputs(&a.dirs).map_err(as_usage)?;
     let (meta, rows, missing) = merge(&a.dirs).map_err(as_usage)?;
     let out = a.out.clone().unwrap_or_else(|| {
-        PathBuf::from(crate::cmd_sweep::DEFAULT_REPORTS)
+        PathBuf::from(crate::sweep::record::rundir::DEFAULT_REPORTS)
             .join(format!("{}-merged", crate::sweep::util::utc_now_dirname()))
     });
     check_out(&a.dirs, &out)?;

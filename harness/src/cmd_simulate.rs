@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::args::usage;
 use crate::planning::compute::{compute_time, embedding_rows};
-use crate::planning::rates::iobench_gbps;
+use crate::planning::rates::iobench_rates;
 use crate::planning::source::source_of;
 use crate::store_flags::IoFlags;
 use crate::sweep::start::StartMode;
@@ -231,15 +231,21 @@ pub fn run(a: &SimulateArgs) -> Result<ExitCode> {
         return Err(usage("--cache names no policy"));
     }
     let budgets = parse_budgets(&a.budget, a.budgets.as_deref())?;
-    let bw = match (a.device_gbps, &a.iobench) {
-        (Some(g), _) if g.is_finite() && g > 0.0 => Some(g),
-        (Some(g), _) => return Err(usage(format!("--device-gbps {g} is not positive"))),
-        (None, Some(dir)) => Some(iobench_gbps(dir, a.policy.io.0)?.0),
-        (None, None) => None,
-    };
     let compute = compute_time(a.compute_s_per_token, a.resident_metrics.as_deref())?;
     let src = source_of(a.model.as_deref(), a.config.as_deref(), a.preset.as_deref())?;
     let (cfg, ck) = (&src.cfg, &src.ck);
+    let bw = match (a.device_gbps, &a.iobench) {
+        (Some(g), _) if g.is_finite() && g > 0.0 => Some((g, g)),
+        (Some(g), _) => return Err(usage(format!("--device-gbps {g} is not positive"))),
+        (None, Some(dir)) => {
+            let top_k = cfg.routed_experts().map_or(1, |(_, k)| k.max(1));
+            let threads = crate::store_flags::DEFAULT_IO_THREADS;
+            let r = iobench_rates(dir, a.policy.io.0, top_k, threads)?;
+            eprintln!("read rates: {}", r.source);
+            Some((r.trunk_gbps, r.expert_gbps))
+        }
+        (None, None) => None,
+    };
     if ck.lossless.is_some() {
         return Err(usage(
             "the simulator models safetensors layouts; a lossless pack reads coded blocks \
@@ -368,20 +374,20 @@ fn row(
     a: &SimulateArgs,
     pol: SimPolicy,
     rep: Option<&SimReport>,
-    bw: Option<f64>,
+    bw: Option<(f64, f64)>,
     compute: Option<f64>,
 ) -> SimRow {
     let n = rep.map_or(0, |r| r.decode_tokens);
     let d = rep.map(|r| &r.decode);
     let bpt = d.and_then(|d| per_token(d.bytes_read, n));
-    let io_s = bpt.zip(bw).map(|(b, g)| b / (g * 1e9));
-    let predicted = d.zip(bw).zip(compute).and_then(|((d, g), c)| {
+    let predicted = d.zip(bw).zip(compute).and_then(|((d, (t, e)), c)| {
         let m = TimeModel {
-            bytes_per_s: g * 1e9,
-            compute_s_per_token: c,
+            expert_bytes_per_s: e * 1e9,
+            ..TimeModel::one_rate(t * 1e9, c)
         };
         DecodeBytes::per_token(d, n).and_then(|b| predict(&b, a.policy.prefetch.0, &m))
     });
+    let io_s = predicted.map(|p| p.io_s_per_token);
     SimRow {
         budget_bytes: plan.budget_bytes,
         below_floor: rep.is_none(),

@@ -39,8 +39,6 @@ use crate::sweep::write::report::write_all;
 pub const DEFAULT_MODEL: &str = "fixtures/models/mini";
 /// Default spec file (the embedded copy is used when it does not exist).
 pub const DEFAULT_SPEC_PATH: &str = "harness/sweeps/default.toml";
-/// Default parent of run directories.
-pub const DEFAULT_REPORTS: &str = "reports";
 
 /// Arguments of `memdial sweep`.
 #[derive(clap::Args, Debug, Default)]
@@ -151,7 +149,7 @@ fn generate_default_model(dir: &Path) -> Result<()> {
         "{} is missing: generating the `mini` fixture (about 1 GiB, 10–30 s)",
         dir.display()
     );
-    crate::cmd_fixture::generate_with_progress("mini", 0, dir, false)?;
+    crate::fixture_progress::generate_with_progress("mini", 0, dir, false)?;
     Ok(())
 }
 
@@ -384,7 +382,10 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     let slots: &[RunSlot] = &sel.slots;
 
     // --- run directory
-    let out = rundir::choose_out(a.out.as_deref(), Path::new(DEFAULT_REPORTS));
+    let out = rundir::choose_out(
+        a.out.as_deref(),
+        Path::new(crate::sweep::record::rundir::DEFAULT_REPORTS),
+    );
     let _lock = rundir::lock(&out)?;
     let argv: Vec<String> = std::env::args().collect();
     crate::sweep::run::interrupt::install(&crate::sweep::run::interrupt::resume_command(
@@ -535,7 +536,11 @@ fn open_run_dir(
         crate::export::write_atomic(&out.join("spec.toml"), inp.spec_text.as_bytes())?;
     }
     if a.out.is_none() {
-        crate::export::update_latest(Path::new(DEFAULT_REPORTS), "latest", out);
+        crate::export::update_latest(
+            Path::new(crate::sweep::record::rundir::DEFAULT_REPORTS),
+            "latest",
+            out,
+        );
     }
     Ok((meta, rows))
 }

@@ -27,6 +27,7 @@ mod convert;
 #[cfg(test)]
 mod docs_schema;
 mod export;
+mod fixture_progress;
 mod hf_tokenizer;
 mod iobench;
 mod planning;

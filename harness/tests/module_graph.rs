@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use memdial_testkit::modgraph::{circles, expand_use, name, Graph};
+use memdial_testkit::modgraph::{expand_use, Graph, Module};
 use memdial_testkit::source::strip;
 
 fn build() -> Graph {
@@ -15,27 +15,8 @@ fn build() -> Graph {
 #[test]
 fn no_circle_among_harness_modules() {
     let g = build();
-    let cs = circles(&g);
-    let mut msg = String::new();
-    for c in &cs {
-        msg += &format!(
-            "circle: {}\n",
-            c.iter().map(name).collect::<Vec<_>>().join(", ")
-        );
-        for a in c {
-            for b in g.edges.get(a).into_iter().flatten() {
-                if c.contains(b) {
-                    msg += &format!(
-                        "  {} -> {}  ({})\n",
-                        name(a),
-                        name(b),
-                        g.seen_at[&(a.clone(), b.clone())]
-                    );
-                }
-            }
-        }
-    }
-    assert!(cs.is_empty(), "{msg}");
+    let msg = memdial_testkit::layers::component_circles(&g, &g.edges, |m: &Module| m.clone());
+    assert!(msg.is_empty(), "{msg}");
 }
 
 /// The reader finds the edges it is meant to find (a known graph, written here).

@@ -29,6 +29,7 @@ pub use libtest_mimic::{Completion, Failed, Trial};
 use tempfile::TempDir;
 
 pub mod fixtures;
+pub mod layers;
 pub mod modgraph;
 pub mod oracle;
 pub mod source;

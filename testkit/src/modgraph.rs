@@ -184,7 +184,28 @@ pub fn build(src_dir: &Path, skip_test_code: bool) -> Graph {
         edges: BTreeMap::new(),
         seen_at: BTreeMap::new(),
     };
+    let test_only: BTreeSet<Module> = if skip_test_code {
+        files
+            .iter()
+            .flat_map(|(m, path)| {
+                let text = strip(&std::fs::read_to_string(path).unwrap());
+                cfg_test_file_mods(&text)
+                    .into_iter()
+                    .map(|n| {
+                        let mut c = m.clone();
+                        c.push(n);
+                        c
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
     for (m, path) in &files {
+        if test_only.iter().any(|t| m.starts_with(t)) {
+            continue; // a test module in its own file: tests may use any layer
+        }
         let mut text = strip(&std::fs::read_to_string(path).unwrap());
         if skip_test_code {
             text = blank_cfg_test(&text);
@@ -384,6 +405,34 @@ pub fn name(m: &Module) -> String {
     } else {
         m.join("::")
     }
+}
+
+/// The names of the file modules `text` (already [`strip`]ped) declares under
+/// `#[cfg(test)]` (`#[cfg(test)] mod tests;` → `["tests"]`).
+pub fn cfg_test_file_mods(text: &str) -> Vec<String> {
+    let mut out = vec![];
+    for (at, _) in text.match_indices("#[cfg(test)]") {
+        let mut rest = text[at + "#[cfg(test)]".len()..].trim_start();
+        while rest.starts_with("#[") {
+            let Some(end) = rest.find(']') else { break };
+            rest = rest[end + 1..].trim_start();
+        }
+        for vis in ["pub(crate) ", "pub(super) ", "pub "] {
+            rest = rest.strip_prefix(vis).unwrap_or(rest).trim_start();
+        }
+        let Some(r) = rest.strip_prefix("mod ") else {
+            continue;
+        };
+        let name: String = r
+            .trim_start()
+            .chars()
+            .take_while(|c| is_ident(*c))
+            .collect();
+        if r.trim_start()[name.len()..].trim_start().starts_with(';') {
+            out.push(name);
+        }
+    }
+    out
 }
 
 /// `text` (already [`strip`]ped) with every item under `#[cfg(test)]` blanked: the

@@ -44,3 +44,54 @@ pub fn iobench_gbps(dir: &Path, io: IoMode) -> Result<(f64, String)> {
             .into()
         })
 }
+
+/// Read rates the time model assumes, GB/s, and where they come from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rates {
+    /// Trunk reads (one group in flight).
+    pub trunk_gbps: f64,
+    /// Routed-expert reads (a layer's selection queued at once).
+    pub expert_gbps: f64,
+    /// The cells or flags they come from.
+    pub source: String,
+}
+
+/// The store's own read patterns in a `memdial iobench` report for `io`: the cold
+/// `trunk` cell at queue depth 1 (the store reads one trunk group at a time) and the
+/// `experts:K` cell with K = `top_k` at queue depth `io_threads` (a layer's selection
+/// queued at once on the store's IO threads). Without both, the best cold cell of
+/// [`iobench_gbps`] for both rates, the source saying so.
+///
+/// Errors: as [`iobench_gbps`].
+pub fn iobench_rates(dir: &Path, io: IoMode, top_k: usize, io_threads: usize) -> Result<Rates> {
+    let path = dir.join("results.json");
+    let (best, best_src) = iobench_gbps(dir, io)?;
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap_or_default();
+    let cell = |pattern: &str, qd: usize| {
+        rows.iter()
+            .filter(|r| r["tool"] == "memdial" && r["status"] == "ok" && r["cache"] == "cold")
+            .filter(|r| r["io"] == io.as_str() && r["pattern"] == pattern)
+            .filter(|r| r["qd"].as_u64() == Some(qd as u64))
+            .find_map(|r| r["gb_per_s"].as_f64().filter(|g| *g > 0.0))
+    };
+    let experts = format!("experts:{top_k}");
+    Ok(match (cell("trunk", 1), cell(&experts, io_threads)) {
+        (Some(t), Some(e)) => Rates {
+            trunk_gbps: t,
+            expert_gbps: e,
+            source: format!(
+                "{}: trunk qd 1 {t:.3} GB/s, {experts} qd {io_threads} {e:.3} GB/s (cold, {})",
+                path.display(),
+                io.as_str()
+            ),
+        },
+        _ => Rates {
+            trunk_gbps: best,
+            expert_gbps: best,
+            source: format!(
+                "{best_src}, one rate for all reads (no trunk qd 1 and {experts} qd {io_threads} cells)"
+            ),
+        },
+    })
+}

@@ -11,7 +11,7 @@
 //!   ([`crate::sweep::run::clients`]).
 //!
 //! The verdict compares **every request's** ids with the prompt's other runs (the
-//! ordinary runs of concurrency 1 among them): [`per_request_rows`] stands each
+//! ordinary runs of concurrency 1 among them): [`crate::sweep::record::served::per_request_rows`] stands each
 //! request in for its run before the verdict groups them. The report's concurrency
 //! section ([`crate::sweep::write::report::concurrency::markdown`]) gives aggregate tokens/s, TTFT and inter-token latency
 //! (median, p90) per budget and concurrency: the memory/throughput curve.
@@ -22,8 +22,6 @@
 //! check.
 
 use super::axes::{Axis, Coord};
-use super::record::row::Row;
-use super::record::status::RunStatus;
 
 /// Clients at once at most (the server's `--max-batch` range).
 pub const MAX_CONCURRENCY: u32 = 256;
@@ -47,18 +45,6 @@ pub fn of(axes: &[Coord]) -> usize {
         .unwrap_or(1)
 }
 
-/// The concurrency of a results row (its `concurrency` column; absent: 1).
-pub fn of_row(r: &Row) -> usize {
-    r.axes
-        .get(Concurrency::NAME)
-        .and_then(|v| {
-            v.as_str()
-                .and_then(|s| s.parse().ok())
-                .or_else(|| v.as_u64().map(|n| n as usize))
-        })
-        .unwrap_or(1)
-}
-
 /// Errors: a value of 0 or above [`MAX_CONCURRENCY`].
 pub fn check(values: &[u32]) -> anyhow::Result<()> {
     if let Some(v) = values.iter().find(|&&v| v == 0 || v > MAX_CONCURRENCY) {
@@ -68,57 +54,4 @@ pub fn check(values: &[u32]) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// `rows` with each finished served run replaced by one row per request (run id
-/// `RUN_ID/request I`, that request's prompt and ids), so the verdict compares every
-/// request's ids with its prompt's other runs. Other rows are unchanged.
-pub fn per_request_rows(rows: &[Row]) -> Vec<Row> {
-    let mut out = Vec::with_capacity(rows.len());
-    for r in rows {
-        if r.status != RunStatus::Ok || r.requests_output_ids.is_empty() {
-            out.push(r.clone());
-            continue;
-        }
-        for (i, ids) in r.requests_output_ids.iter().enumerate() {
-            let mut one = r.clone();
-            one.run_id = format!("{}/request {i}", r.run_id);
-            one.prompt_index = r
-                .requests_prompt_index
-                .get(i)
-                .copied()
-                .unwrap_or(r.prompt_index);
-            one.metrics.generated_tokens = Some(ids.len() as u64);
-            one.metrics.output_ids_sha256 = Some(memdial::engine::generate::ids_sha256(ids));
-            one.metrics.output_ids = ids.clone();
-            one.requests_output_ids = vec![];
-            one.requests_prompt_index = vec![];
-            out.push(one);
-        }
-    }
-    out
-}
-
-/// The concurrency figures of an ordinary run (concurrency 1), from the engine's own
-/// timings: end-to-end tokens/s `generated_tokens / (ttft_s + Σ decode_s_per_token)`,
-/// its TTFT as both quantiles, the decode steps' median and p90 as inter-token
-/// latency. Only when the spec `lists` the axis (more than the default): other
-/// sweeps' rows keep these columns empty.
-pub fn fill_single(row: &mut Row, listed: bool) {
-    if !listed || row.status != RunStatus::Ok {
-        return;
-    }
-    let m = &row.metrics;
-    let total = m
-        .ttft_s
-        .map(|t| t + m.decode_s_per_token.iter().sum::<f64>());
-    row.aggregate_tokens_per_s = m
-        .generated_tokens
-        .zip(total)
-        .filter(|(_, t)| *t > 0.0)
-        .map(|(n, t)| n as f64 / t);
-    row.ttft_p50_s = m.ttft_s;
-    row.ttft_p90_s = m.ttft_s;
-    row.itl_p50_s = memdial::util::stats::percentile(&m.decode_s_per_token, 0.5);
-    row.itl_p90_s = memdial::util::stats::percentile(&m.decode_s_per_token, 0.9);
 }

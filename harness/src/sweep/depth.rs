@@ -17,7 +17,6 @@
 use anyhow::{bail, Result};
 
 use super::axes::{Axis, Coord};
-use super::record::row::Row;
 
 /// The `depth` axis (spec key `depth = [0, 512]`).
 pub struct Depth;
@@ -35,18 +34,6 @@ pub fn of(axes: &[Coord]) -> usize {
     axes.iter()
         .find(|c| c.name == Depth::NAME)
         .and_then(|c| c.value.parse().ok())
-        .unwrap_or(0)
-}
-
-/// The depth of a results row (its `depth` column; absent: 0).
-pub fn of_row(r: &Row) -> usize {
-    r.axes
-        .get(Depth::NAME)
-        .and_then(|v| {
-            v.as_str()
-                .and_then(|s| s.parse().ok())
-                .or_else(|| v.as_u64().map(|n| n as usize))
-        })
         .unwrap_or(0)
 }
 

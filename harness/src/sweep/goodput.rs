@@ -12,9 +12,6 @@
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
-use super::record::row::Row;
-use super::record::status::RunStatus;
-
 /// The spec's `slo` table: latency targets a request must meet to count as goodput.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -77,25 +74,6 @@ pub fn goodput(slo: &Slo, requests: &[Timing], duration_s: f64) -> (Option<f64>,
     (Some(good / requests.len() as f64), rate)
 }
 
-/// The goodput columns of an ordinary run (concurrency 1) under `slo`: its one
-/// request took its TTFT plus its decode steps.
-pub fn fill_single(row: &mut Row, slo: Option<&Slo>) {
-    let (Some(slo), RunStatus::Ok) = (slo, row.status) else {
-        return;
-    };
-    let m = &row.metrics;
-    let (Some(ttft_s), Some(n)) = (m.ttft_s, m.generated_tokens) else {
-        return;
-    };
-    let e2e_s = ttft_s + m.decode_s_per_token.iter().sum::<f64>();
-    let t = Timing {
-        ttft_s,
-        e2e_s,
-        output_tokens: n as usize,
-    };
-    (row.goodput_fraction, row.goodput_requests_per_s) = goodput(slo, &[t], e2e_s);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,41 +108,6 @@ mod tests {
         assert_eq!(goodput(&slo, &log, 10.0), (Some(0.5), Some(0.2)));
         assert_eq!(goodput(&slo, &[], 10.0), (None, None));
         assert_eq!(goodput(&slo, &log, 0.0), (Some(0.5), None));
-    }
-
-    /// An ordinary run: TTFT 0.5 s and decode steps 0.125 + 0.375 s for 3 tokens:
-    /// e2e 1 s, tpot 0.5 / 2 = 0.25 s. Under ttft ≤ 0.5, tpot ≤ 0.25 it is good: 1 of
-    /// 1, 1 / 1 s = 1/s; under tpot ≤ 0.2 it is not.
-    #[test]
-    fn an_ordinary_run_is_one_request() {
-        let mut row = Row {
-            status: RunStatus::Ok,
-            ..Row::default()
-        };
-        row.metrics.ttft_s = Some(0.5);
-        row.metrics.decode_s_per_token = vec![0.125, 0.375];
-        row.metrics.generated_tokens = Some(3);
-        let slo = |tpot_s| Slo {
-            ttft_s: 0.5,
-            tpot_s,
-        };
-        fill_single(&mut row, Some(&slo(0.25)));
-        assert_eq!(
-            (row.goodput_fraction, row.goodput_requests_per_s),
-            (Some(1.0), Some(1.0))
-        );
-        fill_single(&mut row, Some(&slo(0.2)));
-        assert_eq!(
-            (row.goodput_fraction, row.goodput_requests_per_s),
-            (Some(0.0), Some(0.0))
-        );
-        let mut none = Row::default();
-        fill_single(&mut none, Some(&slo(0.25)));
-        assert_eq!(none.goodput_fraction, None);
-        let mut no_slo = row.clone();
-        no_slo.goodput_fraction = None;
-        fill_single(&mut no_slo, None);
-        assert_eq!(no_slo.goodput_fraction, None);
     }
 
     #[test]

@@ -80,15 +80,6 @@ impl LayoutKind {
             None => LayoutKind::Safetensors,
         }
     }
-
-    /// The layout of a results row (its `layout` column; absent or empty:
-    /// `safetensors`; a value no memdial writes: `None`).
-    pub fn of_row(r: &crate::sweep::record::row::Row) -> Option<LayoutKind> {
-        match r.axes.get(Layout::NAME).and_then(|v| v.as_str()) {
-            None | Some("") => Some(LayoutKind::Safetensors),
-            Some(v) => LayoutKind::parse(v),
-        }
-    }
 }
 
 impl std::fmt::Display for LayoutKind {

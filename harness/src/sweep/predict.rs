@@ -107,10 +107,15 @@ pub fn prepare(
     let r = Replayable::new(&t, cfg, &what).map_err(|e| bad(format!("{e:#}")))?;
     let (matching, ctx) = check_fit(spec, &t, &r, prompt_ids, &what)?;
     let p = r.header.prompt_tokens;
-    let device = match (spec.device_gbps, &spec.iobench) {
-        (Some(g), _) => Some((g, "the spec's device_gbps".to_string())),
-        (None, Some(dir)) => Some(crate::planning::rates::iobench_gbps(dir, IoMode::Direct)?),
-        (None, None) => None,
+    let io_threads = crate::store_flags::DEFAULT_IO_THREADS;
+    let (device, expert_gbps) = match (spec.device_gbps, &spec.iobench) {
+        (Some(g), _) => (Some((g, "the spec's device_gbps".to_string())), None),
+        (None, Some(dir)) => {
+            let top_k = cfg.routed_experts().map_or(1, |(_, k)| k.max(1));
+            let r = crate::planning::rates::iobench_rates(dir, IoMode::Direct, top_k, io_threads)?;
+            (Some((r.trunk_gbps, r.source)), Some(r.expert_gbps))
+        }
+        (None, None) => (None, None),
     };
     let compute = crate::planning::compute::compute_time(
         spec.compute_s_per_token,
@@ -127,6 +132,7 @@ pub fn prepare(
         device_source: device
             .map(|d| d.1)
             .unwrap_or_else(|| "the sweep's cold direct probe".into()),
+        expert_gbps,
         compute_s_per_token: compute,
         compute_source,
         decode_ids: t
@@ -139,8 +145,8 @@ pub fn prepare(
     };
     for res in &points.resolved {
         let pt = &res.point;
-        let memdial_engine = crate::sweep::engines::def::engine_or_default(&pt.engine)
-            == crate::sweep::engines::def::DEFAULT_ENGINE;
+        let memdial_engine = crate::sweep::spec::engines::def::engine_or_default(&pt.engine)
+            == crate::sweep::spec::engines::def::DEFAULT_ENGINE;
         if !matching.contains(&pt.prompt_index)
             || !memdial_engine
             || LayoutKind::of(&pt.axes).is_packed()
@@ -287,8 +293,8 @@ impl Predictions {
             .device_gbps
             .zip(self.compute_s_per_token)
             .map(|(g, c)| TimeModel {
-                bytes_per_s: g * 1e9,
-                compute_s_per_token: c,
+                expert_bytes_per_s: self.expert_gbps.unwrap_or(g) * 1e9,
+                ..TimeModel::one_rate(g * 1e9, c)
             });
         for p in self.points.values_mut() {
             p.s_per_token = model

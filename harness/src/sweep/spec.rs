@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use super::axes::{Coord, Values};
 
+pub mod engines;
 mod hash;
 mod points;
 mod prompt;
@@ -99,7 +100,7 @@ pub struct Spec {
     pub cgroup_slack: String,
     /// Engines run at every point (innermost axis): `memdial`, `mlx-lm`,
     /// `kimi-k3-in-c`, `llama.cpp`, `llama.cpp-f32`, or a name defined in an `[engine.NAME]` table
-    /// (see `sweep::engines::def`). Default `["memdial"]`; left out of the spec hash
+    /// (see `sweep::spec::engines::def`). Default `["memdial"]`; left out of the spec hash
     /// and of point keys when it is the default.
     #[serde(default = "d_engines", skip_serializing_if = "is_default_engines")]
     pub engines: Vec<String>,
@@ -109,7 +110,7 @@ pub struct Spec {
     pub reference_engine: Option<String>,
     /// Adapter settings per engine (`[engine.NAME]`), overriding the built-in ones.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub engine: BTreeMap<String, super::engines::def::EngineDef>,
+    pub engine: BTreeMap<String, engines::def::EngineDef>,
     // Axes declared after the ones above (see `super::axes`) go here, each
     // `#[serde(default, skip_serializing_if = "Values::is_default")] NAME: Values<A>`,
     // and into `Spec::later_axes`.
@@ -182,10 +183,10 @@ pub struct Spec {
 }
 
 fn d_engines() -> Vec<String> {
-    vec![super::engines::def::DEFAULT_ENGINE.into()]
+    vec![engines::def::DEFAULT_ENGINE.into()]
 }
 fn is_default_engines(v: &[String]) -> bool {
-    v.len() == 1 && v[0] == super::engines::def::DEFAULT_ENGINE
+    v.len() == 1 && v[0] == engines::def::DEFAULT_ENGINE
 }
 
 fn is_default_noise(t: &memdial::tools::noise::Thresholds) -> bool {
@@ -367,7 +368,7 @@ impl Spec {
         }
         self.refuse_duplicates()?;
         parse_size(&self.cgroup_slack).context("invalid cgroup_slack")?;
-        super::engines::resolve::validate(
+        engines::resolve::validate(
             &self.engines,
             self.reference_engine.as_deref(),
             &self.engine,

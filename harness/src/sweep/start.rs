@@ -44,16 +44,6 @@ impl StartMode {
     }
 }
 
-impl StartMode {
-    /// The start of a results row (its `start` column; absent: `cold`).
-    pub fn of_row(r: &crate::sweep::record::row::Row) -> StartMode {
-        match r.axes.get(Start::NAME).and_then(|v| v.as_str()) {
-            Some("warm") => StartMode::Warm,
-            _ => StartMode::Cold,
-        }
-    }
-}
-
 impl std::fmt::Display for StartMode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

@@ -2,20 +2,25 @@
 //! `memdial simulate` and of a sweep given a trace (docs/simulate.md, "Predicted
 //! s/token").
 //!
-//! One device of bandwidth `bw` serves every read; compute takes `c` seconds per token
-//! with every weight resident. Per decoded token, with `B` the bytes read, `T` the
-//! trunk part (attention, dense and shared-expert groups, `lm_head` blocks), `E` the
-//! routed-expert part and `R` the embedding rows:
+//! Two read rates: `rT` for trunk reads (attention, dense and shared-expert groups,
+//! `lm_head` blocks: one group at a time, as the store reads them), `rE` for routed
+//! experts and embedding rows (a layer's top-k queued at once). Compute takes `c`
+//! seconds per token with every weight resident, of which the share `s` runs after the
+//! router (the routed experts' products) and `c_pre = (1 − s) c` before it. Per
+//! decoded token, with `T` the trunk bytes, `E` the routed-expert bytes and `R` the
+//! embedding rows:
 //!
 //! - `none`: nothing is read ahead, the forward waits for every read:
-//!   `c + B / bw`;
-//! - `next-layer`: the next trunk group is read while the current one computes, so
-//!   trunk reads overlap compute; routed experts are known only when the router has
-//!   run and the embedding row before the forward, so those reads stall it:
-//!   `max(B / bw, c + (E + R) / bw)`, the device's time or compute plus the stalls;
-//! - `lookahead` and `oracle`: as `next-layer`, and the routed experts that were
-//!   guessed (the look-ahead recall; all of them for `oracle`) are read ahead too:
-//!   `max(B / bw, c + ((1 − recall) E + R) / bw)`.
+//!   `c + T / rT + (E + R) / rE`;
+//! - `next-layer`: the next trunk group is read while the current layer computes up to
+//!   its router; the layer's experts are queued after it and the device serves one read
+//!   stream, so only the compute before the router hides trunk reads:
+//!   `max(T / rT, c_pre) + (E + R) / rE + s c`;
+//! - `lookahead` and `oracle`: as `next-layer`, and the guessed experts (the look-ahead
+//!   recall `ρ`; all for `oracle`) are read ahead with the trunk:
+//!   `max(T / rT + ρ E / rE, c_pre) + ((1 − ρ) E + R) / rE + s c`.
+//!
+//! With `s = 0` and `rT = rE` this is the one-rate model `max(B / bw, c + (E + R) / bw)`.
 //!
 //! The model has no page cache: it predicts `direct` IO. For `buffered` and `mmap` a
 //! read that hits the page cache costs no device time and a miss costs the kernel's
@@ -29,16 +34,33 @@ use crate::store::plan::Prefetch;
 /// What the time model needs besides the bytes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TimeModel {
-    /// Device read bandwidth, bytes per second (> 0).
-    pub bytes_per_s: f64,
+    /// Trunk read rate, bytes per second (> 0): one trunk group in flight.
+    pub trunk_bytes_per_s: f64,
+    /// Routed-expert (and embedding-row) read rate, bytes per second (> 0): a layer's
+    /// selection queued at once.
+    pub expert_bytes_per_s: f64,
     /// Compute seconds per decoded token with every weight resident (≥ 0).
     pub compute_s_per_token: f64,
+    /// Share of that compute after the router (the routed experts' products), [0, 1].
+    pub expert_compute_share: f64,
+}
+
+impl TimeModel {
+    /// One rate for every read and no compute after the router (the one-rate model).
+    pub fn one_rate(bytes_per_s: f64, compute_s_per_token: f64) -> TimeModel {
+        TimeModel {
+            trunk_bytes_per_s: bytes_per_s,
+            expert_bytes_per_s: bytes_per_s,
+            compute_s_per_token,
+            expert_compute_share: 0.0,
+        }
+    }
 }
 
 /// The prediction for one replay's decode tokens.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Predicted {
-    /// Device seconds per token: `B / bw`.
+    /// Device seconds per token: `T / rT + (E + R) / rE`.
     pub io_s_per_token: f64,
     /// Seconds per token the forward waits for reads it could not overlap.
     pub stall_s_per_token: f64,
@@ -74,33 +96,34 @@ impl DecodeBytes {
     }
 }
 
-/// The prediction for `b` under `prefetch`. `None` when the model's figures are not
-/// finite and positive (bandwidth) or non-negative (compute).
+/// The prediction for `b` under `prefetch`. `None` when a rate is not finite and
+/// positive, the compute not finite and ≥ 0, or the share outside [0, 1].
 pub fn predict(b: &DecodeBytes, prefetch: Prefetch, m: &TimeModel) -> Option<Predicted> {
-    let bw_ok = m.bytes_per_s.is_finite() && m.bytes_per_s > 0.0;
+    let rate_ok = |r: f64| r.is_finite() && r > 0.0;
     let compute_ok = m.compute_s_per_token.is_finite() && m.compute_s_per_token >= 0.0;
-    if !(bw_ok && compute_ok) {
+    let share_ok = (0.0..=1.0).contains(&m.expert_compute_share);
+    if !(rate_ok(m.trunk_bytes_per_s) && rate_ok(m.expert_bytes_per_s) && compute_ok && share_ok) {
         return None;
     }
-    let per = |x: f64| x / m.bytes_per_s;
-    let io = per(b.bytes);
-    let rows = per(b.embedding_bytes);
-    let experts = per(b.expert_bytes);
+    let trunk = (b.bytes - b.expert_bytes - b.embedding_bytes).max(0.0) / m.trunk_bytes_per_s;
+    let experts = b.expert_bytes / m.expert_bytes_per_s;
+    let rows = b.embedding_bytes / m.expert_bytes_per_s;
+    let io = trunk + experts + rows;
     let c = m.compute_s_per_token;
+    let post = m.expert_compute_share * c;
+    let pre = c - post;
+    let recall = match prefetch {
+        Prefetch::None | Prefetch::NextLayer => 0.0,
+        Prefetch::Oracle => 1.0,
+        Prefetch::Lookahead => b.lookahead_recall.unwrap_or(0.0),
+    };
     let (stall, s) = match prefetch {
         Prefetch::None => (io, c + io),
-        Prefetch::NextLayer => {
-            let stall = experts + rows;
-            (stall, io.max(c + stall))
-        }
-        Prefetch::Lookahead | Prefetch::Oracle => {
-            let recall = if prefetch == Prefetch::Oracle {
-                1.0
-            } else {
-                b.lookahead_recall.unwrap_or(0.0)
-            };
-            let stall = (1.0 - recall) * experts + rows;
-            (stall, io.max(c + stall))
+        _ => {
+            let ahead = trunk + recall * experts;
+            let behind = (1.0 - recall) * experts + rows;
+            let hidden_wait = (ahead - pre).max(0.0);
+            (hidden_wait + behind, ahead.max(pre) + behind + post)
         }
     };
     Some(Predicted {
@@ -128,23 +151,20 @@ mod tests {
     #[test]
     fn the_three_regimes_by_hand() {
         // 1 GB/s, 0.1 s compute, 2 tokens reading 200 MB trunk + 100 MB experts + 2 MB rows.
-        let m = TimeModel {
-            bytes_per_s: 1e9,
-            compute_s_per_token: 0.1,
-        };
+        let m = TimeModel::one_rate(1e9, 0.1);
         let d = counts(200_000_000, 100_000_000, 2_000_000);
         let none = predict(&d, Prefetch::None, &m).unwrap();
         // 151 MB/token → 0.151 s of IO, serial with compute.
         assert!((none.io_s_per_token - 0.151).abs() < 1e-12);
         assert!((none.s_per_token - 0.251).abs() < 1e-12);
-        // Trunk hidden: max(0.151, 0.1 + 0.051) = 0.151.
+        // Trunk hidden: max(0.1, 0.1) + 0.051 = 0.151.
         let nl = predict(&d, Prefetch::NextLayer, &m).unwrap();
         assert!((nl.s_per_token - 0.151).abs() < 1e-12);
         assert!((nl.stall_s_per_token - 0.051).abs() < 1e-12);
-        // Oracle: only the rows stall: max(0.151, 0.101).
+        // Oracle: experts read ahead too: max(0.1 + 0.05, 0.1) + 0.001 = 0.151.
         let or = predict(&d, Prefetch::Oracle, &m).unwrap();
         assert!((or.s_per_token - 0.151).abs() < 1e-12);
-        // Compute-bound: 0.3 s compute, next-layer → 0.3 + 0.051.
+        // Compute-bound: 0.3 s compute, next-layer → max(0.1, 0.3) + 0.051.
         let slow = TimeModel {
             compute_s_per_token: 0.3,
             ..m
@@ -153,9 +173,43 @@ mod tests {
         assert!((nl.s_per_token - 0.351).abs() < 1e-12);
         assert!(DecodeBytes::per_token(&SimCounts::default(), 0).is_none());
         let bad = TimeModel {
-            bytes_per_s: 0.0,
+            trunk_bytes_per_s: 0.0,
             ..m
         };
         assert!(predict(&d, Prefetch::None, &bad).is_none());
+        let bad = TimeModel {
+            expert_compute_share: 1.5,
+            ..m
+        };
+        assert!(predict(&d, Prefetch::None, &bad).is_none());
+    }
+
+    #[test]
+    fn split_rates_and_compute_after_the_router_by_hand() {
+        // Per token: 100 MB trunk, 50 MB experts, 1 MB rows; trunk at 2 GB/s, experts
+        // and rows at 1 GB/s; 0.08 s compute, a quarter of it after the router.
+        //   trunk 100e6 / 2e9 = 0.050 s; experts 50e6 / 1e9 = 0.050 s; rows 0.001 s.
+        //   none: 0.08 + 0.050 + 0.050 + 0.001 = 0.181.
+        //   next-layer: c_pre = 0.06, post = 0.02:
+        //     max(0.050, 0.06) + 0.051 + 0.02 = 0.131; stall 0 + 0.051.
+        //   lookahead, recall 0.6: ahead 0.050 + 0.030 = 0.080 > c_pre:
+        //     0.080 + (0.020 + 0.001) + 0.02 = 0.121; stall (0.080 − 0.06) + 0.021 = 0.041.
+        let m = TimeModel {
+            trunk_bytes_per_s: 2e9,
+            expert_bytes_per_s: 1e9,
+            compute_s_per_token: 0.08,
+            expert_compute_share: 0.25,
+        };
+        let mut d = counts(200_000_000, 100_000_000, 2_000_000);
+        let none = predict(&d, Prefetch::None, &m).unwrap();
+        assert!((none.io_s_per_token - 0.101).abs() < 1e-12);
+        assert!((none.s_per_token - 0.181).abs() < 1e-12);
+        let nl = predict(&d, Prefetch::NextLayer, &m).unwrap();
+        assert!((nl.s_per_token - 0.131).abs() < 1e-12);
+        assert!((nl.stall_s_per_token - 0.051).abs() < 1e-12);
+        d.lookahead_recall = Some(0.6);
+        let la = predict(&d, Prefetch::Lookahead, &m).unwrap();
+        assert!((la.s_per_token - 0.121).abs() < 1e-12);
+        assert!((la.stall_s_per_token - 0.041).abs() < 1e-12);
     }
 }

@@ -415,6 +415,9 @@ fn run_pass(w: &Workload, spec: &CellSpec, seconds: f64) -> Result<Pass> {
 
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
+    // Batched patterns: requests completed so far, so request i starts only once every
+    // request of the batches before its own has completed.
+    let done = (std::sync::Mutex::new(0usize), std::sync::Condvar::new());
     let barrier = Barrier::new(spec.qd + 1);
     let (cpu0, dev0, t0, results) = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..spec.qd)
@@ -424,7 +427,8 @@ fn run_pass(w: &Workload, spec: &CellSpec, seconds: f64) -> Result<Pass> {
                 let mut buf = AlignedBuf::carve(1, buf_len)
                     .pop()
                     .expect("carve(1, _) returns one buffer");
-                let (files, seq, next, stop, barrier) = (&files, &seq, &next, &stop, &barrier);
+                let (files, seq, next, stop, barrier, done) =
+                    (&files, &seq, &next, &stop, &barrier, &done);
                 sc.spawn(move || -> Result<(Histogram<u64>, u64, u64)> {
                     let mut hist = new_hist();
                     let (mut bytes, mut n) = (0u64, 0u64);
@@ -440,12 +444,18 @@ fn run_pass(w: &Workload, spec: &CellSpec, seconds: f64) -> Result<Pass> {
                         if limit.is_some_and(|l| i >= l) {
                             break;
                         }
+                        if w.batch > 0 && !wait_batch(done, stop, i / w.batch * w.batch) {
+                            break;
+                        }
                         let req = &w.requests[seq[i % seq.len()]];
                         let t = Instant::now();
-                        match read_request(files, req, &mut buf) {
+                        let r = read_request(files, req, &mut buf);
+                        count_done(done, w.batch);
+                        match r {
                             Ok(b) => bytes += b,
                             Err(e) => {
                                 stop.store(true, Ordering::Relaxed);
+                                done.1.notify_all();
                                 return Err(e);
                             }
                         }
@@ -490,6 +500,35 @@ fn run_pass(w: &Workload, spec: &CellSpec, seconds: f64) -> Result<Pass> {
         resident_before,
         resident_after,
     })
+}
+
+/// One more request completed (batched patterns only).
+fn count_done(done: &(std::sync::Mutex<usize>, std::sync::Condvar), batch: usize) {
+    if batch > 0 {
+        *done.0.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        done.1.notify_all();
+    }
+}
+
+/// Waits until `want` requests have completed (`done`); `false` when a reader failed
+/// (`stop`) first.
+fn wait_batch(
+    done: &(std::sync::Mutex<usize>, std::sync::Condvar),
+    stop: &AtomicBool,
+    want: usize,
+) -> bool {
+    let mut n = done.0.lock().unwrap_or_else(|p| p.into_inner());
+    while *n < want {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        n = done
+            .1
+            .wait_timeout(n, Duration::from_millis(50))
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    }
+    true
 }
 
 /// The row of `p` (one or more cold passes, or one warm replay).

@@ -24,20 +24,32 @@ pub enum Pattern {
     Trunk,
     /// Every routed expert record once, in a seeded random order.
     Experts,
+    /// As [`Pattern::Experts`], read as the streaming store reads a decode token's
+    /// selection: `K` records queued at once (one MoE layer's top-k), all of them
+    /// waited for before the next `K` are queued (`experts:K`).
+    ExpertBatches(usize),
     /// The routed experts of a recorded trace (`memdial run --record-trace F`), in order.
     Trace(PathBuf),
 }
 
 impl Pattern {
-    /// Parses `trunk`, `experts` or `trace:FILE`.
+    /// Parses `trunk`, `experts`, `experts:K` (K ≥ 1) or `trace:FILE`.
     pub fn parse(s: &str) -> Result<Self> {
         Ok(match s {
             "trunk" => Pattern::Trunk,
             "experts" => Pattern::Experts,
-            _ => match s.strip_prefix("trace:") {
-                Some(f) if !f.is_empty() => Pattern::Trace(PathBuf::from(f)),
-                _ => bail!("unknown pattern {s:?} (trunk, experts, trace:FILE)"),
-            },
+            _ => {
+                if let Some(k) = s.strip_prefix("experts:") {
+                    match k.parse::<usize>() {
+                        Ok(k) if k >= 1 => return Ok(Pattern::ExpertBatches(k)),
+                        _ => bail!("pattern {s:?}: K of experts:K must be a count ≥ 1"),
+                    }
+                }
+                match s.strip_prefix("trace:") {
+                    Some(f) if !f.is_empty() => Pattern::Trace(PathBuf::from(f)),
+                    _ => bail!("unknown pattern {s:?} (trunk, experts, experts:K, trace:FILE)"),
+                }
+            }
         })
     }
     /// Name used in reports: `trunk`, `experts`, `trace:<file name>`.
@@ -45,6 +57,7 @@ impl Pattern {
         match self {
             Pattern::Trunk => "trunk".into(),
             Pattern::Experts => "experts".into(),
+            Pattern::ExpertBatches(k) => format!("experts:{k}"),
             Pattern::Trace(p) => format!(
                 "trace:{}",
                 p.file_name()
@@ -108,6 +121,9 @@ pub struct Workload {
     /// True when consecutive requests are at increasing offsets (fio `rw=read`),
     /// false for random order (fio `rw=randread`).
     pub sequential: bool,
+    /// Requests queued together and all waited for before the next ones are queued
+    /// (0: none, the readers take requests as they finish; `experts:K`: K).
+    pub batch: usize,
 }
 
 fn spans_of(g: &ReadGroup) -> Vec<Span> {
@@ -162,7 +178,7 @@ impl Workload {
                 let seq = (0..reqs.len()).collect();
                 (reqs, seq, true)
             }
-            Pattern::Experts | Pattern::Trace(_) => {
+            Pattern::Experts | Pattern::ExpertBatches(_) | Pattern::Trace(_) => {
                 if plan.expert_groups.is_empty() {
                     bail!("{}: the model has no routed experts", model_dir.display());
                 }
@@ -202,6 +218,10 @@ impl Workload {
             requests,
             sequence,
             sequential,
+            batch: match pattern {
+                Pattern::ExpertBatches(k) => *k,
+                _ => 0,
+            },
         })
     }
 
@@ -230,6 +250,7 @@ impl Workload {
             sequence: (0..requests.len()).collect(),
             requests,
             sequential: true,
+            batch: 0,
         })
     }
 
@@ -308,6 +329,12 @@ mod tests {
             "trace:t.jsonl"
         );
         assert!(Pattern::parse("trace:").is_err());
+        assert_eq!(
+            Pattern::parse("experts:8").unwrap(),
+            Pattern::ExpertBatches(8)
+        );
+        assert_eq!(Pattern::ExpertBatches(8).name(), "experts:8");
+        assert!(Pattern::parse("experts:0").is_err());
         assert!(Pattern::parse("random").is_err());
     }
 
@@ -326,6 +353,7 @@ mod tests {
             ],
             sequence: vec![2, 0, 2, 1, 0],
             sequential: false,
+            batch: 0,
         };
         assert_eq!(w.cold_sequence(), vec![2, 0, 1]);
         assert_eq!(w.pass_bytes(), 30);

@@ -7,7 +7,6 @@ use serde::Serialize;
 
 use crate::sweep::record::row::Row;
 use crate::sweep::record::status::RunStatus;
-use crate::sweep::start::StartMode;
 
 /// The runs of one start (or of all), warm-ups left out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -48,9 +47,7 @@ pub fn by_start(rows: &[Row]) -> BTreeMap<String, RunCounts> {
     out.insert("all".into(), RunCounts::default());
     for r in rows.iter().filter(|r| !r.warmup) {
         out.get_mut("all").expect("inserted").add(r);
-        out.entry(StartMode::of_row(r).to_string())
-            .or_default()
-            .add(r);
+        out.entry(r.start().to_string()).or_default().add(r);
     }
     out
 }

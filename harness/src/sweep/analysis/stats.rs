@@ -269,12 +269,13 @@ pub fn per_point(rows: &[Row]) -> Vec<PointStats> {
                     .find(|r| r.status == RunStatus::NotApplicable)
                     .map(|r| r.error.clone().unwrap_or_default()),
                 insufficient_repeats: iv.as_ref().is_some_and(|i| i.insufficient),
-                start: crate::sweep::start::StartMode::of_row(first).to_string(),
+                start: first.start().to_string(),
                 noisy: all.iter().filter(|r| r.is_measured_noisy()).count(),
                 noisy_only,
-                layout: crate::sweep::layout::LayoutKind::of_row(first)
+                layout: first
+                    .layout()
                     .map_or_else(|| "unknown".to_string(), |k| k.to_string()),
-                depth: crate::sweep::depth::of_row(first),
+                depth: first.depth(),
             }
         })
         .collect()

@@ -127,19 +127,14 @@ pub fn first_difference(a: &[u32], b: &[u32]) -> Option<usize> {
 
 /// The group of a run: (prompt, depth, max_tokens, engine).
 fn group_key(r: &Row) -> (usize, usize, usize, String) {
-    (
-        r.prompt_index,
-        crate::sweep::depth::of_row(r),
-        r.max_tokens,
-        r.engine.clone(),
-    )
+    (r.prompt_index, r.depth(), r.max_tokens, r.engine.clone())
 }
 
 /// Computes the verdict of `rows`.
 pub fn verdict(rows: &[Row]) -> Verdict {
     let all = rows;
     // A served run (the `concurrency` axis) is compared request by request.
-    let rows = &crate::sweep::concurrency::per_request_rows(rows)[..];
+    let rows = &crate::sweep::record::served::per_request_rows(rows)[..];
     let mut groups: BTreeMap<(usize, usize, usize, String), Vec<&Row>> = BTreeMap::new();
     let mut not_applicable = vec![];
     let mut failed = vec![];

@@ -18,10 +18,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::def::engine_or_default;
 use crate::sweep::analysis::verdict::{first_difference, Verdict};
 use crate::sweep::record::engine_meta::EngineMeta;
 use crate::sweep::record::row::Row;
+use crate::sweep::spec::engines::def::engine_or_default;
 
 /// Largest top-2 logit margin of the reference that counts as a near-tie, in logit
 /// units. Chosen from the measured spread between float32 engines on `mini`: their
@@ -128,7 +128,7 @@ pub fn cross(v: &Verdict, rows: &[Row], engines: &[EngineMeta], margins: &Margin
         .iter()
         .find(|e| e.reference)
         .map(|e| e.name.clone())
-        .unwrap_or_else(|| super::def::DEFAULT_ENGINE.to_string());
+        .unwrap_or_else(|| crate::sweep::spec::engines::def::DEFAULT_ENGINE.to_string());
     let mut prompts: Vec<(usize, usize)> = ids.keys().map(|k| (k.1, k.2)).collect();
     prompts.sort();
     prompts.dedup();

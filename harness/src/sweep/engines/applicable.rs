@@ -1,9 +1,9 @@
 //! Which points an engine can run: model types, kimi-k3-in-c's floor, resident-only
 //! engines under the model size, IO modes and prefetch policies it lacks.
 
-use super::def::EngineDef;
-use super::def::{uses, K3C_OVERHEAD_BYTES};
 use super::registry::{Engine, Registry};
+use crate::sweep::spec::engines::def::EngineDef;
+use crate::sweep::spec::engines::def::{uses, K3C_OVERHEAD_BYTES};
 use crate::sweep::spec::{Point, Spec};
 
 impl Registry {
@@ -144,7 +144,7 @@ pub fn resident_need(d: &EngineDef, model_bytes: u64) -> u64 {
 /// Why text-only engine `e` cannot run point `p`: its prompt is ids (or a file that
 /// cannot be read), and it takes text.
 fn text_only_na(e: &Engine, spec: &Spec, p: &Point) -> Option<String> {
-    (e.def.output == Some(super::def::OutputKind::Text)
+    (e.def.output == Some(crate::sweep::spec::engines::def::OutputKind::Text)
         && super::runs::prompt_text(spec, p.prompt_index).is_none())
     .then(|| {
         format!(

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::def::BUILTINS;
 use super::registry::Registry;
+use crate::sweep::spec::engines::def::BUILTINS;
 use crate::sweep::spec::Spec;
 
 /// Arguments of `memdial engines`.
@@ -40,7 +40,7 @@ pub enum EnginesCommand {
 pub fn run(a: &EnginesArgs) -> Result<ExitCode> {
     match &a.command {
         EnginesCommand::Placeholders => {
-            for (p, what) in super::template::PLACEHOLDERS {
+            for (p, what) in crate::sweep::spec::engines::template::PLACEHOLDERS {
                 println!("{{{p}}}\t{what}");
             }
             Ok(ExitCode::SUCCESS)
@@ -52,7 +52,7 @@ pub fn run(a: &EnginesArgs) -> Result<ExitCode> {
                     let names: Vec<String> = BUILTINS
                         .iter()
                         .filter(|b| {
-                            super::def::builtin(b).is_some_and(|d| {
+                            crate::sweep::spec::engines::def::builtin(b).is_some_and(|d| {
                                 d.command.is_some() || d.adapter.as_deref() == Some("memdial")
                             })
                         })
@@ -96,7 +96,7 @@ pub fn run(a: &EnginesArgs) -> Result<ExitCode> {
                             problems.push(format!(
                                 "engine {:?} does not run: {why}; to build it: {}",
                                 e.name,
-                                super::def::how_to_build(&e.adapter)
+                                crate::sweep::spec::engines::def::how_to_build(&e.adapter)
                             ));
                             "broken".to_string()
                         }

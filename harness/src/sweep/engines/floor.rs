@@ -24,10 +24,11 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::def::FloorSearch;
-use super::registry::{Engine, Registry, RunCtx};
+use super::registry::{Engine, Registry};
 use crate::args::usage;
 use crate::sweep::run::cgroup::{Mode, RunCgroup};
+use crate::sweep::run::plugin::RunCtx;
+use crate::sweep::spec::engines::def::FloorSearch;
 use crate::sweep::spec::{BudgetExpr, Point, Spec};
 use memdial::util::units::fmt_bytes;
 

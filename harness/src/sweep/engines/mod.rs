@@ -22,16 +22,14 @@
 pub mod agreement;
 pub mod applicable;
 pub mod check;
-pub mod def;
 pub mod floor;
 pub mod gguf_meta;
 pub mod margins;
 pub mod opaque;
 pub mod output;
+pub mod plugin;
 pub mod program;
 pub mod ratio;
 pub mod registry;
-pub mod resolve;
 pub mod runs;
 pub mod setup;
-pub mod template;

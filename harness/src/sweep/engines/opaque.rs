@@ -108,11 +108,10 @@ impl OpaqueMeta {
 /// Whether the sweep of `spec` takes `model` as an opaque model: memdial is not among
 /// its engines and memdial's engine does not read `model`.
 pub fn wanted(spec: &Spec, model: &Path) -> bool {
-    if spec
-        .engines
-        .iter()
-        .any(|e| super::resolve::resolve_def(&spec.engine, e).is_ok_and(|d| is_memdial(&d)))
-    {
+    if spec.engines.iter().any(|e| {
+        crate::sweep::spec::engines::resolve::resolve_def(&spec.engine, e)
+            .is_ok_and(|d| is_memdial(&d))
+    }) {
         return false;
     }
     !(model.is_dir()
@@ -120,7 +119,7 @@ pub fn wanted(spec: &Spec, model: &Path) -> bool {
         && memdial::format::checkpoint::Checkpoint::open(model).is_ok())
 }
 
-fn is_memdial(d: &super::def::EngineDef) -> bool {
+fn is_memdial(d: &crate::sweep::spec::engines::def::EngineDef) -> bool {
     d.adapter.as_deref() == Some("memdial")
 }
 

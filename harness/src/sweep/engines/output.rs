@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Map, Value};
 
 use super::registry::Engine;
-use super::template::Vars;
+use crate::sweep::spec::engines::template::Vars;
 use crate::sweep::util::{read_output, MAX_OUTPUT_BYTES};
 
 /// The value at dotted key `key` (`a.b.0`) of `v`.
@@ -107,7 +107,7 @@ pub fn read_metrics(
         }
         None => None,
     };
-    let text_only = d.output == Some(super::def::OutputKind::Text);
+    let text_only = d.output == Some(crate::sweep::spec::engines::def::OutputKind::Text);
     let ids = if text_only {
         vec![]
     } else {
@@ -282,7 +282,7 @@ mod tests {
             ids_from_stdout("log\n@K3TOKEN 5\n@K3TOKEN 7\n", &re).unwrap(),
             vec![5, 7]
         );
-        let k3c = crate::sweep::engines::def::builtin("kimi-k3-in-c").unwrap();
+        let k3c = crate::sweep::spec::engines::def::builtin("kimi-k3-in-c").unwrap();
         let re = regex::Regex::new(k3c.steps_stdout_regex.as_deref().unwrap()).unwrap();
         let table = "STEP   TOKEN      SECONDS      CACHE HIT  READ GB    TOK/S\n\
                      0      4470       15.13        100.0      0.34       0.066\n\

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::def::engine_or_default;
 use crate::sweep::analysis::stats::PointStats;
+use crate::sweep::spec::engines::def::engine_or_default;
 use memdial::util::stats::bootstrap::Ratio;
 
 /// One engine point against the reference engine's point.

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use crate::sweep::record::engine_meta::EngineMeta;
 use anyhow::{bail, Context, Result};
 
-use super::def::{bin_env, how_to_build, BudgetHold, EngineDef};
-use super::template::Vars;
-use crate::sweep::spec::{Point, Spec};
+use crate::sweep::spec::engines::def::{bin_env, how_to_build, BudgetHold, EngineDef};
+use crate::sweep::spec::engines::template::Vars;
+use crate::sweep::spec::Spec;
 
 /// Scripts of the built-in adapters, embedded so a sweep works outside the repository
 /// (written to `<run dir>/engines/scripts/` when used).
@@ -63,41 +63,6 @@ impl Engine {
     }
 }
 
-/// Everything a command template needs for one run.
-#[derive(Debug, Clone)]
-pub struct RunCtx<'a> {
-    /// The sweep's model directory.
-    pub model_dir: &'a Path,
-    /// Prompt ids.
-    pub prompt_ids: &'a [u32],
-    /// The prompt's text (`{prompt_text}`), for a text or file prompt; `None` for ids.
-    pub prompt_text: Option<&'a str>,
-    /// The point.
-    pub point: &'a Point,
-    /// Budget, bytes.
-    pub budget_bytes: u64,
-    /// Tokens to generate.
-    pub max_tokens: usize,
-    /// The run directory.
-    pub run_dir: &'a Path,
-    /// Memdial's pinned trunk + slot bytes at this budget (kimi-k3-in-c's trunk share).
-    pub trunk_share_bytes: Option<u64>,
-}
-
-/// A resolved child command.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ExtCommand {
-    /// Program.
-    pub program: PathBuf,
-    /// Arguments.
-    pub args: Vec<String>,
-    /// Extra environment.
-    pub env: Vec<(String, String)>,
-    /// Files the engine writes its output to (its `ids_json`, `text_file`): removed before each
-    /// attempt, so what is read after it was written by it.
-    pub outputs: Vec<PathBuf>,
-}
-
 /// The engines of one spec.
 #[derive(Debug, Clone)]
 pub struct Registry {
@@ -127,9 +92,11 @@ pub struct Registry {
     pub floors: std::collections::BTreeMap<(String, String), super::opaque::Floor>,
 }
 
-use super::def::{toml_key, uses, K3C_OVERHEAD_BYTES};
 use super::opaque::OpaqueModel;
-use super::resolve::{default_python, resolve_def};
+use crate::sweep::run::plugin::RunCtx;
+use crate::sweep::run::runner::ExtCommand;
+use crate::sweep::spec::engines::def::{toml_key, uses, K3C_OVERHEAD_BYTES};
+use crate::sweep::spec::engines::resolve::{default_python, resolve_def};
 
 impl Registry {
     /// The engines of `spec` (definitions only; nothing is run).

@@ -5,9 +5,10 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::def::uses;
-use super::def::BudgetHold;
-use super::registry::{Engine, Registry, RunCtx};
+use super::registry::{Engine, Registry};
+use crate::sweep::run::plugin::RunCtx;
+use crate::sweep::spec::engines::def::uses;
+use crate::sweep::spec::engines::def::BudgetHold;
 use crate::sweep::spec::{Point, Spec};
 
 /// Prompt ids of every prompt of `spec` (text tokenized with the model's tokenizer,
@@ -21,10 +22,9 @@ use crate::sweep::spec::{Point, Spec};
 pub fn prompt_ids(spec: &Spec, model: &Path, reg: &Registry) -> Result<Vec<Vec<u32>>> {
     use crate::sweep::spec::PromptSpec;
     // Text-only engines take the text itself: only engines given ids need them.
-    let needed = reg
-        .engines
-        .iter()
-        .any(|e| !e.is_memdial() && e.def.output != Some(super::def::OutputKind::Text));
+    let needed = reg.engines.iter().any(|e| {
+        !e.is_memdial() && e.def.output != Some(crate::sweep::spec::engines::def::OutputKind::Text)
+    });
     if let Some(tk) = opaque_tokenizer(model, reg)? {
         let mut out = vec![];
         for p in &spec.prompts {
@@ -243,7 +243,7 @@ pub fn finish_run(
         .into(),
     );
     row.engine_version = (!e.version.is_empty()).then(|| e.version.clone());
-    if e.def.output == Some(super::def::OutputKind::Text) {
+    if e.def.output == Some(crate::sweep::spec::engines::def::OutputKind::Text) {
         row.output_kind = Some(crate::sweep::record::row::TEXT_ONLY.into());
     }
     if e.is_memdial() || o.timed_out || o.exit_code != Some(0) {

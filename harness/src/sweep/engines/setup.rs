@@ -6,9 +6,9 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use super::def::SETUP_CACHE_ENV;
-use super::template::Vars;
 use crate::sweep::run::child;
+use crate::sweep::spec::engines::def::SETUP_CACHE_ENV;
+use crate::sweep::spec::engines::template::Vars;
 
 /// `$MEMDIAL_ENGINE_CACHE`, `$XDG_CACHE_HOME/memdial/engines`, `~/.cache/memdial/engines`.
 pub fn setup_cache() -> PathBuf {

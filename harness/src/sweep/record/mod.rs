@@ -19,4 +19,5 @@ pub mod predictions;
 pub mod proof;
 pub mod row;
 pub mod rundir;
+pub mod served;
 pub mod status;

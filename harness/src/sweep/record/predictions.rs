@@ -19,6 +19,10 @@ pub struct Predictions {
     pub device_gbps: Option<f64>,
     /// Where the bandwidth comes from.
     pub device_source: String,
+    /// Routed-expert read rate, GB/s, when the source gives one apart from the trunk's
+    /// (`device_gbps`); `None`: `device_gbps` for every read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_gbps: Option<f64>,
     /// Compute seconds per decoded token (`None`: not given, no predicted s/token).
     pub compute_s_per_token: Option<f64>,
     /// Where the compute time comes from.

@@ -626,5 +626,6 @@ pub fn load(dir: &Path) -> Result<Vec<Row>> {
     serde_json::from_str(&text).with_context(|| format!("{} is not a results file", p.display()))
 }
 
+mod coords;
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,9 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
+/// Default parent of run directories (`reports/`).
+pub const DEFAULT_REPORTS: &str = "reports";
+
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};

@@ -9,12 +9,9 @@ use memdial::util::units::fmt_bytes;
 
 use super::cgroup::{self, Mode, RunCgroup};
 use super::coldcache::make_cold;
+use super::plugin::{EnginePlugin, RunCtx, RunEngine};
 use super::points::Resolved;
 use super::runner::{RunOutcome, RunRequest};
-use crate::sweep::engines::{
-    self,
-    registry::{Engine, Registry},
-};
 use crate::sweep::record::host::Host;
 use crate::sweep::record::row::Row;
 use crate::sweep::record::status::RunStatus;
@@ -48,7 +45,7 @@ pub struct RunEnv<'a> {
     /// Test only: (point index, logit id) to perturb.
     pub perturb: Option<(usize, u32)>,
     /// The spec's engines.
-    pub engines: &'a Registry,
+    pub engines: &'a dyn EnginePlugin,
     /// Prompt ids of every prompt (other engines are given ids).
     pub prompt_ids: &'a [Vec<u32>],
     /// The packed layout `lossless` points read (the `layout` axis), when the spec
@@ -179,12 +176,12 @@ impl RunEnv<'_> {
         row.warmup = slot.warmup;
         let engine = self
             .engines
-            .get(&slot.point.engine)
+            .engine(&slot.point.engine)
             .ok_or_else(|| anyhow::anyhow!("engine {:?} is not in the spec", slot.point.engine))?;
         let run_dir = self.out.join("runs").join(slot.dir_name());
         let ids = &self.prompt_ids[slot.point.prompt_index];
-        let text = engines::runs::prompt_text(spec, slot.point.prompt_index);
-        let ext_ctx = engines::registry::RunCtx {
+        let text = self.engines.prompt_text(spec, slot.point.prompt_index);
+        let ext_ctx = RunCtx {
             model_dir: self.model,
             prompt_ids: ids,
             prompt_text: text.as_deref(),
@@ -192,8 +189,8 @@ impl RunEnv<'_> {
             budget_bytes: r.budget_bytes,
             max_tokens: spec.max_tokens,
             run_dir: &run_dir,
-            trunk_share_bytes: engines::runs::trunk_share(
-                engine,
+            trunk_share_bytes: self.engines.trunk_share(
+                &engine.name,
                 self.model,
                 r.budget_bytes,
                 &slot.point,
@@ -203,7 +200,7 @@ impl RunEnv<'_> {
         // Another engine's own files (a GGUF, a packed trunk) are made cold too, and
         // both layouts' files when the spec has two; the run's own are watched.
         let (model, mut files) = self.layout_files(&slot.point);
-        files.extend(engines::runs::cold_files(self.engines, engine, &ext_ctx));
+        files.extend(self.engines.cold_files(&engine.name, &ext_ctx));
         let mut evict = files.clone();
         evict.extend(
             self.packed
@@ -217,19 +214,14 @@ impl RunEnv<'_> {
         row.model_files = cold.files;
         row.resident_before_bytes = cold.resident_bytes;
         row.cold_verified = cold.verified();
-        let cg = self.run_cgroup(engine, slot, r.budget_bytes, &mut row)?;
+        let cg = self.run_cgroup(&engine, slot, r.budget_bytes, &mut row)?;
         let prompt = &spec.prompts[slot.point.prompt_index];
-        let ext = if engine.is_memdial() {
-            None
-        } else {
-            Some(
-                self.engines
-                    .command(engine, &ext_ctx)
-                    .map_err(crate::args::as_usage)?,
-            )
-        };
+        let ext = self
+            .engines
+            .command(&engine.name, &ext_ctx)
+            .map_err(crate::args::as_usage)?;
         let clients = crate::sweep::concurrency::of(&slot.point.axes);
-        if clients > 1 && engine.is_memdial() {
+        if clients > 1 && engine.is_memdial {
             return self.run_served(slot, r, row, (model, &files), cg, clients);
         }
         let req = RunRequest {
@@ -252,22 +244,16 @@ impl RunEnv<'_> {
         };
         row.started_utc = utc_now_rfc3339();
         let mut o = req.execute()?;
-        engines::runs::finish_run(
-            self.engines,
-            engine,
-            &ext_ctx,
-            &mut o,
-            &mut row,
-            cg.is_some(),
-        );
+        self.engines
+            .finish_run(&engine.name, &ext_ctx, &mut o, &mut row, cg.is_some());
         self.finish_row(&mut row, &o, cg, r.budget_bytes);
         let listed = slot
             .point
             .axes
             .iter()
             .any(|c| c.name == "concurrency" && c.in_key);
-        crate::sweep::concurrency::fill_single(&mut row, listed);
-        crate::sweep::goodput::fill_single(&mut row, self.spec.slo.as_ref());
+        crate::sweep::record::served::fill_concurrency(&mut row, listed);
+        crate::sweep::record::served::fill_goodput(&mut row, self.spec.slo.as_ref());
         Ok(row)
     }
 
@@ -340,14 +326,14 @@ impl RunEnv<'_> {
     /// `row.cgroup_reason`). Errors: `--cgroup` is required and none can be made.
     fn run_cgroup(
         &self,
-        engine: &Engine,
+        engine: &RunEngine,
         slot: &RunSlot,
         budget_bytes: u64,
         row: &mut Row,
     ) -> Result<Option<RunCgroup>> {
         row.cgroup_reason = Some(self.no_cg_reason.clone());
         let cg = match &self.cg_mode {
-            Some(_) if !engine.budget.wants_cgroup() => {
+            Some(_) if !engine.wants_cgroup => {
                 row.cgroup_reason = Some(format!(
                     "engine {} holds its budget by its own flags (budget = \"flag\")",
                     engine.name

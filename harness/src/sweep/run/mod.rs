@@ -24,5 +24,6 @@ pub mod execute;
 pub mod interrupt;
 pub mod memwatch;
 pub mod packed;
+pub mod plugin;
 pub mod points;
 pub mod runner;

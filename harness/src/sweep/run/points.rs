@@ -13,7 +13,7 @@ use memdial::store::plan::{plan_unchecked, Prefetch, Sequences};
 
 use crate::args::as_usage;
 
-use crate::sweep::engines::registry::Registry;
+use super::plugin::{EnginePlugin, Opaque};
 use crate::sweep::layout::LayoutKind;
 use crate::sweep::spec::{
     BudgetExpr, Point, PromptSpec, RunSlot, Shard, Spec, DEFAULT_PLAN_CONTEXT,
@@ -114,9 +114,9 @@ impl Points {
         spec: &Spec,
         model: &Path,
         packed: &[super::packed::PackedLayout],
-        engines: &Registry,
+        engines: &dyn EnginePlugin,
     ) -> Result<Points> {
-        if let Some(m) = &engines.opaque {
+        if let Some(m) = engines.opaque() {
             return Self::resolve_opaque(spec, m, engines);
         }
         let ck = Checkpoint::open(model).map_err(as_usage)?;
@@ -227,16 +227,12 @@ impl Points {
         })
     }
 
-    /// The points of `spec` on an opaque model ([`crate::sweep::engines::opaque`]): model
+    /// The points of `spec` on an opaque model ([`super::plugin::Opaque`]): model
     /// bytes are its files' bytes, a point's floor is its engine's at its IO mode
-    /// ([`Registry::floors`]; 0, nothing below it, when the engine has none).
+    /// (the plug-in's `floor_of`; 0, nothing below it, when the engine has none).
     ///
     /// Errors (usage): a `floor` budget for an engine with no floor at that IO mode.
-    fn resolve_opaque(
-        spec: &Spec,
-        m: &crate::sweep::engines::opaque::OpaqueModel,
-        engines: &Registry,
-    ) -> Result<Points> {
+    fn resolve_opaque(spec: &Spec, m: Opaque<'_>, engines: &dyn EnginePlugin) -> Result<Points> {
         let mut out = vec![];
         for p in spec.points() {
             let expr = BudgetExpr::parse(&p.budget_spec).map_err(|e| as_usage(e.into()))?;
@@ -251,7 +247,7 @@ impl Points {
                     p.engine,
                     p.io.as_str(),
                     m.path.display(),
-                    crate::sweep::engines::def::toml_key(&p.engine)
+                    crate::sweep::spec::engines::def::toml_key(&p.engine)
                 )));
             }
             let floor = floor.unwrap_or(0);
@@ -269,13 +265,18 @@ impl Points {
         Ok(Points {
             resolved: out,
             model_bytes: m.bytes,
-            shard_files: m.files.clone(),
+            shard_files: m.files.to_vec(),
         })
     }
 
     /// The points of `shard` (all when `None`) split into runs, below-floor points
     /// and points their engine cannot run.
-    pub fn select(&self, spec: &Spec, shard: Option<Shard>, engines: &Registry) -> Selection<'_> {
+    pub fn select(
+        &self,
+        spec: &Spec,
+        shard: Option<Shard>,
+        engines: &dyn EnginePlugin,
+    ) -> Selection<'_> {
         let selected: Vec<&Resolved> = self
             .resolved
             .iter()
@@ -284,9 +285,14 @@ impl Points {
         let na: Vec<(&Resolved, String)> = selected
             .iter()
             .filter_map(|r| {
-                let e = engines.get(&r.point.engine)?;
                 engines
-                    .not_applicable(e, spec, &r.point, r.budget_bytes, self.model_bytes)
+                    .not_applicable(
+                        &r.point.engine,
+                        spec,
+                        &r.point,
+                        r.budget_bytes,
+                        self.model_bytes,
+                    )
                     .map(|why| (*r, why))
             })
             .collect();

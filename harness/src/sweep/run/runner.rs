@@ -15,6 +15,20 @@ use crate::store_flags::StoreFlags;
 use crate::sweep::record::memory::MemSamples;
 use crate::sweep::spec::{Point, PromptSpec};
 
+/// A resolved child command.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExtCommand {
+    /// Program.
+    pub program: PathBuf,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+    /// Files the engine writes its output to (its `ids_json`, `text_file`): removed before each
+    /// attempt, so what is read after it was written by it.
+    pub outputs: Vec<PathBuf>,
+}
+
 /// Environment variable naming the binary used for child runs instead of this
 /// executable (for tests of the harness against a stand-in).
 pub const RUN_BIN_ENV: &str = "MEMDIAL_SWEEP_RUN_BIN";
@@ -50,7 +64,7 @@ pub struct RunRequest<'a> {
     pub watch_files: &'a [PathBuf],
     /// Another engine's command, run instead of `memdial run` (no metrics file: the
     /// caller reads its output, see `sweep::engines::output`).
-    pub external: Option<&'a crate::sweep::engines::registry::ExtCommand>,
+    pub external: Option<&'a ExtCommand>,
 }
 
 /// What a child run produced.

@@ -101,10 +101,10 @@ pub(super) fn series(
                 label,
                 io: s.io.clone(),
                 rest,
-                engine: crate::sweep::engines::def::engine_or_default(&s.engine).to_string(),
+                engine: crate::sweep::spec::engines::def::engine_or_default(&s.engine).to_string(),
                 floor: if own_floors
-                    || crate::sweep::engines::def::engine_or_default(&s.engine)
-                        == crate::sweep::engines::def::DEFAULT_ENGINE
+                    || crate::sweep::spec::engines::def::engine_or_default(&s.engine)
+                        == crate::sweep::spec::engines::def::DEFAULT_ENGINE
                 {
                     s.floor_bytes as f64
                 } else {

@@ -20,11 +20,11 @@ use anyhow::Result;
 use super::gha::{self, Level};
 use super::junit::{self, Case, Outcome, Suite};
 use super::report::SweepVerdict;
-use crate::sweep::engines::def::engine_or_default;
 use crate::sweep::record::baseline::Comparison;
 use crate::sweep::record::row::Row;
 use crate::sweep::record::rundir::Meta;
 use crate::sweep::record::status::RunStatus;
+use crate::sweep::spec::engines::def::engine_or_default;
 
 /// A finished sweep or merge as the CI outputs see it.
 pub struct Finished<'a> {

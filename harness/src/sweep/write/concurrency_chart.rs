@@ -13,7 +13,6 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::chart_parts::{legend, pe, COLORS};
-use crate::sweep::concurrency::of_row;
 use crate::sweep::record::row::Row;
 
 /// One line: its label and (concurrency, median aggregate tokens/s, median goodput
@@ -48,7 +47,7 @@ pub fn lines(rows: &[Row]) -> Vec<Line> {
         by.entry((r.budget_bytes, io, r.threads))
             .or_insert_with(|| (label, BTreeMap::new()))
             .1
-            .entry(of_row(r))
+            .entry(r.concurrency())
             .or_default()
             .extend(rs.iter().copied());
     }
@@ -143,7 +142,7 @@ impl crate::export::Chart for ConcurrencyChart {
 ///
 /// Errors: a chart that cannot be drawn or written.
 pub fn write_concurrency_chart(dir: &Path, rows: &[Row], title: &str) -> Result<bool> {
-    if !rows.iter().any(|r| of_row(r) > 1) {
+    if !rows.iter().any(|r| r.concurrency() > 1) {
         return Ok(false);
     }
     let c = ConcurrencyChart {

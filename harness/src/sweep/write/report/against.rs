@@ -181,9 +181,7 @@ pub(super) fn charts_md(s: &mut String, c: &Sections) {
              longer context: the MLA latent cache grows with it, a KDA state does not.\n"
         );
     }
-    let served = rows
-        .iter()
-        .any(|r| crate::sweep::concurrency::of_row(r) > 1);
+    let served = rows.iter().any(|r| r.concurrency() > 1);
     if served {
         let _ = writeln!(
             s,

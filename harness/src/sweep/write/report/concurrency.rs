@@ -4,7 +4,6 @@
 
 use std::fmt::Write as _;
 
-use crate::sweep::concurrency::of_row;
 use crate::sweep::record::row::Row;
 
 fn median_of(rows: &[&Row], f: impl Fn(&Row) -> Option<f64>) -> Option<f64> {
@@ -23,7 +22,7 @@ fn cell(v: Option<f64>, digits: usize) -> String {
 /// statistics and the recommendation never use them). Empty for sweeps without a
 /// point above concurrency 1.
 pub fn markdown(rows: &[Row]) -> String {
-    if !rows.iter().any(|r| of_row(r) > 1) {
+    if !rows.iter().any(|r| r.concurrency() > 1) {
         return String::new();
     }
     let mut s = String::from(
@@ -60,7 +59,7 @@ pub fn markdown(rows: &[Row]) -> String {
          | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     let key_at_1 = |r: &Row| {
-        let c = of_row(r);
+        let c = r.concurrency();
         r.point_key
             .replace(&format!(";concurrency={c}"), ";concurrency=1")
     };
@@ -82,7 +81,7 @@ pub fn markdown(rows: &[Row]) -> String {
             r.prefetch.as_str(),
             r.threads,
             r.prompt_index,
-            of_row(r),
+            r.concurrency(),
             if noisy.contains(&r.point_index) {
                 format!("{} *noisy*", rs.len())
             } else {
@@ -124,7 +123,7 @@ fn curve_md(
     };
     let mut curve: std::collections::BTreeMap<Key, (Vec<&Row>, bool)> = Default::default();
     for (i, rs) in by_point {
-        let e = curve.entry(key(rs[0], of_row(rs[0]))).or_default();
+        let e = curve.entry(key(rs[0], rs[0].concurrency())).or_default();
         e.0.extend(rs.iter().copied());
         e.1 |= noisy.contains(i);
     }
@@ -179,7 +178,8 @@ fn curve_md(
 mod tests {
     use super::*;
     use crate::sweep::analysis::verdict::verdict;
-    use crate::sweep::concurrency::{fill_single, of};
+    use crate::sweep::concurrency::of;
+    use crate::sweep::record::served::fill_concurrency;
     use crate::sweep::record::status::RunStatus;
     use crate::sweep::spec::Spec;
     use std::path::Path;
@@ -266,9 +266,9 @@ mod tests {
         one.metrics.ttft_s = Some(1.0);
         one.metrics.decode_s_per_token = vec![0.5, 0.5];
         let mut unlisted = one.clone();
-        fill_single(&mut unlisted, false);
+        fill_concurrency(&mut unlisted, false);
         assert_eq!(unlisted.aggregate_tokens_per_s, None);
-        fill_single(&mut one, true);
+        fill_concurrency(&mut one, true);
         // 3 tokens in 1 + 0.5 + 0.5 s.
         assert_eq!(one.aggregate_tokens_per_s, Some(1.5));
         assert_eq!(one.itl_p50_s, Some(0.5));

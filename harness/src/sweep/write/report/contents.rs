@@ -339,7 +339,7 @@ pub(super) fn reference_stats(stats: &[PointStats], meta: &Meta) -> Vec<PointSta
         None => stats.to_vec(),
         Some(r) => stats
             .iter()
-            .filter(|p| crate::sweep::engines::def::engine_or_default(&p.engine) == r.name)
+            .filter(|p| crate::sweep::spec::engines::def::engine_or_default(&p.engine) == r.name)
             .cloned()
             .collect(),
     }

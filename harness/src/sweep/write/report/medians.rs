@@ -35,7 +35,9 @@ pub(super) fn medians_md(s: &mut String, c: &Sections) {
         } else {
             format!(
                 "{budget} · {}",
-                crate::export::md_cell(crate::sweep::engines::def::engine_or_default(&p.engine))
+                crate::export::md_cell(crate::sweep::spec::engines::def::engine_or_default(
+                    &p.engine
+                ))
             )
         };
         // Warm and cold points: the start is named with the point.

@@ -172,7 +172,7 @@ pub struct EngineDef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<Vec<String>>,
     /// Search the floor by bisection when neither `floor` nor `floor_command` gives it
-    /// (see [`super::floor`]).
+    /// (see [`crate::sweep::engines::floor`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub floor_search: Option<FloorSearch>,
     /// A Hugging Face `tokenizer.json` (or a directory holding one) that tokenizes the
@@ -219,7 +219,7 @@ impl FloorDecl {
     }
 }
 
-/// How a floor search runs ([`super::floor`]): the smallest cgroup budget at which the
+/// How a floor search runs ([`crate::sweep::engines::floor`]): the smallest cgroup budget at which the
 /// engine completes the spec's first prompt, generating the spec's `max_tokens`, with
 /// exit 0 within `max_run_s`, bisected to `resolution`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -387,7 +387,7 @@ pub fn builtin(name: &str) -> Option<EngineDef> {
 /// BF16), its ids may differ, reported but not failed. IO modes: `mmap`, `buffered`
 /// (read into memory) and `direct` (O_DIRECT reads into memory); the budget is held by
 /// a memory cgroup (it has no budget flag). On a model memdial's engine does not read
-/// (a GGUF), `llama.cpp` runs that file as it is ([`super::registry::Registry::set_opaque`]).
+/// (a GGUF), `llama.cpp` runs that file as it is ([`crate::sweep::engines::registry::Registry::set_opaque`]).
 fn llama_cpp(f32: bool) -> EngineDef {
     let dtype = if f32 { "f32" } else { "native" };
     EngineDef {

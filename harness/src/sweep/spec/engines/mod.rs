@@ -1,0 +1,8 @@
+//! The spec's engines as written: the `[engine.NAME]` adapter tables and the built-in
+//! adapters (`def`), their command templates (`template`), and a table resolved and
+//! checked against the built-ins (`resolve`). The adapters that run them are
+//! `crate::sweep::engines`.
+
+pub mod def;
+pub mod resolve;
+pub mod template;
