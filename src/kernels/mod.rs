@@ -49,8 +49,8 @@ pub use dense::{bf16_le, bf16_to_f32, matmul_bf16, matmul_f32, matvec_bf16, matv
 pub use mla_attend::{attend_latent_heads, attend_latent_ref, HeadQueries, Latents};
 pub use mxfp4::{dequant_mxfp4, matmul_mxfp4, matvec_mxfp4, Mxfp4Mat};
 pub use par::Par;
-pub use rvq::{dequant_rvq, matmul_rvq, matvec_rvq, RvqMat};
 pub use peak::f32_peak_flops;
+pub use rvq::{dequant_rvq, matmul_rvq, matvec_rvq, RvqMat};
 pub use workspace::Workspace;
 
 /// Instruction-set path used by the kernels.

@@ -198,10 +198,7 @@ mod tests {
             cols: 8,
             stages: 2,
         };
-        assert_eq!(
-            dequant_rvq(w),
-            vec![0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5]
-        );
+        assert_eq!(dequant_rvq(w), vec![0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5]);
         let x = [1f32; 8];
         for isa in [Isa::Scalar, Isa::detect()] {
             let mut y = [0f32];

@@ -52,7 +52,9 @@ impl RvqConfig {
 pub fn parse(q: &Value) -> Result<RvqConfig> {
     let int = |k: &str| q.get(k).and_then(Value::as_u64);
     let Some(bits) = int("bits") else {
-        bail!("quantization_config {RVQ_METHOD}: `bits` (an integer 1..={RVQ_MAX_STAGES}) is missing");
+        bail!(
+            "quantization_config {RVQ_METHOD}: `bits` (an integer 1..={RVQ_MAX_STAGES}) is missing"
+        );
     };
     if bits == 0 || bits as usize > RVQ_MAX_STAGES {
         bail!("quantization_config {RVQ_METHOD}: bits {bits} is outside 1..={RVQ_MAX_STAGES}");
