@@ -61,6 +61,9 @@ fn mat_bytes(m: &ExpertMat) -> Vec<u8> {
     match m {
         ExpertMat::Bf16(b) => b.to_vec(),
         ExpertMat::Mxfp4 { packed, scale } => [packed.to_vec(), scale.to_vec()].concat(),
+        ExpertMat::Rvq {
+            codes, codebooks, ..
+        } => [codes.to_vec(), codebooks.to_vec()].concat(),
     }
 }
 

@@ -2,6 +2,8 @@
 //! layout of a checkpoint (or, with `--stats`, only measure what it would save).
 //! `memdial pack --raw …`: the same block layout, grouping and placement with every
 //! block stored raw, the control for what coding buys (docs/lossless.md).
+//! `memdial pack --rvq BITS …`: routed experts as residual vector quantization, a lossy
+//! checkpoint (docs/lossless.md, "Lossy: RVQ experts").
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +15,7 @@ use memdial::util::units::fmt_bytes;
 
 /// Arguments of `memdial pack`.
 #[derive(clap::Args)]
-#[command(group(clap::ArgGroup::new("layout").required(true).args(["lossless", "raw"])))]
+#[command(group(clap::ArgGroup::new("layout").required(true).args(["lossless", "raw", "rvq"])))]
 pub struct PackArgs {
     /// The lossless layout: BF16 trunk matrices and `lm_head` in coded 4096-aligned
     /// blocks that decode to the same bits.
@@ -23,6 +25,11 @@ pub struct PackArgs {
     /// every block stored as it is (ratio 1): what the layout buys without coding.
     #[arg(long)]
     pub raw: bool,
+    /// Lossy: routed experts as residual vector quantization at BITS bits per weight
+    /// (1..=8 stages of 256-entry codebooks over groups of 8, per layer and matrix
+    /// kind); the trunk and shared experts unchanged. Writes a safetensors checkpoint.
+    #[arg(long, value_name = "BITS", conflicts_with_all = ["stats", "codec"])]
+    pub rvq: Option<usize>,
     /// Source checkpoint directory (with `tensors.sha256`: `memdial checksum`).
     #[arg(long)]
     pub model: PathBuf,
@@ -43,6 +50,9 @@ pub struct PackArgs {
 }
 
 pub fn run(a: &PackArgs) -> Result<ExitCode> {
+    if let Some(bits) = a.rvq {
+        return run_rvq(a, bits);
+    }
     let out = if a.stats { None } else { a.out.as_deref() };
     let mut last = 0u64;
     let quiet = a.json;
@@ -71,6 +81,45 @@ pub fn run(a: &PackArgs) -> Result<ExitCode> {
     } else {
         print_report(&r);
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_rvq(a: &PackArgs, bits: usize) -> Result<ExitCode> {
+    let out = a
+        .out
+        .as_deref()
+        .expect("clap requires --out without --stats");
+    let quiet = a.json;
+    let r = memdial::tools::rvq::pack_rvq(&a.model, out, bits, &mut |done, total| {
+        if !quiet && (done * 20 / total.max(1) != (done - 1) * 20 / total.max(1)) {
+            eprint!("\r{done}/{total} expert matrices");
+        }
+    })?;
+    if !quiet {
+        eprintln!();
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "rvq {} bits: {} expert matrices, {} -> {} codes + {} codebooks (ratio {:.4}); {} tensors copied; {:.1} s",
+        r.bits,
+        r.expert_matrices,
+        fmt_bytes(r.source_expert_bytes),
+        fmt_bytes(r.rvq_expert_bytes),
+        fmt_bytes(r.codebook_bytes),
+        (r.rvq_expert_bytes + r.codebook_bytes) as f64 / r.source_expert_bytes.max(1) as f64,
+        r.copied_tensors,
+        r.seconds
+    );
+    for e in &r.errors {
+        println!("  {}: relative RMS error {:.4}", e.mat, e.relative_rms);
+    }
+    println!(
+        "wrote {} (lossy: its outputs differ from the source's)",
+        r.out
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -6,6 +6,7 @@
 //! checks them before the first forward pass. Names follow the published
 //! Kimi-Linear-48B / Kimi K3 checkpoints (docs/model.md §2–§5, quirks in §7).
 
+use crate::format::config::rvq::{RVQ_CODEBOOK, RVQ_GROUP};
 use crate::format::config::{AttnKind, ExpertFormat, MlpKind, ModelConfig};
 
 pub mod gpt_oss;
@@ -418,6 +419,17 @@ pub fn expected_tensors(cfg: &ModelConfig) -> Vec<TensorSpec> {
                     }
                 }
                 let fi = moe.moe_intermediate_size;
+                if let ExpertFormat::Rvq(r) = moe.expert_format {
+                    for mat in ["w1", "w2", "w3"] {
+                        b.push(
+                            n(&format!("block_sparse_moe.rvq_codebooks.{mat}")),
+                            Dtype::F32,
+                            vec![r.stages, RVQ_CODEBOOK, RVQ_GROUP],
+                            l,
+                            Role::Trunk,
+                        );
+                    }
+                }
                 for ex in 0..e {
                     for (mat, out, inp) in [("w1", fi, ed), ("w2", ed, fi), ("w3", fi, ed)] {
                         let base = n(&format!("block_sparse_moe.experts.{ex}.{mat}"));
@@ -445,6 +457,16 @@ pub fn expected_tensors(cfg: &ModelConfig) -> Vec<TensorSpec> {
                                     format!("{base}.weight_scale"),
                                     Dtype::U8,
                                     vec![out, inp / 32],
+                                    l,
+                                    Role::Expert,
+                                )
+                                .expert = Some(ex);
+                            }
+                            ExpertFormat::Rvq(r) => {
+                                b.push(
+                                    format!("{base}.rvq_codes"),
+                                    Dtype::U8,
+                                    vec![out, inp / RVQ_GROUP, r.stages],
                                     l,
                                     Role::Expert,
                                 )

@@ -284,6 +284,25 @@ fn dot(isa: Isa, dt: Dtype, w: &[u8], x: &[f32]) -> f32 {
     }
 }
 
+/// [`dot`] of a decoded f32 row `w` (as many values as `x`) with `x`: the same
+/// canonical order as an F32 weight row read from its bytes.
+#[inline]
+pub(crate) fn dot_f32_row(isa: Isa, w: &[f32], x: &[f32]) -> f32 {
+    assert_eq!(w.len(), x.len(), "dot_f32_row: lengths differ");
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: an f32 slice is plain bytes; on a little-endian target they are the
+        // little-endian F32 bytes `dot` reads (4 per value, same length).
+        let b = unsafe { std::slice::from_raw_parts(w.as_ptr().cast::<u8>(), w.len() * 4) };
+        dot(isa, Dtype::F32, b, x)
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        let b: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        dot(isa, Dtype::F32, &b, x)
+    }
+}
+
 /// Weight `i` of `b` (BF16 or F32 little-endian) as f32.
 #[inline(always)]
 fn weight<const BF16: bool>(b: &[u8], i: usize) -> f32 {

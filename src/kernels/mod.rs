@@ -1,4 +1,4 @@
-//! CPU compute kernels: BF16 / F32 / MXFP4 matrix–vector products and MLA
+//! CPU compute kernels: BF16 / F32 / MXFP4 / RVQ matrix–vector products and MLA
 //! decode attention ([`mla_attend`]).
 //!
 //! # Layouts
@@ -11,7 +11,7 @@
 //! # Determinism
 //! * Each output element is computed by exactly one thread, by a sequential
 //!   reduction whose order is fixed by `cols` alone (documented per format
-//!   in [`dense`] and [`mxfp4`]). Results are bit-identical for every
+//!   in [`dense`], [`mxfp4`] and [`rvq`]). Results are bit-identical for every
 //!   thread count of [`Par`], and the `matmul_*` variants give bit-identical
 //!   results to calling the matching `matvec_*` once per input vector.
 //! * The SIMD (AVX-512 / AVX2) and scalar paths implement the *same* order
@@ -41,6 +41,7 @@ pub mod mla_attend;
 pub mod mxfp4;
 pub mod par;
 pub mod peak;
+pub mod rvq;
 pub mod workspace;
 
 pub use bandwidth::ram_read_bandwidth;
@@ -49,6 +50,7 @@ pub use mla_attend::{attend_latent_heads, attend_latent_ref, HeadQueries, Latent
 pub use mxfp4::{dequant_mxfp4, matmul_mxfp4, matvec_mxfp4, Mxfp4Mat};
 pub use par::Par;
 pub use peak::f32_peak_flops;
+pub use rvq::{dequant_rvq, matmul_rvq, matvec_rvq, RvqMat};
 pub use workspace::Workspace;
 
 /// Instruction-set path used by the kernels.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 
 use crate::format::schema::Dtype;
-use crate::kernels::{self, bf16_le, DenseMat, Mxfp4Mat, Par, Workspace};
+use crate::kernels::{self, bf16_le, DenseMat, Mxfp4Mat, Par, RvqMat, Workspace};
 use crate::store::{Bytes, ExpertMat, WeightStore};
 
 /// Element type of a dense weight as the model reads it.
@@ -51,19 +51,32 @@ pub enum Mat {
         /// Input width (multiple of 32).
         cols: usize,
     },
+    /// RVQ `rvq_codes` `[rows, cols/8, stages]` against F32 codebooks `[stages, 256, 8]`.
+    Rvq {
+        /// One byte per stage and group of 8 weights.
+        codes: Bytes,
+        /// The layer's codebooks of this matrix kind.
+        codebooks: Bytes,
+        /// Residual stages.
+        stages: usize,
+        /// Output width.
+        rows: usize,
+        /// Input width (multiple of 8).
+        cols: usize,
+    },
 }
 
 impl Mat {
     /// Output width.
     pub fn rows(&self) -> usize {
         match self {
-            Mat::Dense { rows, .. } | Mat::Mxfp4 { rows, .. } => *rows,
+            Mat::Dense { rows, .. } | Mat::Mxfp4 { rows, .. } | Mat::Rvq { rows, .. } => *rows,
         }
     }
     /// Input width.
     pub fn cols(&self) -> usize {
         match self {
-            Mat::Dense { cols, .. } | Mat::Mxfp4 { cols, .. } => *cols,
+            Mat::Dense { cols, .. } | Mat::Mxfp4 { cols, .. } | Mat::Rvq { cols, .. } => *cols,
         }
     }
 
@@ -81,6 +94,7 @@ impl Mat {
             View::Bf16(w) => kernels::matvec_bf16(par, w, x, y),
             View::F32(w) => kernels::matvec_f32(par, w, x, y),
             View::Mxfp4(w) => kernels::matvec_mxfp4(par, ws, w, x, y),
+            View::Rvq(w) => kernels::matvec_rvq(par, ws, w, x, y),
         }
     }
 
@@ -114,6 +128,19 @@ impl Mat {
                 rows: *rows,
                 cols: *cols,
             }),
+            Mat::Rvq {
+                codes,
+                codebooks,
+                stages,
+                rows,
+                cols,
+            } => View::Rvq(RvqMat {
+                codes,
+                codebooks,
+                rows: *rows,
+                cols: *cols,
+                stages: *stages,
+            }),
         }
     }
 
@@ -138,7 +165,7 @@ impl Mat {
                     cols: *cols,
                 }
             }
-            Mat::Mxfp4 { .. } => panic!("row_block of an MXFP4 matrix"),
+            Mat::Mxfp4 { .. } | Mat::Rvq { .. } => panic!("row_block of a quantized matrix"),
         }
     }
 
@@ -215,6 +242,7 @@ impl Mat {
             View::Bf16(w) if n > 1 => kernels::matmul_bf16(par, ws, w, xs, n, ys),
             View::F32(w) if n > 1 => kernels::matmul_f32(par, ws, w, xs, n, ys),
             View::Mxfp4(w) if n > 1 => kernels::matmul_mxfp4(par, ws, w, xs, n, ys),
+            View::Rvq(w) if n > 1 => kernels::matmul_rvq(par, ws, w, xs, n, ys),
             _ => {
                 for v in 0..n {
                     self.mv_into(
@@ -234,6 +262,7 @@ enum View<'a> {
     Bf16(DenseMat<'a>),
     F32(DenseMat<'a>),
     Mxfp4(Mxfp4Mat<'a>),
+    Rvq(RvqMat<'a>),
 }
 
 /// Decodes little-endian F32 bytes.
@@ -606,6 +635,34 @@ impl Weights {
                 Ok(Mat::Mxfp4 {
                     packed,
                     scale,
+                    rows,
+                    cols,
+                })
+            }
+            ExpertMat::Rvq {
+                codes,
+                codebooks,
+                stages,
+            } => {
+                let (g, k) = (kernels::rvq::GROUP, kernels::rvq::CODEBOOK);
+                if !cols.is_multiple_of(g)
+                    || codes.len() != rows * cols / g * stages
+                    || codebooks.len() != stages * k * g * 4
+                {
+                    bail!(
+                        "{}: RVQ rvq_codes {} bytes / rvq_codebooks {} bytes do not match [{rows}, {cols}] \
+                         at {stages} stages (expected {} / {})",
+                        what(),
+                        codes.len(),
+                        codebooks.len(),
+                        rows * cols / g * stages,
+                        stages * k * g * 4
+                    );
+                }
+                Ok(Mat::Rvq {
+                    codes,
+                    codebooks,
+                    stages,
                     rows,
                     cols,
                 })

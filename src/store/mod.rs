@@ -121,6 +121,43 @@ pub enum ExpertMat {
     Bf16(Bytes),
     /// MXFP4 `weight_packed` U8 `[out, in/2]` + `weight_scale` U8 `[out, in/32]`.
     Mxfp4 { packed: Bytes, scale: Bytes },
+    /// RVQ `rvq_codes` U8 `[out, in/8, stages]` + the layer's `rvq_codebooks` of this
+    /// matrix kind, F32 `[stages, 256, 8]` (`memdial pack --rvq`; lossy).
+    Rvq {
+        codes: Bytes,
+        codebooks: Bytes,
+        stages: usize,
+    },
+}
+
+/// The routed-expert matrix `m` (`w1`, `w2`, `w3`) of expert `expert` of layer `layer`
+/// in format `fmt`, its tensors fetched by `get` (full names without the weight
+/// prefix; RVQ codebooks are layer tensors, `model.layers.{layer}.block_sparse_moe.rvq_codebooks.{m}`).
+///
+/// Errors: `get`'s.
+pub fn expert_mat(
+    fmt: crate::format::config::ExpertFormat,
+    layer: usize,
+    expert: usize,
+    m: &str,
+    get: &mut dyn FnMut(&str) -> Result<Bytes>,
+) -> Result<ExpertMat> {
+    use crate::format::config::ExpertFormat;
+    let base = format!("model.layers.{layer}.block_sparse_moe.experts.{expert}.{m}");
+    Ok(match fmt {
+        ExpertFormat::Bf16 => ExpertMat::Bf16(get(&format!("{base}.weight"))?),
+        ExpertFormat::Mxfp4 => ExpertMat::Mxfp4 {
+            packed: get(&format!("{base}.weight_packed"))?,
+            scale: get(&format!("{base}.weight_scale"))?,
+        },
+        ExpertFormat::Rvq(r) => ExpertMat::Rvq {
+            codes: get(&format!("{base}.rvq_codes"))?,
+            codebooks: get(&format!(
+                "model.layers.{layer}.block_sparse_moe.rvq_codebooks.{m}"
+            ))?,
+            stages: r.stages,
+        },
+    })
 }
 
 /// The three matrices of a routed expert (Kimi names: `w1` gate, `w2` down, `w3` up).

@@ -118,7 +118,8 @@ pub struct ReadGroup {
 pub const COALESCE_GAP: u64 = 256 << 10;
 
 /// True for the small per-layer tensors that are always pinned: norms, routers,
-/// KDA gate parameters, conv weights, AttnRes weights, gpt-oss router biases.
+/// KDA gate parameters, conv weights, AttnRes weights, gpt-oss router biases, RVQ
+/// expert codebooks (every expert of the layer decodes against them).
 /// (Routers, [`is_router`], are streamed with their layer's `moe` group unless
 /// [`routers_pinned`].)
 pub fn is_small_pinned(name: &str) -> bool {
@@ -131,6 +132,7 @@ pub fn is_small_pinned(name: &str) -> bool {
         || name.ends_with(".gate.weight")
         || name.ends_with("e_score_correction_bias")
         || name.ends_with("mlp.router.bias")
+        || name.contains(".rvq_codebooks.")
         || is_router(name)
 }
 

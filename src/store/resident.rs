@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
 
-use super::{Bytes, ExpertMat, ExpertWeights, WeightStore};
+use super::{Bytes, ExpertWeights, WeightStore};
 use crate::format::checkpoint::Checkpoint;
 use crate::format::config::{ExpertFormat, ModelConfig};
 use crate::format::schema::{expected_tensors, layer_name, TensorSpec};
@@ -121,20 +121,11 @@ impl WeightStore for ResidentStore {
 
     fn expert(&self, layer: usize, expert: usize) -> Result<ExpertWeights> {
         let fmt = self.expert_format.context("model has no routed experts")?;
-        let mat = |m: &str| -> Result<ExpertMat> {
-            let base = layer_name(layer, &format!("block_sparse_moe.experts.{expert}.{m}"));
-            Ok(match fmt {
-                ExpertFormat::Bf16 => ExpertMat::Bf16(self.get(&format!("{base}.weight"))?),
-                ExpertFormat::Mxfp4 => ExpertMat::Mxfp4 {
-                    packed: self.get(&format!("{base}.weight_packed"))?,
-                    scale: self.get(&format!("{base}.weight_scale"))?,
-                },
-            })
-        };
+        let mut get = |name: &str| self.get(name);
         let w = ExpertWeights {
-            w1: mat("w1")?,
-            w2: mat("w2")?,
-            w3: mat("w3")?,
+            w1: crate::store::expert_mat(fmt, layer, expert, "w1", &mut get)?,
+            w2: crate::store::expert_mat(fmt, layer, expert, "w2", &mut get)?,
+            w3: crate::store::expert_mat(fmt, layer, expert, "w3", &mut get)?,
         };
         let mut checked = self.checked.lock().unwrap_or_else(|p| p.into_inner());
         if !checked.contains(&(layer, expert)) {

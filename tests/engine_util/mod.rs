@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result};
 use memdial::format::config::{ExpertFormat, ModelConfig};
 use memdial::format::schema::{expected_tensors, layer_name, Dtype};
-use memdial::store::{Bytes, ExpertMat, ExpertWeights, WeightStore};
+use memdial::store::{Bytes, ExpertWeights, WeightStore};
 use memdial::tools::fixture::rng::Stream;
 
 /// Generates fixture preset `name` once per test process (shared read-only by the tests of
@@ -91,22 +91,12 @@ impl WeightStore for MemStore {
             .with_context(|| format!("tensor {key} is not in the store"))
     }
     fn expert(&self, layer: usize, e: usize) -> Result<ExpertWeights> {
-        let mat = |m: &str| -> Result<ExpertMat> {
-            let base = layer_name(layer, &format!("block_sparse_moe.experts.{e}.{m}"));
-            Ok(match self.fmt.context("no experts")? {
-                ExpertFormat::Bf16 => {
-                    ExpertMat::Bf16(self.tensor(None, &format!("{base}.weight"))?)
-                }
-                ExpertFormat::Mxfp4 => ExpertMat::Mxfp4 {
-                    packed: self.tensor(None, &format!("{base}.weight_packed"))?,
-                    scale: self.tensor(None, &format!("{base}.weight_scale"))?,
-                },
-            })
-        };
+        let fmt = self.fmt.context("no experts")?;
+        let mut get = |name: &str| self.tensor(None, name);
         Ok(ExpertWeights {
-            w1: mat("w1")?,
-            w2: mat("w2")?,
-            w3: mat("w3")?,
+            w1: memdial::store::expert_mat(fmt, layer, e, "w1", &mut get)?,
+            w2: memdial::store::expert_mat(fmt, layer, e, "w2", &mut get)?,
+            w3: memdial::store::expert_mat(fmt, layer, e, "w3", &mut get)?,
         })
     }
 }

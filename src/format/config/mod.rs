@@ -22,6 +22,7 @@ use serde_json::Value;
 pub mod gpt_oss;
 mod parse;
 pub mod ranges;
+pub mod rvq;
 pub use gpt_oss::{GptOssConfig, GptOssExperts, GptOssRope, Yarn};
 use parse::RawText;
 
@@ -112,6 +113,9 @@ pub enum ExpertFormat {
     Bf16,
     /// compressed-tensors `mxfp4-pack-quantized`: `weight_packed` U8 [out, in/2] + `weight_scale` U8 [out, in/32].
     Mxfp4,
+    /// `memdial pack --rvq`: `rvq_codes` U8 [out, in/8, stages] per expert against per-layer
+    /// codebooks ([`rvq`]); lossy.
+    Rvq(rvq::RvqConfig),
 }
 
 /// MLA hyper-parameters (DeepSeek-V3 style, NoPE in Kimi).
@@ -263,7 +267,8 @@ impl ModelConfig {
     }
 
     /// Applies the `quantization_config` of the root JSON: compressed-tensors
-    /// `mxfp4-pack-quantized` switches routed experts to [`ExpertFormat::Mxfp4`].
+    /// `mxfp4-pack-quantized` switches routed experts to [`ExpertFormat::Mxfp4`],
+    /// `memdial-rvq` to [`ExpertFormat::Rvq`].
     pub fn apply_quantization(&mut self, root: &Value) -> Result<()> {
         let Some(q) = root.get("quantization_config") else {
             return Ok(());
@@ -280,9 +285,16 @@ impl ModelConfig {
                 }
                 Ok(())
             }
+            (rvq::RVQ_METHOD, _) => {
+                let r = rvq::parse(q)?;
+                if let Some(m) = self.moe.as_mut() {
+                    m.expert_format = ExpertFormat::Rvq(r);
+                }
+                Ok(())
+            }
             _ => bail!(
                 "unsupported quantization_config (quant_method {method:?}, format {format:?}); \
-                 only compressed-tensors mxfp4-pack-quantized routed experts are supported"
+                 only compressed-tensors mxfp4-pack-quantized and memdial-rvq routed experts are supported"
             ),
         }
     }

@@ -40,7 +40,7 @@ use super::eviction::CachePolicy;
 use super::metrics::StoreMetrics;
 use super::plan::{Plan, Prefetch};
 use super::trace::{self, TraceRecord};
-use super::{Bytes, ExpertMat, ExpertWeights, WeightStore};
+use super::{Bytes, ExpertWeights, WeightStore};
 use crate::format::config::ExpertFormat;
 use crate::format::schema::layer_name;
 use crate::io::IoMode;
@@ -265,22 +265,18 @@ impl WeightStore for StreamingStore {
     fn expert(&self, layer: usize, expert: usize) -> Result<ExpertWeights> {
         let fmt = self.expert_format.context("model has no routed experts")?;
         let (key, loaded) = self.fetch_expert(layer, expert)?;
-        let mat = |m: &str| -> Result<ExpertMat> {
-            let base = layer_name(layer, &format!("block_sparse_moe.experts.{expert}.{m}"));
-            Ok(match fmt {
-                ExpertFormat::Bf16 => {
-                    ExpertMat::Bf16(self.view(key, &loaded, &format!("{base}.weight"))?)
-                }
-                ExpertFormat::Mxfp4 => ExpertMat::Mxfp4 {
-                    packed: self.view(key, &loaded, &format!("{base}.weight_packed"))?,
-                    scale: self.view(key, &loaded, &format!("{base}.weight_scale"))?,
-                },
-            })
+        let codebooks = format!("model.layers.{layer}.block_sparse_moe.rvq_codebooks.");
+        let mut get = |name: &str| -> Result<Bytes> {
+            match name.strip_prefix(&codebooks) {
+                // Pinned layer tensors, not members of the expert's read group.
+                Some(m) => self.tensor(Some(layer), &format!("block_sparse_moe.rvq_codebooks.{m}")),
+                None => self.view(key, &loaded, name),
+            }
         };
         Ok(ExpertWeights {
-            w1: mat("w1")?,
-            w2: mat("w2")?,
-            w3: mat("w3")?,
+            w1: crate::store::expert_mat(fmt, layer, expert, "w1", &mut get)?,
+            w2: crate::store::expert_mat(fmt, layer, expert, "w2", &mut get)?,
+            w3: crate::store::expert_mat(fmt, layer, expert, "w3", &mut get)?,
         })
     }
 
