@@ -218,27 +218,6 @@ pub fn parse_budgets(single: &[u64], list: Option<&str>) -> Result<Vec<u64>> {
     Ok(v)
 }
 
-/// The (trunk, expert) read rates, GB/s, the prediction assumes: `--device-gbps` for
-/// both, or `--iobench DIR`'s cells of the store's own patterns (`None`: neither given).
-/// Errors: a rate that is not positive (usage), an iobench directory without the cells.
-fn read_rates(
-    a: &SimulateArgs,
-    cfg: &memdial::format::config::ModelConfig,
-) -> Result<Option<(f64, f64)>> {
-    Ok(match (a.device_gbps, &a.iobench) {
-        (Some(g), _) if g.is_finite() && g > 0.0 => Some((g, g)),
-        (Some(g), _) => return Err(usage(format!("--device-gbps {g} is not positive"))),
-        (None, Some(dir)) => {
-            let top_k = cfg.routed_experts().map_or(1, |(_, k)| k.max(1));
-            let threads = crate::store_flags::DEFAULT_IO_THREADS;
-            let r = iobench_rates(dir, a.policy.io.0, top_k, threads)?;
-            eprintln!("read rates: {}", r.source);
-            Some((r.trunk_gbps, r.expert_gbps))
-        }
-        (None, None) => None,
-    })
-}
-
 /// Runs `memdial simulate`.
 pub fn run(a: &SimulateArgs) -> Result<ExitCode> {
     let t0 = Instant::now();
