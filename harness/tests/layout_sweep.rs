@@ -157,8 +157,10 @@ fn both_layouts_run_at_equal_budgets_with_identical_ids() {
              decode_run_queue_wait_s,run_queue_wait_fraction,uncontended_s_per_token,\
              uncontended_s_per_token_median,cpu_s_per_token,forwards,drafted_tokens,\
              accepted_tokens,mean_accepted_length,bytes_read_per_forward,depth_tokens,\
-             depth_prefill_s,n_depth,goodput_fraction,goodput_requests_per_s,start,layout,\
-             concurrency,speculate,depth"
+             depth_prefill_s,n_depth,goodput_fraction,goodput_requests_per_s,\
+             io_wait_s_per_token,io_wait_trunk_s_per_token,io_wait_trunk_prefetched_s_per_token,\
+             io_wait_expert_s_per_token,io_wait_expert_prefetched_s_per_token,\
+             expert_compute_s_per_token,start,layout,concurrency,speculate,depth"
         ),
         "{header}"
     );
