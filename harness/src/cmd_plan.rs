@@ -8,14 +8,17 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use memdial::engine::arena::Scratch;
 use memdial::format::config::{AttnKind, ModelConfig};
-use memdial::store::plan::{plan_unchecked, Plan, Sequences};
-use memdial::store::rank::{predict_speculation, ranking, SpeculationPrediction};
+use memdial::store::plan::{plan_unchecked, Plan, Prefetch, Sequences};
+use memdial::store::rank::{
+    decode_bytes_uniform, predict_speculation, ranking, SpeculationPrediction,
+};
+use memdial::store::sim::predict::{predict, DecodeBytes, TimeModel};
 use memdial::util::budget::parse_size;
 use memdial::util::error::UsageError;
 use memdial::util::units::fmt_bytes;
 
 use crate::planning::floor_for;
-use crate::planning::rates::iobench_gbps;
+use crate::planning::rates::{iobench_gbps, iobench_rates};
 use crate::planning::source::source_of;
 use crate::store_flags::IoFlags;
 
@@ -63,9 +66,14 @@ pub struct PlanArgs {
     /// Device read bandwidth in GB/s (10⁹ bytes/s): print the IO lower bound of s/token.
     #[arg(long, conflicts_with = "iobench")]
     pub device_gbps: Option<f64>,
-    /// A `memdial iobench` report directory: its best cold cell for this IO mode gives the bandwidth.
+    /// A `memdial iobench` report directory: its cold `trunk` qd 1 and `experts:K` qd 4
+    /// cells give the trunk and expert read rates (else its best cold cell both).
     #[arg(long)]
     pub iobench: Option<PathBuf>,
+    /// Compute seconds per decoded token with every weight resident (a resident run's
+    /// median; default 0: the prediction is then the IO time the policy cannot hide).
+    #[arg(long)]
+    pub compute_s_per_token: Option<f64>,
     /// Print the plan as JSON.
     #[arg(long)]
     pub json: bool,
@@ -114,6 +122,7 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
         (None, Some(dir)) => Some(iobench_gbps(dir, io)?),
         (None, None) => None,
     };
+    let timing = time_model(a, cfg)?;
     let spec = a
         .mean_accepted_length
         .map(|l| predict_speculation(&p, &plain0.with_budget(cfg, budget), cfg, k, l))
@@ -136,6 +145,9 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
                         "speculative_bytes_per_token": r.speculative,
                         "speculative_io_s_per_token": r.speculative
                             .and_then(|b| bw.as_ref().map(|(g, _)| b as f64 / (g * 1e9))),
+                        "predicted_s_per_token": timing.as_ref()
+                            .and_then(|t| predict(&r.bytes, prefetch, &t.model))
+                            .map(|x| x.s_per_token),
                     })
                 })
                 .collect(),
@@ -154,6 +166,9 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
         }
         print!("{}", describe_ranking(&p, cfg));
         print!("{}", describe_ladder(&ladder, bw.as_ref()));
+        if let Some(t) = &timing {
+            print!("{}", describe_timed(&ladder, t, prefetch));
+        }
     }
     if below {
         // Same refusal as `memdial run` (a usage error: exit 2).
@@ -168,6 +183,8 @@ pub fn run(a: &PlanArgs) -> Result<ExitCode> {
 struct Rung {
     budget: u64,
     plain: u64,
+    /// The plain bytes split for the time model.
+    bytes: DecodeBytes,
     speculative: Option<u64>,
 }
 
@@ -195,6 +212,7 @@ fn ladder(cfg: &ModelConfig, p: &Plan, spec: Option<(&Plan, usize, f64)>) -> Res
                     Rung {
                         budget: b,
                         plain: plain.predicted_bytes_per_token,
+                        bytes: decode_bytes_uniform(&plain, cfg, 1),
                         speculative: Some(
                             predict_speculation(&q, &plain, cfg, k, l)?.bytes_per_token,
                         ),
@@ -203,11 +221,73 @@ fn ladder(cfg: &ModelConfig, p: &Plan, spec: Option<(&Plan, usize, f64)>) -> Res
                 None => Rung {
                     budget: b,
                     plain: q.predicted_bytes_per_token,
+                    bytes: decode_bytes_uniform(&q, cfg, 1),
                     speculative: None,
                 },
             })
         })
         .collect()
+}
+
+/// The time model `plan` predicts s/token with, and where its figures come from.
+struct Timing {
+    model: TimeModel,
+    source: String,
+}
+
+/// The two read rates of `--iobench` (or the one of `--device-gbps`) and
+/// `--compute-s-per-token` (default 0); `None` without a rate.
+///
+/// Errors (usage): a compute time that is not finite and ≥ 0; an unreadable report.
+fn time_model(a: &PlanArgs, cfg: &ModelConfig) -> Result<Option<Timing>> {
+    let c = a.compute_s_per_token.unwrap_or(0.0);
+    if !(c.is_finite() && c >= 0.0) {
+        return Err(UsageError::Invalid(format!("--compute-s-per-token {c} is not ≥ 0")).into());
+    }
+    let compute = match a.compute_s_per_token {
+        Some(c) => format!("compute {c:.4} s/token (--compute-s-per-token)"),
+        None => "no compute (--compute-s-per-token not given)".into(),
+    };
+    let (trunk, expert, src) = match (a.device_gbps, &a.iobench) {
+        (Some(g), _) => (g, g, format!("every read at {g:.3} GB/s (--device-gbps)")),
+        (None, Some(dir)) => {
+            let top_k = cfg.routed_experts().map_or(1, |(_, k)| k.max(1));
+            let threads = crate::store_flags::DEFAULT_IO_THREADS;
+            let r = iobench_rates(dir, a.policy.io.0, top_k, threads)?;
+            (r.trunk_gbps, r.expert_gbps, r.source)
+        }
+        (None, None) => return Ok(None),
+    };
+    Ok(Some(Timing {
+        model: TimeModel {
+            trunk_bytes_per_s: trunk * 1e9,
+            expert_bytes_per_s: expert * 1e9,
+            compute_s_per_token: c,
+            expert_compute_share: 0.0,
+        },
+        source: format!("{src}; {compute}"),
+    }))
+}
+
+/// The ladder timed by the time model (docs/simulate.md, "Predicted s/token").
+fn describe_timed(ladder: &[Rung], t: &Timing, prefetch: Prefetch) -> String {
+    let mut s = format!(
+        "\npredicted s/token (the time model, {} prefetch, uniform routing; {}):\n",
+        prefetch.as_str(),
+        t.source
+    );
+    for r in ladder {
+        if let Some(x) = predict(&r.bytes, prefetch, &t.model) {
+            s.push_str(&format!(
+                "  budget {:>12}  {:>9.3} s/token  (IO {:.3} s, of it waited {:.3} s)\n",
+                fmt_bytes(r.budget),
+                x.s_per_token,
+                x.io_s_per_token,
+                x.stall_s_per_token
+            ));
+        }
+    }
+    s
 }
 
 /// The speculation prediction's lines (`--mean-accepted-length`).

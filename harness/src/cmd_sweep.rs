@@ -32,6 +32,7 @@ use crate::sweep::run::execute::{outcome_label, run_label, RunEnv};
 use crate::sweep::run::packed::PackedLayout;
 use crate::sweep::run::points::{Points, Selection};
 use crate::sweep::run::runner::run_binary;
+use crate::sweep::spec::read_rates::ReadRates;
 use crate::sweep::spec::{RunSlot, Shard, Spec, DEFAULT_SPEC};
 use crate::sweep::write::report::write_all;
 
@@ -436,7 +437,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
             out.display()
         );
     }
-    let (executed, stopped) = run_todo(a, &env, &sel, &todo, &meta, &mut rows, base)?;
+    let (executed, stopped) = run_todo(a, &env, &sel, &todo, &mut meta, &mut rows, base)?;
     if !meta.engines.is_empty() {
         if let Err(e) = engines::margins::find(
             &out,
@@ -464,6 +465,13 @@ fn attach_predictions(
 ) -> Result<()> {
     if let Some(mut p) = p {
         p.set_probe(meta.host.direct_cold_gbps);
+        // A resumed sweep keeps the read rates its earlier invocations measured.
+        let earlier = meta.predictions.take().map(|e| e.rate_samples);
+        if p.interleaved_rates {
+            for s in earlier.into_iter().flatten() {
+                p.add_rate_sample(s);
+            }
+        }
         meta.predictions = Some(p);
         meta.save(out)?;
     }
@@ -589,7 +597,7 @@ fn run_todo(
     env: &RunEnv,
     sel: &Selection,
     todo: &[&RunSlot],
-    meta: &Meta,
+    meta: &mut Meta,
     rows: &mut Vec<Row>,
     base: Option<&Baseline>,
 ) -> Result<(usize, bool)> {
@@ -619,6 +627,9 @@ fn run_todo(
             }
         }
         pb.set_message(format!("{label} | last {last}"));
+        if executed.is_multiple_of(ReadRates::period(sel.by_index.len())) {
+            sample_read_rates(env, meta, executed)?;
+        }
         if executed > 0 && env.spec.delay_s > 0.0 {
             std::thread::sleep(std::time::Duration::from_secs_f64(env.spec.delay_s));
         }
@@ -641,7 +652,33 @@ fn run_todo(
         }
     }
     pb.finish_and_clear();
+    if executed > 0 {
+        sample_read_rates(env, meta, executed)?;
+    }
     Ok((executed, stopped))
+}
+
+/// With `read_rates = "interleaved"`: measures the store's two read patterns now
+/// ([`crate::sweep::run::rate_cells`]), retimes the predictions and saves `sweep.json`.
+/// A cell that fails is a warning, recorded as a sample with no rate.
+fn sample_read_rates(env: &RunEnv, meta: &mut Meta, runs: usize) -> Result<()> {
+    let Some(p) = meta.predictions.as_mut().filter(|p| p.interleaved_rates) else {
+        return Ok(());
+    };
+    let io_threads = crate::store_flags::DEFAULT_IO_THREADS;
+    let s =
+        crate::sweep::run::rate_cells::measure(env.model, io_threads, runs).unwrap_or_else(|e| {
+            eprintln!("warning: read-rate cells after {runs} run(s) failed: {e:#}");
+            crate::sweep::record::predictions::RateSample {
+                after_runs: runs,
+                trunk_gbps: f64::NAN,
+                expert_gbps: f64::NAN,
+                cold_verified: false,
+                elapsed_s: 0.0,
+            }
+        });
+    p.add_rate_sample(s);
+    meta.save(env.out)
 }
 
 /// Last step: the final report, the verdict line and the exit code.

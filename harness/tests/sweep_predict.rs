@@ -209,3 +209,85 @@ fn a_sweep_with_a_trace_predicts_every_point_and_refuses_a_foreign_trace() {
         assert!(err.contains(says), "{err}");
     }
 }
+
+#[test]
+fn interleaved_read_rates_are_measured_between_rounds_and_time_the_points() {
+    let s = testkit::scratch!("sweep-predict-rates");
+    let model = fixture(&s);
+    let trace = s.join("t.jsonl");
+    record(&model, &trace, PROMPT, "4");
+    let p = spec(&s, &trace);
+    let text = std::fs::read_to_string(&p).unwrap();
+    let interleaved = text.replace("device_gbps = 1.0", "read_rates = \"interleaved\"");
+    std::fs::write(&p, &interleaved).unwrap();
+    let out = s.join("run");
+    let o = sweep(&model, &p, &out);
+    assert!(
+        o.status.success(),
+        "sweep: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let meta: Value =
+        serde_json::from_slice(&std::fs::read(out.join("sweep.json")).unwrap()).unwrap();
+    let pr = &meta["predictions"];
+    // 2 points × 2 repeats: samples before the first run, after the first round of 2
+    // runs, and after the last run.
+    let samples = pr["rate_samples"].as_array().unwrap();
+    let after: Vec<u64> = samples
+        .iter()
+        .map(|x| x["after_runs"].as_u64().unwrap())
+        .collect();
+    assert_eq!(after, [0, 2, 4]);
+    let trunk: Vec<f64> = samples
+        .iter()
+        .map(|x| x["trunk_gbps"].as_f64().unwrap())
+        .collect();
+    let expert: Vec<f64> = samples
+        .iter()
+        .map(|x| x["expert_gbps"].as_f64().unwrap())
+        .collect();
+    assert!(trunk
+        .iter()
+        .chain(&expert)
+        .all(|g| g.is_finite() && *g > 0.0));
+    // The rates are the samples' medians (of three: the middle one).
+    let (rt, re) = (median(trunk), median(expert));
+    assert_eq!(pr["device_gbps"].as_f64().unwrap(), rt);
+    assert_eq!(pr["expert_gbps"].as_f64().unwrap(), re);
+    assert!(pr["device_source"]
+        .as_str()
+        .unwrap()
+        .starts_with("interleaved cells"));
+    // `none`: 0.01 s + trunk bytes ÷ rT + (expert + embedding bytes) ÷ rE per token.
+    for (_, pt) in pr["points"].as_object().unwrap() {
+        let b = &pt["bytes"];
+        let all = b["bytes"].as_f64().unwrap();
+        let off_trunk =
+            b["expert_bytes"].as_f64().unwrap() + b["embedding_bytes"].as_f64().unwrap();
+        let want = 0.01 + (all - off_trunk) / (rt * 1e9) + off_trunk / (re * 1e9);
+        let got = pt["s_per_token"].as_f64().unwrap();
+        assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+    }
+
+    // With another rate source, or an unknown value: refused before any run (exit 2).
+    for (text, says) in [
+        (
+            interleaved.replace(
+                "compute_s_per_token",
+                "device_gbps = 1.0\ncompute_s_per_token",
+            ),
+            "not several",
+        ),
+        (
+            interleaved.replace("\"interleaved\"", "\"often\""),
+            "interleaved",
+        ),
+    ] {
+        std::fs::write(&p, text).unwrap();
+        let o = sweep(&model, &p, &s.join("bad"));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(says), "{err}");
+    }
+}

@@ -119,6 +119,18 @@ pub fn expected_distinct_experts(e: usize, k: usize, rows: usize) -> f64 {
 /// embedding row per token when the table is not pinned. [`bytes_per_token`] is
 /// `rows = 1`.
 pub fn bytes_per_forward(p: &Plan, cfg: &ModelConfig, rows: usize) -> u64 {
+    // Whole byte counts below 2^53: the f64 sum is exact.
+    decode_bytes_uniform(p, cfg, rows).bytes as u64
+}
+
+/// [`bytes_per_forward`] split as the time model needs it
+/// ([`crate::store::sim::predict::DecodeBytes`]): the routed experts' and embedding
+/// rows' parts apart from the total, bytes per forward of `rows` tokens (no look-ahead).
+pub fn decode_bytes_uniform(
+    p: &Plan,
+    cfg: &ModelConfig,
+    rows: usize,
+) -> crate::store::sim::predict::DecodeBytes {
     let rows = rows.max(1);
     let trunk: u64 = p.groups[p.pinned_groups.min(p.groups.len())..]
         .iter()
@@ -134,7 +146,12 @@ pub fn bytes_per_forward(p: &Plan, cfg: &ModelConfig, rows: usize) -> u64 {
     } else {
         rows as u64 * p.embedding_row_buffer_bytes
     };
-    trunk + experts.round() as u64 + emb
+    crate::store::sim::predict::DecodeBytes {
+        bytes: trunk as f64 + experts.round() + emb as f64,
+        expert_bytes: experts.round(),
+        embedding_bytes: emb as f64,
+        lookahead_recall: None,
+    }
 }
 
 /// The predicted effect of exact speculation at one budget: passes of `K + 1` rows

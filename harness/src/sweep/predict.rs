@@ -17,11 +17,12 @@ use memdial::store::sim::pool::SimPolicy;
 use memdial::store::sim::predict::{predict, DecodeBytes, TimeModel};
 use memdial::store::sim::{replay, Replayable, SimCounts, SimOptions};
 use memdial::store::trace;
+use memdial::util::stats::{median, min_max};
 
 use crate::args::usage;
 use crate::sweep::analysis::stats::PointStats;
 use crate::sweep::layout::LayoutKind;
-use crate::sweep::record::predictions::{PointPrediction, Predictions};
+use crate::sweep::record::predictions::{PointPrediction, Predictions, RateSample};
 use crate::sweep::record::row::Row;
 use crate::sweep::run::points::Points;
 use crate::sweep::spec::Spec;
@@ -108,7 +109,9 @@ pub fn prepare(
     let (matching, ctx) = check_fit(spec, &t, &r, prompt_ids, &what)?;
     let p = r.header.prompt_tokens;
     let io_threads = crate::store_flags::DEFAULT_IO_THREADS;
+    let interleaved = spec.read_rates.is_some();
     let (device, expert_gbps) = match (spec.device_gbps, &spec.iobench) {
+        _ if interleaved => (None, None),
         (Some(g), _) => (Some((g, "the spec's device_gbps".to_string())), None),
         (None, Some(dir)) => {
             let top_k = cfg.routed_experts().map_or(1, |(_, k)| k.max(1));
@@ -130,9 +133,11 @@ pub fn prepare(
     let mut out = Predictions {
         trace: path.display().to_string(),
         device_gbps: device.as_ref().map(|d| d.0),
-        device_source: device
-            .map(|d| d.1)
-            .unwrap_or_else(|| "the sweep's cold direct probe".into()),
+        device_source: match device {
+            Some(d) => d.1,
+            None if interleaved => "interleaved cells (none measured yet)".into(),
+            None => "the sweep's cold direct probe".into(),
+        },
         expert_gbps,
         compute_s_per_token: compute,
         compute_source,
@@ -144,6 +149,8 @@ pub fn prepare(
             .flat_map(|f| f.ids.iter().map(|&i| i as u32))
             .collect(),
         points: BTreeMap::new(),
+        rate_samples: Vec::new(),
+        interleaved_rates: interleaved,
     };
     for res in &points.resolved {
         let pt = &res.point;
@@ -270,6 +277,8 @@ fn point_prediction(
         bytes,
         expert_hit_rate: d.hits().expert_hit_rate(),
         s_per_token: None,
+        trunk_wait_s_per_token: None,
+        expert_wait_s_per_token: None,
         caveat: caveat(pt.io, pt.prefetch),
     }
 }
@@ -278,7 +287,7 @@ impl Predictions {
     /// Uses the sweep's own cold `direct` probe as the bandwidth when the spec gave
     /// none, and times every point again.
     pub fn set_probe(&mut self, probe_gbps: Option<f64>) {
-        if self.device_gbps.is_none() {
+        if self.device_gbps.is_none() && !self.interleaved_rates {
             self.device_gbps = probe_gbps.filter(|g| g.is_finite() && *g > 0.0);
             self.device_source = match self.device_gbps {
                 Some(_) => "the sweep's cold direct probe (sweep.json host.direct_cold_gbps)",
@@ -286,6 +295,38 @@ impl Predictions {
             }
             .into();
         }
+        self.retime();
+    }
+
+    /// Adds one interleaved measurement of the read rates and times every point again
+    /// with the medians of all samples so far (samples with a rate that is not finite
+    /// and positive are kept in the record but not used).
+    pub fn add_rate_sample(&mut self, s: RateSample) {
+        self.rate_samples.push(s);
+        let good: Vec<&RateSample> = self
+            .rate_samples
+            .iter()
+            .filter(|s| ok_rate(s.trunk_gbps) && ok_rate(s.expert_gbps))
+            .collect();
+        let trunk: Vec<f64> = good.iter().map(|s| s.trunk_gbps).collect();
+        let expert: Vec<f64> = good.iter().map(|s| s.expert_gbps).collect();
+        self.device_gbps = median(&trunk);
+        self.expert_gbps = median(&expert);
+        let (t_lo, t_hi) = min_max(&trunk).unwrap_or((0.0, 0.0));
+        let (e_lo, e_hi) = min_max(&expert).unwrap_or((0.0, 0.0));
+        self.device_source = match (self.device_gbps, self.expert_gbps) {
+            (Some(t), Some(e)) => format!(
+                "interleaved cells: medians of {} sample(s), trunk qd 1 {t:.3} GB/s \
+                 ({t_lo:.3}–{t_hi:.3}), experts qd {} {e:.3} GB/s ({e_lo:.3}–{e_hi:.3}) \
+                 (cold, direct)",
+                good.len(),
+                crate::store_flags::DEFAULT_IO_THREADS,
+            ),
+            _ => format!(
+                "interleaved cells: none of {} sample(s) measured a rate",
+                self.rate_samples.len()
+            ),
+        };
         self.retime();
     }
 
@@ -300,10 +341,12 @@ impl Predictions {
                 ..TimeModel::one_rate(g * 1e9, c)
             });
         for p in self.points.values_mut() {
-            p.s_per_token = model
+            let x = model
                 .filter(|_| crate::planning::compute::predicted_io(p.io))
-                .and_then(|m| predict(&p.bytes, p.prefetch, &m))
-                .map(|x| x.s_per_token);
+                .and_then(|m| predict(&p.bytes, p.prefetch, &m));
+            p.s_per_token = x.map(|x| x.s_per_token);
+            p.trunk_wait_s_per_token = x.map(|x| x.trunk_wait_s_per_token);
+            p.expert_wait_s_per_token = x.map(|x| x.expert_wait_s_per_token);
         }
     }
 
@@ -363,6 +406,10 @@ impl Predictions {
     }
 }
 
+fn ok_rate(g: f64) -> bool {
+    g.is_finite() && g > 0.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,6 +428,8 @@ mod tests {
             },
             expert_hit_rate: 0.0,
             s_per_token: None,
+            trunk_wait_s_per_token: None,
+            expert_wait_s_per_token: None,
             caveat: caveat(io, Prefetch::None),
         }
     }

@@ -22,6 +22,7 @@ pub mod engines;
 mod hash;
 mod points;
 mod prompt;
+pub mod read_rates;
 mod repeats;
 
 pub use hash::spec_hash;
@@ -152,6 +153,11 @@ pub struct Spec {
     /// cell is the device bandwidth. Relative to the spec file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iobench: Option<PathBuf>,
+    /// With `trace`: `"interleaved"` measures the read rates between the runs
+    /// ([`read_rates::ReadRates`]) instead of taking them from `device_gbps` or
+    /// `iobench`. Absent: left out of the spec hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_rates: Option<read_rates::ReadRates>,
     /// With `trace`: compute seconds per decoded token with every weight resident.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compute_s_per_token: Option<f64>,
@@ -389,6 +395,7 @@ impl Spec {
         let given = [
             ("device_gbps", self.device_gbps.is_some()),
             ("iobench", self.iobench.is_some()),
+            ("read_rates", self.read_rates.is_some()),
             ("compute_s_per_token", self.compute_s_per_token.is_some()),
             ("resident_metrics", self.resident_metrics.is_some()),
         ];
@@ -404,8 +411,13 @@ impl Spec {
                 t.display()
             );
         }
-        if self.device_gbps.is_some() && self.iobench.is_some() {
-            bail!("give device_gbps or iobench, not both");
+        let rates = [
+            self.device_gbps.is_some(),
+            self.iobench.is_some(),
+            self.read_rates.is_some(),
+        ];
+        if rates.iter().filter(|g| **g).count() > 1 {
+            bail!("give one of device_gbps, iobench and read_rates, not several");
         }
         if self.compute_s_per_token.is_some() && self.resident_metrics.is_some() {
             bail!("give compute_s_per_token or resident_metrics, not both");

@@ -64,6 +64,12 @@ pub struct Predicted {
     pub io_s_per_token: f64,
     /// Seconds per token the forward waits for reads it could not overlap.
     pub stall_s_per_token: f64,
+    /// The part of the stall before each layer's router (the trunk groups, and
+    /// experts guessed ahead): what the engine counts as `io_wait_trunk_s_per_token`.
+    pub trunk_wait_s_per_token: f64,
+    /// The part after the router (the selected experts not read ahead, embedding rows):
+    /// the engine's `io_wait_expert_s_per_token` plus its embedding-row wait.
+    pub expert_wait_s_per_token: f64,
     /// Predicted decode seconds per token.
     pub s_per_token: f64,
 }
@@ -117,18 +123,20 @@ pub fn predict(b: &DecodeBytes, prefetch: Prefetch, m: &TimeModel) -> Option<Pre
         Prefetch::Oracle => 1.0,
         Prefetch::Lookahead => b.lookahead_recall.unwrap_or(0.0),
     };
-    let (stall, s) = match prefetch {
-        Prefetch::None => (io, c + io),
+    let (before, after, s) = match prefetch {
+        Prefetch::None => (trunk, experts + rows, c + io),
         _ => {
             let ahead = trunk + recall * experts;
             let behind = (1.0 - recall) * experts + rows;
             let hidden_wait = (ahead - pre).max(0.0);
-            (hidden_wait + behind, ahead.max(pre) + behind + post)
+            (hidden_wait, behind, ahead.max(pre) + behind + post)
         }
     };
     Some(Predicted {
         io_s_per_token: io,
-        stall_s_per_token: stall,
+        stall_s_per_token: before + after,
+        trunk_wait_s_per_token: before,
+        expert_wait_s_per_token: after,
         s_per_token: s,
     })
 }
@@ -204,12 +212,20 @@ mod tests {
         let none = predict(&d, Prefetch::None, &m).unwrap();
         assert!((none.io_s_per_token - 0.101).abs() < 1e-12);
         assert!((none.s_per_token - 0.181).abs() < 1e-12);
+        // none waits 0.050 before the routers and 0.051 after them.
+        assert!((none.trunk_wait_s_per_token - 0.050).abs() < 1e-12);
+        assert!((none.expert_wait_s_per_token - 0.051).abs() < 1e-12);
         let nl = predict(&d, Prefetch::NextLayer, &m).unwrap();
         assert!((nl.s_per_token - 0.131).abs() < 1e-12);
         assert!((nl.stall_s_per_token - 0.051).abs() < 1e-12);
+        // The trunk read (0.050) hides behind 0.06 s of compute before the router.
+        assert_eq!(nl.trunk_wait_s_per_token, 0.0);
+        assert!((nl.expert_wait_s_per_token - 0.051).abs() < 1e-12);
         d.lookahead_recall = Some(0.6);
         let la = predict(&d, Prefetch::Lookahead, &m).unwrap();
         assert!((la.s_per_token - 0.121).abs() < 1e-12);
         assert!((la.stall_s_per_token - 0.041).abs() < 1e-12);
+        assert!((la.trunk_wait_s_per_token - 0.020).abs() < 1e-12);
+        assert!((la.expert_wait_s_per_token - 0.021).abs() < 1e-12);
     }
 }

@@ -36,6 +36,31 @@ pub struct Predictions {
     pub decode_ids: Vec<u32>,
     /// Per point index: the replay of its configuration.
     pub points: BTreeMap<usize, PointPrediction>,
+    /// With `read_rates = "interleaved"`: the store's read patterns measured between
+    /// the runs, in the order taken; the rates above are their medians.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rate_samples: Vec<RateSample>,
+    /// The spec asked for interleaved read rates (`read_rates = "interleaved"`): the
+    /// rates come from `rate_samples` only, never from the sweep's cold probe.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interleaved_rates: bool,
+}
+
+/// One measurement of the store's two read patterns, taken between a sweep's runs
+/// (`read_rates = "interleaved"`): iobench's cold `direct` `trunk` cell at queue depth 1
+/// and its `experts:K` cell (K = the model's top-k) at the store's IO-thread count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RateSample {
+    /// Runs this invocation had finished when the sample was taken.
+    pub after_runs: usize,
+    /// Trunk read rate, GB/s (10⁹ bytes/s).
+    pub trunk_gbps: f64,
+    /// Routed-expert read rate, GB/s.
+    pub expert_gbps: f64,
+    /// Both cells started from a page cache verified cold (mincore).
+    pub cold_verified: bool,
+    /// Seconds the two cells took, wall clock.
+    pub elapsed_s: f64,
 }
 
 /// One point's replay.
@@ -53,6 +78,13 @@ pub struct PointPrediction {
     /// Predicted decode s/token (`None` without a bandwidth and a compute time, and
     /// for `buffered` and `mmap`: unpredicted).
     pub s_per_token: Option<f64>,
+    /// Predicted IO wait before the layers' routers, seconds per token (with
+    /// `s_per_token`; the measured figure is the runs' `io_wait_trunk_s_per_token`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trunk_wait_s_per_token: Option<f64>,
+    /// Predicted IO wait after the routers (experts, embedding rows), seconds per token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_wait_s_per_token: Option<f64>,
     /// What the model leaves out for this point (page cache, timing-dependent guesses).
     pub caveat: Option<String>,
 }

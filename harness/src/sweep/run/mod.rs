@@ -26,4 +26,5 @@ pub mod memwatch;
 pub mod packed;
 pub mod plugin;
 pub mod points;
+pub mod rate_cells;
 pub mod runner;

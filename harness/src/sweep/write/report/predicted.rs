@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use memdial::util::stats::median;
 use memdial::util::units::fmt_bytes;
 
 use crate::sweep::analysis::stats::PointStats;
@@ -21,19 +22,26 @@ pub(super) fn predicted_md(s: &mut String, meta: &Meta, runs: &[Row], stats: &[P
         return;
     };
     let _ = writeln!(s, "## Predicted vs measured\n");
+    let rates = match (p.device_gbps, p.expert_gbps) {
+        (Some(t), Some(e)) => format!("trunk reads at {t:.3} GB/s and expert reads at {e:.3} GB/s"),
+        (Some(t), None) => format!("every read at {t:.3} GB/s"),
+        _ => "no read rate".into(),
+    };
     let _ = writeln!(
         s,
         "The simulator replayed the trace `{}` against the store's plan of every point's configuration \
          (docs/simulate.md). Bytes read per decoded token are the store's own count: exact for `direct` and `buffered` IO \
          with `lru`/`lfru` and `none`, `next-layer` or `oracle` prefetch. Predicted s/token is the time model of docs/simulate.md \
-         (\"Predicted s/token\": `none` waits for every read, `next-layer` hides trunk reads behind compute) with the device at {} ({}) \
-         and a compute time of {} ({}). Error is predicted ÷ measured median − 1; *inside* means the prediction falls in the point's 95 % interval \
-         (in its min–max over the repeats when there are too few for one, marked °).\n",
+         (\"Predicted s/token\": `none` waits for every read; a prefetch hides trunk reads behind the compute before each router, \
+         no more) with {rates} ({}) and a compute time of {} ({}), {:.0} % of it after the routers. Error is predicted ÷ measured \
+         median − 1; *inside* means the prediction falls in the point's 95 % interval (in its min–max over the repeats when there \
+         are too few for one, marked °). The wait columns set the model's IO wait before and after the routers beside the runs' \
+         own counters (`io_wait_trunk_s_per_token`; `io_wait_s_per_token` less it): what each prefetch policy hid, measured.\n",
         p.trace,
-        p.device_gbps.map_or("–".into(), |g| format!("{g:.3} GB/s")),
         p.device_source,
         p.compute_s_per_token.map_or("–".into(), |x| format!("{x:.4} s/token")),
         p.compute_source,
+        100.0 * p.expert_compute_share,
     );
     let rows = p.compare(stats);
     if rows.is_empty() {
@@ -45,9 +53,12 @@ pub(super) fn predicted_md(s: &mut String, meta: &Meta, runs: &[Row], stats: &[P
     }
     let _ = writeln!(
         s,
-        "| point | budget | io | prefetch | cache | start | read/token predicted | read/token measured | s/token predicted | s/token measured [95% CI] | error | inside | note |"
+        "| point | budget | io | prefetch | cache | start | read/token predicted | read/token measured | s/token predicted | s/token measured [95% CI] | error | inside | wait before routers predicted / measured | wait after predicted / measured | note |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     for r in &rows {
         let _ = writeln!(s, "{}", row_md(runs, p, r));
     }
@@ -77,8 +88,16 @@ fn row_md(runs: &[Row], p: &Predictions, r: &Compared) -> String {
         ),
         _ => "–".into(),
     };
+    let (before, after) = measured_waits(runs, st.point_index);
+    let pair = |p: Option<f64>, m: Option<f64>| {
+        format!(
+            "{} / {}",
+            p.map_or("–".into(), |x| format!("{x:.4}")),
+            m.map_or("–".into(), |x| format!("{x:.4}"))
+        )
+    };
     format!(
-        "| p{} | {} | {} | {} | {} | {} | {} | {} | {} | {measured} | {} | {} | {} |",
+        "| p{} | {} | {} | {} | {} | {} | {} | {} | {} | {measured} | {} | {} | {} | {} | {} |",
         st.point_index,
         crate::sweep::spec::budget_label(&st.budget_spec, st.budget_bytes),
         st.io,
@@ -99,8 +118,31 @@ fn row_md(runs: &[Row], p: &Predictions, r: &Compared) -> String {
             Some(false) => "**no**°",
             None => "–",
         },
+        pair(r.predicted.trunk_wait_s_per_token, before),
+        pair(r.predicted.expert_wait_s_per_token, after),
         notes.join("; ")
     )
+}
+
+/// Medians over the point's quiet measured runs of the IO wait before the routers
+/// (`io_wait_trunk_s_per_token`) and after them (the rest of `io_wait_s_per_token`).
+fn measured_waits(runs: &[Row], point: usize) -> (Option<f64>, Option<f64>) {
+    let mine: Vec<&Row> = runs
+        .iter()
+        .filter(|x| x.point_index == point && x.is_measured_quiet())
+        .collect();
+    let before: Vec<f64> = mine
+        .iter()
+        .filter_map(|x| x.metrics.io_wait_trunk_s_per_token)
+        .collect();
+    let after: Vec<f64> = mine
+        .iter()
+        .filter_map(|x| {
+            let t = x.metrics.io_wait_trunk_s_per_token?;
+            Some((x.metrics.io_wait_s_per_token? - t).max(0.0))
+        })
+        .collect();
+    (median(&before), median(&after))
 }
 
 /// One line over the `direct` points (what the model predicts), then what the
@@ -117,12 +159,13 @@ fn summary_md(s: &mut String, rows: &[Compared]) {
         errs.sort_by(|a, b| a.0.total_cmp(&b.0));
         let med = errs.get(errs.len() / 2).map_or(0.0, |e| e.0);
         let worst = errs.last().copied().unwrap_or((0.0, 0));
+        let within = errs.iter().filter(|e| e.0 <= 0.10).count();
         let _ = writeln!(
             s,
-            "**Direct IO: {inside} of {} points inside their interval**; median |error| {:.1} %, largest {:.1} % (p{}). \
+            "**Direct IO: {within} of {} points within ±10 %, {inside} inside their interval**; median |error| {:.1} %, largest {:.1} % (p{}). \
              A miss says the model left something out at that point: compute that is not the resident run's (threads contending with \
              other processes, IO threads' CPU), reads slower than the device's sequential bandwidth, or overlap the model does not credit.\n",
-            judged.len(),
+            errs.len(),
             100.0 * med,
             100.0 * worst.0,
             worst.1
@@ -131,9 +174,9 @@ fn summary_md(s: &mut String, rows: &[Compared]) {
     if rows.iter().any(|r| r.stats.io != "direct") {
         let _ = writeln!(
             s,
-            "`buffered` and `mmap` points are shown for reference, not judged: the model has no page cache (a read the page cache \
-             holds costs no device time, a miss costs the kernel's copy or fault besides), so their predictions are those of the \
-             same bytes read directly. These costs are not modelled rather than fitted.\n"
+            "`buffered` and `mmap` points are unpredicted: the model has no page cache (a read the page cache holds costs no \
+             device time, a miss costs the kernel's copy or fault besides); their bytes are shown, their time is not modelled \
+             rather than fitted.\n"
         );
     }
 }
