@@ -7,13 +7,11 @@
 //! of another sweep).
 
 use std::collections::{BTreeMap, HashSet};
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use indicatif::{ProgressBar, ProgressStyle};
 use memdial::format::checkpoint::Checkpoint;
 use memdial::tools::identity::Identity as InputIdentity;
 use memdial::util::budget::parse_size;
@@ -28,11 +26,10 @@ use crate::sweep::record::row::Row;
 use crate::sweep::record::rundir;
 use crate::sweep::record::rundir::Meta;
 use crate::sweep::run::cgroup::{self, Support};
-use crate::sweep::run::execute::{outcome_label, run_label, RunEnv};
+use crate::sweep::run::execute::RunEnv;
 use crate::sweep::run::packed::PackedLayout;
 use crate::sweep::run::points::{Points, Selection};
 use crate::sweep::run::runner::run_binary;
-use crate::sweep::spec::read_rates::ReadRates;
 use crate::sweep::spec::{RunSlot, Shard, Spec, DEFAULT_SPEC};
 use crate::sweep::write::report::write_all;
 
@@ -320,20 +317,8 @@ fn cgroup_mode(a: &SweepArgs, cg_support: &Option<Support>) -> (Option<cgroup::M
     (mode, reason)
 }
 
-fn progress_bar(a: &SweepArgs, runs: usize) -> ProgressBar {
-    let pb = if a.check {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(runs as u64)
-    };
-    pb.set_style(
-        ProgressStyle::with_template("{prefix} [{bar:24}] {pos}/{len} eta {eta} | {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    pb.set_prefix("sweep");
-    pb
-}
+mod todo;
+use todo::run_todo;
 
 fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     let t_start = Instant::now();
@@ -586,99 +571,6 @@ fn unrun_rows_and_todo<'a>(
         .collect();
     rows.sort_by_key(run_order_key);
     todo
-}
-
-/// Runs the slots of `todo` one after the other, rewriting the reports after each;
-/// returns how many ran and whether `--test-stop-after` stopped the loop. Under
-/// `repeats = "auto"` a measured slot of a point that already reached its precision
-/// is skipped (not needed: no row, accounted by [`crate::sweep::analysis::repeats`]).
-fn run_todo(
-    a: &SweepArgs,
-    env: &RunEnv,
-    sel: &Selection,
-    todo: &[&RunSlot],
-    meta: &mut Meta,
-    rows: &mut Vec<Row>,
-    base: Option<&Baseline>,
-) -> Result<(usize, bool)> {
-    let tty = std::io::stderr().is_terminal();
-    let n_todo = todo.len();
-    let pb = progress_bar(a, n_todo);
-    let mut last = String::from("–");
-    let mut executed = 0usize;
-    let mut spared = 0usize;
-    let mut stopped = false;
-    let auto = env.spec.auto_repeats();
-    for &slot in todo {
-        let r = sel.by_index[&slot.point.index];
-        let label = run_label(slot, r.budget_bytes);
-        if let Some(auto) = auto.filter(|_| !slot.warmup) {
-            if repeats::reached(rows, slot.point.index, &auto) {
-                spared += 1;
-                if a.check || !tty {
-                    eprintln!(
-                        "[{}/{}] {label}: not needed (precision reached)",
-                        executed + spared,
-                        n_todo
-                    );
-                }
-                pb.inc(1);
-                continue;
-            }
-        }
-        pb.set_message(format!("{label} | last {last}"));
-        if executed.is_multiple_of(ReadRates::period(sel.by_index.len())) {
-            sample_read_rates(env, meta, executed)?;
-        }
-        if executed > 0 && env.spec.delay_s > 0.0 {
-            std::thread::sleep(std::time::Duration::from_secs_f64(env.spec.delay_s));
-        }
-        let row = env.run_slot(slot, r)?;
-        last = outcome_label(&row);
-        // One line per finished run on a log (or under --check, where the bar is
-        // hidden), so a CI log never looks hung.
-        if a.check || !tty {
-            eprintln!("[{}/{}] {label}: {last}", executed + spared + 1, n_todo);
-        }
-        rows.retain(|x| x.run_id != row.run_id);
-        rows.push(row);
-        rows.sort_by_key(run_order_key);
-        write_all(env.out, meta, rows, base)?;
-        pb.inc(1);
-        executed += 1;
-        if a.test_stop_after == Some(executed) {
-            stopped = true;
-            break;
-        }
-    }
-    pb.finish_and_clear();
-    if executed > 0 {
-        sample_read_rates(env, meta, executed)?;
-    }
-    Ok((executed, stopped))
-}
-
-/// With `read_rates = "interleaved"`: measures the store's two read patterns now
-/// ([`crate::sweep::run::rate_cells`]), retimes the predictions and saves `sweep.json`.
-/// A cell that fails is a warning, recorded as a sample with no rate.
-fn sample_read_rates(env: &RunEnv, meta: &mut Meta, runs: usize) -> Result<()> {
-    let Some(p) = meta.predictions.as_mut().filter(|p| p.interleaved_rates) else {
-        return Ok(());
-    };
-    let io_threads = crate::store_flags::DEFAULT_IO_THREADS;
-    let s =
-        crate::sweep::run::rate_cells::measure(env.model, io_threads, runs).unwrap_or_else(|e| {
-            eprintln!("warning: read-rate cells after {runs} run(s) failed: {e:#}");
-            crate::sweep::record::predictions::RateSample {
-                after_runs: runs,
-                trunk_gbps: f64::NAN,
-                expert_gbps: f64::NAN,
-                cold_verified: false,
-                elapsed_s: 0.0,
-            }
-        });
-    p.add_rate_sample(s);
-    meta.save(env.out)
 }
 
 /// Last step: the final report, the verdict line and the exit code.

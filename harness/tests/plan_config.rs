@@ -123,6 +123,39 @@ fn kimi_linear_plans_and_prints_the_io_bound_per_budget() {
     assert!(out.contains("what a pinned byte saves"), "{out}");
 }
 
+/// `--device-gbps` with `--compute-s-per-token` times every rung of the ladder: under
+/// `none` prefetch nothing overlaps, so each rung is compute + bytes ÷ bandwidth
+/// (0.5 s + B / 2e9 B/s), by hand from the rung's own bytes.
+#[test]
+fn the_ladder_is_timed_by_the_time_model() {
+    let v = json(&[
+        "--preset",
+        "kimi-linear-48b",
+        "--prefetch",
+        "none",
+        "--device-gbps",
+        "2",
+        "--compute-s-per-token",
+        "0.5",
+    ]);
+    let ladder = v["ladder"].as_array().unwrap();
+    assert!(ladder.len() >= 3);
+    for r in ladder {
+        let b = r["bytes_per_token"].as_f64().unwrap();
+        let s = r["predicted_s_per_token"].as_f64().unwrap();
+        assert!((s - (0.5 + b / 2e9)).abs() < 1e-9, "{r}");
+    }
+    let o = plan(&[
+        "--preset",
+        "kimi-linear-48b",
+        "--compute-s-per-token",
+        "-1",
+        "--device-gbps",
+        "2",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
 /// gpt-oss-120b's routed expert, MXFP4 (docs/model.md §10.2): `gate_up_proj_blocks[e]`
 /// `[5760, 90, 16]` + `_scales[e]` `[5760, 90]`, `down_proj_blocks[e]` `[2880, 90, 16]` +
 /// `_scales[e]` `[2880, 90]`, BF16 biases `[5760]` and `[2880]`.
