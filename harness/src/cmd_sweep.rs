@@ -151,10 +151,6 @@ fn generate_default_model(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn run_order_key(r: &Row) -> (bool, u32, usize) {
-    (!r.warmup, r.repeat, r.point_index)
-}
-
 /// Everything the sweep needs before it touches the run directory.
 struct Inputs {
     spec: Spec,
@@ -318,7 +314,27 @@ fn cgroup_mode(a: &SweepArgs, cg_support: &Option<Support>) -> (Option<cgroup::M
 }
 
 mod todo;
-use todo::run_todo;
+use todo::{run_order_key, run_todo, LoopOpts};
+
+/// The line that opens a sweep: points, runs to do and where they are written.
+fn announce(inp: &Inputs, points: usize, sel: &Selection, todo: usize, slots: usize, out: &Path) {
+    eprintln!(
+        "sweep: {} points ({} in this run{}), {}{} runs to do ({} already finished) → {}",
+        points,
+        sel.by_index.len(),
+        inp.shard
+            .map(|s| format!(", shard {s}"))
+            .unwrap_or_default(),
+        if inp.spec.auto_repeats().is_some() {
+            "at most "
+        } else {
+            ""
+        },
+        todo,
+        slots - todo,
+        out.display()
+    );
+}
 
 fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     let t_start = Instant::now();
@@ -405,24 +421,20 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     let base = inp.base.as_ref();
     write_all(&out, &meta, &rows, base)?;
     if !a.check {
-        eprintln!(
-            "sweep: {} points ({} in this run{}), {}{} runs to do ({} already finished) → {}",
-            points_total,
-            sel.by_index.len(),
-            inp.shard
-                .map(|s| format!(", shard {s}"))
-                .unwrap_or_default(),
-            if spec.auto_repeats().is_some() {
-                "at most "
-            } else {
-                ""
-            },
-            todo.len(),
-            slots.len() - todo.len(),
-            out.display()
-        );
+        announce(&inp, points_total, &sel, todo.len(), slots.len(), &out);
     }
-    let (executed, stopped) = run_todo(a, &env, &sel, &todo, &mut meta, &mut rows, base)?;
+    let (executed, stopped) = run_todo(
+        &LoopOpts {
+            check: a.check,
+            stop_after: a.test_stop_after,
+        },
+        &env,
+        &sel,
+        &todo,
+        &mut meta,
+        &mut rows,
+        base,
+    )?;
     if !meta.engines.is_empty() {
         if let Err(e) = engines::margins::find(
             &out,

@@ -7,7 +7,6 @@ use std::io::IsTerminal;
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::{run_order_key, SweepArgs};
 use crate::sweep::analysis::repeats;
 use crate::sweep::record::baseline::Baseline;
 use crate::sweep::record::row::Row;
@@ -18,7 +17,20 @@ use crate::sweep::spec::read_rates::ReadRates;
 use crate::sweep::spec::RunSlot;
 use crate::sweep::write::report::write_all;
 
-fn progress_bar(a: &SweepArgs, runs: usize) -> ProgressBar {
+/// The loop's switches from the command line.
+pub(super) struct LoopOpts {
+    /// `--check`: no progress bar, one line per run.
+    pub check: bool,
+    /// `--test-stop-after N`: stop after N executed runs (tests of resume).
+    pub stop_after: Option<usize>,
+}
+
+/// The order rows are written in: measured after warm-up, then by repeat and point.
+pub(super) fn run_order_key(r: &Row) -> (bool, u32, usize) {
+    (!r.warmup, r.repeat, r.point_index)
+}
+
+fn progress_bar(a: &LoopOpts, runs: usize) -> ProgressBar {
     let pb = if a.check {
         ProgressBar::hidden()
     } else {
@@ -38,7 +50,7 @@ fn progress_bar(a: &SweepArgs, runs: usize) -> ProgressBar {
 /// `repeats = "auto"` a measured slot of a point that already reached its precision
 /// is skipped (not needed: no row, accounted by [`crate::sweep::analysis::repeats`]).
 pub(super) fn run_todo(
-    a: &SweepArgs,
+    a: &LoopOpts,
     env: &RunEnv,
     sel: &Selection,
     todo: &[&RunSlot],
@@ -91,7 +103,7 @@ pub(super) fn run_todo(
         write_all(env.out, meta, rows, base)?;
         pb.inc(1);
         executed += 1;
-        if a.test_stop_after == Some(executed) {
+        if a.stop_after == Some(executed) {
             stopped = true;
             break;
         }
