@@ -411,7 +411,10 @@ fn row(
                 expert_compute_share: s,
                 ..TimeModel::one_rate(t * 1e9, c)
             };
-            DecodeBytes::per_token(d, n).and_then(|b| predict(&b, a.policy.prefetch.0, &m))
+            DecodeBytes::per_token(d, n).and_then(|mut b| {
+                b.streamed_compute_share = Some(memdial::store::rank::streamed_compute_share(plan));
+                predict(&b, a.policy.prefetch.0, &m)
+            })
         });
     let io_s = predicted.map(|p| p.io_s_per_token);
     SimRow {

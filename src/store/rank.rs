@@ -151,6 +151,22 @@ pub fn decode_bytes_uniform(
         expert_bytes: experts.round(),
         embedding_bytes: emb as f64,
         lookahead_recall: None,
+        streamed_compute_share: Some(streamed_compute_share(p)),
+    }
+}
+
+/// Share of a plan's trunk-group bytes that stream (not pinned), [0, 1] (1 without
+/// groups): the time model's `f` ([`crate::store::sim::predict::DecodeBytes`]).
+pub fn streamed_compute_share(p: &Plan) -> f64 {
+    let all: u64 = p.groups.iter().map(|g| g.read.buffer_bytes).sum();
+    let streamed: u64 = p.groups[p.pinned_groups.min(p.groups.len())..]
+        .iter()
+        .map(|g| g.read.buffer_bytes)
+        .sum();
+    if all == 0 {
+        1.0
+    } else {
+        streamed as f64 / all as f64
     }
 }
 

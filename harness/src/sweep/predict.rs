@@ -180,10 +180,9 @@ pub fn prepare(
             speculate: None,
         };
         let rep = replay(&plan, cfg, &r, emb, &opts)?;
-        out.points.insert(
-            pt.index,
-            point_prediction(&rep.decode, rep.decode_tokens, pt, start, res.budget_bytes),
-        );
+        let mut pp = point_prediction(&rep.decode, rep.decode_tokens, pt, start, res.budget_bytes);
+        pp.bytes.streamed_compute_share = Some(memdial::store::rank::streamed_compute_share(&plan));
+        out.points.insert(pt.index, pp);
     }
     out.retime();
     Ok(Some(out))
@@ -265,6 +264,7 @@ fn point_prediction(
         expert_bytes: 0.0,
         embedding_bytes: 0.0,
         lookahead_recall: None,
+        streamed_compute_share: None,
     });
     if pt.prefetch == Prefetch::Oracle {
         bytes.lookahead_recall = Some(1.0);
@@ -425,6 +425,7 @@ mod tests {
                 expert_bytes: 1e8,
                 embedding_bytes: 0.0,
                 lookahead_recall: None,
+                streamed_compute_share: None,
             },
             expert_hit_rate: 0.0,
             s_per_token: None,

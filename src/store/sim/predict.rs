@@ -14,13 +14,15 @@
 //!   `c + T / rT + (E + R) / rE`;
 //! - `next-layer`: the next trunk group is read while the current layer computes up to
 //!   its router; the layer's experts are queued after it and the device serves one read
-//!   stream, so only the compute before the router hides trunk reads:
-//!   `max(T / rT, c_pre) + (E + R) / rE + s c`;
+//!   stream, so only the compute before the router hides trunk reads, and of it only
+//!   the share `f` that runs in streamed layers (a read ahead is issued on a streamed
+//!   group's first use; pinned layers' compute runs alone):
+//!   `max(T / rT, f c_pre) + (1 − f) c_pre + (E + R) / rE + s c`;
 //! - `lookahead` and `oracle`: as `next-layer`, and the guessed experts (the look-ahead
 //!   recall `ρ`; all for `oracle`) are read ahead with the trunk:
-//!   `max(T / rT + ρ E / rE, c_pre) + ((1 − ρ) E + R) / rE + s c`.
+//!   `max(T / rT + ρ E / rE, f c_pre) + (1 − f) c_pre + ((1 − ρ) E + R) / rE + s c`.
 //!
-//! With `s = 0` and `rT = rE` this is the one-rate model `max(B / bw, c + (E + R) / bw)`.
+//! With `s = 0`, `f = 1` and `rT = rE` this is the one-rate model `max(B / bw, c + (E + R) / bw)`.
 //!
 //! The model has no page cache: it predicts `direct` IO. For `buffered` and `mmap` a
 //! read that hits the page cache costs no device time and a miss costs the kernel's
@@ -86,6 +88,12 @@ pub struct DecodeBytes {
     /// Selected experts that were guessed ahead (look-ahead recall; `None` without
     /// guesses).
     pub lookahead_recall: Option<f64>,
+    /// Share of the compute that runs while a streamed trunk group is in use, [0, 1]:
+    /// the streamed groups' bytes ÷ all trunk groups' bytes of the plan (compute taken
+    /// as proportional to the weights it reads). A prefetch is issued on a streamed
+    /// group's first use, so compute in pinned layers hides no read. `None`: 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streamed_compute_share: Option<f64>,
 }
 
 impl DecodeBytes {
@@ -98,6 +106,7 @@ impl DecodeBytes {
             expert_bytes: decode.expert_bytes_read as f64 / n,
             embedding_bytes: decode.embedding_bytes_read as f64 / n,
             lookahead_recall: decode.hits().lookahead_recall(),
+            streamed_compute_share: None,
         })
     }
 }
@@ -117,7 +126,11 @@ pub fn predict(b: &DecodeBytes, prefetch: Prefetch, m: &TimeModel) -> Option<Pre
     let io = trunk + experts + rows;
     let c = m.compute_s_per_token;
     let post = m.expert_compute_share * c;
-    let pre = c - post;
+    let pre_all = c - post;
+    // Only compute in streamed layers overlaps a read ahead; the rest runs alone.
+    let f = b.streamed_compute_share.unwrap_or(1.0).clamp(0.0, 1.0);
+    let pre = f * pre_all;
+    let alone = pre_all - pre;
     let recall = match prefetch {
         Prefetch::None | Prefetch::NextLayer => 0.0,
         Prefetch::Oracle => 1.0,
@@ -129,7 +142,7 @@ pub fn predict(b: &DecodeBytes, prefetch: Prefetch, m: &TimeModel) -> Option<Pre
             let ahead = trunk + recall * experts;
             let behind = (1.0 - recall) * experts + rows;
             let hidden_wait = (ahead - pre).max(0.0);
-            (hidden_wait, behind, ahead.max(pre) + behind + post)
+            (hidden_wait, behind, ahead.max(pre) + alone + behind + post)
         }
     };
     Some(Predicted {
@@ -227,5 +240,17 @@ mod tests {
         assert!((la.stall_s_per_token - 0.041).abs() < 1e-12);
         assert!((la.trunk_wait_s_per_token - 0.020).abs() < 1e-12);
         assert!((la.expert_wait_s_per_token - 0.021).abs() < 1e-12);
+        // Half the trunk pinned (f = 0.5): of c_pre = 0.06 only 0.03 overlaps the
+        // 0.050 trunk read, the other 0.03 runs alone:
+        //   next-layer: max(0.050, 0.03) + 0.03 + 0.051 + 0.02 = 0.151;
+        //   waits: 0.050 − 0.03 = 0.020 before the routers, 0.051 after.
+        d.lookahead_recall = None;
+        d.streamed_compute_share = Some(0.5);
+        let half = predict(&d, Prefetch::NextLayer, &m).unwrap();
+        assert!((half.s_per_token - 0.151).abs() < 1e-12);
+        assert!((half.trunk_wait_s_per_token - 0.020).abs() < 1e-12);
+        // `none` overlaps nothing whatever the share.
+        let none = predict(&d, Prefetch::None, &m).unwrap();
+        assert!((none.s_per_token - 0.181).abs() < 1e-12);
     }
 }
