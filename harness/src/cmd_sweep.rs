@@ -359,7 +359,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
                 Some(Support::Available(m)) => Some(m),
                 _ => None,
             },
-            slack: parse_size(&spec.cgroup_slack)?,
+            slack: spec.cgroup_slack,
             verbose: !a.check,
         };
         engines::floor::resolve(&mut engines, spec, &fc)?;
@@ -410,7 +410,7 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         cg_mode,
         no_cg_reason,
         require_cgroup: a.cgroup,
-        slack: parse_size(&spec.cgroup_slack)?,
+        slack: spec.cgroup_slack,
         timeout: Duration::from_secs_f64(spec.timeout_s),
         perturb: a.test_perturb_point.map(|p| (p, a.test_perturb_logit)),
         engines: &engines,

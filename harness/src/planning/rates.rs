@@ -1,36 +1,43 @@
 //! The device read rate a prediction assumes, from a `memdial iobench` report.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use memdial::io::IoMode;
+use memdial::tools::iobench::{CellStatus, Row};
 use memdial::util::error::UsageError;
 
-/// Best measured bandwidth (GB/s) of a `memdial iobench` report for `io`: the fastest
-/// `memdial` row with status ok, cold cache and this IO mode; with its description.
-pub fn iobench_gbps(dir: &Path, io: IoMode) -> Result<(f64, String)> {
+/// The rows of a `memdial iobench` report directory's `results.json`.
+///
+/// Errors (usage): the file cannot be read, or is not a list of iobench rows.
+fn read_rows(dir: &Path) -> Result<(PathBuf, Vec<Row>)> {
     let path = dir.join("results.json");
     let text = std::fs::read_to_string(&path)
         .map_err(|e| UsageError::Invalid(format!("cannot read {}: {e}", path.display())))?;
-    let rows: Vec<serde_json::Value> = serde_json::from_str(&text).map_err(|e| {
+    let rows: Vec<Row> = serde_json::from_str(&text).map_err(|e| {
         UsageError::Invalid(format!("{} is not an iobench report: {e}", path.display()))
     })?;
-    let s = |r: &serde_json::Value, k: &str| r[k].as_str().unwrap_or("").to_string();
+    Ok((path, rows))
+}
+
+/// Whether `r` is a successful cold-cache memdial cell of `io`.
+fn cold_ok(r: &Row, io: IoMode) -> bool {
+    r.tool == "memdial" && r.status == CellStatus::Ok && r.cache == "cold" && r.io == io.as_str()
+}
+
+/// The fastest cold-cache memdial cell of `rows` for `io`, with its description.
+fn best_cell(path: &Path, rows: &[Row], io: IoMode) -> Result<(f64, String)> {
     rows.iter()
-        .filter(|r| {
-            s(r, "tool") == "memdial" && s(r, "status") == "ok" && s(r, "io") == io.as_str()
-        })
-        .filter(|r| s(r, "cache") == "cold")
-        .filter_map(|r| r["gb_per_s"].as_f64().map(|g| (g, r)))
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(g, r)| {
+        .filter(|r| cold_ok(r, io))
+        .max_by(|a, b| a.gb_per_s.total_cmp(&b.gb_per_s))
+        .map(|r| {
             (
-                g,
+                r.gb_per_s,
                 format!(
                     "{} pattern {} qd {} ({})",
                     path.display(),
-                    s(r, "pattern"),
-                    r["qd"],
+                    r.pattern,
+                    r.qd,
                     io.as_str()
                 ),
             )
@@ -43,6 +50,15 @@ pub fn iobench_gbps(dir: &Path, io: IoMode) -> Result<(f64, String)> {
             ))
             .into()
         })
+}
+
+/// Best measured bandwidth (GB/s) of a `memdial iobench` report for `io`: the fastest
+/// `memdial` row with status ok, cold cache and this IO mode; with its description.
+///
+/// Errors (usage): `results.json` unreadable or not an iobench report; no such row.
+pub fn iobench_gbps(dir: &Path, io: IoMode) -> Result<(f64, String)> {
+    let (path, rows) = read_rows(dir)?;
+    best_cell(&path, &rows, io)
 }
 
 /// Read rates the time model assumes, GB/s, and where they come from.
@@ -64,16 +80,13 @@ pub struct Rates {
 ///
 /// Errors: as [`iobench_gbps`].
 pub fn iobench_rates(dir: &Path, io: IoMode, top_k: usize, io_threads: usize) -> Result<Rates> {
-    let path = dir.join("results.json");
-    let (best, best_src) = iobench_gbps(dir, io)?;
-    let text = std::fs::read_to_string(&path).unwrap_or_default();
-    let rows: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap_or_default();
+    let (path, rows) = read_rows(dir)?;
+    let (best, best_src) = best_cell(&path, &rows, io)?;
     let cell = |pattern: &str, qd: usize| {
         rows.iter()
-            .filter(|r| r["tool"] == "memdial" && r["status"] == "ok" && r["cache"] == "cold")
-            .filter(|r| r["io"] == io.as_str() && r["pattern"] == pattern)
-            .filter(|r| r["qd"].as_u64() == Some(qd as u64))
-            .find_map(|r| r["gb_per_s"].as_f64().filter(|g| *g > 0.0))
+            .filter(|r| cold_ok(r, io) && r.pattern == pattern && r.qd == qd)
+            .map(|r| r.gb_per_s)
+            .find(|g| *g > 0.0)
     };
     let experts = format!("experts:{top_k}");
     Ok(match (cell("trunk", 1), cell(&experts, io_threads)) {
@@ -94,4 +107,55 @@ pub fn iobench_rates(dir: &Path, io: IoMode, top_k: usize, io_threads: usize) ->
             ),
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report of three cold direct cells (one failed) and a warm one: the rates are
+    /// the cells' own figures, written here.
+    #[test]
+    fn rates_are_the_matching_cells_figures() {
+        let dir = std::env::temp_dir().join(format!("memdial-rates-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cell = |pattern: &str, qd: usize, cache: &str, status: CellStatus, g: f64| Row {
+            tool: "memdial".into(),
+            pattern: pattern.into(),
+            io: "direct".into(),
+            qd,
+            cache: cache.into(),
+            status,
+            gb_per_s: g,
+            ..Row::default()
+        };
+        let rows = vec![
+            cell("trunk", 1, "cold", CellStatus::Ok, 1.5),
+            cell("experts:8", 4, "cold", CellStatus::Ok, 2.25),
+            cell("experts:8", 4, "warm", CellStatus::Ok, 9.0),
+            cell("file", 8, "cold", CellStatus::Error, 7.0),
+        ];
+        std::fs::write(
+            dir.as_path().join("results.json"),
+            serde_json::to_string(&rows).unwrap(),
+        )
+        .unwrap();
+        let (g, src) = iobench_gbps(dir.as_path(), IoMode::Direct).unwrap();
+        assert_eq!(g, 2.25);
+        assert!(src.ends_with("pattern experts:8 qd 4 (direct)"), "{src}");
+        let r = iobench_rates(dir.as_path(), IoMode::Direct, 8, 4).unwrap();
+        assert_eq!((r.trunk_gbps, r.expert_gbps), (1.5, 2.25));
+        // No experts:2 cell at qd 4: the best cell for both rates.
+        let r = iobench_rates(dir.as_path(), IoMode::Direct, 2, 4).unwrap();
+        assert_eq!((r.trunk_gbps, r.expert_gbps), (2.25, 2.25));
+        let e = iobench_gbps(dir.as_path(), IoMode::Mmap).unwrap_err();
+        assert!(format!("{e:#}").contains("no successful cold-cache memdial cell for IO mode mmap"));
+        std::fs::write(dir.as_path().join("results.json"), "[{\"tool\": 1}]").unwrap();
+        let e = iobench_gbps(dir.as_path(), IoMode::Direct).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("is not an iobench report"),
+            "{e:#}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

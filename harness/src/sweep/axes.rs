@@ -20,7 +20,9 @@
 //!   after every existing column ([`super::record::row::columns`]).
 //!
 //! `Spec::points` expands the declared axes innermost, after engines, in the order
-//! of [`super::spec::Spec::later_axes`]. Declared so far: [`super::start::Start`], [`super::layout::Layout`],
+//! of [`super::spec::Spec::later_axes`]; a point carries each value typed too (its
+//! field `NAME`), which is what the sweep reads, the coordinates' text being only
+//! its key and CSV cells. Declared so far: [`super::start::Start`], [`super::layout::Layout`],
 //! [`super::concurrency::Concurrency`], [`super::speculate::Speculate`],
 //! [`super::depth::Depth`].
 

@@ -35,7 +35,7 @@ fn a_default_valued_axis_changes_no_hash_or_key_and_appends_its_column() {
         p[0].key(),
         "budget=floor;io=direct;prefetch=none;cache=lru;threads=1;prompt=0"
     );
-    assert_eq!(StartMode::of(&p[0].axes), StartMode::Cold);
+    assert_eq!(p[0].start, StartMode::Cold);
     // Its column follows every existing one.
     let row = Row {
         axes: p[0]
@@ -73,7 +73,7 @@ fn an_axis_with_values_joins_the_hash_and_the_keys() {
         p[1].key(),
         "budget=floor;io=direct;prefetch=none;cache=lru;threads=1;prompt=0;start=warm"
     );
-    assert_eq!(StartMode::of(&p[1].axes), StartMode::Warm);
+    assert_eq!(p[1].start, StartMode::Warm);
     assert_eq!(p[0].key(), format!("{};start=cold", s.points()[0].key()));
     assert_eq!(with.start.0, [StartMode::Cold, StartMode::Warm]);
     assert!(Values::<Start>::default().is_default());

@@ -21,7 +21,7 @@
 //! budget runs at the same bytes; each point keeps its own floor for the below-floor
 //! check.
 
-use super::axes::{Axis, Coord};
+use super::axes::Axis;
 
 /// Clients at once at most (the server's `--max-batch` range).
 pub const MAX_CONCURRENCY: u32 = 256;
@@ -35,14 +35,6 @@ impl Axis for Concurrency {
     fn default_value() -> u32 {
         1
     }
-}
-
-/// The point's concurrency: its `concurrency` coordinate (absent: 1).
-pub fn of(axes: &[Coord]) -> usize {
-    axes.iter()
-        .find(|c| c.name == Concurrency::NAME)
-        .and_then(|c| c.value.parse().ok())
-        .unwrap_or(1)
 }
 
 /// Errors: a value of 0 or above [`MAX_CONCURRENCY`].

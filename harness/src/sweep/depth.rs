@@ -16,7 +16,7 @@
 
 use anyhow::{bail, Result};
 
-use super::axes::{Axis, Coord};
+use super::axes::Axis;
 
 /// The `depth` axis (spec key `depth = [0, 512]`).
 pub struct Depth;
@@ -29,17 +29,8 @@ impl Axis for Depth {
     }
 }
 
-/// The point's depth: its `depth` coordinate (absent: 0).
-pub fn of(axes: &[Coord]) -> usize {
-    axes.iter()
-        .find(|c| c.name == Depth::NAME)
-        .and_then(|c| c.value.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Why engine `memdial == false` cannot run the point: its depth is above 0.
-pub fn not_applicable(memdial: bool, axes: &[Coord]) -> Option<String> {
-    let d = of(axes);
+pub fn not_applicable(memdial: bool, d: u32) -> Option<String> {
     (!memdial && d > 0).then(|| format!("depth = {d}: only memdial takes a depth context"))
 }
 

@@ -29,14 +29,14 @@ fn the_axis_keys_its_points_and_stays_out_of_the_hash_at_zero() {
         [format!("{base};depth=0"), format!("{base};depth=512")]
     );
     let p = s.points();
-    assert_eq!(super::depth::of(&p[0].axes), 0);
-    assert_eq!(super::depth::of(&p[1].axes), 512);
-    assert!(super::depth::not_applicable(false, &p[1].axes).is_some());
-    assert!(super::depth::not_applicable(true, &p[1].axes).is_none());
-    assert!(super::depth::not_applicable(false, &p[0].axes).is_none());
+    assert_eq!(p[0].depth, 0);
+    assert_eq!(p[1].depth, 512);
+    assert!(super::depth::not_applicable(false, p[1].depth).is_some());
+    assert!(super::depth::not_applicable(true, p[1].depth).is_none());
+    assert!(super::depth::not_applicable(false, p[0].depth).is_none());
     // A sweep without the axis: no `;depth=` in its keys, depth 0.
     assert!(!plain.points()[0].key().contains("depth"));
-    assert_eq!(super::depth::of(&plain.points()[0].axes), 0);
+    assert_eq!(plain.points()[0].depth, 0);
 }
 
 #[test]

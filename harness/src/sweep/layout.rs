@@ -20,7 +20,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::axes::{Axis, Coord};
+use super::axes::Axis;
 
 /// A model layout (`layout = [...]` in a spec).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -70,16 +70,6 @@ impl LayoutKind {
             LayoutKind::Raw => Some(Codec::Raw),
         }
     }
-
-    /// The point's layout: its `layout` coordinate (absent: `safetensors`). The
-    /// coordinates are written from [`LayoutKind`] values, so any other text is a bug.
-    pub fn of(axes: &[Coord]) -> LayoutKind {
-        match axes.iter().find(|c| c.name == Layout::NAME) {
-            Some(c) => LayoutKind::parse(&c.value)
-                .unwrap_or_else(|| panic!("layout coordinate {:?} is not a layout", c.value)),
-            None => LayoutKind::Safetensors,
-        }
-    }
 }
 
 impl std::fmt::Display for LayoutKind {
@@ -99,11 +89,10 @@ impl Axis for Layout {
     }
 }
 
-/// Why an engine (`memdial`: whether it is memdial) cannot run a point on the axes
-/// `axes` in IO mode `io` because of its layout, if it cannot: the packed layouts
-/// (`lossless`, `raw`) are memdial's own format, read with direct or buffered IO.
-pub fn not_applicable(memdial: bool, axes: &[Coord], io: memdial::io::IoMode) -> Option<String> {
-    let kind = LayoutKind::of(axes);
+/// Why an engine (`memdial`: whether it is memdial) cannot run a point of layout
+/// `kind` in IO mode `io`, if it cannot: the packed layouts (`lossless`, `raw`) are
+/// memdial's own format, read with direct or buffered IO.
+pub fn not_applicable(memdial: bool, kind: LayoutKind, io: memdial::io::IoMode) -> Option<String> {
     if !kind.is_packed() {
         return None;
     }

@@ -29,16 +29,13 @@ fn absent_layout_keeps_hashes_and_keys_both_layouts_are_innermost() {
         p[0].key()
     );
     assert!(p[1].key().ends_with(";layout=lossless"), "{}", p[1].key());
-    assert_eq!(LayoutKind::of(&p[1].axes), LayoutKind::Lossless);
-    assert_eq!(
-        LayoutKind::of(&plain.points()[0].axes),
-        LayoutKind::Safetensors
-    );
-    assert!(not_applicable(true, &p[1].axes, p[1].io).is_none());
-    assert!(not_applicable(true, &p[3].axes, p[3].io).is_some());
-    assert!(not_applicable(true, &p[2].axes, p[2].io).is_none());
-    assert!(not_applicable(false, &p[1].axes, p[1].io).is_some());
-    assert!(not_applicable(false, &p[0].axes, p[0].io).is_none());
+    assert_eq!(p[1].layout, LayoutKind::Lossless);
+    assert_eq!(plain.points()[0].layout, LayoutKind::Safetensors);
+    assert!(not_applicable(true, p[1].layout, p[1].io).is_none());
+    assert!(not_applicable(true, p[3].layout, p[3].io).is_some());
+    assert!(not_applicable(true, p[2].layout, p[2].io).is_none());
+    assert!(not_applicable(false, p[1].layout, p[1].io).is_some());
+    assert!(not_applicable(false, p[0].layout, p[0].io).is_none());
     assert!(Spec::parse("budgets = [\"floor\"]\nlayout = [\"gguf\"]", Path::new(".")).is_err());
     assert!(Spec::parse(
         "budgets = [\"floor\"]\nlayout = [\"lossless\", \"lossless\"]",
@@ -58,9 +55,9 @@ fn the_lossless_spec_runs_three_layouts_at_the_floor_and_resident() {
         p[0].key(),
         "budget=floor;io=direct;prefetch=next-layer;cache=lru;threads=1;prompt=0;layout=safetensors"
     );
-    assert_eq!(LayoutKind::of(&p[1].axes), LayoutKind::Raw);
-    assert_eq!(LayoutKind::of(&p[2].axes), LayoutKind::Lossless);
-    assert!(matches!(s.repeats, crate::sweep::spec::Repeats::Count(n) if n >= 3));
+    assert_eq!(p[1].layout, LayoutKind::Raw);
+    assert_eq!(p[2].layout, LayoutKind::Lossless);
+    assert!(s.repetition.auto.is_none() && s.repetition.measured >= 3);
     // Interleaved: each round visits every point, the layouts side by side.
     let runs = s.runs(&p);
     let first: Vec<usize> = runs[..7].iter().map(|r| r.point.index).collect();

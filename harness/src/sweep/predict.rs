@@ -21,11 +21,10 @@ use memdial::util::stats::{median, min_max};
 
 use crate::args::usage;
 use crate::sweep::analysis::stats::PointStats;
-use crate::sweep::layout::LayoutKind;
 use crate::sweep::record::predictions::{PointPrediction, Predictions, RateSample};
 use crate::sweep::record::row::Row;
 use crate::sweep::run::points::Points;
-use crate::sweep::spec::Spec;
+use crate::sweep::spec::{ComputeTime, DeviceRate, Spec};
 use crate::sweep::start::StartMode;
 
 /// `PointStats` and the point's prediction side by side (the report's table).
@@ -97,9 +96,10 @@ pub fn prepare(
     prompt_ids: &[Vec<u32>],
     points: &Points,
 ) -> Result<Option<Predictions>> {
-    let Some(path) = &spec.trace else {
+    let Some(pred) = &spec.prediction else {
         return Ok(None);
     };
+    let path = &pred.trace;
     let what = format!("trace {}", path.display());
     let bad = |m: String| usage(format!("{what} does not match the sweep: {m}"));
     let t = trace::read_full(path).map_err(|e| usage(format!("{e:#}")))?;
@@ -109,26 +109,25 @@ pub fn prepare(
     let (matching, ctx) = check_fit(spec, &t, &r, prompt_ids, &what)?;
     let p = r.header.prompt_tokens;
     let io_threads = crate::store_flags::DEFAULT_IO_THREADS;
-    let interleaved = spec.read_rates.is_some();
-    let (device, expert_gbps) = match (spec.device_gbps, &spec.iobench) {
-        _ if interleaved => (None, None),
-        (Some(g), _) => (Some((g, "the spec's device_gbps".to_string())), None),
-        (None, Some(dir)) => {
+    let interleaved = pred.device == Some(DeviceRate::Interleaved);
+    let (device, expert_gbps) = match &pred.device {
+        Some(DeviceRate::Gbps(g)) => (Some((*g, "the spec's device_gbps".to_string())), None),
+        Some(DeviceRate::Iobench(dir)) => {
             let top_k = cfg.routed_experts().map_or(1, |(_, k)| k.max(1));
             let r = crate::planning::rates::iobench_rates(dir, IoMode::Direct, top_k, io_threads)?;
             (Some((r.trunk_gbps, r.source)), Some(r.expert_gbps))
         }
-        (None, None) => (None, None),
+        Some(DeviceRate::Interleaved) | None => (None, None),
     };
     let compute = crate::planning::compute::compute_time(
-        spec.compute_s_per_token,
-        spec.resident_metrics.as_deref(),
+        pred.compute_s_per_token(),
+        pred.resident_metrics(),
     )?;
-    let share = crate::planning::compute::expert_share(spec.resident_metrics.as_deref())?;
-    let compute_source = match (&spec.compute_s_per_token, &spec.resident_metrics) {
-        (Some(_), _) => "the spec's compute_s_per_token".to_string(),
-        (None, Some(m)) => format!("the resident run {}", m.display()),
-        (None, None) => "not given (compute_s_per_token or resident_metrics)".to_string(),
+    let share = crate::planning::compute::expert_share(pred.resident_metrics())?;
+    let compute_source = match &pred.compute {
+        Some(ComputeTime::SecondsPerToken(_)) => "the spec's compute_s_per_token".to_string(),
+        Some(ComputeTime::ResidentMetrics(m)) => format!("the resident run {}", m.display()),
+        None => "not given (compute_s_per_token or resident_metrics)".to_string(),
     };
     let mut out = Predictions {
         trace: path.display().to_string(),
@@ -158,9 +157,9 @@ pub fn prepare(
             == crate::sweep::spec::engines::def::DEFAULT_ENGINE;
         if !matching.contains(&pt.prompt_index)
             || !memdial_engine
-            || LayoutKind::of(&pt.axes).is_packed()
+            || pt.layout.is_packed()
             // The trace was recorded without a depth context: no prediction at one.
-            || crate::sweep::depth::of(&pt.axes) > 0
+            || pt.depth > 0
             || res.budget_bytes < res.floor_bytes
         {
             continue;
@@ -168,7 +167,7 @@ pub fn prepare(
         let Ok(policy) = SimPolicy::parse(pt.cache.as_str()) else {
             continue;
         };
-        let start = StartMode::of(&pt.axes);
+        let start = pt.start;
         let act = Scratch::activations(cfg, Sequences::single(ctx), pt.threads);
         let p0 = plan_unchecked(cfg, ck, 0, pt.io, pt.prefetch, act)?;
         let plan = p0.with_budget(cfg, res.budget_bytes);

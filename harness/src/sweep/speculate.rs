@@ -16,7 +16,7 @@ use std::path::Path;
 use anyhow::{bail, Result};
 use memdial::engine::speculate::Speculate as Value;
 
-use super::axes::{Axis, Coord};
+use super::axes::Axis;
 
 /// The `speculate` axis (spec key `speculate = ["off", "ngram:4", "replay:ids.txt:4"]`).
 pub struct Speculate;
@@ -58,16 +58,10 @@ pub fn resolve(values: &mut [String], base: &Path) {
     }
 }
 
-/// The point's `--speculate` value when it is not `off` (its `speculate` coordinate).
-pub fn of(axes: &[Coord]) -> Option<&str> {
-    axes.iter()
-        .find(|c| c.name == Speculate::NAME && c.value != "off")
-        .map(|c| c.value.as_str())
-}
-
-/// Why engine `memdial == false` cannot run the point: it speculates.
-pub fn not_applicable(memdial: bool, axes: &[Coord]) -> Option<String> {
-    let v = of(axes)?;
+/// Why engine `memdial == false` cannot run the point: it speculates (`v`, the
+/// point's `--speculate` value; `None` for `off`).
+pub fn not_applicable(memdial: bool, v: Option<&str>) -> Option<String> {
+    let v = v?;
     (!memdial).then(|| format!("speculate = {v:?}: only memdial speculates"))
 }
 

@@ -33,11 +33,11 @@ fn the_axis_keys_its_points_and_stays_out_of_the_hash_while_off() {
         ]
     );
     let p = s.points();
-    assert_eq!(super::speculate::of(&p[0].axes), None);
-    assert_eq!(super::speculate::of(&p[1].axes), Some("ngram:4"));
-    assert!(super::speculate::not_applicable(false, &p[1].axes).is_some());
-    assert!(super::speculate::not_applicable(true, &p[1].axes).is_none());
-    assert!(super::speculate::not_applicable(false, &p[0].axes).is_none());
+    assert_eq!(p[0].speculate.as_deref(), None);
+    assert_eq!(p[1].speculate.as_deref(), Some("ngram:4"));
+    assert!(super::speculate::not_applicable(false, p[1].speculate.as_deref()).is_some());
+    assert!(super::speculate::not_applicable(true, p[1].speculate.as_deref()).is_none());
+    assert!(super::speculate::not_applicable(false, p[0].speculate.as_deref()).is_none());
 }
 
 #[test]

@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::axes::{Axis, Coord};
+use super::axes::Axis;
 
 /// How a run's caches begin (`--start`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -32,14 +32,6 @@ impl StartMode {
         match self {
             StartMode::Cold => "cold",
             StartMode::Warm => "warm",
-        }
-    }
-
-    /// The point's start: its `start` coordinate (absent: `cold`).
-    pub fn of(axes: &[Coord]) -> StartMode {
-        match axes.iter().find(|c| c.name == Start::NAME) {
-            Some(c) if c.value == "warm" => StartMode::Warm,
-            _ => StartMode::Cold,
         }
     }
 }

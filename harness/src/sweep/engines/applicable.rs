@@ -31,9 +31,7 @@ impl Registry {
         if let Some(why) = text_only_na(e, spec, p) {
             return Some(why);
         }
-        if crate::sweep::start::StartMode::of(&p.axes) == crate::sweep::start::StartMode::Warm
-            && !e.def.warm.unwrap_or(false)
-        {
+        if p.start == crate::sweep::start::StartMode::Warm && !e.def.warm.unwrap_or(false) {
             return Some(format!(
                 "{} has no warm start (its adapter does not declare `warm = true`)",
                 e.name
@@ -158,16 +156,18 @@ fn text_only_na(e: &Engine, spec: &Spec, p: &Point) -> Option<String> {
 /// engine `e` out (only memdial reads the lossless layout, speculates, takes a depth
 /// context and is served to concurrent clients).
 fn axes_na(e: &Engine, p: &Point) -> Option<String> {
-    if let Some(why) = crate::sweep::layout::not_applicable(e.is_memdial(), &p.axes, p.io) {
+    if let Some(why) = crate::sweep::layout::not_applicable(e.is_memdial(), p.layout, p.io) {
         return Some(why);
     }
-    if let Some(why) = crate::sweep::speculate::not_applicable(e.is_memdial(), &p.axes) {
+    if let Some(why) =
+        crate::sweep::speculate::not_applicable(e.is_memdial(), p.speculate.as_deref())
+    {
         return Some(why);
     }
-    if let Some(why) = crate::sweep::depth::not_applicable(e.is_memdial(), &p.axes) {
+    if let Some(why) = crate::sweep::depth::not_applicable(e.is_memdial(), p.depth) {
         return Some(why);
     }
-    (!e.is_memdial() && crate::sweep::concurrency::of(&p.axes) > 1).then(|| {
+    (!e.is_memdial() && p.concurrency > 1).then(|| {
         format!(
             "{} is run one request at a time (only memdial is served to concurrent clients)",
             e.name

@@ -137,14 +137,14 @@ pub fn resolve(reg: &mut Registry, spec: &Spec, c: &Ctx) -> Result<()> {
     let needs_floor: Vec<Point> = spec
         .points()
         .into_iter()
-        .filter(|p| matches!(BudgetExpr::parse(&p.budget_spec), Ok(BudgetExpr::Floor(_))))
+        .filter(|p| matches!(p.budget, BudgetExpr::Floor(_)))
         .collect();
     for e in reg.engines.clone() {
         if e.is_memdial() || e.not_here.is_some() {
             continue;
         }
         for io in &spec.io {
-            let key = (e.name.clone(), io.as_str().to_string());
+            let key = (e.name.to_string(), io.as_str().to_string());
             if let Some(f) = declared(reg, &e, io.as_str(), c)? {
                 reg.floors.insert(key, f);
                 continue;

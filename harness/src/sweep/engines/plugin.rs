@@ -14,7 +14,7 @@ use crate::sweep::spec::{Point, Spec};
 impl EnginePlugin for Registry {
     fn engine(&self, name: &str) -> Option<RunEngine> {
         self.get(name).map(|e| RunEngine {
-            name: e.name.clone(),
+            name: e.name.to_string(),
             is_memdial: e.is_memdial(),
             wants_cgroup: e.budget.wants_cgroup(),
         })

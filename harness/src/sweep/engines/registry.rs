@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::sweep::spec::engines::def::{bin_env, how_to_build, BudgetHold, EngineDef};
 use crate::sweep::spec::engines::template::Vars;
-use crate::sweep::spec::Spec;
+use crate::sweep::spec::{EngineName, Spec};
 
 /// Scripts of the built-in adapters, embedded so a sweep works outside the repository
 /// (written to `<run dir>/engines/scripts/` when used).
@@ -32,7 +32,7 @@ const SCRIPTS: &[(&str, &str)] = &[
 #[derive(Debug, Clone)]
 pub struct Engine {
     /// Name on the `engines` axis.
-    pub name: String,
+    pub name: EngineName,
     /// Built-in adapter (`memdial`, `mlx-lm`, `kimi-k3-in-c`, `llama.cpp`,
     /// `llama.cpp-f32`, `command`).
     pub adapter: String,
@@ -69,7 +69,7 @@ pub struct Registry {
     /// In axis order.
     pub engines: Vec<Engine>,
     /// The reference engine's name.
-    pub reference: String,
+    pub reference: EngineName,
     /// Eos ids of the model (for `{eos_ids}`).
     pub eos_ids: Vec<u32>,
     /// `--ignore-eos` is in the spec's extra_args.
@@ -176,7 +176,7 @@ impl Registry {
         self.engines
             .iter()
             .map(|e| EngineMeta {
-                name: e.name.clone(),
+                name: e.name.to_string(),
                 adapter: e.adapter.clone(),
                 version: e.version.clone(),
                 must_match: e.must_match,
@@ -365,7 +365,11 @@ impl Registry {
     /// point of it.
     pub fn set_opaque(&mut self, spec: &Spec, m: OpaqueModel) {
         for e in &mut self.engines {
-            let table = spec.engine.get(&e.name).cloned().unwrap_or_default();
+            let table = spec
+                .engine
+                .get(e.name.as_str())
+                .cloned()
+                .unwrap_or_default();
             match e.adapter.as_str() {
                 "llama.cpp" => {
                     if table.model.is_none() {
@@ -499,10 +503,7 @@ impl Registry {
             .set("budget_gb", format!("{:.3}", b / 1e9))
             .set("io", c.point.io.as_str())
             .set("prefetch", c.point.prefetch.as_str())
-            .set(
-                "start",
-                crate::sweep::start::StartMode::of(&c.point.axes).as_str(),
-            )
+            .set("start", c.point.start.as_str())
             .set("run_dir", c.run_dir.display());
         if let Some(t) = c.trunk_share_bytes {
             // kimi-k3-in-c: the trunk ring gets memdial's pinned + slot bytes, capped so

@@ -135,7 +135,7 @@ fn declared_tokenizer(reg: &Registry) -> Result<Option<(String, String)>> {
                 )))
             }
             Some(_) => {}
-            None => found = Some((e.name.clone(), t.clone())),
+            None => found = Some((e.name.to_string(), t.clone())),
         }
     }
     Ok(found)

@@ -127,7 +127,7 @@ impl RunEnv<'_> {
             model_device: host.model_device.clone(),
             memdial_version: env!("CARGO_PKG_VERSION").to_string(),
             started_utc: utc_now_rfc3339(),
-            engine: p.engine.clone(),
+            engine: p.engine.to_string(),
             axes: p
                 .axes
                 .iter()
@@ -220,7 +220,7 @@ impl RunEnv<'_> {
             .engines
             .command(&engine.name, &ext_ctx)
             .map_err(crate::args::as_usage)?;
-        let clients = crate::sweep::concurrency::of(&slot.point.axes);
+        let clients = slot.point.concurrency as usize;
         if clients > 1 && engine.is_memdial {
             return self.run_served(slot, r, row, (model, &files), cg, clients);
         }
@@ -315,7 +315,7 @@ impl RunEnv<'_> {
     /// The model directory a memdial run of `p` reads and its shard files: the
     /// packed layout's for a `lossless` or `raw` point, else the model's.
     fn layout_files(&self, p: &Point) -> (&Path, Vec<PathBuf>) {
-        let kind = crate::sweep::layout::LayoutKind::of(&p.axes);
+        let kind = p.layout;
         match super::packed::find(self.packed, kind) {
             Some(pk) => (pk.dir.as_path(), pk.shard_files.clone()),
             None => (self.model, self.shard_files.to_vec()),

@@ -180,11 +180,11 @@ impl Points {
         };
         let mut out = vec![];
         for p in spec.points() {
-            let depth = crate::sweep::depth::of(&p.axes);
+            let depth = p.depth as usize;
             let ctx = plan_context(spec, lengths[p.prompt_index], depth);
             let deep_ctx = plan_context(spec, lengths[p.prompt_index], deepest);
-            let own = LayoutKind::of(&p.axes);
-            let seqs = crate::sweep::concurrency::of(&p.axes);
+            let own = p.layout;
+            let seqs = p.concurrency as usize;
             // A served point's clients send every prompt: planned for the longest.
             let served_ctx = contexts.iter().copied().max().unwrap_or(ctx);
             let ctx = if seqs > 1 { served_ctx } else { ctx };
@@ -193,8 +193,7 @@ impl Points {
                 // `n/a` (the layout cannot be mapped): its budget is the safetensors one.
                 let (floor, model_bytes) = floor_of(LayoutKind::Safetensors, &p, ctx, seqs)?;
                 let top_floor = floor_of(LayoutKind::Safetensors, &p, top_ctx, top)?.0;
-                let budget = BudgetExpr::parse(&p.budget_spec)?
-                    .resolve(model_bytes, floor.max(top_floor))?;
+                let budget = p.budget.resolve(model_bytes, floor.max(top_floor))?;
                 out.push(Resolved {
                     floor_for: crate::planning::floor_for(p.io, p.prefetch, p.threads, ctx, seqs),
                     point: p,
@@ -211,7 +210,7 @@ impl Points {
                     budget_floor = budget_floor.max(floor_of(l, &p, top_ctx, top)?.0);
                 }
             }
-            let budget = BudgetExpr::parse(&p.budget_spec)?.resolve(model_bytes, budget_floor)?;
+            let budget = p.budget.resolve(model_bytes, budget_floor)?;
             out.push(Resolved {
                 floor_for: crate::planning::floor_for(p.io, p.prefetch, p.threads, ctx, seqs),
                 point: p,
@@ -235,7 +234,7 @@ impl Points {
     fn resolve_opaque(spec: &Spec, m: Opaque<'_>, engines: &dyn EnginePlugin) -> Result<Points> {
         let mut out = vec![];
         for p in spec.points() {
-            let expr = BudgetExpr::parse(&p.budget_spec).map_err(|e| as_usage(e.into()))?;
+            let expr = p.budget;
             let floor = engines.floor_of(&p.engine, p.io);
             if matches!(expr, BudgetExpr::Floor(_)) && floor.is_none() {
                 return Err(crate::args::usage(format!(

@@ -136,11 +136,11 @@ impl RunRequest<'_> {
         if let Some(c) = p.axes.iter().find(|c| c.name == "start" && c.in_key) {
             a.extend(["--start".into(), c.value.clone()]);
         }
-        if let Some(v) = crate::sweep::speculate::of(&p.axes) {
-            a.extend(["--speculate".into(), v.to_string()]);
+        if let Some(v) = &p.speculate {
+            a.extend(["--speculate".into(), v.clone()]);
         }
         // Only above 0: a sweep without the axis runs the command it always ran.
-        let depth = crate::sweep::depth::of(&p.axes);
+        let depth = p.depth;
         if depth > 0 {
             a.extend(["--depth".into(), depth.to_string()]);
         }

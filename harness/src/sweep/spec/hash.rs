@@ -32,3 +32,11 @@ pub fn spec_hash<T: Serialize>(spec: &T) -> String {
     };
     crate::sweep::util::sha256_hex(serde_json::to_string(&form).unwrap_or_default().as_bytes())
 }
+
+impl super::Spec {
+    /// SHA-256 of the canonical JSON form of the spec as written ([`spec_hash`]): shards of one
+    /// sweep, and a resumed sweep, must have the same hash.
+    pub fn hash(&self) -> String {
+        spec_hash(&self.raw)
+    }
+}

@@ -1,21 +1,25 @@
-//! What a spec expands into: points (one combination of axis values), the run slots
-//! that repeat them, and shards of the point list.
+//! What a spec expands into: points (one combination of axis values) and the run
+//! slots that repeat them.
 
-use anyhow::{bail, Context, Result};
 use memdial::io::IoMode;
 use memdial::store::eviction::CachePolicy;
 use memdial::store::plan::Prefetch;
-use serde::{Deserialize, Serialize};
+use memdial::util::budget::BudgetExpr;
 
+use super::engines::name::EngineName;
 use crate::sweep::axes::Coord;
+use crate::sweep::layout::LayoutKind;
+use crate::sweep::start::StartMode;
 
 /// One point of the sweep (a combination of axis values).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Point {
     /// Position in the full (unsharded) product.
     pub index: usize,
-    /// The budget as written in the spec.
+    /// The budget as written in the spec (the key's `budget=`).
     pub budget_spec: String,
+    /// The budget parsed.
+    pub budget: BudgetExpr,
     /// IO mode.
     pub io: IoMode,
     /// Prefetch policy.
@@ -27,14 +31,22 @@ pub struct Point {
     /// Index into `Spec::prompts`.
     pub prompt_index: usize,
     /// Engine (`memdial` unless the spec lists others).
-    #[serde(default)]
-    pub engine: String,
+    pub engine: EngineName,
     /// The spec has several engines: the key names the engine.
-    #[serde(default)]
     pub engine_in_key: bool,
-    /// Values on the axes declared after engines ([`super::axes`]), innermost last.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Values on the axes declared after engines ([`crate::sweep::axes`]) as text,
+    /// innermost last: the key's and the CSV's; the fields below are the same values typed.
     pub axes: Vec<Coord>,
+    /// How the run's caches begin (`start`).
+    pub start: StartMode,
+    /// The model layout read (`layout`).
+    pub layout: LayoutKind,
+    /// Concurrent clients (`concurrency`; 1: the ordinary run).
+    pub concurrency: u32,
+    /// The `--speculate` value (`speculate`; `None` for `off`).
+    pub speculate: Option<String>,
+    /// Context tokens before the prompt (`depth`).
+    pub depth: u32,
 }
 
 impl Point {
@@ -90,40 +102,5 @@ impl RunSlot {
             if self.warmup { "w" } else { "r" },
             self.repeat
         )
-    }
-}
-
-/// `--shard i/n` (1-based `i`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Shard {
-    /// 1-based shard number.
-    pub index: usize,
-    /// Number of shards.
-    pub count: usize,
-}
-
-impl Shard {
-    /// Parses `i/n` with `1 ≤ i ≤ n`.
-    pub fn parse(s: &str) -> Result<Self> {
-        let (a, b) = s
-            .split_once('/')
-            .with_context(|| format!("invalid --shard {s:?} (expected i/n, e.g. 1/4)"))?;
-        let index: usize = a.trim().parse().context("invalid shard number")?;
-        let count: usize = b.trim().parse().context("invalid shard count")?;
-        if count == 0 || index == 0 || index > count {
-            bail!("invalid --shard {s:?}: need 1 ≤ i ≤ n");
-        }
-        Ok(Shard { index, count })
-    }
-    /// Whether point `index` belongs to this shard (round-robin, so every shard gets
-    /// a mix of small and large budgets).
-    pub fn contains(&self, point_index: usize) -> bool {
-        point_index % self.count == self.index - 1
-    }
-}
-
-impl std::fmt::Display for Shard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.index, self.count)
     }
 }

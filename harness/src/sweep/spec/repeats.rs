@@ -85,3 +85,15 @@ pub fn parse_precision(s: &str) -> Result<f64> {
     }
     Ok(v)
 }
+
+/// How many runs each point gets: the spec's `repeats`, `precision`, `max_repeats`
+/// and `warmup`, checked to go together.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Repetition {
+    /// Discarded warm-up runs per point.
+    pub warmup: u32,
+    /// Most measured runs of a point: the fixed count, or `max_repeats` for `"auto"`.
+    pub measured: u32,
+    /// `repeats = "auto"` resolved; `None` for a fixed count.
+    pub auto: Option<AutoRepeats>,
+}

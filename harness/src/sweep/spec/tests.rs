@@ -1,5 +1,10 @@
 //! Unit tests of `spec`.
 
+use std::path::Path;
+
+use memdial::io::IoMode;
+
+use super::repeats::DEFAULT_MAX_REPEATS;
 use super::*;
 
 #[test]
@@ -371,4 +376,141 @@ fn unknown_keys_and_values_are_refused() {
     assert!(Spec::parse("budgets=[\"1GiB\"]\nbogus=1", Path::new(".")).is_err());
     assert!(Spec::parse("budgets=[\"1GiB\"]\nio=[\"fast\"]", Path::new(".")).is_err());
     assert!(Spec::parse("budgets=[]", Path::new(".")).is_err());
+}
+
+/// The typed spec holds the values written, parsed once: figures derived by hand.
+#[test]
+fn typed_spec_parses_budgets_slack_repetition_and_prediction_once() {
+    let s = Spec::parse(
+        "budgets = [\"2x floor\", \"25%\", \"1KiB\"]\ncgroup_slack = \"2MiB\"\n\
+         repeats = \"auto\"\nprecision = \"10%\"\nmax_repeats = 7\nwarmup = 2",
+        Path::new("."),
+    )
+    .unwrap();
+    let exprs: Vec<BudgetExpr> = s.budgets.iter().map(|b| b.expr).collect();
+    assert_eq!(
+        exprs,
+        [
+            BudgetExpr::Floor(2.0),
+            BudgetExpr::FractionOfModel(0.25),
+            BudgetExpr::Bytes(1024)
+        ]
+    );
+    assert_eq!(s.budgets[0].text, "2x floor");
+    assert_eq!(s.cgroup_slack, 2 * 1024 * 1024);
+    assert_eq!((s.repetition.warmup, s.repetition.measured), (2, 7));
+    let auto = s.repetition.auto.unwrap();
+    assert_eq!(
+        (auto.precision, auto.min_repeats, auto.max_repeats),
+        (0.1, 3, 7)
+    );
+    assert!(s.prediction.is_none());
+    let p = s.points();
+    assert_eq!(p[0].budget, BudgetExpr::Floor(2.0));
+    assert_eq!(p[0].budget_spec, "2x floor");
+    // The default slack: 32 MiB.
+    let d = Spec::parse("budgets = [\"floor\"]", Path::new(".")).unwrap();
+    assert_eq!(d.cgroup_slack, 32 << 20);
+    assert_eq!((d.repetition.warmup, d.repetition.measured), (0, 3));
+}
+
+/// A point's typed later-axis values are its coordinates' text, in the product's
+/// order (the first later axis outermost): the eight combinations written out.
+#[test]
+fn points_carry_typed_coordinates_in_key_order() {
+    use crate::sweep::layout::LayoutKind;
+    use crate::sweep::start::StartMode;
+    let s = Spec::parse(
+        "budgets = [\"floor\"]\nstart = [\"cold\", \"warm\"]\n\
+         layout = [\"safetensors\", \"lossless\"]\ndepth = [0, 512]",
+        Path::new("."),
+    )
+    .unwrap();
+    let got: Vec<(StartMode, LayoutKind, u32, u32, Option<String>, String)> = s
+        .points()
+        .iter()
+        .map(|p| {
+            let text: Vec<String> = p
+                .axes
+                .iter()
+                .filter(|c| c.in_key)
+                .map(|c| c.value.clone())
+                .collect();
+            (
+                p.start,
+                p.layout,
+                p.concurrency,
+                p.depth,
+                p.speculate.clone(),
+                text.join(","),
+            )
+        })
+        .collect();
+    let (c, w, st, ll) = (
+        StartMode::Cold,
+        StartMode::Warm,
+        LayoutKind::Safetensors,
+        LayoutKind::Lossless,
+    );
+    let want = [
+        (c, st, 0, "cold,safetensors,0"),
+        (c, st, 512, "cold,safetensors,512"),
+        (c, ll, 0, "cold,lossless,0"),
+        (c, ll, 512, "cold,lossless,512"),
+        (w, st, 0, "warm,safetensors,0"),
+        (w, st, 512, "warm,safetensors,512"),
+        (w, ll, 0, "warm,lossless,0"),
+        (w, ll, 512, "warm,lossless,512"),
+    ];
+    let want: Vec<_> = want
+        .iter()
+        .map(|&(a, b, d, t)| (a, b, 1, d, None, t.to_string()))
+        .collect();
+    assert_eq!(got, want);
+    let sp = Spec::parse(
+        "budgets = [\"floor\"]\nspeculate = [\"off\", \"ngram:4\"]",
+        Path::new("."),
+    )
+    .unwrap();
+    let v: Vec<Option<String>> = sp.points().iter().map(|p| p.speculate.clone()).collect();
+    assert_eq!(v, [None, Some("ngram:4".to_string())]);
+}
+
+/// Every axis refuses a value it does not know, naming the value and what it allows
+/// (the TOML error quotes the axis's line), never falling back to a default.
+#[test]
+fn an_unknown_value_on_each_axis_is_refused_with_the_allowed_values() {
+    let cases: [(&str, &[&str]); 9] = [
+        ("io = [\"fast\"]", &["\"fast\"", "direct, buffered, mmap"]),
+        (
+            "prefetch = [\"psychic\"]",
+            &["\"psychic\"", "none, next-layer, lookahead, oracle"],
+        ),
+        ("cache = [\"mru\"]", &["\"mru\"", "lru, lfru"]),
+        (
+            "start = [\"tepid\"]",
+            &["start = [\"tepid\"]", "`cold` or `warm`"],
+        ),
+        (
+            "layout = [\"zip\"]",
+            &["layout = [\"zip\"]", "`safetensors`, `lossless`"],
+        ),
+        (
+            "concurrency = [0]",
+            &["concurrency 0", "1 (the ordinary run) to 256"],
+        ),
+        (
+            "speculate = [\"foo\"]",
+            &["\"foo\"", "off, ngram:K or replay:FILE:K"],
+        ),
+        ("depth = [-1]", &["depth = [-1]", "expected u32"]),
+        ("engines = [\"gpt\"]", &["engine \"gpt\"", "[engine.gpt]"]),
+    ];
+    for (line, wants) in cases {
+        let text = format!("budgets = [\"floor\"]\n{line}");
+        let e = format!("{:#}", Spec::parse(&text, Path::new(".")).unwrap_err());
+        for w in wants {
+            assert!(e.contains(w), "{line}: {e}");
+        }
+    }
 }

@@ -178,7 +178,6 @@ fn curve_md(
 mod tests {
     use super::*;
     use crate::sweep::analysis::verdict::verdict;
-    use crate::sweep::concurrency::of;
     use crate::sweep::record::served::fill_concurrency;
     use crate::sweep::record::status::RunStatus;
     use crate::sweep::spec::Spec;
@@ -249,8 +248,11 @@ mod tests {
         let p = s.points();
         assert_eq!(p.len(), 3);
         assert!(p[2].key().ends_with(";concurrency=4"), "{}", p[2].key());
-        assert_eq!(p.iter().map(|p| of(&p.axes)).collect::<Vec<_>>(), [1, 2, 4]);
-        assert_eq!(of(&plain.points()[0].axes), 1);
+        assert_eq!(
+            p.iter().map(|p| p.concurrency).collect::<Vec<_>>(),
+            [1, 2, 4]
+        );
+        assert_eq!(plain.points()[0].concurrency, 1);
         for bad in ["[0]", "[1, 1]", "[]", "[257]", "[\"two\"]"] {
             assert!(
                 Spec::parse(&format!("{base}concurrency = {bad}"), Path::new(".")).is_err(),
