@@ -435,22 +435,40 @@ fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         &mut rows,
         base,
     )?;
+    after_runs(&env, &inp, &meta, &rows);
+    finish(
+        a, &out, &meta, &rows, slots, base, executed, stopped, t_start,
+    )
+}
+
+/// The steps after the runs, whose failures are warnings: the reference's logit
+/// margins where other engines differ, and the lossy layouts' agreement.
+fn after_runs(env: &RunEnv, inp: &Inputs, meta: &Meta, rows: &[Row]) {
+    let (out, spec, prompt_ids) = (env.out, env.spec, env.prompt_ids);
     if !meta.engines.is_empty() {
         if let Err(e) = engines::margins::find(
-            &out,
+            out,
             &env.bin,
             &inp.model,
-            &rows,
+            rows,
             &meta.engines,
-            &prompt_ids,
+            prompt_ids,
             &spec.extra_args,
         ) {
             eprintln!("warning: cannot dump the reference logits for the engines' margins: {e:#}");
         }
     }
-    finish(
-        a, &out, &meta, &rows, slots, base, executed, stopped, t_start,
-    )
+    let lossy = crate::sweep::run::lossy::LossyInputs {
+        out,
+        bin: &env.bin,
+        model: &inp.model,
+        packed: env.packed,
+        prompt_ids,
+        limits: &spec.lossy,
+    };
+    if let Err(e) = crate::sweep::run::lossy::measure(&lossy, rows) {
+        eprintln!("warning: cannot write the lossy layouts' agreement: {e:#}");
+    }
 }
 
 /// Records the spec's trace's predictions in `sweep.json`, timed with the sweep's own

@@ -63,3 +63,51 @@ fn the_lossless_spec_runs_three_layouts_at_the_floor_and_resident() {
     let first: Vec<usize> = runs[..7].iter().map(|r| r.point.index).collect();
     assert_eq!(first, [0, 1, 2, 3, 4, 5, 0]);
 }
+
+#[test]
+fn rvq_layouts_parse_by_stage_count_and_map() {
+    assert_eq!(LayoutKind::parse("rvq3"), Some(LayoutKind::Rvq(3)));
+    assert_eq!(LayoutKind::parse("rvq8"), Some(LayoutKind::Rvq(8)));
+    for bad in ["rvq0", "rvq9", "rvq03", "rvq", "rvq-1", "RVQ3"] {
+        assert_eq!(LayoutKind::parse(bad), None, "{bad}");
+    }
+    assert_eq!(LayoutKind::Rvq(3).as_str(), "rvq3");
+    assert!(LayoutKind::Rvq(3).is_lossy() && LayoutKind::Rvq(3).is_packed());
+    assert!(!LayoutKind::Lossless.is_lossy() && !LayoutKind::Raw.is_lossy());
+    use memdial::io::IoMode;
+    // A safetensors checkpoint: memdial maps it; other engines do not read it.
+    assert_eq!(not_applicable(true, LayoutKind::Rvq(3), IoMode::Mmap), None);
+    assert!(not_applicable(false, LayoutKind::Rvq(3), IoMode::Direct).is_some());
+    assert!(not_applicable(true, LayoutKind::Raw, IoMode::Mmap).is_some());
+}
+
+#[test]
+fn lossy_limits_are_checked_against_the_layout_axis() {
+    let parse = |t: &str| Spec::parse(&format!("budgets = [\"floor\"]\n{t}"), Path::new("."));
+    let ok = parse("layout = [\"safetensors\", \"rvq3\"]\n[lossy.rvq3]\nmin_top1 = 0.9").unwrap();
+    assert_eq!(ok.lossy["rvq3"].min_top1, Some(0.9));
+    let without = parse("layout = [\"safetensors\", \"rvq3\"]").unwrap();
+    assert!(without.lossy.is_empty());
+    assert_ne!(ok.hash(), without.hash(), "a limit changes what passes");
+    for (t, want) in [
+        (
+            "layout = [\"safetensors\"]\n[lossy.rvq3]\nmin_top1 = 0.9",
+            "has no rvq3",
+        ),
+        (
+            "layout = [\"safetensors\", \"lossless\"]\n[lossy.lossless]\nmin_top1 = 0.9",
+            "lossless is not one",
+        ),
+        (
+            "layout = [\"safetensors\", \"rvq3\"]\n[lossy.rvq3]\nmin_top1 = 1.5",
+            "a share from 0 to 1",
+        ),
+        (
+            "layout = [\"safetensors\", \"rvq3\"]\n[lossy.rvq3]\nmax_top1 = 0.5",
+            "unknown field",
+        ),
+    ] {
+        let e = format!("{:#}", parse(t).unwrap_err());
+        assert!(e.contains(want), "{t}: {e}");
+    }
+}

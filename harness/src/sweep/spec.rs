@@ -104,6 +104,8 @@ pub struct Spec {
     pub delay_s: f64,
     /// [`RawSpec::slo`].
     pub slo: Option<crate::sweep::goodput::Slo>,
+    /// [`RawSpec::lossy`] (empty without it).
+    pub lossy: std::collections::BTreeMap<String, crate::sweep::layout::LossyLimits>,
 }
 
 impl Spec {
@@ -258,6 +260,11 @@ pub struct RawSpec {
     /// no goodput columns, left out of the spec hash.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slo: Option<super::goodput::Slo>,
+    /// What each lossy layout of the `layout` axis must meet (`[lossy.rvq3] min_top1 =
+    /// 0.9`, `super::layout::LossyLimits`): `--check` fails a lossy layout only on these.
+    /// Absent: its agreement is reported, never failed; left out of the spec hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lossy: Option<std::collections::BTreeMap<String, super::layout::LossyLimits>>,
 }
 
 fn d_engines() -> Vec<String> {

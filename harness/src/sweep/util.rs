@@ -107,3 +107,43 @@ mod tests {
         );
     }
 }
+
+/// Reads a little-endian float32 C-order 2-D `.npy` (format 1.0 / 2.0) as
+/// (rows, cols, data).
+pub fn read_npy_f32(bytes: &[u8]) -> anyhow::Result<(usize, usize, Vec<f32>)> {
+    use anyhow::{bail, Context};
+    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+        bail!("not an .npy file");
+    }
+    let (hlen, start) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        _ => (u32::from_le_bytes(bytes[8..12].try_into()?) as usize, 12),
+    };
+    let header = std::str::from_utf8(&bytes[start..start + hlen])?;
+    if !header.contains("'<f4'") || header.contains("'fortran_order': True") {
+        bail!("expected little-endian float32 in C order: {header}");
+    }
+    let shape = header
+        .split("'shape':")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .context("no shape")?;
+    let dims: Vec<usize> = shape
+        .trim()
+        .trim_start_matches('(')
+        .split(',')
+        .filter(|t| !t.trim().is_empty())
+        .map(|t| t.trim().parse::<usize>())
+        .collect::<std::result::Result<_, _>>()?;
+    if dims.len() != 2 {
+        bail!("expected a 2-D array, shape {dims:?}");
+    }
+    let data: Vec<f32> = bytes[start + hlen..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    if data.len() != dims[0] * dims[1] {
+        bail!("data holds {} values, shape says {dims:?}", data.len());
+    }
+    Ok((dims[0], dims[1], data))
+}

@@ -149,11 +149,12 @@ fn partner<'a>(stats: &'a [PointStats], a: &PointStats, layout: &str) -> Option<
 /// coding buys).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct LayoutPair {
-    /// The layout compared (`raw` or `lossless`).
+    /// The layout compared (`raw`, `lossless` or a lossy `rvqN`).
     pub layout: String,
     /// The layout it is compared with (`safetensors` or `raw`).
     pub reference: String,
-    /// `layout` (raw / safetensors) or `compression` (lossless / raw).
+    /// `layout` (raw / safetensors), `compression` (lossless / raw) or `lossy`
+    /// (rvqN / safetensors).
     pub buys: String,
     /// Budget as written.
     pub budget_spec: String,
@@ -188,13 +189,53 @@ pub fn against_raw(
     runs: &crate::sweep::analysis::stats::PointRuns,
     rows: &[Row],
 ) -> Vec<LayoutPair> {
+    if !stats.iter().any(|p| p.layout == "raw") {
+        return vec![];
+    }
+    pairs(
+        stats,
+        runs,
+        rows,
+        &[
+            ("raw", "safetensors", "layout"),
+            ("lossless", "raw", "compression"),
+        ],
+    )
+}
+
+/// Every lossy layout's point (`rvqN`) against safetensors at the same axes: what the
+/// lossy trade buys in time and bytes (`buys` = `lossy`).
+pub fn lossy_against_safetensors(
+    stats: &[PointStats],
+    runs: &crate::sweep::analysis::stats::PointRuns,
+    rows: &[Row],
+) -> Vec<LayoutPair> {
+    let mut lossy: Vec<&str> = stats
+        .iter()
+        .map(|p| p.layout.as_str())
+        .filter(|l| crate::sweep::layout::LayoutKind::parse(l).is_some_and(|k| k.is_lossy()))
+        .collect();
+    lossy.sort();
+    lossy.dedup();
+    let which: Vec<(&str, &str, &str)> = lossy
+        .into_iter()
+        .map(|l| (l, "safetensors", "lossy"))
+        .collect();
+    pairs(stats, runs, rows, &which)
+}
+
+/// Each usable point of a layout against the point of its reference layout at the
+/// same axes, for each (layout, reference, buys) of `which`.
+fn pairs(
+    stats: &[PointStats],
+    runs: &crate::sweep::analysis::stats::PointRuns,
+    rows: &[Row],
+    which: &[(&str, &str, &str)],
+) -> Vec<LayoutPair> {
     let bytes = per_run(rows, |r| r.metrics.bytes_read_per_token);
     let med = |i: usize| bytes.get(&i).and_then(|v| median(v));
     let mut out = vec![];
-    for (layout, reference, buys) in [
-        ("raw", "safetensors", "layout"),
-        ("lossless", "raw", "compression"),
-    ] {
+    for &(layout, reference, buys) in which {
         for a in stats.iter().filter(|p| usable(p) && p.layout == layout) {
             let Some(b) = partner(stats, a, reference) else {
                 continue;

@@ -14,6 +14,7 @@
 //! - [`counts`]: how many runs of each kind, overall and per start;
 //! - [`compare`]: IO modes and prefetch policies at the same budget;
 //! - [`layouts`]: the lossless layout against safetensors at the same point;
+//! - [`lossy`]: a lossy layout (`rvqN`) against the exact one, by agreement;
 //! - [`uncontended`]: runs' uncontended times and the bottom line decided on them when the wall times do not decide;
 //! - [`versus`]: two sweeps point by point (`memdial compare A B`);
 //! - [`baseline`]: the baseline gate (`--baseline OLD --max-regression 25%`);
@@ -30,6 +31,7 @@ pub mod compare;
 pub mod counts;
 pub mod engine_ratio;
 pub mod layouts;
+pub mod lossy;
 pub mod outcome;
 pub mod pick;
 pub mod recommend;

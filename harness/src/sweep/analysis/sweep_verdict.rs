@@ -63,6 +63,14 @@ pub struct SweepVerdict {
     /// buys) and lossless / raw (what coding buys) at each point, with intervals.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub layout_pairs: Vec<LayoutPair>,
+    /// Each lossy layout's agreement with the exact one, per (prompt, max_tokens)
+    /// ([`crate::sweep::analysis::lossy`]); its limits are the only way it fails.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lossy: Vec<crate::sweep::analysis::lossy::LossyAgreement>,
+    /// Each lossy layout's points against safetensors at the same axes: s/token and
+    /// bytes read per token.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lossy_pairs: Vec<LayoutPair>,
     /// Measured finished runs the noise sentinel marked `noisy` (left out of the
     /// statistics), of `measured_runs`.
     pub noisy_runs: usize,
@@ -163,6 +171,10 @@ impl SweepVerdict {
             engine_ratios: (!meta.engines.is_empty()).then(|| engine_ratios(stats, &runs, meta)),
             layouts: against_safetensors(stats, &runs, rows),
             layout_pairs: against_raw(stats, &runs, rows),
+            lossy: crate::sweep::analysis::lossy::load(dir).unwrap_or_default(),
+            lossy_pairs: crate::sweep::analysis::layouts::lossy_against_safetensors(
+                stats, &runs, rows,
+            ),
             ids,
             engines,
             repeats_auto: reps,
@@ -198,9 +210,10 @@ impl SweepVerdict {
     /// writes the line.
     pub fn settle(mut self, cmp: Option<&Comparison>, undecided_passes: bool) -> SweepVerdict {
         let engines_pass = self.engines.as_ref().is_none_or(|c| c.pass);
+        let lossy_pass = self.lossy.iter().all(|a| !a.fails());
         let facts = Facts {
             runs_compared: self.ids.runs_compared,
-            checks_pass: self.ids.checks_pass() && engines_pass,
+            checks_pass: self.ids.checks_pass() && engines_pass && lossy_pass,
             complete: self.complete(),
             regressions: cmp.map(|c| c.regressions().len()).unwrap_or(0),
             baseline_undecided: cmp.is_some_and(|c| c.undecided_reason().is_some()),
@@ -263,6 +276,7 @@ impl SweepVerdict {
         if let (Some(e), true) = (&engines, engines_pass || !ids.checks_pass()) {
             l += &format!("; {e}");
         }
+        l += &crate::sweep::analysis::lossy::line_part(&self.lossy);
         if self.outcome == Outcome::Fail && !self.complete() {
             l += &format!("; incomplete ({incomplete})");
         }
@@ -299,11 +313,16 @@ impl SweepVerdict {
 
 /// The reference engine's points (all points of a memdial-only sweep): what the
 /// budget recommendation is about.
+/// A lossy layout's points are left out: the answer is for the exact output.
 pub fn reference_stats(stats: &[PointStats], meta: &Meta) -> Vec<PointStats> {
+    let exact = |p: &&PointStats| {
+        crate::sweep::layout::LayoutKind::parse(&p.layout).is_none_or(|l| !l.is_lossy())
+    };
     match meta.engines.iter().find(|e| e.reference) {
-        None => stats.to_vec(),
+        None => stats.iter().filter(exact).cloned().collect(),
         Some(r) => stats
             .iter()
+            .filter(exact)
             .filter(|p| crate::sweep::spec::engines::def::engine_or_default(&p.engine) == r.name)
             .cloned()
             .collect(),

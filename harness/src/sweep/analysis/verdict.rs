@@ -2,7 +2,10 @@
 //! output ids, whatever the budget, IO mode, prefetch policy, cache or threads.
 //!
 //! Runs are grouped by (prompt, depth, max_tokens): the `depth` axis's context
-//! changes the ids, so runs are compared within a depth. In each group the reference is the
+//! changes the ids, so runs are compared within a depth. A lossy layout's runs
+//! (`rvqN`) form groups of their own: they must agree among themselves, and are
+//! never counted as identical to the exact layouts' (their agreement with those is
+//! [`super::lossy`]'s). In each group the reference is the
 //! most common hash (ties: the hash of the earliest run in point order), so a
 //! single deviating point is the one named. Any run that failed (non-zero exit,
 //! timeout, no metrics) also fails the verdict, and so does a finished run whose
@@ -42,12 +45,15 @@ pub struct Mismatch {
     pub got_id: Option<u32>,
 }
 
-/// One (prompt, depth, max_tokens, engine) group.
+/// One (prompt, depth, max_tokens, engine, lossy layout) group.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Group {
     /// Engine (empty for single-engine sweeps of memdial).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub engine: String,
+    /// The lossy layout whose runs these are (`rvq3`; empty for the exact layouts).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub lossy_layout: String,
     /// Prompt index.
     pub prompt_index: usize,
     /// Context tokens before the prompt (the `depth` axis; 0 without it).
@@ -125,9 +131,22 @@ pub fn first_difference(a: &[u32], b: &[u32]) -> Option<usize> {
         .or((a.len() != b.len()).then_some(n))
 }
 
-/// The group of a run: (prompt, depth, max_tokens, engine).
-fn group_key(r: &Row) -> (usize, usize, usize, String) {
-    (r.prompt_index, r.depth(), r.max_tokens, r.engine.clone())
+/// The group of a run: (prompt, depth, max_tokens, engine, lossy layout or "").
+type GroupKey = (usize, usize, usize, String, String);
+
+/// [`GroupKey`] of `r`.
+fn group_key(r: &Row) -> GroupKey {
+    let lossy = r
+        .layout()
+        .filter(|l| l.is_lossy())
+        .map_or(String::new(), |l| l.as_str().to_string());
+    (
+        r.prompt_index,
+        r.depth(),
+        r.max_tokens,
+        r.engine.clone(),
+        lossy,
+    )
 }
 
 /// Computes the verdict of `rows`.
@@ -135,7 +154,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
     let all = rows;
     // A served run (the `concurrency` axis) is compared request by request.
     let rows = &crate::sweep::record::served::per_request_rows(rows)[..];
-    let mut groups: BTreeMap<(usize, usize, usize, String), Vec<&Row>> = BTreeMap::new();
+    let mut groups: BTreeMap<GroupKey, Vec<&Row>> = BTreeMap::new();
     let mut not_applicable = vec![];
     let mut failed = vec![];
     let mut below_floor = vec![];
@@ -173,7 +192,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
     }
     let mut out = vec![];
     let mut runs_compared = 0;
-    for ((prompt_index, depth, max_tokens, engine), mut rs) in groups {
+    for ((prompt_index, depth, max_tokens, engine, lossy_layout), mut rs) in groups {
         rs.sort_by_key(|r| (r.point_index, r.warmup, r.repeat));
         runs_compared += rs.len();
         // most common hash; ties → earliest
@@ -206,6 +225,7 @@ pub fn verdict(rows: &[Row]) -> Verdict {
             .collect();
         out.push(Group {
             engine,
+            lossy_layout,
             prompt_index,
             depth,
             max_tokens,
@@ -308,6 +328,32 @@ impl Verdict {
         }
     }
 
+    /// The PASS line of a sweep with a lossy layout's groups among `ids` (`None`
+    /// without them): the exact layouts' identity and the lossy ones' own, apart.
+    fn lossy_pass_line(&self, ids: &[&Group], below: &str) -> Option<String> {
+        let runs = |gs: &[&Group]| gs.iter().map(|g| g.runs).sum::<usize>();
+        let hs = |gs: &[&Group]| gs.iter().map(|g| short(&g.hash)).collect::<Vec<_>>();
+        let (lossy, exact): (Vec<&Group>, Vec<&Group>) =
+            ids.iter().partition(|g| !g.lossy_layout.is_empty());
+        if lossy.is_empty() || ids.len() != self.groups.len() {
+            return None;
+        }
+        let layouts: std::collections::BTreeSet<&str> =
+            lossy.iter().map(|g| g.lossy_layout.as_str()).collect();
+        Some(format!(
+            "PASS: {} at {}: {} of the exact layouts produced identical output ids \
+             (sha256 {}); {} of the lossy {} agree among themselves (sha256 {}), \
+             compared with the exact ids by agreement, never as identical{below}",
+            count(self.runs_compared, "run"),
+            count(self.points, "point"),
+            count(runs(&exact), "run"),
+            hs(&exact).join(", "),
+            count(runs(&lossy), "run"),
+            layouts.into_iter().collect::<Vec<_>>().join(", "),
+            hs(&lossy).join(", "),
+        ))
+    }
+
     fn ids_line(&self) -> String {
         if self.runs_compared == 0 && self.failed.is_empty() && self.unproven.is_empty() {
             return "FAIL: no finished runs".into();
@@ -329,6 +375,9 @@ impl Verdict {
                 self.groups.iter().partition(|g| g.text_only);
             let runs = |gs: &[&Group]| gs.iter().map(|g| g.runs).sum::<usize>();
             let hs = |gs: &[&Group]| gs.iter().map(|g| short(&g.hash)).collect::<Vec<_>>();
+            if let Some(l) = self.lossy_pass_line(&ids, &below) {
+                return l;
+            }
             if text.is_empty() {
                 return format!(
                     "PASS: {} at {} produced identical output ids (sha256 {}){below}",

@@ -12,7 +12,9 @@
 //! - [`cgroup`]: memory-cgroup enforcement of the budget (v1, v2, systemd-run and
 //!   sampling in submodules);
 //! - [`memwatch`]: anon + page-cache memory sampled while a run is alive;
-//! - [`packed`]: the lossless layout `lossless` points read, packed once and cached;
+//! - [`packed`]: the packed layouts (`lossless`, `raw`, `rvqN`) points read, packed
+//!   once and cached;
+//! - [`lossy`]: after the runs, a lossy layout's agreement with the exact one;
 //! - [`interrupt`]: SIGINT/SIGTERM print the command that resumes the sweep.
 
 pub mod cgroup;
@@ -22,6 +24,7 @@ pub mod clients;
 pub mod coldcache;
 pub mod execute;
 pub mod interrupt;
+pub mod lossy;
 pub mod memwatch;
 pub mod packed;
 pub mod plugin;

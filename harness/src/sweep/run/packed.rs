@@ -1,8 +1,9 @@
-//! The packed layouts a sweep's `lossless` and `raw` points read (the `layout` axis,
-//! [`crate::sweep::layout`]): for `lossless` a directory given with `--packed`, else
-//! the model packed once (`memdial pack --lossless`, default codec, or `memdial pack
-//! --raw`) into a cache outside the model directory, keyed by the source's identity
-//! and the layout so a changed model is packed again.
+//! The packed layouts a sweep's `lossless`, `raw` and `rvqN` points read (the
+//! `layout` axis, [`crate::sweep::layout`]): for `lossless` a directory given with
+//! `--packed`, else the model packed once (`memdial pack --lossless`, default codec,
+//! `memdial pack --raw` or `memdial pack --rvq N`) into a cache outside the model
+//! directory, keyed by the source's identity and the layout so a changed model is
+//! packed again. An `rvqN` entry records its source in [`RVQ_SOURCE`].
 //!
 //! The cache is `$MEMDIAL_CACHE_DIR/packed/`, else `$XDG_CACHE_HOME/memdial/packed/`,
 //! else `~/.cache/memdial/packed/`; one entry per source identity and layout,
@@ -23,6 +24,21 @@ use crate::sweep::layout::LayoutKind;
 /// `packed/`).
 pub const CACHE_ENV: &str = "MEMDIAL_CACHE_DIR";
 
+/// The file of an `rvqN` cache entry naming the checkpoint it was packed from (its
+/// safetensors identity) and its expert bytes ratio.
+pub const RVQ_SOURCE: &str = "memdial-rvq-source.json";
+
+/// What [`RVQ_SOURCE`] holds.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct RvqSource {
+    /// The source's safetensors identity ([`Identity::safetensors_hash`]).
+    safetensors_hash: String,
+    /// Bits per routed weight.
+    bits: usize,
+    /// (codes + codebooks) bytes ÷ the source's routed expert bytes.
+    ratio: f64,
+}
+
 /// A packed layout of the sweep's model.
 #[derive(Debug, Clone)]
 pub struct PackedLayout {
@@ -33,7 +49,8 @@ pub struct PackedLayout {
     /// Its files the store reads (`model.safetensors`, `lossless.pack`): evicted
     /// before every run and watched during `lossless` runs.
     pub shard_files: Vec<PathBuf>,
-    /// Stored bytes / decoded bytes of its packed tensors.
+    /// Stored bytes / decoded bytes of its packed tensors (`rvqN`: codes and codebooks
+    /// ÷ the source's routed expert bytes).
     pub ratio: f64,
 }
 
@@ -64,7 +81,7 @@ pub fn find(packed: &[PackedLayout], kind: LayoutKind) -> Option<&PackedLayout> 
     packed.iter().find(|p| p.kind == kind)
 }
 
-/// The packed layout `kind` (`lossless` or `raw`) of `model`: `given` (checked to be
+/// The packed layout `kind` (`lossless`, `raw` or `rvqN`) of `model`: `given` (checked to be
 /// packed from `model`), else the cached one, packing it first when there is none or
 /// it is of another source. Progress notes go to stderr unless `quiet`.
 ///
@@ -76,14 +93,14 @@ pub fn prepare(
     given: Option<&Path>,
     quiet: bool,
 ) -> Result<PackedLayout> {
-    let codec = kind
-        .codec()
-        .context("internal: the safetensors layout is not packed")?;
+    if kind == LayoutKind::Safetensors {
+        bail!("internal: the safetensors layout is not packed");
+    }
     let source = identity_of(model)?;
     if let Some(d) = given {
         return open_checked(d, kind, &source).map_err(|e| usage(format!("--packed: {e:#}")));
     }
-    if source.manifest_sha256 == "none" {
+    if source.manifest_sha256 == "none" && !kind.is_lossy() {
         return Err(usage(format!(
             "the {kind} layout is packed from {m} and every tensor verified against its \
              tensors.sha256, which it lacks: write it with `memdial checksum --model {m}`, \
@@ -132,15 +149,39 @@ pub fn prepare(
             dir.display()
         );
     }
-    memdial::tools::pack::pack_checkpoint_with(model, Some(&dir), codec, &mut |_, _| {})
-        .with_context(|| format!("packing {} for the `{kind}` layout", model.display()))?;
+    match (kind, kind.codec()) {
+        (LayoutKind::Rvq(bits), _) => pack_rvq(model, &dir, bits as usize, &source)?,
+        (_, Some(codec)) => {
+            memdial::tools::pack::pack_checkpoint_with(model, Some(&dir), codec, &mut |_, _| {})
+                .with_context(|| format!("packing {} for the `{kind}` layout", model.display()))?;
+        }
+        _ => bail!("internal: no packer for the `{kind}` layout"),
+    }
     open_checked(&dir, kind, &source)
+}
+
+/// `memdial pack --rvq bits` of `model` into `dir` (absent), then [`RVQ_SOURCE`].
+fn pack_rvq(model: &Path, dir: &Path, bits: usize, source: &Identity) -> Result<()> {
+    let r = memdial::tools::rvq::pack_rvq(model, dir, bits, &mut |_, _| {})
+        .with_context(|| format!("packing {} for the `rvq{bits}` layout", model.display()))?;
+    let rec = RvqSource {
+        safetensors_hash: source.safetensors_hash.clone(),
+        bits,
+        ratio: (r.rvq_expert_bytes + r.codebook_bytes) as f64 / r.source_expert_bytes.max(1) as f64,
+    };
+    crate::export::write_json(&dir.join(RVQ_SOURCE), &rec)
 }
 
 /// The cache key of a source and layout: SHA-256 (hex) of its identity, the layout's
 /// codec and the pack format version (the lossless key is the one caches were made
 /// with before the `raw` layout existed).
 fn cache_key(source: &Identity, kind: LayoutKind) -> String {
+    if let LayoutKind::Rvq(bits) = kind {
+        // The training settings are fixed by the format (docs/lossless.md).
+        return crate::sweep::util::sha256_hex(
+            format!("{}\nrvq{bits}", source.safetensors_hash).as_bytes(),
+        );
+    }
     let codec = kind.codec().map_or("none", |c| c.as_str());
     crate::sweep::util::sha256_hex(
         format!(
@@ -155,6 +196,9 @@ fn cache_key(source: &Identity, kind: LayoutKind) -> String {
 /// packed from the checkpoint of identity `source` with the codec of `kind`.
 fn open_checked(dir: &Path, kind: LayoutKind, source: &Identity) -> Result<PackedLayout> {
     let ck = Checkpoint::open(dir)?;
+    if let LayoutKind::Rvq(bits) = kind {
+        return open_rvq(dir, ck, bits as usize, source);
+    }
     let Some(p) = ck.lossless.as_ref() else {
         bail!(
             "{} is not a packed layout (no lossless.pack)",
@@ -187,6 +231,40 @@ fn open_checked(dir: &Path, kind: LayoutKind, source: &Identity) -> Result<Packe
         dir: std::fs::canonicalize(dir)?,
         shard_files: ck.shards.iter().map(|s| s.path.clone()).collect(),
         ratio: p.ratio(),
+    })
+}
+
+/// [`open_checked`] for an `rvqN` entry: its [`RVQ_SOURCE`] names `source` and `bits`,
+/// and its config is `memdial-rvq` at those bits.
+fn open_rvq(dir: &Path, ck: Checkpoint, bits: usize, source: &Identity) -> Result<PackedLayout> {
+    let rec: RvqSource = serde_json::from_str(
+        &std::fs::read_to_string(dir.join(RVQ_SOURCE))
+            .with_context(|| format!("{} has no {RVQ_SOURCE}", dir.display()))?,
+    )
+    .with_context(|| format!("{}: unreadable {RVQ_SOURCE}", dir.display()))?;
+    if rec.safetensors_hash != source.safetensors_hash || rec.bits != bits {
+        bail!(
+            "{} holds rvq{} of another checkpoint, not rvq{bits} of this model",
+            dir.display(),
+            rec.bits
+        );
+    }
+    let cfg = memdial::format::config::load_config(dir)?;
+    let stages = match cfg.moe.as_ref().map(|m| m.expert_format) {
+        Some(memdial::format::config::ExpertFormat::Rvq(r)) => Some(r.stages),
+        _ => None,
+    };
+    if stages != Some(bits) {
+        bail!(
+            "{}: its config is not memdial-rvq at {bits} bits",
+            dir.display()
+        );
+    }
+    Ok(PackedLayout {
+        kind: LayoutKind::Rvq(bits as u8),
+        dir: std::fs::canonicalize(dir)?,
+        shard_files: ck.shards.iter().map(|s| s.path.clone()).collect(),
+        ratio: rec.ratio,
     })
 }
 

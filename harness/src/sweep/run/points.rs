@@ -121,11 +121,16 @@ impl Points {
         }
         let ck = Checkpoint::open(model).map_err(as_usage)?;
         let cfg = memdial::format::config::load_config(model).map_err(as_usage)?;
-        let packed_ck: HashMap<LayoutKind, Checkpoint> = packed
-            .iter()
-            .map(|p| Ok((p.kind, Checkpoint::open(&p.dir)?)))
-            .collect::<Result<_>>()
-            .map_err(as_usage)?;
+        // A lossy layout's config differs (its expert format): each has its own.
+        let packed_ck: HashMap<LayoutKind, (Checkpoint, memdial::format::config::ModelConfig)> =
+            packed
+                .iter()
+                .map(|p| {
+                    let c = memdial::format::config::load_config(&p.dir)?;
+                    Ok((p.kind, (Checkpoint::open(&p.dir)?, c)))
+                })
+                .collect::<Result<_>>()
+                .map_err(as_usage)?;
         let lengths = prompt_lengths(spec, model);
         let contexts: Vec<usize> = lengths.iter().map(|&n| plan_context(spec, n, 0)).collect();
         // Every depth of a budget runs at the same bytes: the floor of the deepest.
@@ -144,9 +149,9 @@ impl Points {
             if let Some(v) = floors.get(&key) {
                 return Ok(*v);
             }
-            let ck = match layout {
-                LayoutKind::Safetensors => &ck,
-                packed => packed_ck.get(&packed).with_context(|| {
+            let (ck, cfg) = match layout {
+                LayoutKind::Safetensors => (&ck, &cfg),
+                packed => packed_ck.get(&packed).map(|(k, c)| (k, c)).with_context(|| {
                     format!("the spec's `{packed}` layout needs the packed model (internal: none was prepared)")
                 })?,
             };
@@ -154,17 +159,17 @@ impl Points {
                 max_context: ctx,
                 max_batch: seqs,
             };
-            let mut act = Scratch::activations(&cfg, s, p.threads);
+            let mut act = Scratch::activations(cfg, s, p.threads);
             if seqs == 1 {
                 act.bytes += memdial::engine::speculate::speculation_bytes(
-                    &cfg,
+                    cfg,
                     act.step_tokens,
                     act.threads,
                     ctx,
                     draft_k,
                 );
             }
-            let plan = plan_unchecked(&cfg, ck, u64::MAX / 4, p.io, p.prefetch, act).with_context(
+            let plan = plan_unchecked(cfg, ck, u64::MAX / 4, p.io, p.prefetch, act).with_context(
                 || {
                     format!(
                         "planning {} / {} ({})",
@@ -189,7 +194,7 @@ impl Points {
             let served_ctx = contexts.iter().copied().max().unwrap_or(ctx);
             let ctx = if seqs > 1 { served_ctx } else { ctx };
             let top_ctx = if top > 1 { served_ctx } else { deep_ctx };
-            if own.is_packed() && p.io == IoMode::Mmap {
+            if own.is_block_pack() && p.io == IoMode::Mmap {
                 // `n/a` (the layout cannot be mapped): its budget is the safetensors one.
                 let (floor, model_bytes) = floor_of(LayoutKind::Safetensors, &p, ctx, seqs)?;
                 let top_floor = floor_of(LayoutKind::Safetensors, &p, top_ctx, top)?.0;
@@ -203,13 +208,20 @@ impl Points {
                 });
                 continue;
             }
-            let (floor, model_bytes) = floor_of(own, &p, ctx, seqs)?;
+            let floor = floor_of(own, &p, ctx, seqs)?.0;
             let mut budget_floor = floor.max(floor_of(own, &p, top_ctx, top)?.0);
             for &l in spec.layout.0.iter().filter(|l| **l != own) {
-                if !(l.is_packed() && p.io == IoMode::Mmap) {
+                if !(l.is_block_pack() && p.io == IoMode::Mmap) {
                     budget_floor = budget_floor.max(floor_of(l, &p, top_ctx, top)?.0);
                 }
             }
+            // A lossy layout's experts are smaller: its budgets are the exact model's.
+            let bytes_of = if own.is_lossy() {
+                LayoutKind::Safetensors
+            } else {
+                own
+            };
+            let model_bytes = floor_of(bytes_of, &p, ctx, seqs)?.1;
             let budget = p.budget.resolve(model_bytes, budget_floor)?;
             out.push(Resolved {
                 floor_for: crate::planning::floor_for(p.io, p.prefetch, p.threads, ctx, seqs),

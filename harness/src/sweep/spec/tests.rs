@@ -493,7 +493,7 @@ fn an_unknown_value_on_each_axis_is_refused_with_the_allowed_values() {
         ),
         (
             "layout = [\"zip\"]",
-            &["layout = [\"zip\"]", "`safetensors`, `lossless`"],
+            &["unknown layout \"zip\"", "safetensors, lossless, raw, rvq1"],
         ),
         (
             "concurrency = [0]",

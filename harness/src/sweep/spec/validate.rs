@@ -63,6 +63,8 @@ impl Spec {
         if let Some(slo) = &raw.slo {
             slo.check()?;
         }
+        let lossy = raw.lossy.clone().unwrap_or_default();
+        crate::sweep::layout::check_lossy_limits(&lossy, &raw.layout.0)?;
         if let Some(a) = raw.extra_args.iter().find(|a| a.contains('\0')) {
             bail!("extra_args: {a:?} holds a NUL character, which a command-line argument cannot hold");
         }
@@ -96,6 +98,7 @@ impl Spec {
             prediction,
             delay_s: raw.delay_s,
             slo: raw.slo,
+            lossy,
             raw,
         })
     }

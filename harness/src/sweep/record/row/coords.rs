@@ -56,7 +56,10 @@ impl Row {
         }
         if let Some(v) = text(Layout::NAME) {
             if LayoutKind::parse(&v).is_none() {
-                bail!("axis `layout` holds {v:?}: allowed values are safetensors, lossless, raw");
+                bail!(
+                    "axis `layout` holds {v:?}: allowed values are {}",
+                    crate::sweep::layout::ALLOWED
+                );
             }
         }
         if let Some(v) = text(Concurrency::NAME) {

@@ -131,8 +131,8 @@ fn unknown_axis_values_are_refused_naming_the_axis() {
         ),
         (
             "layout",
-            serde_json::json!("rvq3"),
-            "axis `layout` holds \"rvq3\": allowed values are safetensors, lossless, raw",
+            serde_json::json!("rvq9"),
+            "axis `layout` holds \"rvq9\": allowed values are safetensors, lossless, raw, rvq1 … rvq8",
         ),
         (
             "concurrency",
@@ -166,7 +166,7 @@ fn unknown_axis_values_are_refused_naming_the_axis() {
     }
     let dir = std::env::temp_dir().join(format!("memdial-axes-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut bad = with("layout", serde_json::json!("rvq3"));
+    let mut bad = with("layout", serde_json::json!("rvq0"));
     bad.run_id = "p0-r0".into();
     std::fs::write(
         dir.join("results.json"),

@@ -109,6 +109,14 @@ pub(super) fn layouts_md(s: &mut String, c: &Sections) {
     }
 }
 
+/// The lossy layouts' agreement and what they buy (sweeps with an `rvqN` layout).
+pub(super) fn lossy_md(s: &mut String, c: &Sections) {
+    s.push_str(&crate::sweep::analysis::lossy::markdown(
+        &c.v.lossy,
+        &c.v.lossy_pairs,
+    ));
+}
+
 /// Served runs against ordinary ones (sweeps with the `concurrency` axis).
 pub(super) fn concurrency_md(s: &mut String, c: &Sections) {
     s.push_str(&concurrency::markdown(c.rows));

@@ -30,7 +30,8 @@ mod sections;
 mod speculation;
 
 use against::{
-    baseline_md, charts_md, concurrency_md, depth_md, layouts_md, same_budget_md, speculation_md,
+    baseline_md, charts_md, concurrency_md, depth_md, layouts_md, lossy_md, same_budget_md,
+    speculation_md,
 };
 use contents::Sections;
 use medians::medians_md;
@@ -136,6 +137,7 @@ pub fn markdown(
         baseline_md,
         same_budget_md,
         layouts_md,
+        lossy_md,
         predicted_md,
         concurrency_md,
         speculation_md,
