@@ -150,7 +150,7 @@ pub fn prepare(
         );
     }
     match (kind, kind.codec()) {
-        (LayoutKind::Rvq(bits), _) => pack_rvq(model, &dir, bits as usize, &source)?,
+        (LayoutKind::Rvq(bits), _) => pack_rvq(model, &dir, bits as usize, &source, quiet)?,
         (_, Some(codec)) => {
             memdial::tools::pack::pack_checkpoint_with(model, Some(&dir), codec, &mut |_, _| {})
                 .with_context(|| format!("packing {} for the `{kind}` layout", model.display()))?;
@@ -160,9 +160,19 @@ pub fn prepare(
     open_checked(&dir, kind, &source)
 }
 
-/// `memdial pack --rvq bits` of `model` into `dir` (absent), then [`RVQ_SOURCE`].
-fn pack_rvq(model: &Path, dir: &Path, bits: usize, source: &Identity) -> Result<()> {
-    let r = memdial::tools::rvq::pack_rvq(model, dir, bits, &mut |_, _| {})
+/// `memdial pack --rvq bits` of `model` into `dir` (absent), then [`RVQ_SOURCE`];
+/// progress on stderr unless `quiet`.
+fn pack_rvq(model: &Path, dir: &Path, bits: usize, source: &Identity, quiet: bool) -> Result<()> {
+    // Coding a large model takes minutes: a note every tenth of the matrices.
+    let mut shown = 0;
+    let mut progress = |done: u64, total: u64| {
+        let tenth = (done * 10).checked_div(total).unwrap_or(10);
+        if tenth > shown && !quiet {
+            shown = tenth;
+            eprintln!("sweep: rvq{bits}: {done} of {total} expert matrices coded");
+        }
+    };
+    let r = memdial::tools::rvq::pack_rvq(model, dir, bits, &mut progress)
         .with_context(|| format!("packing {} for the `rvq{bits}` layout", model.display()))?;
     let rec = RvqSource {
         safetensors_hash: source.safetensors_hash.clone(),
