@@ -182,6 +182,7 @@ impl Registry {
                 must_match: e.must_match,
                 reference: e.name == self.reference,
                 budget: e.budget.as_str().into(),
+                settings: settings(e),
             })
             .collect()
     }
@@ -557,4 +558,19 @@ fn sanitize(s: &str) -> String {
             }
         })
         .collect()
+}
+
+/// [`EngineMeta::settings`] of `e`: its environment and its per-IO-mode arguments.
+fn settings(e: &Engine) -> std::collections::BTreeMap<String, String> {
+    let mut m = std::collections::BTreeMap::new();
+    if e.is_memdial() {
+        return m;
+    }
+    for (k, v) in &e.def.env {
+        m.insert(format!("env:{k}"), v.clone());
+    }
+    for (mode, args) in e.def.io.iter().flatten() {
+        m.insert(format!("io:{mode}"), args.join(" "));
+    }
+    m
 }

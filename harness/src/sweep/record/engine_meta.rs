@@ -18,6 +18,12 @@ pub struct EngineMeta {
     pub reference: bool,
     /// How its budget is held (`flag`, `cgroup`, `both`).
     pub budget: String,
+    /// Its speed-changing settings as every run of it used them: `env:NAME` → the
+    /// environment variable's value as given (`env:OMP_WAIT_POLICY` → `passive`) and
+    /// `io:MODE` → the arguments it gets in that IO mode (`io:mmap` → `--load-mode mmap
+    /// --no-repack`). Empty for memdial (its settings are the point's axes).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub settings: std::collections::BTreeMap<String, String>,
 }
 
 /// What `sweep.json` records of an opaque model.
