@@ -55,6 +55,11 @@ pub struct SweepVerdict {
     /// Each engine's speed against the reference's (sweeps with an engines axis).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_ratios: Option<Vec<EngineRatio>>,
+    /// Adapters run with several settings: per point, the fastest engine (the speed
+    /// figure) and the one named after the adapter (the agreement figure),
+    /// [`crate::sweep::analysis::engine_ratio::at_best`].
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub engines_at_best: Vec<crate::sweep::analysis::engine_ratio::AtBest>,
     /// The lossless layout against safetensors at each point both ran (sweeps with
     /// both on the `layout` axis): s/token and bytes read per token, with intervals.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -168,6 +173,14 @@ impl SweepVerdict {
             runs_by_start: crate::sweep::analysis::counts::by_start(rows),
             anomalies: anomalies(stats, &runs),
             recommendation,
+            engines_at_best: crate::sweep::analysis::engine_ratio::at_best(
+                &engine_ratios(stats, &runs, meta),
+                &meta
+                    .engines
+                    .iter()
+                    .map(|e| (e.name.clone(), e.adapter.clone()))
+                    .collect::<Vec<_>>(),
+            ),
             engine_ratios: (!meta.engines.is_empty()).then(|| engine_ratios(stats, &runs, meta)),
             layouts: against_safetensors(stats, &runs, rows),
             layout_pairs: against_raw(stats, &runs, rows),

@@ -158,8 +158,10 @@ pub(super) fn engines_md(s: &mut String, c: &Sections) {
         }
         s.push('\n');
         if let Some(r) = meta.engines.iter().find(|e| e.reference) {
-            *s += &crate::sweep::analysis::engine_ratio::markdown(
-                v.engine_ratios.as_deref().unwrap_or_default(),
+            let ratios = v.engine_ratios.as_deref().unwrap_or_default();
+            *s += &crate::sweep::analysis::engine_ratio::markdown(ratios, &r.name);
+            *s += &crate::sweep::analysis::engine_ratio::at_best_markdown(
+                &v.engines_at_best,
                 &r.name,
             );
         }
