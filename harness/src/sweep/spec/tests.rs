@@ -251,6 +251,10 @@ fn shipped_spec_hashes_are_unchanged() {
             "gpt-oss-120b",
             "8419fea60b14f0fcd521be1b7c984d1dc20da7c750323e1c2e456b61a3cfaa2c",
         ),
+        (
+            "engines-best",
+            "9e3ba18c00fe4d1b4e0c5c9fab2bf4254646cd2a7140d8190c1e7a802c89f63d",
+        ),
     ];
     let mut unpinned = vec![];
     for e in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("sweeps")).unwrap() {
