@@ -121,16 +121,7 @@ impl Points {
         }
         let ck = Checkpoint::open(model).map_err(as_usage)?;
         let cfg = memdial::format::config::load_config(model).map_err(as_usage)?;
-        // A lossy layout's config differs (its expert format): each has its own.
-        let packed_ck: HashMap<LayoutKind, (Checkpoint, memdial::format::config::ModelConfig)> =
-            packed
-                .iter()
-                .map(|p| {
-                    let c = memdial::format::config::load_config(&p.dir)?;
-                    Ok((p.kind, (Checkpoint::open(&p.dir)?, c)))
-                })
-                .collect::<Result<_>>()
-                .map_err(as_usage)?;
+        let packed_ck = packed_checkpoints(packed)?;
         let lengths = prompt_lengths(spec, model);
         let contexts: Vec<usize> = lengths.iter().map(|&n| plan_context(spec, n, 0)).collect();
         // Every depth of a budget runs at the same bytes: the floor of the deepest.
@@ -324,4 +315,19 @@ impl Points {
             na,
         }
     }
+}
+
+/// Each packed layout's checkpoint and config (a lossy layout's config differs from
+/// the model's: its expert format). Errors (usage): one cannot be opened.
+fn packed_checkpoints(
+    packed: &[super::packed::PackedLayout],
+) -> Result<HashMap<LayoutKind, (Checkpoint, memdial::format::config::ModelConfig)>> {
+    packed
+        .iter()
+        .map(|p| {
+            let c = memdial::format::config::load_config(&p.dir)?;
+            Ok((p.kind, (Checkpoint::open(&p.dir)?, c)))
+        })
+        .collect::<Result<_>>()
+        .map_err(as_usage)
 }

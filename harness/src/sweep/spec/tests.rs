@@ -253,7 +253,7 @@ fn shipped_spec_hashes_are_unchanged() {
         ),
         (
             "engines-best",
-            "9c63e0305d0f97183b89289e4de42dc95e8fe632d655e8bcd863f214e641c067",
+            "0cf006db882919cb535f7496c2665b80061b1ff1088416191608735fc9474722",
         ),
     ];
     let mut unpinned = vec![];
