@@ -253,7 +253,7 @@ fn shipped_spec_hashes_are_unchanged() {
         ),
         (
             "engines-best",
-            "0cf006db882919cb535f7496c2665b80061b1ff1088416191608735fc9474722",
+            "acd29d81935fd5fe37e367eccb31511d6c6a80490894bc3e95446a6e73a29859",
         ),
     ];
     let mut unpinned = vec![];
