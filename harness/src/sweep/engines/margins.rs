@@ -4,15 +4,13 @@
 //! to `engines/margins.json` for [`super::agreement`].
 
 use std::path::Path;
-use std::process::Command;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 
 use crate::sweep::analysis::agreement::{cross, margin_key, Margins};
 use crate::sweep::analysis::verdict::verdict;
 use crate::sweep::record::engine_meta::EngineMeta;
 use crate::sweep::record::row::Row;
-use crate::sweep::util::read_npy_f32;
 
 /// max − second max of `row`.
 pub fn top2_margin(row: &[f32]) -> f64 {
@@ -27,10 +25,6 @@ pub fn top2_margin(row: &[f32]) -> f64 {
     }
     (a as f64) - (b as f64)
 }
-
-/// How long the reference's `memdial run --logits-out` may take (one run of a prompt
-/// the sweep already ran; this only bounds one that hangs).
-const LOGITS_RUN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// Finds the reference margins of every first difference (reference = memdial only)
 /// and writes `out/engines/margins.json`. `prompt_ids[i]` are prompt i's ids.
@@ -63,45 +57,14 @@ pub fn find(
         }
         let ids = &prompt_ids[a.prompt_index];
         let f = dir.join(format!("logits-p{}-n{}.npy", a.prompt_index, a.max_tokens));
-        let mut cmd = Command::new(bin);
-        cmd.arg("run")
-            .arg("--model")
-            .arg(model)
-            .arg("--prompt-ids")
-            .arg(
-                ids.iter()
-                    .map(|i| i.to_string())
-                    .collect::<Vec<_>>()
-                    .join(","),
-            )
-            .args(["--max-tokens", &a.max_tokens.to_string(), "--output", "ids"])
-            .arg("--logits-out")
-            .arg(&f);
-        if extra_args.iter().any(|x| x == "--ignore-eos") {
-            cmd.arg("--ignore-eos");
-        }
-        let o = crate::sweep::run::child::run_captured(&cmd, LOGITS_RUN_TIMEOUT)
-            .context("memdial run --logits-out")?;
-        if o.timed_out {
-            bail!(
-                "memdial run --logits-out did not finish within {} s: killed",
-                LOGITS_RUN_TIMEOUT.as_secs()
-            );
-        }
-        if !o.status.success() {
-            bail!(
-                "memdial run --logits-out failed: {}",
-                crate::sweep::run::child::failure(&o.status, &String::from_utf8_lossy(&o.stderr))
-            );
-        }
-        let bytes = std::fs::read(&f)?;
-        let (rows_n, cols, data) = read_npy_f32(&bytes)?;
+        let ignore_eos = extra_args.iter().any(|x| x == "--ignore-eos");
+        let (rows_n, cols, data) =
+            crate::sweep::run::logits::logits_run(bin, model, ids, a.max_tokens, ignore_eos, &f)?;
         // Row i predicts token i+1: generated token k comes from row prompt + k − 1.
         let row = ids.len() + k - 1;
         if row < rows_n {
             margins.insert(key, top2_margin(&data[row * cols..(row + 1) * cols]));
         }
-        let _ = std::fs::remove_file(&f);
     }
     crate::export::write_json(&dir.join("margins.json"), &margins)
 }

@@ -7,21 +7,15 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 use crate::sweep::analysis::lossy::{figures, LossyAgreement, AGREEMENT_FILE};
 use crate::sweep::analysis::verdict::{first_difference, verdict};
 use crate::sweep::layout::LossyLimits;
 use crate::sweep::record::row::Row;
-use crate::sweep::util::read_npy_f32;
 
 use super::packed::PackedLayout;
-
-/// How long one logits run may take (it bounds a run that hangs).
-const LOGITS_RUN_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// What the step reads.
 pub struct LossyInputs<'a> {
@@ -149,8 +143,7 @@ fn teacher_forced(
     figures(&rows(&exact)?, &rows(&lossy)?, n, exact.1)
 }
 
-/// `memdial run --model dir --prompt-ids input --max-tokens 1 --logits-out` (rows,
-/// vocab, values); the file is removed after reading.
+/// The logits of `dir` on `input` (max-tokens 1), via a file in `lossy/`.
 fn logits(
     inp: &LossyInputs,
     dir: &Path,
@@ -159,34 +152,5 @@ fn logits(
 ) -> Result<(usize, usize, Vec<f32>)> {
     let f = inp.out.join("lossy").join(format!("logits-{tag}.npy"));
     std::fs::create_dir_all(f.parent().expect("a file in a folder"))?;
-    let ids = input
-        .iter()
-        .map(|i| i.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
-    let mut cmd = Command::new(inp.bin);
-    cmd.arg("run")
-        .arg("--model")
-        .arg(dir)
-        .args(["--prompt-ids", &ids, "--max-tokens", "1", "--output", "ids"])
-        .arg("--logits-out")
-        .arg(&f);
-    let o =
-        super::child::run_captured(&cmd, LOGITS_RUN_TIMEOUT).context("memdial run --logits-out")?;
-    if o.timed_out {
-        bail!(
-            "memdial run --logits-out did not finish within {} s: killed",
-            LOGITS_RUN_TIMEOUT.as_secs()
-        );
-    }
-    if !o.status.success() {
-        bail!(
-            "memdial run --logits-out ({}) failed: {}",
-            dir.display(),
-            super::child::failure(&o.status, &String::from_utf8_lossy(&o.stderr))
-        );
-    }
-    let bytes = std::fs::read(&f).with_context(|| format!("cannot read {}", f.display()))?;
-    let _ = std::fs::remove_file(&f);
-    read_npy_f32(&bytes)
+    super::logits::logits_run(inp.bin, dir, input, 1, false, &f)
 }

@@ -14,6 +14,7 @@
 //! - [`memwatch`]: anon + page-cache memory sampled while a run is alive;
 //! - [`packed`]: the packed layouts (`lossless`, `raw`, `rvqN`) points read, packed
 //!   once and cached;
+//! - [`logits`]: one resident `memdial run --logits-out`, for the steps after the runs;
 //! - [`lossy`]: after the runs, a lossy layout's agreement with the exact one;
 //! - [`interrupt`]: SIGINT/SIGTERM print the command that resumes the sweep.
 
@@ -24,6 +25,7 @@ pub mod clients;
 pub mod coldcache;
 pub mod execute;
 pub mod interrupt;
+pub mod logits;
 pub mod lossy;
 pub mod memwatch;
 pub mod packed;
