@@ -262,6 +262,8 @@ fn time_model(a: &PlanArgs, cfg: &ModelConfig) -> Result<Option<Timing>> {
         model: TimeModel {
             trunk_bytes_per_s: trunk * 1e9,
             expert_bytes_per_s: expert * 1e9,
+            // Uniform routing gives no batch sizes: every batch at the full batch's rate.
+            expert_batch_rates: Default::default(),
             compute_s_per_token: c,
             expert_compute_share: 0.0,
         },

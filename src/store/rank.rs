@@ -152,6 +152,7 @@ pub fn decode_bytes_uniform(
         embedding_bytes: emb as f64,
         lookahead_recall: None,
         streamed_compute_share: Some(streamed_compute_share(p)),
+        expert_batches: Vec::new(),
     }
 }
 

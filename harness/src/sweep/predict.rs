@@ -14,14 +14,14 @@ use memdial::engine::arena::Scratch;
 use memdial::io::IoMode;
 use memdial::store::plan::{plan_unchecked, Prefetch, Sequences};
 use memdial::store::sim::pool::SimPolicy;
-use memdial::store::sim::predict::{predict, DecodeBytes, TimeModel};
+use memdial::store::sim::predict::{predict, BatchRates, DecodeBytes, TimeModel};
 use memdial::store::sim::{replay, Replayable, SimCounts, SimOptions};
 use memdial::store::trace;
 use memdial::util::stats::{median, min_max};
 
 use crate::args::usage;
 use crate::sweep::analysis::stats::PointStats;
-use crate::sweep::record::predictions::{PointPrediction, Predictions, RateSample};
+use crate::sweep::record::predictions::{BatchRate, PointPrediction, Predictions, RateSample};
 use crate::sweep::record::row::Row;
 use crate::sweep::run::points::Points;
 use crate::sweep::spec::{ComputeTime, DeviceRate, Spec};
@@ -110,14 +110,24 @@ pub fn prepare(
     let p = r.header.prompt_tokens;
     let io_threads = crate::store_flags::DEFAULT_IO_THREADS;
     let interleaved = pred.device == Some(DeviceRate::Interleaved);
-    let (device, expert_gbps) = match &pred.device {
-        Some(DeviceRate::Gbps(g)) => (Some((*g, "the spec's device_gbps".to_string())), None),
+    let (device, expert_gbps, batches) = match &pred.device {
+        Some(DeviceRate::Gbps(g)) => (
+            Some((*g, "the spec's device_gbps".to_string())),
+            None,
+            Vec::new(),
+        ),
         Some(DeviceRate::Iobench(dir)) => {
             let top_k = cfg.routed_experts().map_or(1, |(_, k)| k.max(1));
             let r = crate::planning::rates::iobench_rates(dir, IoMode::Direct, top_k, io_threads)?;
-            (Some((r.trunk_gbps, r.source)), Some(r.expert_gbps))
+            let b = r.expert_batch_gbps.iter();
+            let b = b.map(|&(records, gbps)| BatchRate { records, gbps });
+            (
+                Some((r.trunk_gbps, r.source)),
+                Some(r.expert_gbps),
+                b.collect(),
+            )
         }
-        Some(DeviceRate::Interleaved) | None => (None, None),
+        Some(DeviceRate::Interleaved) | None => (None, None, Vec::new()),
     };
     let compute = crate::planning::compute::compute_time(
         pred.compute_s_per_token(),
@@ -138,6 +148,7 @@ pub fn prepare(
             None => "the sweep's cold direct probe".into(),
         },
         expert_gbps,
+        expert_batch_gbps: batches,
         compute_s_per_token: compute,
         compute_source,
         expert_compute_share: share,
@@ -264,6 +275,7 @@ fn point_prediction(
         embedding_bytes: 0.0,
         lookahead_recall: None,
         streamed_compute_share: None,
+        expert_batches: Vec::new(),
     });
     if pt.prefetch == Prefetch::Oracle {
         bytes.lookahead_recall = Some(1.0);
@@ -311,6 +323,7 @@ impl Predictions {
         let expert: Vec<f64> = good.iter().map(|s| s.expert_gbps).collect();
         self.device_gbps = median(&trunk);
         self.expert_gbps = median(&expert);
+        self.expert_batch_gbps = batch_medians(&good);
         let (t_lo, t_hi) = min_max(&trunk).unwrap_or((0.0, 0.0));
         let (e_lo, e_hi) = min_max(&expert).unwrap_or((0.0, 0.0));
         self.device_source = match (self.device_gbps, self.expert_gbps) {
@@ -336,13 +349,19 @@ impl Predictions {
             .zip(self.compute_s_per_token)
             .map(|(g, c)| TimeModel {
                 expert_bytes_per_s: self.expert_gbps.unwrap_or(g) * 1e9,
+                expert_batch_rates: BatchRates::new(
+                    self.expert_batch_gbps
+                        .iter()
+                        .map(|b| (b.records, b.gbps * 1e9)),
+                ),
                 expert_compute_share: self.expert_compute_share,
                 ..TimeModel::one_rate(g * 1e9, c)
             });
         for p in self.points.values_mut() {
             let x = model
+                .as_ref()
                 .filter(|_| crate::planning::compute::predicted_io(p.io))
-                .and_then(|m| predict(&p.bytes, p.prefetch, &m));
+                .and_then(|m| predict(&p.bytes, p.prefetch, m));
             p.s_per_token = x.map(|x| x.s_per_token);
             p.trunk_wait_s_per_token = x.map(|x| x.trunk_wait_s_per_token);
             p.expert_wait_s_per_token = x.map(|x| x.expert_wait_s_per_token);
@@ -409,6 +428,25 @@ fn ok_rate(g: f64) -> bool {
     g.is_finite() && g > 0.0
 }
 
+/// Per batch size, the median of the samples' rates at that size (rates that are not
+/// finite and positive left out), ascending.
+fn batch_medians(samples: &[&RateSample]) -> Vec<BatchRate> {
+    let mut by: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    for b in samples.iter().flat_map(|s| &s.expert_batch_gbps) {
+        if ok_rate(b.gbps) {
+            by.entry(b.records).or_default().push(b.gbps);
+        }
+    }
+    by.into_iter()
+        .filter_map(|(records, v)| {
+            Some(BatchRate {
+                records,
+                gbps: median(&v)?,
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -425,6 +463,7 @@ mod tests {
                 embedding_bytes: 0.0,
                 lookahead_recall: None,
                 streamed_compute_share: None,
+                expert_batches: Vec::new(),
             },
             expert_hit_rate: 0.0,
             s_per_token: None,
