@@ -387,6 +387,9 @@ fn read_rates(
         }
         (None, None) => None,
     };
+    if bw.is_some() && a.policy.prefetch.0 == Prefetch::Lookahead {
+        eprintln!("s/token: lookahead's guessed reads are credited no overlap beyond next-layer's");
+    }
     if bw.is_some() && !crate::planning::compute::predicted_io(a.policy.io.0) {
         eprintln!(
             "s/token: unpredicted under --io {} (the time model has no page cache)",

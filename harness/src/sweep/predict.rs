@@ -47,7 +47,9 @@ fn caveat(io: IoMode, prefetch: Prefetch) -> Option<String> {
             io.as_str()
         )),
         (_, Prefetch::Lookahead) => Some(
-            "lookahead: a wrong guess still in flight is evictable here, not in the engine".into(),
+            "lookahead: its guessed reads are credited no overlap beyond next-layer's; a wrong \
+             guess still in flight is evictable here, not in the engine"
+                .into(),
         ),
         _ => None,
     }
@@ -498,5 +500,50 @@ mod tests {
             let cv = p.points[&i].caveat.as_deref().unwrap();
             assert!(cv.starts_with("unpredicted ("), "{cv}");
         }
+    }
+
+    #[test]
+    fn interleaved_batch_rates_are_per_size_medians_by_hand() {
+        let sample = |t: f64, e: f64, b: &[(u32, f64)]| RateSample {
+            after_runs: 0,
+            trunk_gbps: t,
+            expert_gbps: e,
+            expert_batch_gbps: b
+                .iter()
+                .map(|&(records, gbps)| BatchRate { records, gbps })
+                .collect(),
+            cold_verified: true,
+            elapsed_s: 1.0,
+        };
+        let mut p = Predictions {
+            compute_s_per_token: Some(0.05),
+            interleaved_rates: true,
+            ..Default::default()
+        };
+        let mut pt = point(IoMode::Direct);
+        // All 1e8 expert bytes per token read in batches of 2 records.
+        pt.bytes.expert_batches = vec![memdial::store::sim::predict::ExpertBatch {
+            records: 2,
+            bytes: 1e8,
+        }];
+        p.points.insert(0, pt);
+        p.add_rate_sample(sample(2.0, 2.0, &[(1, 0.4), (8, 2.0)]));
+        // A sample without a trunk rate is kept but not used.
+        p.add_rate_sample(sample(f64::NAN, 9.0, &[(1, 9.0), (8, 9.0)]));
+        p.add_rate_sample(sample(2.0, 2.2, &[(1, 0.5), (2, 1.0), (8, 2.2)]));
+        // Medians of the two good samples: trunk 2.0, experts 2.1; by size 1: (0.4 +
+        // 0.5) / 2 = 0.45, 2: 1.0 (one sample), 8: (2.0 + 2.2) / 2 = 2.1.
+        assert_eq!(p.device_gbps, Some(2.0));
+        let near = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert!(near(p.expert_gbps.unwrap(), 2.1));
+        let got: Vec<(u32, f64)> = p.expert_batch_gbps.iter().map(|b| (b.records, b.gbps)).collect();
+        assert_eq!(got.len(), 3);
+        for ((k, g), (wk, wg)) in got.into_iter().zip([(1, 0.45), (2, 1.0), (8, 2.1)]) {
+            assert!(k == wk && near(g, wg), "{k} {g}");
+        }
+        // none: 0.05 + trunk 2e8 / 2e9 + experts at the 2-record rate 1e8 / 1e9
+        // = 0.05 + 0.1 + 0.1 = 0.25 s (at the full batch's 2.1 GB/s it would be 0.198).
+        let s = p.points[&0].s_per_token.unwrap();
+        assert!((s - 0.25).abs() < 1e-9, "{s}");
     }
 }
