@@ -536,7 +536,11 @@ mod tests {
         assert_eq!(p.device_gbps, Some(2.0));
         let near = |a: f64, b: f64| (a - b).abs() < 1e-12;
         assert!(near(p.expert_gbps.unwrap(), 2.1));
-        let got: Vec<(u32, f64)> = p.expert_batch_gbps.iter().map(|b| (b.records, b.gbps)).collect();
+        let got: Vec<(u32, f64)> = p
+            .expert_batch_gbps
+            .iter()
+            .map(|b| (b.records, b.gbps))
+            .collect();
         assert_eq!(got.len(), 3);
         for ((k, g), (wk, wg)) in got.into_iter().zip([(1, 0.45), (2, 1.0), (8, 2.1)]) {
             assert!(k == wk && near(g, wg), "{k} {g}");
