@@ -550,4 +550,70 @@ mod tests {
         let s = p.points[&0].s_per_token.unwrap();
         assert!((s - 0.25).abs() < 1e-9, "{s}");
     }
+
+    /// tiny-k3 (7 MoE layers, 16 experts, top-4), cold, `none`, a budget that caches
+    /// every expert: the replay's decode batches from a written trace, counted by hand.
+    #[test]
+    fn replayed_batches_are_the_selection_minus_hits_by_hand() {
+        let src = crate::planning::source::source_of(None, None, Some("tiny-k3")).unwrap();
+        let (cfg, ck) = (&src.cfg, &src.ck);
+        let mut t = String::from(
+            r#"{"format":"memdial-trace","version":2,"model":{"model_type":"kimi_k3","num_hidden_layers":8,"hidden_size":128,"vocab_size":2304,"num_experts":16,"moe_layers":[1,2,3,4,5,6,7]},"top_k":4,"prefill_chunk":4,"prompt_tokens":1}"#,
+        );
+        // Token 0 (the prompt) routes 0-3 at every MoE layer, token 1 0, 1, 4, 5 (two
+        // hits), token 2 6-9 (none).
+        for (tok, ex) in [[0, 1, 2, 3], [0, 1, 4, 5], [6, 7, 8, 9]]
+            .iter()
+            .enumerate()
+        {
+            t += &format!("\n{{\"forward\":{tok},\"ids\":[{}],\"logits\":1}}", tok + 1);
+            for l in 1..=7 {
+                t += &format!("\n{{\"token\":{tok},\"layer\":{l},\"experts\":{ex:?}}}");
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("memdial-batches-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.jsonl");
+        std::fs::write(&path, t).unwrap();
+        let tr = trace::read_full(&path).unwrap();
+        let r = Replayable::new(&tr, cfg, "t").unwrap();
+        let act = Scratch::activations(cfg, Sequences::single(8), 1);
+        let p0 = plan_unchecked(cfg, ck, 0, IoMode::Direct, Prefetch::None, act).unwrap();
+        let plan = p0.with_budget(cfg, 1 << 30);
+        assert!(
+            plan.expert_cache_experts >= 7 * 16,
+            "{}",
+            plan.expert_cache_experts
+        );
+        let emb = crate::planning::compute::embedding_rows(cfg, ck, &p0).unwrap();
+        let opts = SimOptions {
+            policy: SimPolicy::parse("lru").unwrap(),
+            warm: false,
+            hot_prefix_tokens: 1,
+            speculate: None,
+        };
+        let rep = replay(&plan, cfg, &r, emb, &opts).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        // Decode: token 1 reads experts 4 and 5 at each of 7 layers (7 batches of 2),
+        // token 2 all four (7 batches of 4); each record's aligned size is the plan's.
+        let size = |es: &[usize]| -> u64 {
+            let g = &plan.expert_groups;
+            (1..=7)
+                .flat_map(|l| es.iter().map(move |&e| g[&(l, e)].buffer_bytes))
+                .sum()
+        };
+        let (b2, b4) = (size(&[4, 5]), size(&[6, 7, 8, 9]));
+        let want: BTreeMap<u32, (u64, u64)> = [(2, (7, b2)), (4, (7, b4))].into();
+        assert_eq!(rep.decode.expert_batches, want);
+        // Per token (2 decode tokens), at 1 GB/s for batches of 2 records and 2 GB/s
+        // for 4: X = (b2 / 2) / 1e9 + (b4 / 2) / 2e9 seconds.
+        let d = DecodeBytes::per_token(&rep.decode, 2).unwrap();
+        let m = TimeModel {
+            expert_batch_rates: BatchRates::new([(2, 1e9), (4, 2e9)]),
+            ..TimeModel::one_rate(4e9, 0.0)
+        };
+        let x = m.expert_read_s(&d);
+        let want = b2 as f64 / 2.0 / 1e9 + b4 as f64 / 2.0 / 2e9;
+        assert!((x - want).abs() < 1e-15, "{x} {want}");
+    }
 }
