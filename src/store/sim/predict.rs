@@ -23,11 +23,11 @@
 //!   `max(T / rT, f c_pre) + (1 − f) c_pre + X + R / rE + s c`;
 //! - `lookahead`: as `next-layer`, its guessed reads (in `E`) credited no overlap:
 //!   measured, the wait after the routers was 2–2.5× what crediting them predicted;
-//! - `oracle`: as `next-layer`, and the selected experts (the recall `ρ`, 1) are read
-//!   ahead with the trunk: `max(T / rT + ρ X, f c_pre) + (1 − f) c_pre + (1 − ρ) X +
-//!   R / rE + s c` (not measured against runs).
+//! - `oracle`: as `next-layer`, and the selected experts are read ahead with the trunk:
+//!   `max(T / rT + X, f c_pre) + (1 − f) c_pre + R / rE + s c` (not measured against
+//!   runs).
 //!
-//! With `s = 0`, `f = 1` and `rT = rE` this is the one-rate model `max(B / bw, c + (E + R) / bw)`.
+//! With `s = 0`, `f = 1`, `rT = rE` and no batch rates this is the one-rate model `max(B / bw, c + (E + R) / bw)`.
 //!
 //! The model has no page cache: it predicts `direct` IO. For `buffered` and `mmap` a
 //! read that hits the page cache costs no device time and a miss costs the kernel's
