@@ -18,7 +18,7 @@ use memdial::util::error::UsageError;
 use memdial::util::units::fmt_bytes;
 
 use crate::planning::floor_for;
-use crate::planning::rates::{iobench_gbps, iobench_rates};
+use crate::planning::rates::{iobench_gbps, iobench_rates, Rates};
 use crate::planning::source::source_of;
 use crate::store_flags::IoFlags;
 
@@ -248,24 +248,24 @@ fn time_model(a: &PlanArgs, cfg: &ModelConfig) -> Result<Option<Timing>> {
         Some(c) => format!("compute {c:.4} s/token (--compute-s-per-token)"),
         None => "no compute (--compute-s-per-token not given)".into(),
     };
-    let (trunk, expert, src) = match (a.device_gbps, &a.iobench) {
-        (Some(g), _) => (g, g, format!("every read at {g:.3} GB/s (--device-gbps)")),
+    let rates = match (a.device_gbps, &a.iobench) {
+        (Some(g), _) => Rates {
+            trunk_gbps: g,
+            expert_gbps: g,
+            expert_batch_gbps: Vec::new(),
+            source: format!("every read at {g:.3} GB/s (--device-gbps)"),
+        },
         (None, Some(dir)) => {
             let top_k = cfg.routed_experts().map_or(1, |(_, k)| k.max(1));
             let threads = crate::store_flags::DEFAULT_IO_THREADS;
-            let r = iobench_rates(dir, a.policy.io.0, top_k, threads)?;
-            (r.trunk_gbps, r.expert_gbps, r.source)
+            iobench_rates(dir, a.policy.io.0, top_k, threads)?
         }
         (None, None) => return Ok(None),
     };
     Ok(Some(Timing {
-        model: TimeModel {
-            trunk_bytes_per_s: trunk * 1e9,
-            expert_bytes_per_s: expert * 1e9,
-            compute_s_per_token: c,
-            expert_compute_share: 0.0,
-        },
-        source: format!("{src}; {compute}"),
+        // Each layer's expected misses at their batch size's rate, when measured.
+        model: crate::planning::rates::time_model(&rates, c, 0.0),
+        source: format!("{}; {compute}", rates.source),
     }))
 }
 

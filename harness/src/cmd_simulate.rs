@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::args::usage;
 use crate::planning::compute::{compute_time, embedding_rows, expert_share};
-use crate::planning::rates::iobench_rates;
+use crate::planning::rates::{iobench_rates, time_model, Rates};
 use crate::planning::source::source_of;
 use crate::store_flags::IoFlags;
 use crate::sweep::start::StartMode;
@@ -25,7 +25,7 @@ use memdial::engine::arena::Scratch;
 use memdial::store::plan::{plan_unchecked, Plan, Prefetch, Sequences};
 use memdial::store::sim::passes::Speculation;
 use memdial::store::sim::pool::SimPolicy;
-use memdial::store::sim::predict::{predict, DecodeBytes, TimeModel};
+use memdial::store::sim::predict::{predict, DecodeBytes};
 use memdial::store::sim::{replay, Replayable, SimOptions, SimReport};
 use memdial::store::trace;
 use memdial::util::budget::parse_size;
@@ -78,7 +78,8 @@ pub struct SimulateArgs {
     /// Device read bandwidth, GB/s (10⁹ bytes/s), for predicted s/token.
     #[arg(long, conflicts_with = "iobench")]
     pub device_gbps: Option<f64>,
-    /// A `memdial iobench` report directory: its best cold cell for --io gives the bandwidth.
+    /// A `memdial iobench` report directory: its `trunk` qd 1 and `experts:K` cells give
+    /// the read rates (K the top-k; other `experts:K` cells, rates by batch size).
     #[arg(long)]
     pub iobench: Option<PathBuf>,
     /// Compute seconds per decoded token (with every weight resident).
@@ -289,7 +290,7 @@ pub fn run(a: &SimulateArgs) -> Result<ExitCode> {
             } else {
                 Some(replay(&plan, cfg, &r, emb, &opts)?)
             };
-            rows.push(row(&plan, a, pol, rep.as_ref(), bw, compute));
+            rows.push(row(&plan, a, pol, rep.as_ref(), bw.as_ref(), compute));
         }
     }
     let elapsed = t0.elapsed().as_secs_f64();
@@ -368,19 +369,27 @@ fn per_token(v: u64, n: usize) -> Option<f64> {
 fn read_rates(
     a: &SimulateArgs,
     cfg: &memdial::format::config::ModelConfig,
-) -> Result<Option<(f64, f64)>> {
+) -> Result<Option<Rates>> {
     let bw = match (a.device_gbps, &a.iobench) {
-        (Some(g), _) if g.is_finite() && g > 0.0 => Some((g, g)),
+        (Some(g), _) if g.is_finite() && g > 0.0 => Some(Rates {
+            trunk_gbps: g,
+            expert_gbps: g,
+            expert_batch_gbps: Vec::new(),
+            source: "--device-gbps".into(),
+        }),
         (Some(g), _) => return Err(usage(format!("--device-gbps {g} is not positive"))),
         (None, Some(dir)) => {
             let top_k = cfg.routed_experts().map_or(1, |(_, k)| k.max(1));
             let threads = crate::store_flags::DEFAULT_IO_THREADS;
             let r = iobench_rates(dir, a.policy.io.0, top_k, threads)?;
             eprintln!("read rates: {}", r.source);
-            Some((r.trunk_gbps, r.expert_gbps))
+            Some(r)
         }
         (None, None) => None,
     };
+    if bw.is_some() && a.policy.prefetch.0 == Prefetch::Lookahead {
+        eprintln!("s/token: lookahead's guessed reads are credited no overlap beyond next-layer's");
+    }
     if bw.is_some() && !crate::planning::compute::predicted_io(a.policy.io.0) {
         eprintln!(
             "s/token: unpredicted under --io {} (the time model has no page cache)",
@@ -395,7 +404,7 @@ fn row(
     a: &SimulateArgs,
     pol: SimPolicy,
     rep: Option<&SimReport>,
-    bw: Option<(f64, f64)>,
+    bw: Option<&Rates>,
     compute: Option<(f64, f64)>,
 ) -> SimRow {
     let n = rep.map_or(0, |r| r.decode_tokens);
@@ -405,12 +414,8 @@ fn row(
     let predicted = d
         .zip(bw.filter(|_| io_ok))
         .zip(compute)
-        .and_then(|((d, (t, e)), (c, s))| {
-            let m = TimeModel {
-                expert_bytes_per_s: e * 1e9,
-                expert_compute_share: s,
-                ..TimeModel::one_rate(t * 1e9, c)
-            };
+        .and_then(|((d, r), (c, s))| {
+            let m = time_model(r, c, s);
             DecodeBytes::per_token(d, n).and_then(|mut b| {
                 b.streamed_compute_share = Some(memdial::store::rank::streamed_compute_share(plan));
                 predict(&b, a.policy.prefetch.0, &m)

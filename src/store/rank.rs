@@ -125,7 +125,8 @@ pub fn bytes_per_forward(p: &Plan, cfg: &ModelConfig, rows: usize) -> u64 {
 
 /// [`bytes_per_forward`] split as the time model needs it
 /// ([`crate::store::sim::predict::DecodeBytes`]): the routed experts' and embedding
-/// rows' parts apart from the total, bytes per forward of `rows` tokens (no look-ahead).
+/// rows' parts apart from the total, bytes per forward of `rows` tokens (no look-ahead),
+/// the experts in one batch per layer of its expected misses (rounded, at least 1).
 pub fn decode_bytes_uniform(
     p: &Plan,
     cfg: &ModelConfig,
@@ -146,12 +147,24 @@ pub fn decode_bytes_uniform(
     } else {
         rows as u64 * p.embedding_row_buffer_bytes
     };
+    // Uniform routing: every layer's demand read queues its expected misses at once.
+    let records = (expected_distinct_experts(e, k, rows) * miss)
+        .round()
+        .max(1.0) as u32;
+    let expert_batches = (experts.round() > 0.0)
+        .then_some(crate::store::sim::predict::ExpertBatch {
+            records,
+            bytes: experts.round(),
+        })
+        .into_iter()
+        .collect();
     crate::store::sim::predict::DecodeBytes {
         bytes: trunk as f64 + experts.round() + emb as f64,
         expert_bytes: experts.round(),
         embedding_bytes: emb as f64,
         lookahead_recall: None,
         streamed_compute_share: Some(streamed_compute_share(p)),
+        expert_batches,
     }
 }
 

@@ -130,6 +130,7 @@ fn sample_read_rates(env: &RunEnv, meta: &mut Meta, runs: usize) -> Result<()> {
                 after_runs: runs,
                 trunk_gbps: f64::NAN,
                 expert_gbps: f64::NAN,
+                expert_batch_gbps: Vec::new(),
                 cold_verified: false,
                 elapsed_s: 0.0,
             }

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use memdial::io::IoMode;
+use memdial::store::sim::predict::{BatchRates, TimeModel};
 use memdial::tools::iobench::{CellStatus, Row};
 use memdial::util::error::UsageError;
 
@@ -68,6 +69,9 @@ pub struct Rates {
     pub trunk_gbps: f64,
     /// Routed-expert reads (a layer's selection queued at once).
     pub expert_gbps: f64,
+    /// Routed-expert reads by batch size: `(K, GB/s)` of every `experts:K` cell found
+    /// at the store's queue depth, ascending K (empty: `expert_gbps` for every batch).
+    pub expert_batch_gbps: Vec<(u32, f64)>,
     /// The cells or flags they come from.
     pub source: String,
 }
@@ -75,8 +79,9 @@ pub struct Rates {
 /// The store's own read patterns in a `memdial iobench` report for `io`: the cold
 /// `trunk` cell at queue depth 1 (the store reads one trunk group at a time) and the
 /// `experts:K` cell with K = `top_k` at queue depth `io_threads` (a layer's selection
-/// queued at once on the store's IO threads). Without both, the best cold cell of
-/// [`iobench_gbps`] for both rates, the source saying so.
+/// queued at once on the store's IO threads), and every other `experts:K` cell at that
+/// depth as the rates of smaller (or larger) batches. Without the first two, the best
+/// cold cell of [`iobench_gbps`] for both rates and no batch rates, the source saying so.
 ///
 /// Errors: as [`iobench_gbps`].
 pub fn iobench_rates(dir: &Path, io: IoMode, top_k: usize, io_threads: usize) -> Result<Rates> {
@@ -89,24 +94,67 @@ pub fn iobench_rates(dir: &Path, io: IoMode, top_k: usize, io_threads: usize) ->
             .find(|g| *g > 0.0)
     };
     let experts = format!("experts:{top_k}");
+    let mut batches: Vec<(u32, f64)> = rows
+        .iter()
+        .filter(|r| cold_ok(r, io) && r.qd == io_threads && r.gb_per_s > 0.0)
+        .filter_map(|r| {
+            let k = r.pattern.strip_prefix("experts:")?.parse::<u32>().ok()?;
+            (k > 0).then_some((k, r.gb_per_s))
+        })
+        .collect();
+    batches.sort_by_key(|b| b.0);
+    batches.dedup_by_key(|b| b.0);
     Ok(match (cell("trunk", 1), cell(&experts, io_threads)) {
         (Some(t), Some(e)) => Rates {
             trunk_gbps: t,
             expert_gbps: e,
             source: format!(
-                "{}: trunk qd 1 {t:.3} GB/s, {experts} qd {io_threads} {e:.3} GB/s (cold, {})",
+                "{}: trunk qd 1 {t:.3} GB/s, {experts} qd {io_threads} {e:.3} GB/s{} (cold, {})",
                 path.display(),
+                batch_note(&batches, top_k),
                 io.as_str()
             ),
+            expert_batch_gbps: batches,
         },
         _ => Rates {
             trunk_gbps: best,
             expert_gbps: best,
+            expert_batch_gbps: Vec::new(),
             source: format!(
                 "{best_src}, one rate for all reads (no trunk qd 1 and {experts} qd {io_threads} cells)"
             ),
         },
     })
+}
+
+/// `", batches 1/2/4 records …"`: the other batch sizes measured, or a note that a
+/// smaller batch takes the full batch's rate.
+fn batch_note(batches: &[(u32, f64)], top_k: usize) -> String {
+    let other: Vec<String> = batches
+        .iter()
+        .filter(|b| b.0 as usize != top_k)
+        .map(|(k, g)| format!("experts:{k} {g:.3}"))
+        .collect();
+    if other.is_empty() {
+        ", no smaller batch measured (every batch at the full batch's rate)".into()
+    } else {
+        format!(
+            ", {} GB/s (batch rates, linear between sizes)",
+            other.join(", ")
+        )
+    }
+}
+
+/// The time model of `r` with `compute_s_per_token` seconds of compute, the share
+/// `expert_compute_share` after the router.
+pub fn time_model(r: &Rates, compute_s_per_token: f64, expert_compute_share: f64) -> TimeModel {
+    TimeModel {
+        trunk_bytes_per_s: r.trunk_gbps * 1e9,
+        expert_bytes_per_s: r.expert_gbps * 1e9,
+        expert_batch_rates: BatchRates::new(r.expert_batch_gbps.iter().map(|&(k, g)| (k, g * 1e9))),
+        compute_s_per_token,
+        expert_compute_share,
+    }
 }
 
 #[cfg(test)]
@@ -133,6 +181,8 @@ mod tests {
             cell("trunk", 1, "cold", CellStatus::Ok, 1.5),
             cell("experts:8", 4, "cold", CellStatus::Ok, 2.25),
             cell("experts:8", 4, "warm", CellStatus::Ok, 9.0),
+            cell("experts:2", 4, "cold", CellStatus::Ok, 0.75),
+            cell("experts:2", 1, "cold", CellStatus::Ok, 0.5),
             cell("file", 8, "cold", CellStatus::Error, 7.0),
         ];
         std::fs::write(
@@ -145,9 +195,13 @@ mod tests {
         assert!(src.ends_with("pattern experts:8 qd 4 (direct)"), "{src}");
         let r = iobench_rates(dir.as_path(), IoMode::Direct, 8, 4).unwrap();
         assert_eq!((r.trunk_gbps, r.expert_gbps), (1.5, 2.25));
-        // No experts:2 cell at qd 4: the best cell for both rates.
-        let r = iobench_rates(dir.as_path(), IoMode::Direct, 2, 4).unwrap();
+        // The qd 4 experts cells as batch rates (not the qd 1 one).
+        assert_eq!(r.expert_batch_gbps, vec![(2, 0.75), (8, 2.25)]);
+        assert!(r.source.contains("experts:2 0.750 GB/s"), "{}", r.source);
+        // No experts:3 cell at qd 4: the best cell for both rates.
+        let r = iobench_rates(dir.as_path(), IoMode::Direct, 3, 4).unwrap();
         assert_eq!((r.trunk_gbps, r.expert_gbps), (2.25, 2.25));
+        assert!(r.expert_batch_gbps.is_empty());
         let e = iobench_gbps(dir.as_path(), IoMode::Mmap).unwrap_err();
         assert!(format!("{e:#}").contains("no successful cold-cache memdial cell for IO mode mmap"));
         std::fs::write(dir.as_path().join("results.json"), "[{\"tool\": 1}]").unwrap();

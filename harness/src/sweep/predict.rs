@@ -14,14 +14,14 @@ use memdial::engine::arena::Scratch;
 use memdial::io::IoMode;
 use memdial::store::plan::{plan_unchecked, Prefetch, Sequences};
 use memdial::store::sim::pool::SimPolicy;
-use memdial::store::sim::predict::{predict, DecodeBytes, TimeModel};
+use memdial::store::sim::predict::{predict, BatchRates, DecodeBytes, TimeModel};
 use memdial::store::sim::{replay, Replayable, SimCounts, SimOptions};
 use memdial::store::trace;
 use memdial::util::stats::{median, min_max};
 
 use crate::args::usage;
 use crate::sweep::analysis::stats::PointStats;
-use crate::sweep::record::predictions::{PointPrediction, Predictions, RateSample};
+use crate::sweep::record::predictions::{BatchRate, PointPrediction, Predictions, RateSample};
 use crate::sweep::record::row::Row;
 use crate::sweep::run::points::Points;
 use crate::sweep::spec::{ComputeTime, DeviceRate, Spec};
@@ -47,7 +47,9 @@ fn caveat(io: IoMode, prefetch: Prefetch) -> Option<String> {
             io.as_str()
         )),
         (_, Prefetch::Lookahead) => Some(
-            "lookahead: a wrong guess still in flight is evictable here, not in the engine".into(),
+            "lookahead: its guessed reads are credited no overlap beyond next-layer's; a wrong \
+             guess still in flight is evictable here, not in the engine"
+                .into(),
         ),
         _ => None,
     }
@@ -110,14 +112,24 @@ pub fn prepare(
     let p = r.header.prompt_tokens;
     let io_threads = crate::store_flags::DEFAULT_IO_THREADS;
     let interleaved = pred.device == Some(DeviceRate::Interleaved);
-    let (device, expert_gbps) = match &pred.device {
-        Some(DeviceRate::Gbps(g)) => (Some((*g, "the spec's device_gbps".to_string())), None),
+    let (device, expert_gbps, batches) = match &pred.device {
+        Some(DeviceRate::Gbps(g)) => (
+            Some((*g, "the spec's device_gbps".to_string())),
+            None,
+            Vec::new(),
+        ),
         Some(DeviceRate::Iobench(dir)) => {
             let top_k = cfg.routed_experts().map_or(1, |(_, k)| k.max(1));
             let r = crate::planning::rates::iobench_rates(dir, IoMode::Direct, top_k, io_threads)?;
-            (Some((r.trunk_gbps, r.source)), Some(r.expert_gbps))
+            let b = r.expert_batch_gbps.iter();
+            let b = b.map(|&(records, gbps)| BatchRate { records, gbps });
+            (
+                Some((r.trunk_gbps, r.source)),
+                Some(r.expert_gbps),
+                b.collect(),
+            )
         }
-        Some(DeviceRate::Interleaved) | None => (None, None),
+        Some(DeviceRate::Interleaved) | None => (None, None, Vec::new()),
     };
     let compute = crate::planning::compute::compute_time(
         pred.compute_s_per_token(),
@@ -138,6 +150,7 @@ pub fn prepare(
             None => "the sweep's cold direct probe".into(),
         },
         expert_gbps,
+        expert_batch_gbps: batches,
         compute_s_per_token: compute,
         compute_source,
         expert_compute_share: share,
@@ -264,6 +277,7 @@ fn point_prediction(
         embedding_bytes: 0.0,
         lookahead_recall: None,
         streamed_compute_share: None,
+        expert_batches: Vec::new(),
     });
     if pt.prefetch == Prefetch::Oracle {
         bytes.lookahead_recall = Some(1.0);
@@ -311,6 +325,7 @@ impl Predictions {
         let expert: Vec<f64> = good.iter().map(|s| s.expert_gbps).collect();
         self.device_gbps = median(&trunk);
         self.expert_gbps = median(&expert);
+        self.expert_batch_gbps = batch_medians(&good);
         let (t_lo, t_hi) = min_max(&trunk).unwrap_or((0.0, 0.0));
         let (e_lo, e_hi) = min_max(&expert).unwrap_or((0.0, 0.0));
         self.device_source = match (self.device_gbps, self.expert_gbps) {
@@ -336,13 +351,19 @@ impl Predictions {
             .zip(self.compute_s_per_token)
             .map(|(g, c)| TimeModel {
                 expert_bytes_per_s: self.expert_gbps.unwrap_or(g) * 1e9,
+                expert_batch_rates: BatchRates::new(
+                    self.expert_batch_gbps
+                        .iter()
+                        .map(|b| (b.records, b.gbps * 1e9)),
+                ),
                 expert_compute_share: self.expert_compute_share,
                 ..TimeModel::one_rate(g * 1e9, c)
             });
         for p in self.points.values_mut() {
             let x = model
+                .as_ref()
                 .filter(|_| crate::planning::compute::predicted_io(p.io))
-                .and_then(|m| predict(&p.bytes, p.prefetch, &m));
+                .and_then(|m| predict(&p.bytes, p.prefetch, m));
             p.s_per_token = x.map(|x| x.s_per_token);
             p.trunk_wait_s_per_token = x.map(|x| x.trunk_wait_s_per_token);
             p.expert_wait_s_per_token = x.map(|x| x.expert_wait_s_per_token);
@@ -409,6 +430,25 @@ fn ok_rate(g: f64) -> bool {
     g.is_finite() && g > 0.0
 }
 
+/// Per batch size, the median of the samples' rates at that size (rates that are not
+/// finite and positive left out), ascending.
+fn batch_medians(samples: &[&RateSample]) -> Vec<BatchRate> {
+    let mut by: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    for b in samples.iter().flat_map(|s| &s.expert_batch_gbps) {
+        if ok_rate(b.gbps) {
+            by.entry(b.records).or_default().push(b.gbps);
+        }
+    }
+    by.into_iter()
+        .filter_map(|(records, v)| {
+            Some(BatchRate {
+                records,
+                gbps: median(&v)?,
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -425,6 +465,7 @@ mod tests {
                 embedding_bytes: 0.0,
                 lookahead_recall: None,
                 streamed_compute_share: None,
+                expert_batches: Vec::new(),
             },
             expert_hit_rate: 0.0,
             s_per_token: None,
@@ -459,5 +500,120 @@ mod tests {
             let cv = p.points[&i].caveat.as_deref().unwrap();
             assert!(cv.starts_with("unpredicted ("), "{cv}");
         }
+    }
+
+    #[test]
+    fn interleaved_batch_rates_are_per_size_medians_by_hand() {
+        let sample = |t: f64, e: f64, b: &[(u32, f64)]| RateSample {
+            after_runs: 0,
+            trunk_gbps: t,
+            expert_gbps: e,
+            expert_batch_gbps: b
+                .iter()
+                .map(|&(records, gbps)| BatchRate { records, gbps })
+                .collect(),
+            cold_verified: true,
+            elapsed_s: 1.0,
+        };
+        let mut p = Predictions {
+            compute_s_per_token: Some(0.05),
+            interleaved_rates: true,
+            ..Default::default()
+        };
+        let mut pt = point(IoMode::Direct);
+        // All 1e8 expert bytes per token read in batches of 2 records.
+        pt.bytes.expert_batches = vec![memdial::store::sim::predict::ExpertBatch {
+            records: 2,
+            bytes: 1e8,
+        }];
+        p.points.insert(0, pt);
+        p.add_rate_sample(sample(2.0, 2.0, &[(1, 0.4), (8, 2.0)]));
+        // A sample without a trunk rate is kept but not used.
+        p.add_rate_sample(sample(f64::NAN, 9.0, &[(1, 9.0), (8, 9.0)]));
+        p.add_rate_sample(sample(2.0, 2.2, &[(1, 0.5), (2, 1.0), (8, 2.2)]));
+        // Medians of the two good samples: trunk 2.0, experts 2.1; by size 1: (0.4 +
+        // 0.5) / 2 = 0.45, 2: 1.0 (one sample), 8: (2.0 + 2.2) / 2 = 2.1.
+        assert_eq!(p.device_gbps, Some(2.0));
+        let near = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        assert!(near(p.expert_gbps.unwrap(), 2.1));
+        let got: Vec<(u32, f64)> = p
+            .expert_batch_gbps
+            .iter()
+            .map(|b| (b.records, b.gbps))
+            .collect();
+        assert_eq!(got.len(), 3);
+        for ((k, g), (wk, wg)) in got.into_iter().zip([(1, 0.45), (2, 1.0), (8, 2.1)]) {
+            assert!(k == wk && near(g, wg), "{k} {g}");
+        }
+        // none: 0.05 + trunk 2e8 / 2e9 + experts at the 2-record rate 1e8 / 1e9
+        // = 0.05 + 0.1 + 0.1 = 0.25 s (at the full batch's 2.1 GB/s it would be 0.198).
+        let s = p.points[&0].s_per_token.unwrap();
+        assert!((s - 0.25).abs() < 1e-9, "{s}");
+    }
+
+    /// tiny-k3 (7 MoE layers, 16 experts, top-4), cold, `none`, a budget that caches
+    /// every expert: the replay's decode batches from a written trace, counted by hand.
+    #[test]
+    fn replayed_batches_are_the_selection_minus_hits_by_hand() {
+        let src = crate::planning::source::source_of(None, None, Some("tiny-k3")).unwrap();
+        let (cfg, ck) = (&src.cfg, &src.ck);
+        let mut t = String::from(
+            r#"{"format":"memdial-trace","version":2,"model":{"model_type":"kimi_k3","num_hidden_layers":8,"hidden_size":128,"vocab_size":2304,"num_experts":16,"moe_layers":[1,2,3,4,5,6,7]},"top_k":4,"prefill_chunk":4,"prompt_tokens":1}"#,
+        );
+        // Token 0 (the prompt) routes 0-3 at every MoE layer, token 1 0, 1, 4, 5 (two
+        // hits), token 2 6-9 (none).
+        for (tok, ex) in [[0, 1, 2, 3], [0, 1, 4, 5], [6, 7, 8, 9]]
+            .iter()
+            .enumerate()
+        {
+            t += &format!("\n{{\"forward\":{tok},\"ids\":[{}],\"logits\":1}}", tok + 1);
+            for l in 1..=7 {
+                t += &format!("\n{{\"token\":{tok},\"layer\":{l},\"experts\":{ex:?}}}");
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("memdial-batches-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.jsonl");
+        std::fs::write(&path, t).unwrap();
+        let tr = trace::read_full(&path).unwrap();
+        let r = Replayable::new(&tr, cfg, "t").unwrap();
+        let act = Scratch::activations(cfg, Sequences::single(8), 1);
+        let p0 = plan_unchecked(cfg, ck, 0, IoMode::Direct, Prefetch::None, act).unwrap();
+        let plan = p0.with_budget(cfg, 1 << 30);
+        assert!(
+            plan.expert_cache_experts >= 7 * 16,
+            "{}",
+            plan.expert_cache_experts
+        );
+        let emb = crate::planning::compute::embedding_rows(cfg, ck, &p0).unwrap();
+        let opts = SimOptions {
+            policy: SimPolicy::parse("lru").unwrap(),
+            warm: false,
+            hot_prefix_tokens: 1,
+            speculate: None,
+        };
+        let rep = replay(&plan, cfg, &r, emb, &opts).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        // Decode: token 1 reads experts 4 and 5 at each of 7 layers (7 batches of 2),
+        // token 2 all four (7 batches of 4); each record's aligned size is the plan's.
+        let size = |es: &[usize]| -> u64 {
+            let g = &plan.expert_groups;
+            (1..=7)
+                .flat_map(|l| es.iter().map(move |&e| g[&(l, e)].buffer_bytes))
+                .sum()
+        };
+        let (b2, b4) = (size(&[4, 5]), size(&[6, 7, 8, 9]));
+        let want: BTreeMap<u32, (u64, u64)> = [(2, (7, b2)), (4, (7, b4))].into();
+        assert_eq!(rep.decode.expert_batches, want);
+        // Per token (2 decode tokens), at 1 GB/s for batches of 2 records and 2 GB/s
+        // for 4: X = (b2 / 2) / 1e9 + (b4 / 2) / 2e9 seconds.
+        let d = DecodeBytes::per_token(&rep.decode, 2).unwrap();
+        let m = TimeModel {
+            expert_batch_rates: BatchRates::new([(2, 1e9), (4, 2e9)]),
+            ..TimeModel::one_rate(4e9, 0.0)
+        };
+        let x = m.expert_read_s(&d);
+        let want = b2 as f64 / 2.0 / 1e9 + b4 as f64 / 2.0 / 2e9;
+        assert!((x - want).abs() < 1e-15, "{x} {want}");
     }
 }

@@ -21,6 +21,7 @@
 //! in the engine) and for `mmap` (page-cache folios, not read sizes). Reads are sized
 //! with the plan's 4096-byte direct-IO alignment.
 
+pub mod counts;
 pub mod passes;
 pub mod pool;
 pub mod predict;
@@ -32,9 +33,9 @@ use serde::Serialize;
 
 use crate::format::config::{MlpKind, ModelConfig};
 use crate::io::IoMode;
-use crate::store::metrics::HitCounts;
 use crate::store::plan::{Plan, Prefetch};
 use crate::store::trace::{Trace, TraceHeader};
+pub use counts::SimCounts;
 use pool::{Id, Pool, Req, SimPolicy};
 
 /// Where the embedding table sits (for the size of a row read on demand).
@@ -43,64 +44,6 @@ pub struct EmbeddingRows {
     /// Byte offset of the table in its shard, and bytes per row.
     pub offset: u64,
     pub row_bytes: u64,
-}
-
-/// Counters of a replay; names and meanings as [`crate::store::metrics::StoreMetrics`]
-/// (bytes are bytes read after open; the warm fill and a static hot set apart).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct SimCounts {
-    pub bytes_read: u64,
-    /// Trunk groups read, `lm_head` blocks included (as the engine counts them).
-    pub trunk_bytes_read: u64,
-    /// The `lm_head` part of `trunk_bytes_read`.
-    pub lm_head_bytes_read: u64,
-    pub expert_bytes_read: u64,
-    pub embedding_bytes_read: u64,
-    pub reads: u64,
-    pub trunk_request_bytes: u64,
-    pub trunk_hit_bytes: u64,
-    pub expert_requests: u64,
-    pub expert_hits: u64,
-    pub prefill_expert_fetches: u64,
-    pub lookahead_guesses: u64,
-    pub lookahead_correct: u64,
-    pub lookahead_actual: u64,
-    pub budget_overflows: u64,
-}
-
-impl SimCounts {
-    fn sub(&self, o: &SimCounts) -> SimCounts {
-        SimCounts {
-            bytes_read: self.bytes_read - o.bytes_read,
-            trunk_bytes_read: self.trunk_bytes_read - o.trunk_bytes_read,
-            lm_head_bytes_read: self.lm_head_bytes_read - o.lm_head_bytes_read,
-            expert_bytes_read: self.expert_bytes_read - o.expert_bytes_read,
-            embedding_bytes_read: self.embedding_bytes_read - o.embedding_bytes_read,
-            reads: self.reads - o.reads,
-            trunk_request_bytes: self.trunk_request_bytes - o.trunk_request_bytes,
-            trunk_hit_bytes: self.trunk_hit_bytes - o.trunk_hit_bytes,
-            expert_requests: self.expert_requests - o.expert_requests,
-            expert_hits: self.expert_hits - o.expert_hits,
-            prefill_expert_fetches: self.prefill_expert_fetches - o.prefill_expert_fetches,
-            lookahead_guesses: self.lookahead_guesses - o.lookahead_guesses,
-            lookahead_correct: self.lookahead_correct - o.lookahead_correct,
-            lookahead_actual: self.lookahead_actual - o.lookahead_actual,
-            budget_overflows: self.budget_overflows - o.budget_overflows,
-        }
-    }
-    /// The counts behind the hit rates and look-ahead ratios ([`HitCounts`]: the
-    /// store's own definitions, so the two cannot drift apart).
-    pub fn hits(&self) -> HitCounts {
-        HitCounts {
-            trunk_request_bytes: self.trunk_request_bytes,
-            trunk_hit_bytes: self.trunk_hit_bytes,
-            expert_requests: self.expert_requests,
-            expert_hits: self.expert_hits,
-            lookahead_guesses: self.lookahead_guesses,
-            lookahead_correct: self.lookahead_correct,
-            lookahead_actual: self.lookahead_actual,
-        }
-    }
 }
 
 /// What to replay.
@@ -371,14 +314,17 @@ impl<'a, 't> Sim<'a, 't> {
             .map_or(0, |g| g.buffer_bytes)
     }
 
-    /// Moves the pool's new reads into the counters.
+    /// Moves the pool's new reads into the counters: one batch, queued at once.
     fn drain_reads(&mut self) {
+        let (mut n, mut bytes) = (0u32, 0u64);
         for id in std::mem::take(&mut self.pool.reads) {
             let b = self.expert_bytes(id);
             self.c.bytes_read += b;
             self.c.expert_bytes_read += b;
             self.c.reads += 1;
+            (n, bytes) = (n + 1, bytes + b);
         }
+        self.c.add_expert_batch(n, bytes);
         self.c.budget_overflows = self.pool.overflows;
     }
 

@@ -72,6 +72,7 @@ pub fn find(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sweep::util::read_npy_f32;
 
     #[test]
     fn npy_and_margin() {

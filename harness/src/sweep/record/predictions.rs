@@ -23,6 +23,10 @@ pub struct Predictions {
     /// (`device_gbps`); `None`: `device_gbps` for every read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expert_gbps: Option<f64>,
+    /// Routed-expert read rates by batch size (records queued at once), ascending;
+    /// empty: `expert_gbps` for every batch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expert_batch_gbps: Vec<BatchRate>,
     /// Compute seconds per decoded token (`None`: not given, no predicted s/token).
     pub compute_s_per_token: Option<f64>,
     /// Where the compute time comes from.
@@ -57,10 +61,23 @@ pub struct RateSample {
     pub trunk_gbps: f64,
     /// Routed-expert read rate, GB/s.
     pub expert_gbps: f64,
-    /// Both cells started from a page cache verified cold (mincore).
+    /// The `experts:K` cells at smaller batches (and K = top-k), GB/s, ascending K
+    /// (empty in samples recorded before batch rates were measured).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expert_batch_gbps: Vec<BatchRate>,
+    /// Every cell started from a page cache verified cold (mincore).
     pub cold_verified: bool,
     /// Seconds the two cells took, wall clock.
     pub elapsed_s: f64,
+}
+
+/// The routed-expert read rate of one batch size.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BatchRate {
+    /// Expert records queued at once (iobench's `experts:K`).
+    pub records: u32,
+    /// GB/s (10⁹ bytes/s).
+    pub gbps: f64,
 }
 
 /// One point's replay.

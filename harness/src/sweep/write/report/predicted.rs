@@ -27,6 +27,19 @@ pub(super) fn predicted_md(s: &mut String, meta: &Meta, runs: &[Row], stats: &[P
         (Some(t), None) => format!("every read at {t:.3} GB/s"),
         _ => "no read rate".into(),
     };
+    let rates = if p.expert_batch_gbps.is_empty() {
+        rates
+    } else {
+        let by: Vec<String> = p
+            .expert_batch_gbps
+            .iter()
+            .map(|b| format!("{} → {:.3}", b.records, b.gbps))
+            .collect();
+        format!(
+            "{rates}, by batch size (expert records queued at once → GB/s, linear between) {}",
+            by.join(", ")
+        )
+    };
     let _ = writeln!(
         s,
         "The simulator replayed the trace `{}` against the store's plan of every point's configuration \
