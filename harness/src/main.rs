@@ -53,7 +53,7 @@ enum Command {
     Plan(cmd_plan::PlanArgs),
     /// Write the per-tensor SHA-256 manifest (tensors.sha256) used by --verify-reads.
     Checksum(cmd_checksum::ChecksumArgs),
-    /// Write a lossless streamed layout (fewer bytes per token, same bits), or measure one.
+    /// Write a packed layout: lossless (fewer bytes per token, same bits), its raw control, or lossy RVQ experts (`--rvq BITS`).
     Pack(cmd_pack::PackArgs),
     /// Direct vs buffered vs mmap on the model's own reads, cold and warm, fio beside.
     Iobench(cmd_iobench::Args),

@@ -182,12 +182,21 @@ pub struct LossyLimits {
 }
 
 /// Checks the spec's `lossy` tables against its `layout` axis `layouts`. Errors: a
+/// lossy layout without an exact one on the axis (nothing to compare it with); a
 /// table for a value that is not a lossy layout, or not on the axis; a `min_top1`
 /// outside 0…1.
 pub fn check_lossy_limits(
     limits: &std::collections::BTreeMap<String, LossyLimits>,
     layouts: &[LayoutKind],
 ) -> anyhow::Result<()> {
+    if let Some(l) = layouts.iter().find(|l| l.is_lossy()) {
+        if layouts.iter().all(|l| l.is_lossy()) {
+            anyhow::bail!(
+                "layout = [\"{l}\"]: a lossy layout is compared with an exact one, and the axis has \
+                 none (add it: layout = [\"safetensors\", \"{l}\"])"
+            );
+        }
+    }
     for (name, l) in limits {
         match LayoutKind::parse(name) {
             Some(k) if k.is_lossy() && layouts.contains(&k) => {}

@@ -106,6 +106,7 @@ fn lossy_limits_are_checked_against_the_layout_axis() {
             "layout = [\"safetensors\", \"rvq3\"]\n[lossy.rvq3]\nmax_top1 = 0.5",
             "unknown field",
         ),
+        ("layout = [\"rvq3\"]", "the axis has none"),
     ] {
         let e = format!("{:#}", parse(t).unwrap_err());
         assert!(e.contains(want), "{t}: {e}");

@@ -122,6 +122,53 @@ fn rel_dev(e: &[f32], l: &[f32]) -> f64 {
     }
 }
 
+/// `measured` completed against the verdict's lossy `groups` (depth 0): every lossy
+/// (layout, prompt, max_tokens) with finished runs gets an entry — a missing one is
+/// `not measured` (its exact and lossy runs finished in different shards, or the sweep
+/// stopped before the agreement step) — and each carries its layout's `min_top1` from
+/// `limits`, so a limit is never dropped with the figures.
+pub fn complete(
+    mut measured: Vec<LossyAgreement>,
+    groups: &[super::verdict::Group],
+    limits: &std::collections::BTreeMap<String, crate::sweep::layout::LossyLimits>,
+) -> Vec<LossyAgreement> {
+    for g in groups
+        .iter()
+        .filter(|g| !g.lossy_layout.is_empty() && g.depth == 0)
+    {
+        let key = |a: &LossyAgreement| {
+            a.layout == g.lossy_layout
+                && a.prompt_index == g.prompt_index
+                && a.max_tokens == g.max_tokens
+        };
+        if !measured.iter().any(key) {
+            measured.push(LossyAgreement {
+                layout: g.lossy_layout.clone(),
+                prompt_index: g.prompt_index,
+                max_tokens: g.max_tokens,
+                positions: 0,
+                top1_agreement: None,
+                logit_max_rel_dev: None,
+                logit_median_rel_dev: None,
+                first_diff_token: None,
+                min_top1: None,
+                not_measured: Some(
+                    "no agreement measured here (its exact and lossy runs finished in different \
+                     shards, or the sweep stopped before the agreement step): run the sweep \
+                     unsharded, or resume it"
+                        .into(),
+                ),
+            });
+        }
+    }
+    for a in &mut measured {
+        if let Some(t) = limits.get(&a.layout).and_then(|l| l.min_top1) {
+            a.min_top1 = Some(t);
+        }
+    }
+    measured
+}
+
 /// The verdict line's part for the lossy layouts (empty without them): `; rvq3
 /// (lossy): top-1 agreement 0.333 over 6 positions, first differing token 1 (meets
 /// min_top1 0.3)` per layout and prompt, the first two named.
@@ -219,7 +266,8 @@ pub fn markdown(all: &[LossyAgreement], pairs: &[super::layouts::LayoutPair]) ->
              | layout | budget | io / prefetch | s/token (lossy / exact) | s/token ratio [95% CI] | read/token (lossy / exact) |\n\
              |---|---|---|---|---|---|"
         );
-        let b = |x: Option<f64>| x.map_or("–".to_string(), |v| format!("{:.0}", v));
+        let b =
+            |x: Option<f64>| x.map_or("–".to_string(), |v| format!("{:.2} MiB", v / 1048576.0));
         for r in pairs {
             let _ = writeln!(
                 s,
@@ -275,6 +323,40 @@ mod tests {
         assert_eq!((t, m, md), (0.5, 0.5, 0.375));
         assert!(figures(&exact, &lossy, 2, 4).is_err());
         assert!(figures(&[], &[], 0, 4).is_err());
+    }
+
+    #[test]
+    fn a_lossy_group_without_figures_is_not_measured_and_keeps_its_limit() {
+        let g = |lossy: &str| crate::sweep::analysis::verdict::Group {
+            engine: String::new(),
+            lossy_layout: lossy.into(),
+            prompt_index: 0,
+            depth: 0,
+            max_tokens: 6,
+            hash: "h".into(),
+            reference_run: "p1-r0".into(),
+            runs: 2,
+            mismatches: vec![],
+            text_only: false,
+        };
+        let limits: std::collections::BTreeMap<String, crate::sweep::layout::LossyLimits> = [(
+            "rvq3".to_string(),
+            crate::sweep::layout::LossyLimits {
+                min_top1: Some(0.5),
+            },
+        )]
+        .into();
+        // A merge of shards: no figures, the exact and the lossy group apart.
+        let all = complete(vec![], &[g(""), g("rvq3")], &limits);
+        assert_eq!(all.len(), 1, "one entry per lossy group");
+        assert!(all[0]
+            .not_measured
+            .as_deref()
+            .unwrap()
+            .contains("different shards"));
+        assert_eq!(all[0].min_top1, Some(0.5));
+        assert!(all[0].fails(), "a limit that could not be checked fails");
+        assert!(!complete(vec![], &[g("rvq3")], &Default::default())[0].fails());
     }
 
     #[test]

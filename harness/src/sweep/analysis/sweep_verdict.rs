@@ -184,7 +184,11 @@ impl SweepVerdict {
             engine_ratios: (!meta.engines.is_empty()).then(|| engine_ratios(stats, &runs, meta)),
             layouts: against_safetensors(stats, &runs, rows),
             layout_pairs: against_raw(stats, &runs, rows),
-            lossy: crate::sweep::analysis::lossy::load(dir).unwrap_or_default(),
+            lossy: crate::sweep::analysis::lossy::complete(
+                crate::sweep::analysis::lossy::load(dir).unwrap_or_default(),
+                &ids.groups,
+                &meta.lossy_limits,
+            ),
             lossy_pairs: crate::sweep::analysis::layouts::lossy_against_safetensors(
                 stats, &runs, rows,
             ),

@@ -314,6 +314,7 @@ pub fn open(
         repeats_auto: spec.auto_repeats(),
         predictions: None,
         delay_s: (spec.delay_s > 0.0).then_some(spec.delay_s),
+        lossy_limits: spec.lossy.clone(),
     };
     Ok((meta, vec![]))
 }
@@ -394,6 +395,10 @@ pub struct Meta {
     /// The spec's `delay_s`, the cool-down before every run after the first (absent: 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_s: Option<f64>,
+    /// The spec's `[lossy.NAME]` limits (absent: none), so a verdict made from the
+    /// directory alone (a merge, `memdial report`) holds a lossy layout to them.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub lossy_limits: std::collections::BTreeMap<String, crate::sweep::layout::LossyLimits>,
 }
 
 impl Meta {

@@ -92,11 +92,16 @@ pub(super) fn verdict_md(s: &mut String, c: &Sections) {
     for g in &v.ids.groups {
         let _ = writeln!(
             s,
-            "- {}prompt {} × {} tokens: {} runs, reference `{}` (run `{}`), {} differing",
+            "- {}{}prompt {} × {} tokens: {} runs, reference `{}` (run `{}`), {} differing",
             if g.engine.is_empty() {
                 String::new()
             } else {
                 format!("{}: ", g.engine)
+            },
+            if g.lossy_layout.is_empty() {
+                String::new()
+            } else {
+                format!("{} (lossy, its own group): ", g.lossy_layout)
             },
             g.prompt_index,
             g.max_tokens,
