@@ -86,28 +86,6 @@ pub fn utc_now_dirname() -> String {
     format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-    }
-
-    #[test]
-    fn ids_hash_matches_manual_encoding() {
-        // sha256 of the 8 bytes 01 00 00 00 02 00 00 00
-        assert_eq!(ids_sha256(&[1, 2]), sha256_hex(&[1, 0, 0, 0, 2, 0, 0, 0]));
-        assert_eq!(
-            ids_sha256(&[]),
-            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-        );
-    }
-}
-
 /// Reads a little-endian float32 C-order 2-D `.npy` (format 1.0 / 2.0) as
 /// (rows, cols, data).
 pub fn read_npy_f32(bytes: &[u8]) -> anyhow::Result<(usize, usize, Vec<f32>)> {
@@ -146,4 +124,26 @@ pub fn read_npy_f32(bytes: &[u8]) -> anyhow::Result<(usize, usize, Vec<f32>)> {
         bail!("data holds {} values, shape says {dims:?}", data.len());
     }
     Ok((dims[0], dims[1], data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn ids_hash_matches_manual_encoding() {
+        // sha256 of the 8 bytes 01 00 00 00 02 00 00 00
+        assert_eq!(ids_sha256(&[1, 2]), sha256_hex(&[1, 0, 0, 0, 2, 0, 0, 0]));
+        assert_eq!(
+            ids_sha256(&[]),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
 }

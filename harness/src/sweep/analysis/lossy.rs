@@ -115,10 +115,12 @@ fn rel_dev(e: &[f32], l: &[f32]) -> f64 {
         num = num.max((b as f64 - a as f64).abs());
         den = den.max((a as f64).abs());
     }
-    match (num, den) {
-        (n, _) if n == 0.0 => 0.0,
-        (_, d) if d == 0.0 => f64::INFINITY,
-        (n, d) => n / d,
+    if num == 0.0 {
+        0.0
+    } else if den == 0.0 {
+        f64::INFINITY
+    } else {
+        num / den
     }
 }
 
