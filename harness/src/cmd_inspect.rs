@@ -26,6 +26,14 @@ fn gb(b: u64) -> String {
     }
 }
 
+/// Bits per routed weight of an RVQ checkpoint (`memdial pack --rvq`), else `None`.
+fn rvq_bits(cfg: &memdial::format::config::ModelConfig) -> Option<usize> {
+    match cfg.moe.as_ref().map(|m| m.expert_format) {
+        Some(memdial::format::config::ExpertFormat::Rvq(r)) => Some(r.stages),
+        _ => None,
+    }
+}
+
 pub fn run(a: &InspectArgs) -> Result<ExitCode> {
     // The loader reads config + headers and computes the tensor table once.
     let c = Checkpointed::read(&a.model)?;
@@ -49,7 +57,7 @@ pub fn run(a: &InspectArgs) -> Result<ExitCode> {
     });
     if a.json {
         let v = serde_json::json!({"summary": s, "findings": found, "problems": problems,
-            "valid": problems.is_empty(), "layout": layout});
+            "valid": problems.is_empty(), "layout": layout, "rvq_bits": rvq_bits(cfg)});
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         println!("model        {} ({})", a.model.display(), s.model_type);
@@ -100,6 +108,12 @@ pub fn run(a: &InspectArgs) -> Result<ExitCode> {
             );
         } else {
             println!("layout       safetensors");
+        }
+        if let Some(bits) = rvq_bits(cfg) {
+            println!(
+                "expert form  RVQ, {bits} bits per routed weight (lossy: `memdial pack --rvq`); \
+                 its per-layer codebooks count as trunk (pinned with it)"
+            );
         }
         if let Some(g) = &cfg.gpt_oss {
             println!(

@@ -179,6 +179,16 @@ fn lossy_layout_is_compared_by_agreement() -> testkit::Outcome {
     let first = exact_ids.iter().zip(&lossy_ids).position(|(x, y)| x != y);
     assert_eq!(a["first_diff_token"].as_u64(), first.map(|p| p as u64));
 
+    // `memdial inspect` says what the pack is.
+    let o = Command::new(memdial_bin!())
+        .args(["inspect", "--json", "--model"])
+        .arg(&packed)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["rvq_bits"], 3, "{v}");
+
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(report.contains("## Lossy layouts: agreement with the exact layout"));
     Ok(testkit::Completion::Completed)
