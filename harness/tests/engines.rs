@@ -216,6 +216,62 @@ must_match = {must_match}
     )
 }
 
+/// Two settings of one adapter (`fake`, `fake-fast`: the same setup, another `env`) share
+/// the setup's output: it runs once. Each engine's settings are in `sweep.json`.
+fn settings_variants_share_their_adapters_setup() {
+    let _g = lock();
+    let m = model("tiny-k3");
+    let cache = shared_scratch!().join("variants-engine-cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let counter = shared_scratch!().join("variants-setups.txt");
+    let _ = std::fs::remove_file(&counter);
+    let table = |name: &str, wait: &str| {
+        format!(
+            r#"
+[engine.{name}]
+adapter = "command"
+setup = ["sh", "-c", "echo ran >> {c} && echo '5 6 7 8' > {{setup_dir}}/ids.txt"]
+command = ["sh", "-c", "echo \"ids: $(cat {{setup_dir}}/ids.txt)\""]
+ids_stdout_regex = "^ids: (.*)$"
+budget = "flag"
+must_match = false
+env = {{ OMP_WAIT_POLICY = "{wait}" }}
+"#,
+            c = counter.display()
+        )
+    };
+    let spec = format!(
+        "budgets = [\"2x floor\"]\nprompts = [\"The capital of France is\"]\nmax_tokens = 4\nrepeats = 1\n\
+         engines = [\"memdial\", \"fake\", \"fake-fast\"]\n{}{}",
+        table("fake", "passive"),
+        table("fake-fast", "active")
+    );
+    let (o, out) = sweep(&m, &spec, "variants", &[("MEMDIAL_ENGINE_CACHE", &cache)]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(
+        std::fs::read_to_string(&counter).unwrap(),
+        "ran\n",
+        "the setup ran once"
+    );
+    let rows = rows(&out);
+    for e in ["fake", "fake-fast"] {
+        let r = rows.iter().find(|r| r["engine"] == e).unwrap();
+        assert_eq!(ids(r), vec![5, 6, 7, 8], "{e}: {r}");
+    }
+    let meta = json(&out.join("sweep.json"));
+    let settings = |e: &str| {
+        meta["engines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == e)
+            .unwrap()["settings"]["env:OMP_WAIT_POLICY"]
+            .clone()
+    };
+    assert_eq!(settings("fake"), "passive");
+    assert_eq!(settings("fake-fast"), "active");
+}
+
 fn command_engine_mismatch_fails_only_when_it_must_match() {
     let _g = lock();
     let m = model("tiny-k3");
@@ -1056,6 +1112,10 @@ fn main() -> ExitCode {
             testkit::test(
                 "command_engine_mismatch_fails_only_when_it_must_match",
                 command_engine_mismatch_fails_only_when_it_must_match,
+            ),
+            testkit::test(
+                "settings_variants_share_their_adapters_setup",
+                settings_variants_share_their_adapters_setup,
             ),
             testkit::test(
                 "warm_start_is_n_a_unless_the_adapter_declares_it",

@@ -330,6 +330,8 @@ impl Registry {
             }
             self.scripts_dir = Some(d);
         }
+        // Engines of one adapter with the same setup (settings variants) share its output.
+        let mut done: Vec<((String, Vec<String>), PathBuf)> = vec![];
         for i in 0..self.engines.len() {
             let e = self.engines[i].clone();
             if e.is_memdial() {
@@ -342,9 +344,18 @@ impl Registry {
                     .as_ref()
                     .is_none_or(|t| t.contains(&self.model_type));
             if let (Some(setup), true) = (&e.def.setup, runs_here) {
-                let dir = setup_dir(&e.name, content_hash);
+                let key = (e.adapter.clone(), setup.clone());
+                let dir = match done.iter().find(|(k, _)| *k == key) {
+                    Some((_, d)) => d.clone(),
+                    None => {
+                        let dir = setup_dir(&e.name, content_hash);
+                        vars.set("setup_dir", dir.display());
+                        super::setup::run_setup(&e.name, setup, &vars, &dir)?;
+                        done.push((key, dir.clone()));
+                        dir
+                    }
+                };
                 vars.set("setup_dir", dir.display());
-                super::setup::run_setup(&e.name, setup, &vars, &dir)?;
                 self.engines[i].setup_dir = Some(dir);
             }
             let version = match &e.def.version_command {
