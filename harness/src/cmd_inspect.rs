@@ -34,6 +34,35 @@ fn rvq_bits(cfg: &memdial::format::config::ModelConfig) -> Option<usize> {
     }
 }
 
+/// The `layout` line (safetensors, or what the lossless pack holds) and, for an RVQ
+/// checkpoint, its expert form.
+fn print_layout(
+    ck: &memdial::format::checkpoint::Checkpoint,
+    cfg: &memdial::format::config::ModelConfig,
+) {
+    if let Some(p) = &ck.lossless {
+        println!(
+            "layout       lossless pack: {} tensors, {} decoded in {} stored (ratio {:.4}), \
+             codec {} v{}, packed from {}",
+            p.index.header.tensors.len(),
+            gb(p.decoded_bytes()),
+            gb(p.index.stored_bytes()),
+            p.ratio(),
+            p.index.header.codec,
+            p.index.header.version,
+            p.index.header.source_dir
+        );
+    } else {
+        println!("layout       safetensors");
+    }
+    if let Some(bits) = rvq_bits(cfg) {
+        println!(
+            "expert form  RVQ, {bits} bits per routed weight (lossy: `memdial pack --rvq`); \
+             its per-layer codebooks count as trunk (pinned with it)"
+        );
+    }
+}
+
 pub fn run(a: &InspectArgs) -> Result<ExitCode> {
     // The loader reads config + headers and computes the tensor table once.
     let c = Checkpointed::read(&a.model)?;
@@ -94,27 +123,7 @@ pub fn run(a: &InspectArgs) -> Result<ExitCode> {
             gb(s.routed_expert_bytes)
         );
         println!("per expert   {} bytes", s.bytes_per_expert);
-        if let Some(p) = &c.ck.lossless {
-            println!(
-                "layout       lossless pack: {} tensors, {} decoded in {} stored (ratio {:.4}), \
-                 codec {} v{}, packed from {}",
-                p.index.header.tensors.len(),
-                gb(p.decoded_bytes()),
-                gb(p.index.stored_bytes()),
-                p.ratio(),
-                p.index.header.codec,
-                p.index.header.version,
-                p.index.header.source_dir
-            );
-        } else {
-            println!("layout       safetensors");
-        }
-        if let Some(bits) = rvq_bits(cfg) {
-            println!(
-                "expert form  RVQ, {bits} bits per routed weight (lossy: `memdial pack --rvq`); \
-                 its per-layer codebooks count as trunk (pinned with it)"
-            );
-        }
+        print_layout(&c.ck, cfg);
         if let Some(g) = &cfg.gpt_oss {
             println!(
                 "KV cache     {} bytes per position per layer (sliding layers keep {} positions)",
